@@ -1,1 +1,5 @@
 //! placeholder
+
+pub mod computers;
+pub mod db;
+pub mod lease;

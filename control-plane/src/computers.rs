@@ -1,0 +1,564 @@
+//! The computers table: which machines exist, whose home each one carries, where they run, and
+//! the hash of each one's enrollment token.
+//!
+//! This module owns the domain types (`Computer`, `ComputerId`, `WorkspaceId`, …), their
+//! validation, token generation and verification, and the SQL behind [`ComputerStore`]. It does
+//! not provision anything (providers do) and does not serialize anything (the HTTP layer converts
+//! these types into its own wire types).
+//!
+//! Invariants: an enrollment token is never stored, only its sha256; a destroyed computer stays
+//! destroyed; two live computers never share a home key (a unique index enforces it); the screen
+//! generation bumps whenever the state or the provider reference changes (contracts.md §6), which
+//! revokes every outstanding screen URL.
+
+use crate::db::{column, non_negative, Db, DbError};
+use gateway_proto::{BotId, Secret};
+use sha2::{Digest, Sha256};
+use sqlx::any::AnyRow;
+use std::fmt;
+use subtle::ConstantTimeEq;
+
+/// Longest computer or workspace id accepted.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest provider name accepted.
+pub const MAX_PROVIDER_LEN: usize = 64;
+/// Prefix of a team computer's home key; bots whose ids start with it cannot own a private one.
+pub const TEAM_HOME_PREFIX: &str = "team-";
+
+const TABLE: &str = "computers";
+const COLUMNS: &str = "id, kind, workspace, bot, home_key, provider, provider_ref, state, \
+                       connected, last_seen_at, screen_generation, created_at, updated_at";
+
+/// Errors of the computers boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum ComputerError {
+    #[error("computer id {0:?} must be 1..={MAX_ID_LEN} characters of [A-Za-z0-9._-]")]
+    BadId(String),
+    #[error("workspace id {0:?} must be 1..={MAX_ID_LEN} characters of [A-Za-z0-9._-]")]
+    BadWorkspace(String),
+    #[error("provider name {0:?} must be 1..={MAX_PROVIDER_LEN} characters of [A-Za-z0-9._-]")]
+    BadProvider(String),
+    #[error("bot {0} cannot have a private computer: its home key would read as a team home")]
+    ReservedBotId(BotId),
+    #[error("computer {0} not found")]
+    NotFound(ComputerId),
+    #[error("computer {0} already exists")]
+    AlreadyExists(ComputerId),
+    #[error("home {home_key} already belongs to a live computer; cannot create computer {id}")]
+    HomeInUse { id: ComputerId, home_key: String },
+    #[error("computer {0} is destroyed")]
+    Destroyed(ComputerId),
+    #[error("computer store failed")]
+    Db(#[from] DbError),
+}
+
+impl From<sqlx::Error> for ComputerError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Db(DbError::Query(e))
+    }
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_ID_LEN
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A computer id, validated like a bot id (it ends up in paths, URLs and keys).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComputerId(String);
+
+impl ComputerId {
+    pub fn new(s: impl Into<String>) -> Result<Self, ComputerError> {
+        let s = s.into();
+        if is_id(&s) {
+            Ok(Self(s))
+        } else {
+            Err(ComputerError::BadId(s))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ComputerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ComputerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ComputerId({})", self.0)
+    }
+}
+
+/// A workspace id, validated like a bot id.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkspaceId(String);
+
+impl WorkspaceId {
+    pub fn new(s: impl Into<String>) -> Result<Self, ComputerError> {
+        let s = s.into();
+        if is_id(&s) {
+            Ok(Self(s))
+        } else {
+            Err(ComputerError::BadWorkspace(s))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for WorkspaceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for WorkspaceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WorkspaceId({})", self.0)
+    }
+}
+
+/// Whose computer it is: a workspace's shared Team computer or one bot's Private computer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComputerKind {
+    Team { workspace: WorkspaceId },
+    Private { bot: BotId },
+}
+
+impl ComputerKind {
+    /// The key of the home this computer carries: `team-<workspace>` or the bot id
+    /// (contracts.md §1).
+    pub fn home_key(&self) -> String {
+        match self {
+            Self::Team { workspace } => format!("{TEAM_HOME_PREFIX}{workspace}"),
+            Self::Private { bot } => bot.as_str().to_owned(),
+        }
+    }
+
+    fn as_str(&self) -> &'static str {
+        match self {
+            Self::Team { .. } => "team",
+            Self::Private { .. } => "private",
+        }
+    }
+}
+
+/// Where a computer is in its life. `Destroyed` is terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputerState {
+    Provisioning,
+    Running,
+    Stopped,
+    Destroyed,
+}
+
+impl ComputerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+            Self::Destroyed => "destroyed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "provisioning" => Self::Provisioning,
+            "running" => Self::Running,
+            "stopped" => Self::Stopped,
+            "destroyed" => Self::Destroyed,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ComputerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The sha256 (lowercase hex) of an enrollment token: what the database keeps instead of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenHash(String);
+
+impl TokenHash {
+    pub fn of(token: &str) -> Self {
+        Self(hex::encode(Sha256::digest(token.as_bytes())))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A fresh computer id: `c-` and 16 random hex characters.
+pub fn new_computer_id() -> ComputerId {
+    ComputerId(format!("c-{}", hex::encode(rand::random::<[u8; 8]>())))
+}
+
+/// A fresh enrollment token: 32 random bytes, hex. Hand it to the guest once; store only
+/// [`TokenHash::of`] it.
+pub fn new_token() -> Secret {
+    Secret::new(hex::encode(rand::random::<[u8; 32]>()))
+}
+
+/// What [`ComputerStore::create`] needs.
+#[derive(Debug, Clone)]
+pub struct NewComputer {
+    pub id: ComputerId,
+    pub kind: ComputerKind,
+    /// The provider's name in configuration (`docker`, `local`, …).
+    pub provider: String,
+    pub token_hash: TokenHash,
+}
+
+/// One computer as stored. Not serializable: the HTTP layer converts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Computer {
+    pub id: ComputerId,
+    pub kind: ComputerKind,
+    pub home_key: String,
+    pub provider: String,
+    /// The provider's handle on the machine: an acceleration path, not durable data.
+    pub provider_ref: Option<String>,
+    pub state: ComputerState,
+    /// Whether its guest holds a tunnel to this control plane right now.
+    pub connected: bool,
+    pub last_seen_at_ms: Option<i64>,
+    pub screen_generation: u64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// The computers table.
+#[derive(Debug, Clone)]
+pub struct ComputerStore {
+    db: Db,
+}
+
+impl ComputerStore {
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Inserts a computer in state `provisioning`.
+    pub async fn create(&self, new: NewComputer, now_ms: i64) -> Result<Computer, ComputerError> {
+        if !is_id(&new.provider) || new.provider.len() > MAX_PROVIDER_LEN {
+            return Err(ComputerError::BadProvider(new.provider));
+        }
+        let (workspace, bot) = match &new.kind {
+            ComputerKind::Team { workspace } => (Some(workspace.as_str()), None),
+            ComputerKind::Private { bot } => {
+                if bot.as_str().starts_with(TEAM_HOME_PREFIX) {
+                    return Err(ComputerError::ReservedBotId(bot.clone()));
+                }
+                (None, Some(bot.as_str()))
+            }
+        };
+        let home_key = new.kind.home_key();
+        // DO NOTHING covers both the primary key and the live-home unique index; which one
+        // fired is worked out below.
+        let sql = format!(
+            "INSERT INTO computers (id, kind, workspace, bot, home_key, provider, provider_ref, \
+             state, token_hash, connected, last_seen_at, screen_generation, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9) \
+             ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(new.id.as_str())
+            .bind(new.kind.as_str())
+            .bind(workspace)
+            .bind(bot)
+            .bind(home_key.as_str())
+            .bind(new.provider.as_str())
+            .bind(ComputerState::Provisioning.as_str())
+            .bind(new.token_hash.as_str())
+            .bind(now_ms)
+            .fetch_optional(self.db.pool())
+            .await?;
+        match row {
+            Some(row) => Ok(from_row(&row)?),
+            None if self.exists(&new.id).await? => Err(ComputerError::AlreadyExists(new.id)),
+            None => Err(ComputerError::HomeInUse {
+                id: new.id,
+                home_key,
+            }),
+        }
+    }
+
+    /// The computer, destroyed or not.
+    pub async fn get(&self, id: &ComputerId) -> Result<Option<Computer>, ComputerError> {
+        let sql = format!("SELECT {COLUMNS} FROM computers WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id.as_str())
+            .fetch_optional(self.db.pool())
+            .await?;
+        Ok(row.as_ref().map(from_row).transpose()?)
+    }
+
+    /// Every computer not destroyed, oldest first.
+    pub async fn list(&self) -> Result<Vec<Computer>, ComputerError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM computers WHERE state <> 'destroyed' ORDER BY created_at, id"
+        );
+        let rows = sqlx::query(&sql).fetch_all(self.db.pool()).await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Moves the computer to `state`, bumping its screen generation if the state changes.
+    /// Setting `destroyed` again is a no-op; leaving `destroyed` fails.
+    pub async fn set_state(
+        &self,
+        id: &ComputerId,
+        state: ComputerState,
+        now_ms: i64,
+    ) -> Result<Computer, ComputerError> {
+        let sql = format!(
+            "UPDATE computers SET state = $2, updated_at = $3, \
+             screen_generation = screen_generation + CASE WHEN state = $2 THEN 0 ELSE 1 END \
+             WHERE id = $1 AND state <> 'destroyed' RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(id.as_str())
+            .bind(state.as_str())
+            .bind(now_ms)
+            .fetch_optional(self.db.pool())
+            .await?;
+        if let Some(row) = row {
+            return Ok(from_row(&row)?);
+        }
+        match self.get(id).await? {
+            None => Err(ComputerError::NotFound(id.clone())),
+            Some(c) if state == ComputerState::Destroyed => Ok(c),
+            Some(_) => Err(ComputerError::Destroyed(id.clone())),
+        }
+    }
+
+    /// Records (or clears) the provider's handle, bumping the screen generation if it changes.
+    pub async fn set_provider_ref(
+        &self,
+        id: &ComputerId,
+        provider_ref: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Computer, ComputerError> {
+        let sql = format!(
+            "UPDATE computers SET provider_ref = $2, updated_at = $3, \
+             screen_generation = screen_generation \
+             + CASE WHEN provider_ref IS NOT DISTINCT FROM $2 THEN 0 ELSE 1 END \
+             WHERE id = $1 RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(id.as_str())
+            .bind(provider_ref)
+            .bind(now_ms)
+            .fetch_optional(self.db.pool())
+            .await?;
+        match row {
+            Some(row) => Ok(from_row(&row)?),
+            None => Err(ComputerError::NotFound(id.clone())),
+        }
+    }
+
+    /// Records that the guest's tunnel came up or went down; either way it was seen at `now_ms`.
+    pub async fn set_connected(
+        &self,
+        id: &ComputerId,
+        connected: bool,
+        now_ms: i64,
+    ) -> Result<(), ComputerError> {
+        let done = sqlx::query(
+            "UPDATE computers SET connected = $2, last_seen_at = $3, updated_at = $3 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(i64::from(connected))
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(ComputerError::NotFound(id.clone()));
+        }
+        Ok(())
+    }
+
+    /// Marks every computer disconnected: at startup no tunnel can be up yet. Returns how many
+    /// were marked connected.
+    pub async fn mark_all_disconnected(&self, now_ms: i64) -> Result<u64, ComputerError> {
+        let done =
+            sqlx::query("UPDATE computers SET connected = 0, updated_at = $1 WHERE connected <> 0")
+                .bind(now_ms)
+                .execute(self.db.pool())
+                .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Replaces the enrollment token's hash (a re-issued token); the old token stops verifying.
+    pub async fn set_token_hash(
+        &self,
+        id: &ComputerId,
+        token_hash: &TokenHash,
+        now_ms: i64,
+    ) -> Result<(), ComputerError> {
+        let done =
+            sqlx::query("UPDATE computers SET token_hash = $2, updated_at = $3 WHERE id = $1")
+                .bind(id.as_str())
+                .bind(token_hash.as_str())
+                .bind(now_ms)
+                .execute(self.db.pool())
+                .await?;
+        if done.rows_affected() == 0 {
+            return Err(ComputerError::NotFound(id.clone()));
+        }
+        Ok(())
+    }
+
+    /// Whether `token` is the enrollment token of computer `id`. Unknown and destroyed
+    /// computers verify nothing. The hashes are compared in constant time.
+    pub async fn verify_token(&self, id: &ComputerId, token: &str) -> Result<bool, ComputerError> {
+        // Hash first, so an unknown id costs about what a known one does.
+        let presented = TokenHash::of(token);
+        let row = sqlx::query("SELECT token_hash, state FROM computers WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(self.db.pool())
+            .await?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        let stored: String = column(&row, TABLE, id.as_str(), "token_hash")?;
+        let state: String = column(&row, TABLE, id.as_str(), "state")?;
+        let matches: bool = presented
+            .as_str()
+            .as_bytes()
+            .ct_eq(stored.as_bytes())
+            .into();
+        Ok(matches && state != ComputerState::Destroyed.as_str())
+    }
+
+    async fn exists(&self, id: &ComputerId) -> Result<bool, ComputerError> {
+        let row = sqlx::query("SELECT id FROM computers WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(self.db.pool())
+            .await?;
+        Ok(row.is_some())
+    }
+}
+
+/// Maps a row selected with [`COLUMNS`], checking every invariant the types carry.
+fn from_row(row: &AnyRow) -> Result<Computer, DbError> {
+    let raw_id: String = column(row, TABLE, "?", "id")?;
+    let key = raw_id.as_str();
+    let corrupt = |reason: String| DbError::corrupt(TABLE, key, reason);
+    let id = ComputerId::new(raw_id.clone()).map_err(|e| corrupt(e.to_string()))?;
+    let kind: String = column(row, TABLE, key, "kind")?;
+    let workspace: Option<String> = column(row, TABLE, key, "workspace")?;
+    let bot: Option<String> = column(row, TABLE, key, "bot")?;
+    let kind = match (kind.as_str(), workspace, bot) {
+        ("team", Some(ws), None) => ComputerKind::Team {
+            workspace: WorkspaceId::new(ws).map_err(|e| corrupt(e.to_string()))?,
+        },
+        ("private", None, Some(bot)) => ComputerKind::Private {
+            bot: BotId::new(bot).map_err(|e| corrupt(e.to_string()))?,
+        },
+        (kind, ws, bot) => {
+            return Err(corrupt(format!(
+                "kind {kind:?} with workspace {ws:?} and bot {bot:?}"
+            )))
+        }
+    };
+    let home_key: String = column(row, TABLE, key, "home_key")?;
+    if home_key != kind.home_key() {
+        return Err(corrupt(format!(
+            "home_key {home_key:?} does not match its kind"
+        )));
+    }
+    let state: String = column(row, TABLE, key, "state")?;
+    let state = ComputerState::parse(&state).ok_or_else(|| corrupt(format!("state {state:?}")))?;
+    let connected: i64 = column(row, TABLE, key, "connected")?;
+    let connected = match connected {
+        0 => false,
+        1 => true,
+        other => return Err(corrupt(format!("connected is {other}"))),
+    };
+    let screen_generation: i64 = column(row, TABLE, key, "screen_generation")?;
+    Ok(Computer {
+        home_key,
+        provider: column(row, TABLE, key, "provider")?,
+        provider_ref: column(row, TABLE, key, "provider_ref")?,
+        state,
+        connected,
+        last_seen_at_ms: column(row, TABLE, key, "last_seen_at")?,
+        screen_generation: non_negative(screen_generation, TABLE, key, "screen_generation")?,
+        created_at_ms: column(row, TABLE, key, "created_at")?,
+        updated_at_ms: column(row, TABLE, key, "updated_at")?,
+        kind,
+        id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_keys_follow_the_contract() {
+        let team = ComputerKind::Team {
+            workspace: WorkspaceId::new("ws-1").unwrap(),
+        };
+        let private = ComputerKind::Private {
+            bot: BotId::new("bot.a").unwrap(),
+        };
+        assert_eq!(team.home_key(), "team-ws-1");
+        assert_eq!(private.home_key(), "bot.a");
+    }
+
+    #[test]
+    fn ids_are_validated_like_bot_ids() {
+        assert!(ComputerId::new("c-0123456789abcdef").is_ok());
+        assert!(WorkspaceId::new("ws_1.x").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(129)] {
+            assert!(ComputerId::new(bad).is_err(), "{bad:?} accepted");
+            assert!(WorkspaceId::new(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn generated_ids_and_tokens_have_their_shape() {
+        let id = new_computer_id();
+        assert_eq!(id.as_str().len(), 18);
+        assert!(id.as_str().starts_with("c-"));
+        assert_ne!(new_computer_id(), id);
+        let token = new_token();
+        assert_eq!(token.expose().len(), 64);
+        assert!(token.expose().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(new_token().expose(), token.expose());
+    }
+
+    #[test]
+    fn token_hash_is_sha256_hex() {
+        assert_eq!(
+            TokenHash::of("abc").as_str(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn states_round_trip() {
+        use ComputerState::*;
+        for s in [Provisioning, Running, Stopped, Destroyed] {
+            assert_eq!(ComputerState::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(ComputerState::parse("gone"), None);
+    }
+}

@@ -1,0 +1,474 @@
+//! `ComputerStore` against SQLite (a temp file) and the real PostgreSQL at `RAKAZO_TEST_PG_URL`
+//! (default `postgres://postgres@127.0.0.1:5432/test`), each case on a fresh database. Every case
+//! is written once and run on both; PostgreSQL is required, and an unreachable one fails the
+//! cases with its URL.
+
+use control_plane::computers::{
+    new_computer_id, new_token, Computer, ComputerError, ComputerId, ComputerKind, ComputerState,
+    ComputerStore, NewComputer, TokenHash, WorkspaceId,
+};
+use control_plane::db::{testing, Db, DbError};
+use gateway_proto::BotId;
+
+// Tests may read their environment; this names the PostgreSQL the CI script starts.
+#[allow(clippy::disallowed_methods)]
+fn pg_url() -> String {
+    std::env::var("RAKAZO_TEST_PG_URL").unwrap_or_else(|_| testing::DEFAULT_PG_URL.to_owned())
+}
+
+async fn postgres() -> Db {
+    let url = pg_url();
+    testing::postgres(&url).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL at {url} (RAKAZO_TEST_PG_URL) is required and unreachable: {e:?}")
+    })
+}
+
+async fn sqlite() -> Db {
+    testing::sqlite().await.expect("sqlite fixture")
+}
+
+const T0: i64 = 1_700_000_000_000;
+
+fn team(ws: &str) -> ComputerKind {
+    ComputerKind::Team {
+        workspace: WorkspaceId::new(ws).unwrap(),
+    }
+}
+
+fn private(bot: &str) -> ComputerKind {
+    ComputerKind::Private {
+        bot: BotId::new(bot).unwrap(),
+    }
+}
+
+fn new(id: &str, kind: ComputerKind, token: &str) -> NewComputer {
+    NewComputer {
+        id: ComputerId::new(id).unwrap(),
+        kind,
+        provider: "docker".into(),
+        token_hash: TokenHash::of(token),
+    }
+}
+
+fn id(s: &str) -> ComputerId {
+    ComputerId::new(s).unwrap()
+}
+
+async fn create_and_get(db: Db) {
+    let store = ComputerStore::new(db);
+    let created = store
+        .create(new("c-1", team("ws-1"), "tok"), T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        created,
+        Computer {
+            id: id("c-1"),
+            kind: team("ws-1"),
+            home_key: "team-ws-1".into(),
+            provider: "docker".into(),
+            provider_ref: None,
+            state: ComputerState::Provisioning,
+            connected: false,
+            last_seen_at_ms: None,
+            screen_generation: 0,
+            created_at_ms: T0,
+            updated_at_ms: T0,
+        }
+    );
+    assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(created));
+
+    let p = store
+        .create(new("c-2", private("bot.a"), "tok2"), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(p.kind, private("bot.a"));
+    assert_eq!(p.home_key, "bot.a");
+    assert_eq!(store.get(&id("c-2")).await.unwrap(), Some(p));
+    assert_eq!(store.get(&id("c-none")).await.unwrap(), None);
+}
+
+async fn duplicate_id_is_refused(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    let err = store
+        .create(new("c-1", team("ws-2"), "b"), T0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ComputerError::AlreadyExists(i) if i == &id("c-1")),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "computer c-1 already exists");
+}
+
+async fn one_live_computer_per_home(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    let err = store
+        .create(new("c-2", team("ws-1"), "b"), T0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ComputerError::HomeInUse { home_key, .. } if home_key == "team-ws-1"),
+        "{err:?}"
+    );
+    store
+        .create(new("c-3", private("bot-1"), "c"), T0)
+        .await
+        .unwrap();
+    let err = store
+        .create(new("c-4", private("bot-1"), "d"), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::HomeInUse { .. }), "{err:?}");
+    // A replacement may be created once the old computer is destroyed.
+    store
+        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 1)
+        .await
+        .unwrap();
+    store
+        .create(new("c-2", team("ws-1"), "b"), T0 + 2)
+        .await
+        .unwrap();
+}
+
+async fn invalid_inputs_are_refused(db: Db) {
+    let store = ComputerStore::new(db);
+    let err = store
+        .create(new("c-1", private("team-x"), "a"), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::ReservedBotId(_)), "{err:?}");
+    let mut bad = new("c-1", team("ws"), "a");
+    bad.provider = "no spaces".into();
+    let err = store.create(bad, T0).await.unwrap_err();
+    assert!(matches!(err, ComputerError::BadProvider(_)), "{err:?}");
+    assert_eq!(store.list().await.unwrap(), vec![]);
+}
+
+async fn list_skips_destroyed_oldest_first(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-b", team("ws-b"), "b"), T0 + 30)
+        .await
+        .unwrap();
+    store
+        .create(new("c-a", team("ws-a"), "a"), T0 + 10)
+        .await
+        .unwrap();
+    store
+        .create(new("c-c", team("ws-c"), "c"), T0 + 20)
+        .await
+        .unwrap();
+    store
+        .create(new("c-d", team("ws-d"), "d"), T0 + 5)
+        .await
+        .unwrap();
+    store
+        .set_state(&id("c-d"), ComputerState::Destroyed, T0 + 40)
+        .await
+        .unwrap();
+    let ids: Vec<_> = store
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(ids, [id("c-a"), id("c-c"), id("c-b")]);
+}
+
+async fn set_state_bumps_generation_on_change(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    let c = store
+        .set_state(&id("c-1"), ComputerState::Running, T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.state, c.screen_generation, c.updated_at_ms),
+        (ComputerState::Running, 1, T0 + 1)
+    );
+    let c = store
+        .set_state(&id("c-1"), ComputerState::Running, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.screen_generation, c.updated_at_ms),
+        (1, T0 + 2),
+        "no change, no bump"
+    );
+    let c = store
+        .set_state(&id("c-1"), ComputerState::Stopped, T0 + 3)
+        .await
+        .unwrap();
+    assert_eq!((c.state, c.screen_generation), (ComputerState::Stopped, 2));
+    assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(c));
+
+    let err = store
+        .set_state(&id("c-none"), ComputerState::Running, T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::NotFound(_)), "{err:?}");
+    assert_eq!(err.to_string(), "computer c-none not found");
+}
+
+async fn destroyed_is_terminal(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    let gone = store
+        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (gone.state, gone.screen_generation),
+        (ComputerState::Destroyed, 1)
+    );
+    let again = store
+        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(again, gone, "destroying again is a no-op");
+    let err = store
+        .set_state(&id("c-1"), ComputerState::Running, T0 + 3)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::Destroyed(_)), "{err:?}");
+    // Still readable by id.
+    assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(gone));
+}
+
+async fn set_provider_ref_bumps_generation_on_change(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    let c = store
+        .set_provider_ref(&id("c-1"), Some("ctr-1"), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.provider_ref.as_deref(), c.screen_generation),
+        (Some("ctr-1"), 1)
+    );
+    let c = store
+        .set_provider_ref(&id("c-1"), Some("ctr-1"), T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!((c.screen_generation, c.updated_at_ms), (1, T0 + 2));
+    let c = store
+        .set_provider_ref(&id("c-1"), Some("ctr-2"), T0 + 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.provider_ref.as_deref(), c.screen_generation),
+        (Some("ctr-2"), 2)
+    );
+    let c = store
+        .set_provider_ref(&id("c-1"), None, T0 + 4)
+        .await
+        .unwrap();
+    assert_eq!((c.provider_ref, c.screen_generation), (None, 3));
+    let c = store
+        .set_provider_ref(&id("c-1"), None, T0 + 5)
+        .await
+        .unwrap();
+    assert_eq!(c.screen_generation, 3);
+    let err = store
+        .set_provider_ref(&id("c-none"), None, T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::NotFound(_)), "{err:?}");
+}
+
+async fn connection_tracking(db: Db) {
+    let store = ComputerStore::new(db);
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    store
+        .create(new("c-2", team("ws-2"), "b"), T0)
+        .await
+        .unwrap();
+    store
+        .create(new("c-3", team("ws-3"), "c"), T0)
+        .await
+        .unwrap();
+    store.set_connected(&id("c-1"), true, T0 + 1).await.unwrap();
+    store.set_connected(&id("c-2"), true, T0 + 2).await.unwrap();
+    let c1 = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!((c1.connected, c1.last_seen_at_ms), (true, Some(T0 + 1)));
+    store
+        .set_connected(&id("c-1"), false, T0 + 3)
+        .await
+        .unwrap();
+    let c1 = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!((c1.connected, c1.last_seen_at_ms), (false, Some(T0 + 3)));
+    store.set_connected(&id("c-1"), true, T0 + 4).await.unwrap();
+
+    assert_eq!(store.mark_all_disconnected(T0 + 5).await.unwrap(), 2);
+    for c in store.list().await.unwrap() {
+        assert!(!c.connected, "{} still connected", c.id);
+    }
+    let c2 = store.get(&id("c-2")).await.unwrap().unwrap();
+    assert_eq!(
+        (c2.last_seen_at_ms, c2.updated_at_ms),
+        (Some(T0 + 2), T0 + 5)
+    );
+    assert_eq!(store.mark_all_disconnected(T0 + 6).await.unwrap(), 0);
+
+    let err = store
+        .set_connected(&id("c-none"), true, T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::NotFound(_)), "{err:?}");
+}
+
+async fn verify_token_checks_the_hash(db: Db) {
+    let store = ComputerStore::new(db.clone());
+    let token = new_token();
+    let cid = new_computer_id();
+    store
+        .create(
+            NewComputer {
+                id: cid.clone(),
+                kind: team("ws-1"),
+                provider: "local".into(),
+                token_hash: TokenHash::of(token.expose()),
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+    assert!(store.verify_token(&cid, token.expose()).await.unwrap());
+    assert!(!store.verify_token(&cid, "").await.unwrap());
+    assert!(!store
+        .verify_token(&cid, new_token().expose())
+        .await
+        .unwrap());
+    assert!(!store
+        .verify_token(&id("c-none"), token.expose())
+        .await
+        .unwrap());
+
+    // Only the hash is stored.
+    let stored: Vec<String> = sqlx::query_scalar("SELECT token_hash FROM computers")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        vec![TokenHash::of(token.expose()).as_str().to_owned()]
+    );
+
+    // A re-issued token replaces the old one.
+    let reissued = new_token();
+    store
+        .set_token_hash(&cid, &TokenHash::of(reissued.expose()), T0 + 1)
+        .await
+        .unwrap();
+    assert!(store.verify_token(&cid, reissued.expose()).await.unwrap());
+    assert!(!store.verify_token(&cid, token.expose()).await.unwrap());
+    let err = store
+        .set_token_hash(&id("c-none"), &TokenHash::of("x"), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ComputerError::NotFound(_)), "{err:?}");
+
+    store
+        .set_state(&cid, ComputerState::Destroyed, T0 + 2)
+        .await
+        .unwrap();
+    assert!(
+        !store.verify_token(&cid, reissued.expose()).await.unwrap(),
+        "destroyed"
+    );
+}
+
+async fn corrupt_rows_are_errors(db: Db) {
+    let store = ComputerStore::new(db.clone());
+    store
+        .create(new("c-1", team("ws-1"), "a"), T0)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE computers SET connected = 7 WHERE id = 'c-1'")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let err = store.get(&id("c-1")).await.unwrap_err();
+    assert!(
+        matches!(&err, ComputerError::Db(DbError::Corrupt { key, .. }) if key == "c-1"),
+        "{err:?}"
+    );
+    sqlx::query("UPDATE computers SET connected = 0, home_key = 'team-other' WHERE id = 'c-1'")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let err = store.list().await.unwrap_err();
+    assert!(
+        matches!(err, ComputerError::Db(DbError::Corrupt { .. })),
+        "{err:?}"
+    );
+}
+
+async fn futures_are_send(db: Db) {
+    // The API and tunnel call the store from spawned tasks.
+    let store = ComputerStore::new(db);
+    let task = tokio::spawn(async move {
+        store.create(new("c-1", team("ws-1"), "a"), T0).await?;
+        store.set_connected(&id("c-1"), true, T0).await?;
+        store.verify_token(&id("c-1"), "a").await
+    });
+    assert!(task.await.unwrap().unwrap());
+}
+
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite_backend {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres_backend {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    create_and_get,
+    duplicate_id_is_refused,
+    one_live_computer_per_home,
+    invalid_inputs_are_refused,
+    list_skips_destroyed_oldest_first,
+    set_state_bumps_generation_on_change,
+    destroyed_is_terminal,
+    set_provider_ref_bumps_generation_on_change,
+    connection_tracking,
+    verify_token_checks_the_hash,
+    corrupt_rows_are_errors,
+    futures_are_send,
+);
