@@ -1,0 +1,1296 @@
+//! Running commands in the home for the tunnel.
+//!
+//! This module owns one command's life: validating the request, resolving its working directory,
+//! building its environment, spawning it in its own process group, streaming stdin in and
+//! stdout/stderr out, and ending it: a normal exit, a timeout (exit 124) or an abort (exit 130),
+//! the last two killing the whole process tree. It knows nothing about QUIC or frames: the tunnel
+//! hands it two channels. Lease checks are the caller's job ([`crate::fence`]), done before
+//! [`run`] is called.
+//!
+//! Commands run with the agent user's full rights; the cwd check enforces the contract
+//! ("a cwd outside the home fails"), it does not confine the command.
+
+use crate::home::{self, Home};
+use gateway_proto::{ErrorCode, ExecEvent, ExecInput, ExecRequest, OpError, MAX_CHUNK};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use serde_bytes::ByteBuf;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::mpsc;
+
+/// Most arguments in argv, program included.
+pub const MAX_ARGS: usize = 4096;
+/// Longest single argument, in bytes (Linux `MAX_ARG_STRLEN`).
+pub const MAX_ARG_LEN: usize = 128 * 1024;
+/// Largest argv in total, in bytes (each argument plus its terminating NUL).
+pub const MAX_ARGV_BYTES: usize = 1 << 20;
+/// Most extra environment variables in a request.
+pub const MAX_ENV_VARS: usize = 4096;
+/// Largest extra environment in total, in bytes (`KEY=VALUE` plus a NUL each).
+pub const MAX_ENV_BYTES: usize = 1 << 20;
+
+/// Variables of the guest starting with this prefix are its own configuration and secrets:
+/// they are never passed to commands.
+pub const GUEST_ENV_PREFIX: &str = "RAKAZO_";
+/// Set in every command's environment to a random id per exec. Descendants inherit it, which lets
+/// the tree kill find processes that left both the process group and the parent chain.
+pub const EXEC_ID_VAR: &str = "RAKAZO_EXEC_ID";
+
+/// Exit code of a command killed by its timeout.
+pub const EXIT_TIMEOUT: i32 = 124;
+/// Exit code of an aborted command.
+pub const EXIT_ABORTED: i32 = 130;
+/// Exit code of a command whose program was not found (as in a shell).
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Exit code of a command whose program could not be executed (as in a shell).
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+
+/// After the tree is killed, how long output still in the pipes may take to arrive.
+const DRAIN_AFTER_KILL: Duration = Duration::from_millis(500);
+/// After the tree is killed, how long the main process may take to be reaped.
+const REAP_AFTER_KILL: Duration = Duration::from_secs(5);
+/// Stdin bytes read ahead of a blocked write, so an `Abort` behind them is still seen.
+const STDIN_READ_AHEAD: usize = 4 * MAX_CHUNK;
+
+/// Runs `req` in the home and reports on `events` until its last event.
+///
+/// Events: `Started { pid }` first, then `Stdout`/`Stderr` chunks (each at most [`MAX_CHUNK`]
+/// bytes, each stream in order) as they are produced, then exactly one final event:
+///
+/// - `Failed(BadRequest)`: the request is invalid (argv or env out of bounds); nothing ran.
+/// - `Exit { code: 1, message }`: the cwd is outside the home, missing, not a directory or
+///   reached through a symlink; the message names it and nothing ran.
+/// - `Exit { code: 127 | 126, message }`: the program was not found / not executable, as a shell
+///   reports it. Other spawn failures (out of resources) are `Failed(Failed)`.
+/// - `Exit { code, message: None }` for a normal exit; a signal gives `128 + signal` and a
+///   message naming it. All output is drained first: the command ends when its process has
+///   exited *and* both output pipes are closed, so a background process that keeps stdout open
+///   keeps the command running (until its timeout), as in a shell's `$(...)`.
+/// - `Exit { code: 124, "command timed out after N ms" }` after `timeout_ms`, and
+///   `Exit { code: 130, "command aborted" }` on `ExecInput::Abort` or when `input` closes before
+///   the command ended (the client went away). Both kill the whole process tree first.
+///
+/// If `events` can no longer be sent (its receiver dropped), the command is aborted and nothing
+/// more is reported. Dropping the returned future also kills the tree.
+///
+/// The command runs in its own process group with `HOME` set to the home, stdin `/dev/null`
+/// unless `req.stdin`, and the guest's environment minus every `RAKAZO_*` variable, plus
+/// `req.env` (which may override `HOME`), plus [`EXEC_ID_VAR`].
+pub async fn run(
+    home: &Home,
+    req: ExecRequest,
+    input: mpsc::Receiver<ExecInput>,
+    events: mpsc::Sender<ExecEvent>,
+) {
+    // The command inherits the agent's environment, minus its secrets; this is the one place the
+    // agent reads its own environment outside config.rs, and only to pass it on.
+    run_with_env(home, req, std::env::vars_os().collect(), input, events).await;
+}
+
+/// [`run`] with an explicit inherited environment (before `RAKAZO_*` variables are removed).
+async fn run_with_env(
+    home: &Home,
+    req: ExecRequest,
+    inherited: Vec<(OsString, OsString)>,
+    input: mpsc::Receiver<ExecInput>,
+    events: mpsc::Sender<ExecEvent>,
+) {
+    if let Some(last) = execute(home, req, inherited, input, &events).await {
+        // The receiver may be gone by now; there is nobody left to tell.
+        let _ = events.send(last).await;
+    }
+}
+
+/// Why a running command was stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Timeout,
+    Abort,
+    /// The events receiver is gone: abort, and report nothing.
+    Gone,
+}
+
+/// How the main loop ended.
+enum End {
+    Exited(io::Result<ExitStatus>),
+    Stopped(Stop),
+}
+
+/// The events receiver was dropped.
+#[derive(Debug)]
+struct Gone;
+
+/// Runs the command and returns its final event, or `None` if events can no longer be sent.
+async fn execute(
+    home: &Home,
+    req: ExecRequest,
+    inherited: Vec<(OsString, OsString)>,
+    mut input: mpsc::Receiver<ExecInput>,
+    events: &mpsc::Sender<ExecEvent>,
+) -> Option<ExecEvent> {
+    if let Err(e) = validate(&req) {
+        return Some(ExecEvent::Failed(e));
+    }
+    let cwd = match working_dir(home, req.cwd.as_deref()) {
+        Ok(cwd) => cwd,
+        Err(message) => {
+            return Some(ExecEvent::Exit {
+                code: 1,
+                message: Some(message),
+            })
+        }
+    };
+    let exec_id = hex::encode(rand::random::<[u8; 16]>());
+    let program = &req.argv[0];
+    let mut cmd = Command::new(program);
+    cmd.args(&req.argv[1..])
+        .current_dir(&cwd)
+        .env_clear()
+        .envs(inherited.into_iter().filter(|(k, _)| !is_guest_var(k)))
+        .env("HOME", home.root())
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .env(EXEC_ID_VAR, &exec_id)
+        .stdin(if req.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so the tree can be signalled at once, and so a terminal's
+        // job control or a signal to the agent's group never reaches it by accident.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => return Some(spawn_failure(program, &e)),
+    };
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return Some(ExecEvent::Failed(OpError::new(
+            ErrorCode::Failed,
+            format!("command {program:?} started without a process id"),
+        )));
+    };
+    let mut tree = TreeGuard {
+        root: pid,
+        exec_id,
+        root_reaped: false,
+        armed: true,
+    };
+    tracing::debug!(pid, program = %program, "command started");
+    // `pid` came from a u32, so it is not negative.
+    if events
+        .send(ExecEvent::Started {
+            pid: pid.unsigned_abs(),
+        })
+        .await
+        .is_err()
+    {
+        tree.kill(false).await;
+        return None;
+    }
+
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let stdin = child.stdin.take();
+    let pumps = async {
+        tokio::try_join!(
+            pump(stdout, events, ExecEvent::Stdout),
+            pump(stderr, events, ExecEvent::Stderr)
+        )
+        .map(|_| ())
+    };
+    let feeder = feed(stdin, &mut input);
+    let timeout = req.timeout_ms.map(Duration::from_millis);
+    let deadline = async {
+        match timeout {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let wait = child.wait();
+    tokio::pin!(pumps, feeder, deadline, wait);
+
+    let mut status = None;
+    let mut pumps_done = false;
+    let end = loop {
+        tokio::select! {
+            st = &mut wait, if status.is_none() => {
+                tree.root_reaped = true;
+                status = Some(st);
+            }
+            r = &mut pumps, if !pumps_done => {
+                pumps_done = true;
+                if r.is_err() {
+                    break End::Stopped(Stop::Gone);
+                }
+            }
+            () = &mut feeder => break End::Stopped(Stop::Abort),
+            () = &mut deadline => break End::Stopped(Stop::Timeout),
+            () = events.closed() => break End::Stopped(Stop::Gone),
+        }
+        if pumps_done {
+            if let Some(st) = status.take() {
+                break End::Exited(st);
+            }
+        }
+    };
+
+    let stop = match end {
+        End::Exited(Ok(st)) => {
+            // A normal end: processes the command left running with their output redirected
+            // elsewhere were deliberately detached, so they are left alone.
+            tree.disarm();
+            tracing::debug!(pid, status = %st, "command exited");
+            return Some(exit_event(st));
+        }
+        End::Exited(Err(e)) => {
+            tree.kill(true).await;
+            return Some(ExecEvent::Failed(OpError::new(
+                ErrorCode::Failed,
+                format!("cannot wait for command {program:?} (pid {pid}): {e}"),
+            )));
+        }
+        End::Stopped(stop) => stop,
+    };
+
+    tracing::debug!(pid, ?stop, "stopping command");
+    tree.kill(true).await;
+    if status.is_none() {
+        // SIGKILL was sent; only a process stuck in uninterruptible sleep takes long here, and
+        // kill_on_drop plus tokio's orphan reaping cover it if the bound runs out.
+        let _ = tokio::time::timeout(REAP_AFTER_KILL, &mut wait).await;
+    }
+    if stop == Stop::Gone {
+        return None;
+    }
+    // Everything that could write is dead, so the pipes reach EOF at once unless a process
+    // escaped the kill; the bound keeps such an escapee from holding the command open.
+    if !pumps_done {
+        if let Ok(Err(Gone)) = tokio::time::timeout(DRAIN_AFTER_KILL, &mut pumps).await {
+            return None;
+        }
+    }
+    Some(match stop {
+        Stop::Timeout => ExecEvent::Exit {
+            code: EXIT_TIMEOUT,
+            message: Some(format!(
+                "command timed out after {} ms",
+                req.timeout_ms.unwrap_or_default()
+            )),
+        },
+        Stop::Abort | Stop::Gone => ExecEvent::Exit {
+            code: EXIT_ABORTED,
+            message: Some("command aborted".to_owned()),
+        },
+    })
+}
+
+fn bad_request(message: String) -> OpError {
+    OpError::new(ErrorCode::BadRequest, message)
+}
+
+/// Checks argv and env bounds before anything runs.
+fn validate(req: &ExecRequest) -> Result<(), OpError> {
+    let Some(program) = req.argv.first() else {
+        return Err(bad_request("argv is empty".to_owned()));
+    };
+    if program.is_empty() {
+        return Err(bad_request("program name (argv[0]) is empty".to_owned()));
+    }
+    if req.argv.len() > MAX_ARGS {
+        return Err(bad_request(format!(
+            "argv has {} arguments; the limit is {MAX_ARGS}",
+            req.argv.len()
+        )));
+    }
+    let mut total = 0usize;
+    for (i, arg) in req.argv.iter().enumerate() {
+        if arg.len() > MAX_ARG_LEN {
+            return Err(bad_request(format!(
+                "argv[{i}] is {} bytes; the limit is {MAX_ARG_LEN}",
+                arg.len()
+            )));
+        }
+        if arg.contains('\0') {
+            return Err(bad_request(format!("argv[{i}] contains a NUL byte")));
+        }
+        total += arg.len() + 1;
+    }
+    if total > MAX_ARGV_BYTES {
+        return Err(bad_request(format!(
+            "argv is {total} bytes; the limit is {MAX_ARGV_BYTES}"
+        )));
+    }
+    if req.env.len() > MAX_ENV_VARS {
+        return Err(bad_request(format!(
+            "env has {} variables; the limit is {MAX_ENV_VARS}",
+            req.env.len()
+        )));
+    }
+    let mut total = 0usize;
+    for (i, (key, value)) in req.env.iter().enumerate() {
+        if key.is_empty() {
+            return Err(bad_request(format!("env[{i}] has an empty name")));
+        }
+        if key.contains(['=', '\0']) {
+            return Err(bad_request(format!(
+                "env name {:?} contains '=' or a NUL byte",
+                shorten(key)
+            )));
+        }
+        if value.contains('\0') {
+            return Err(bad_request(format!(
+                "env {:?} contains a NUL byte",
+                shorten(key)
+            )));
+        }
+        if key.len() + value.len() + 1 > MAX_ARG_LEN {
+            return Err(bad_request(format!(
+                "env {:?} is {} bytes; the limit is {MAX_ARG_LEN}",
+                shorten(key),
+                key.len() + value.len() + 1
+            )));
+        }
+        total += key.len() + value.len() + 2;
+    }
+    if total > MAX_ENV_BYTES {
+        return Err(bad_request(format!(
+            "env is {total} bytes; the limit is {MAX_ENV_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// At most 100 bytes of `s`, cut at a character boundary, for messages.
+fn shorten(s: &str) -> &str {
+    let mut end = s.len().min(100);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn is_guest_var(key: &OsString) -> bool {
+    key.as_bytes().starts_with(GUEST_ENV_PREFIX.as_bytes())
+}
+
+/// Resolves the request's cwd to an absolute directory in the home, or a message naming it.
+///
+/// Relative paths are relative to the home. An absolute path is accepted when it lies under the
+/// home's root (clients often echo back absolute paths); any other absolute path is outside.
+fn working_dir(home: &Home, cwd: Option<&str>) -> Result<PathBuf, String> {
+    let Some(raw) = cwd else {
+        return Ok(home.root().to_path_buf());
+    };
+    let shown = shorten(raw);
+    let rel = if raw.starts_with('/') {
+        match Path::new(raw).strip_prefix(home.root()) {
+            Ok(rest) => match rest.to_str() {
+                Some(rest) => rest,
+                // Unreachable: what remains of a `&str` path is valid UTF-8.
+                None => return Err(format!("cwd {shown:?} is rejected: not valid UTF-8")),
+            },
+            Err(_) => return Err(format!("cwd {shown:?} is outside the home")),
+        }
+    } else {
+        raw
+    };
+    if let Err(e) = home::normalize(rel) {
+        return Err(if rel.split('/').any(|c| c == "..") {
+            format!("cwd {shown:?} is outside the home")
+        } else {
+            format!("cwd {shown:?} is rejected: {}", e.message)
+        });
+    }
+    home.resolve_cwd(rel).map_err(|e| match e.code {
+        ErrorCode::NotFound => format!("cwd {shown:?} does not exist"),
+        ErrorCode::PathRejected => format!("cwd {shown:?} goes through a symlink"),
+        ErrorCode::BadRequest => format!("cwd {shown:?} is not a directory"),
+        _ => format!("cwd {shown:?} cannot be used: {}", e.message),
+    })
+}
+
+/// The final event for a command that could not be spawned.
+fn spawn_failure(program: &str, e: &io::Error) -> ExecEvent {
+    if e.kind() == io::ErrorKind::NotFound {
+        return ExecEvent::Exit {
+            code: EXIT_NOT_FOUND,
+            message: Some(format!("command not found: {program}")),
+        };
+    }
+    if e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::ENOEXEC) {
+        return ExecEvent::Exit {
+            code: EXIT_NOT_EXECUTABLE,
+            message: Some(format!("command not executable: {program}")),
+        };
+    }
+    ExecEvent::Failed(OpError::new(
+        ErrorCode::Failed,
+        format!("cannot start {program:?}: {e}"),
+    ))
+}
+
+fn exit_event(status: ExitStatus) -> ExecEvent {
+    if let Some(code) = status.code() {
+        return ExecEvent::Exit {
+            code,
+            message: None,
+        };
+    }
+    match status.signal() {
+        Some(sig) => {
+            let name = Signal::try_from(sig)
+                .map(Signal::as_str)
+                .unwrap_or("an unknown signal");
+            ExecEvent::Exit {
+                code: 128 + sig,
+                message: Some(format!("terminated by {name}")),
+            }
+        }
+        // waitpid without WUNTRACED/WCONTINUED reports only exits and signals.
+        None => ExecEvent::Exit {
+            code: 128,
+            message: Some(format!("ended with {status}")),
+        },
+    }
+}
+
+/// Copies one output pipe to `events` in chunks of at most [`MAX_CHUNK`], until EOF.
+async fn pump<R: AsyncRead + Unpin>(
+    reader: Option<R>,
+    events: &mpsc::Sender<ExecEvent>,
+    wrap: fn(ByteBuf) -> ExecEvent,
+) -> Result<(), Gone> {
+    let Some(mut reader) = reader else {
+        return Ok(());
+    };
+    let mut buf = vec![0u8; MAX_CHUNK];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                let chunk = ByteBuf::from(buf.get(..n).unwrap_or_default().to_vec());
+                events.send(wrap(chunk)).await.map_err(|_| Gone)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "reading command output failed; treating it as EOF");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Feeds `input` to the command's stdin. Returns when the command must be aborted: on
+/// `ExecInput::Abort` or when `input` closes. Never returns otherwise.
+///
+/// While a write blocks (the command is not reading stdin), up to [`STDIN_READ_AHEAD`] bytes of
+/// further input are read ahead so that an `Abort` queued behind them is still seen. Input after
+/// `CloseStdin`, after the command closed its stdin, or for a command without stdin is dropped.
+async fn feed(mut stdin: Option<ChildStdin>, input: &mut mpsc::Receiver<ExecInput>) {
+    // Input read ahead while a write was blocked, and the stdin bytes it holds.
+    let mut queue: VecDeque<ExecInput> = VecDeque::new();
+    let mut queued_bytes = 0usize;
+    loop {
+        let msg = match queue.pop_front() {
+            Some(msg) => {
+                if let ExecInput::Stdin(b) = &msg {
+                    queued_bytes -= b.len();
+                }
+                msg
+            }
+            None => match input.recv().await {
+                Some(msg) => msg,
+                None => return,
+            },
+        };
+        let bytes = match msg {
+            ExecInput::Abort => return,
+            ExecInput::CloseStdin => {
+                stdin = None;
+                continue;
+            }
+            ExecInput::Stdin(bytes) => bytes,
+        };
+        let Some(pipe) = stdin.as_mut() else {
+            continue;
+        };
+        let mut written = 0;
+        let mut broken = false;
+        while written < bytes.len() {
+            tokio::select! {
+                r = pipe.write(bytes.get(written..).unwrap_or_default()) => match r {
+                    Ok(0) | Err(_) => {
+                        // The command closed its stdin (EPIPE): later input has nowhere to go.
+                        broken = true;
+                        break;
+                    }
+                    Ok(n) => written += n,
+                },
+                msg = input.recv(), if queued_bytes < STDIN_READ_AHEAD => match msg {
+                    None | Some(ExecInput::Abort) => return,
+                    Some(other) => {
+                        if let ExecInput::Stdin(b) = &other {
+                            queued_bytes += b.len();
+                        }
+                        queue.push_back(other);
+                    }
+                },
+            }
+        }
+        if broken {
+            stdin = None;
+        }
+    }
+}
+
+/// Kills a command's process tree unless disarmed, also when the exec future is dropped.
+struct TreeGuard {
+    root: i32,
+    exec_id: String,
+    /// Once the main process is reaped its pid may be reused, so it no longer seeds the search.
+    root_reaped: bool,
+    armed: bool,
+}
+
+impl TreeGuard {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Kills the tree off the async threads; `wait` also waits (bounded) for the processes to
+    /// be gone, so that "timed out" means "and nothing of it runs any more".
+    async fn kill(&mut self, wait: bool) {
+        if !self.armed {
+            return;
+        }
+        self.armed = false;
+        let (root, exec_id, root_alive) = (self.root, self.exec_id.clone(), !self.root_reaped);
+        let job = tokio::task::spawn_blocking(move || kill_tree(root, root_alive, &exec_id, wait));
+        if let Err(e) = job.await {
+            tracing::warn!(pid = root, error = %e, "tree kill task failed; killing inline");
+            kill_tree(self.root, !self.root_reaped, &self.exec_id, false);
+        }
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_tree(self.root, !self.root_reaped, &self.exec_id, false);
+        }
+    }
+}
+
+/// One process as seen in `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStat {
+    pid: i32,
+    state: char,
+    ppid: i32,
+    pgrp: i32,
+}
+
+/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid pgrp ...`, where comm may hold anything,
+/// parentheses and spaces included, so fields are taken after its last `)`.
+fn parse_stat(s: &str) -> Option<ProcStat> {
+    let open = s.find(" (")?;
+    let close = s.rfind(')')?;
+    let pid = s.get(..open)?.trim().parse().ok()?;
+    let mut fields = s.get(close + 1..)?.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        state,
+        ppid,
+        pgrp,
+    })
+}
+
+fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Every process visible in `/proc`; processes that vanish mid-scan are skipped.
+fn scan_proc() -> Vec<ProcStat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(read_stat)
+        .collect()
+}
+
+fn has_marker(pid: i32, marker: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|&b| b == 0).any(|var| var == marker))
+        .unwrap_or(false)
+}
+
+/// Kills a command's whole process tree: its process group, every descendant of `root` by
+/// parent links (also those that moved to another group or session), and every process carrying
+/// the exec's [`EXEC_ID_VAR`] marker (also orphans of exited parents). Each is SIGSTOPped as soon
+/// as it is found, so nothing can fork away, and the search repeats until it finds no new
+/// process; then all of them get SIGKILL.
+///
+/// `root_alive` says the root is not reaped yet, so its pid and parent links are still its own.
+/// With `wait`, waits up to a second for the killed processes to be gone (or zombies).
+///
+/// Limit: a descendant that left the group, was orphaned and dropped the marker from its
+/// environment (`(env -i setsid cmd &)`) cannot be told apart from unrelated processes.
+fn kill_tree(root: i32, root_alive: bool, exec_id: &str, wait: bool) {
+    const MAX_ROUNDS: usize = 64;
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let marker = format!("{EXEC_ID_VAR}={exec_id}");
+    let group = Pid::from_raw(root);
+    // One signal freezes the usual tree at once; the search below catches the rest.
+    let _ = killpg(group, Signal::SIGSTOP);
+    let mut stopped: HashSet<i32> = HashSet::new();
+    for _ in 0..MAX_ROUNDS {
+        let procs = scan_proc();
+        let mut found: HashSet<i32> = HashSet::new();
+        if root_alive {
+            found.insert(root);
+        }
+        for p in &procs {
+            // The group id cannot be reused while the group has members, so these are ours.
+            if p.pgrp == root || stopped.contains(&p.pid) || has_marker(p.pid, marker.as_bytes()) {
+                found.insert(p.pid);
+            }
+        }
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        for p in &procs {
+            children.entry(p.ppid).or_default().push(p.pid);
+        }
+        let mut todo: Vec<i32> = found.iter().copied().collect();
+        while let Some(pid) = todo.pop() {
+            for &child in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+                if found.insert(child) {
+                    todo.push(child);
+                }
+            }
+        }
+        let new: Vec<i32> = found
+            .into_iter()
+            .filter(|&p| p > 1 && p != me && !stopped.contains(&p))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for pid in new {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+            stopped.insert(pid);
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    for &pid in &stopped {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    tracing::debug!(pid = root, killed = stopped.len(), "killed command tree");
+    if wait {
+        for _ in 0..200 {
+            let alive = stopped
+                .iter()
+                .any(|&pid| read_stat(pid).is_some_and(|s| s.state != 'Z'));
+            if !alive {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Outcome {
+        events: Vec<ExecEvent>,
+    }
+
+    impl Outcome {
+        fn stdout(&self) -> Vec<u8> {
+            self.events
+                .iter()
+                .filter_map(|e| match e {
+                    ExecEvent::Stdout(b) => Some(b.as_slice()),
+                    _ => None,
+                })
+                .flatten()
+                .copied()
+                .collect()
+        }
+
+        fn stdout_str(&self) -> String {
+            String::from_utf8(self.stdout()).expect("utf8 stdout")
+        }
+
+        fn stderr_str(&self) -> String {
+            let bytes: Vec<u8> = self
+                .events
+                .iter()
+                .filter_map(|e| match e {
+                    ExecEvent::Stderr(b) => Some(b.as_slice()),
+                    _ => None,
+                })
+                .flatten()
+                .copied()
+                .collect();
+            String::from_utf8(bytes).expect("utf8 stderr")
+        }
+
+        /// The final event, after checking the event order: `Started` first (unless the
+        /// command never ran), exactly one final event, last.
+        fn last(&self) -> &ExecEvent {
+            let finals = self
+                .events
+                .iter()
+                .filter(|e| matches!(e, ExecEvent::Exit { .. } | ExecEvent::Failed(_)))
+                .count();
+            assert_eq!(finals, 1, "{:?}", self.events);
+            let last = self.events.last().expect("events");
+            assert!(matches!(
+                last,
+                ExecEvent::Exit { .. } | ExecEvent::Failed(_)
+            ));
+            if self.events.len() > 1 {
+                assert!(
+                    matches!(self.events[0], ExecEvent::Started { .. }),
+                    "{:?}",
+                    self.events
+                );
+            }
+            last
+        }
+
+        fn exit(&self) -> (i32, Option<String>) {
+            match self.last() {
+                ExecEvent::Exit { code, message } => (*code, message.clone()),
+                other => panic!("expected an exit, got {other:?}"),
+            }
+        }
+    }
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::new(dir.path()).expect("home");
+        (dir, home)
+    }
+
+    fn req(argv: &[&str]) -> ExecRequest {
+        ExecRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            cwd: None,
+            env: Vec::new(),
+            timeout_ms: None,
+            stdin: false,
+            lease: None,
+        }
+    }
+
+    fn sh(script: &str) -> ExecRequest {
+        req(&["sh", "-c", script])
+    }
+
+    fn test_env() -> Vec<(OsString, OsString)> {
+        vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("RAKAZO_SECRET".into(), "hunter2".into()),
+            ("RAKAZO_TOKEN".into(), "t".into()),
+            ("KEEP_ME".into(), "kept".into()),
+        ]
+    }
+
+    /// Runs `req` with `inputs` queued up front; the input channel stays open until the end.
+    async fn exec(home: &Home, req: ExecRequest, inputs: Vec<ExecInput>) -> Outcome {
+        let (in_tx, in_rx) = mpsc::channel(inputs.len().max(1));
+        for i in inputs {
+            in_tx.send(i).await.expect("queue input");
+        }
+        let (ev_tx, mut ev_rx) = mpsc::channel(64);
+        let collect = async {
+            let mut events = Vec::new();
+            while let Some(e) = ev_rx.recv().await {
+                events.push(e);
+            }
+            events
+        };
+        let ((), events) = tokio::join!(run_with_env(home, req, test_env(), in_rx, ev_tx), collect);
+        drop(in_tx);
+        Outcome { events }
+    }
+
+    /// A unique number of seconds for `sleep`, to find a test's processes in /proc.
+    fn unique_secs() -> u32 {
+        100_000 + rand::random::<u32>() % 800_000
+    }
+
+    /// Live (non-zombie) processes whose argv is exactly `sleep <secs>`.
+    fn sleepers(secs: u32) -> Vec<i32> {
+        let want = format!("sleep\0{secs}\0");
+        scan_proc()
+            .into_iter()
+            .filter(|p| p.state != 'Z')
+            .filter(|p| {
+                std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                    .is_ok_and(|c| c == want.as_bytes())
+            })
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// Starts sleepers that escape in every way we can catch: same group, new session, orphaned
+    /// in the group, orphaned in a new session, new session without the marker. Prints `ready`
+    /// once all are launched.
+    fn escaping_tree(secs: u32) -> ExecRequest {
+        sh(&format!(
+            "sleep {secs} & setsid sleep {secs} & (sleep {secs} &); (setsid sleep {secs} &); \
+             env -i /usr/bin/setsid sleep {secs} & echo ready; wait"
+        ))
+    }
+
+    #[tokio::test]
+    async fn streams_both_outputs_and_exit_code() {
+        let (_t, home) = home();
+        let out = exec(&home, sh("echo out; echo err >&2; exit 3"), vec![]).await;
+        assert_eq!(out.stdout_str(), "out\n");
+        assert_eq!(out.stderr_str(), "err\n");
+        assert_eq!(out.exit(), (3, None));
+    }
+
+    #[tokio::test]
+    async fn signal_gives_128_plus_signal() {
+        let (_t, home) = home();
+        let out = exec(&home, sh("kill -TERM $$"), vec![]).await;
+        assert_eq!(out.exit(), (143, Some("terminated by SIGTERM".into())));
+    }
+
+    #[tokio::test]
+    async fn stdin_is_streamed_through_cat() {
+        let (_t, home) = home();
+        let mut r = req(&["cat"]);
+        r.stdin = true;
+        let inputs = vec![
+            ExecInput::Stdin(ByteBuf::from(b"hello ".to_vec())),
+            ExecInput::Stdin(ByteBuf::from(b"world".to_vec())),
+            ExecInput::CloseStdin,
+        ];
+        let out = exec(&home, r, inputs).await;
+        assert_eq!(out.stdout_str(), "hello world");
+        assert_eq!(out.exit(), (0, None));
+    }
+
+    #[tokio::test]
+    async fn large_stdin_and_stdout_do_not_deadlock() {
+        let (_t, home) = home();
+        let mut r = req(&["cat"]);
+        r.stdin = true;
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (in_tx, in_rx) = mpsc::channel(4);
+        let (ev_tx, mut ev_rx) = mpsc::channel(4);
+        let send = async {
+            for chunk in data.chunks(MAX_CHUNK) {
+                in_tx
+                    .send(ExecInput::Stdin(ByteBuf::from(chunk.to_vec())))
+                    .await
+                    .expect("send");
+            }
+            in_tx.send(ExecInput::CloseStdin).await.expect("close");
+            in_tx
+        };
+        let collect = async {
+            let mut events = Vec::new();
+            while let Some(e) = ev_rx.recv().await {
+                events.push(e);
+            }
+            events
+        };
+        let ((), in_tx, events) = tokio::join!(
+            run_with_env(&home, r, test_env(), in_rx, ev_tx),
+            send,
+            collect
+        );
+        drop(in_tx);
+        let out = Outcome { events };
+        assert_eq!(out.exit(), (0, None));
+        assert!(out.stdout() == data, "stdout differs from stdin");
+    }
+
+    #[tokio::test]
+    async fn without_stdin_the_command_reads_dev_null() {
+        let (_t, home) = home();
+        let out = exec(&home, sh("cat; echo end"), vec![]).await;
+        assert_eq!(out.stdout_str(), "end\n");
+    }
+
+    #[tokio::test]
+    async fn large_output_arrives_complete_in_bounded_chunks() {
+        let (_t, home) = home();
+        let out = exec(&home, req(&["seq", "1", "700000"]), vec![]).await;
+        assert_eq!(out.exit(), (0, None));
+        let expected: String = (1..=700_000).map(|i| format!("{i}\n")).collect();
+        assert!(expected.len() > 4_000_000);
+        assert!(out.stdout_str() == expected, "stdout differs");
+        for e in &out.events {
+            if let ExecEvent::Stdout(b) | ExecEvent::Stderr(b) = e {
+                assert!(
+                    !b.is_empty() && b.len() <= MAX_CHUNK,
+                    "chunk of {}",
+                    b.len()
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn environment_drops_guest_secrets() {
+        let (_t, home) = home();
+        let mut r = req(&["env"]);
+        r.env = vec![("EXTRA".into(), "x=1".into())];
+        let out = exec(&home, r, vec![]).await;
+        let env = out.stdout_str();
+        let lines: Vec<&str> = env.lines().collect();
+        assert!(lines.contains(&"KEEP_ME=kept"), "{env}");
+        assert!(lines.contains(&"EXTRA=x=1"), "{env}");
+        assert!(
+            lines.contains(&format!("HOME={}", home.root().display()).as_str()),
+            "{env}"
+        );
+        assert!(!env.contains("hunter2"), "{env}");
+        let rakazo: Vec<_> = lines.iter().filter(|l| l.starts_with("RAKAZO_")).collect();
+        assert_eq!(rakazo.len(), 1, "{rakazo:?}");
+        assert!(rakazo[0].starts_with("RAKAZO_EXEC_ID="));
+    }
+
+    #[tokio::test]
+    async fn real_environment_has_no_guest_variables() {
+        let (_t, home) = home();
+        let (_in_tx, in_rx) = mpsc::channel(1);
+        let (ev_tx, mut ev_rx) = mpsc::channel(64);
+        let collect = async {
+            let mut out = Vec::new();
+            while let Some(e) = ev_rx.recv().await {
+                if let ExecEvent::Stdout(b) = e {
+                    out.extend_from_slice(&b);
+                }
+            }
+            String::from_utf8(out).expect("utf8")
+        };
+        let ((), env) = tokio::join!(run(&home, req(&["env"]), in_rx, ev_tx), collect);
+        for line in env.lines().filter(|l| l.starts_with(GUEST_ENV_PREFIX)) {
+            assert!(line.starts_with("RAKAZO_EXEC_ID="), "{line}");
+        }
+    }
+
+    #[tokio::test]
+    async fn cwd_is_resolved_in_the_home() {
+        let (_t, home) = home();
+        std::fs::create_dir_all(home.root().join("w/x")).expect("mkdir");
+        let mut r = req(&["pwd"]);
+        r.cwd = Some("w/x".into());
+        let out = exec(&home, r.clone(), vec![]).await;
+        assert_eq!(
+            out.stdout_str().trim_end(),
+            home.root().join("w/x").to_str().expect("utf8")
+        );
+        r.cwd = Some(home.root().join("w").display().to_string());
+        let out = exec(&home, r, vec![]).await;
+        assert_eq!(
+            out.stdout_str().trim_end(),
+            home.root().join("w").to_str().expect("utf8")
+        );
+        let out = exec(&home, req(&["pwd"]), vec![]).await;
+        assert_eq!(
+            out.stdout_str().trim_end(),
+            home.root().to_str().expect("utf8")
+        );
+    }
+
+    #[tokio::test]
+    async fn cwd_outside_or_missing_exits_1_and_runs_nothing() {
+        let (t, home) = home();
+        std::os::unix::fs::symlink("/", home.root().join("root-link")).expect("symlink");
+        std::fs::write(home.root().join("file"), b"").expect("write");
+        let cases = [
+            ("../x", "cwd \"../x\" is outside the home"),
+            ("a/../../x", "cwd \"a/../../x\" is outside the home"),
+            ("/etc", "cwd \"/etc\" is outside the home"),
+            ("missing", "cwd \"missing\" does not exist"),
+            ("root-link", "cwd \"root-link\" goes through a symlink"),
+            ("file", "cwd \"file\" is not a directory"),
+        ];
+        for (cwd, message) in cases {
+            let mut r = sh("touch ran");
+            r.cwd = Some(cwd.into());
+            let out = exec(&home, r, vec![]).await;
+            assert_eq!(out.events.len(), 1, "{:?}", out.events);
+            assert_eq!(out.exit(), (1, Some(message.into())), "{cwd}");
+        }
+        assert!(!home.root().join("ran").exists());
+        assert!(!t.path().join("ran").exists());
+    }
+
+    #[tokio::test]
+    async fn missing_program_exits_127() {
+        let (_t, home) = home();
+        let out = exec(&home, req(&["rakazo-no-such-command"]), vec![]).await;
+        assert_eq!(out.events.len(), 1);
+        assert_eq!(
+            out.exit(),
+            (
+                127,
+                Some("command not found: rakazo-no-such-command".into())
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn invalid_requests_fail_before_running() {
+        let (_t, home) = home();
+        let mut bad_env = req(&["true"]);
+        bad_env.env = vec![("A=B".into(), "x".into())];
+        let mut empty_key = req(&["true"]);
+        empty_key.env = vec![(String::new(), "x".into())];
+        let long_arg = "x".repeat(MAX_ARG_LEN + 1);
+        let big_argv: Vec<String> = vec!["y".repeat(MAX_ARG_LEN - 1); 9];
+        let mut big = req(&["echo"]);
+        big.argv.extend(big_argv);
+        let cases = [
+            req(&[]),
+            req(&[""]),
+            req(&["echo", &long_arg]),
+            req(&["echo", "a\0b"]),
+            big,
+            bad_env,
+            empty_key,
+        ];
+        for r in cases {
+            let out = exec(&home, r, vec![]).await;
+            assert_eq!(out.events.len(), 1, "{:?}", out.events);
+            match out.last() {
+                ExecEvent::Failed(e) => assert_eq!(e.code, ErrorCode::BadRequest, "{e}"),
+                other => panic!("expected a failure, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_tree() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let mut r = escaping_tree(secs);
+        r.timeout_ms = Some(300);
+        let out = exec(&home, r, vec![]).await;
+        assert_eq!(out.stdout_str(), "ready\n");
+        assert_eq!(
+            out.exit(),
+            (124, Some("command timed out after 300 ms".into()))
+        );
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn timeout_applies_when_a_background_process_holds_the_output() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let mut r = sh(&format!("sleep {secs} & echo started"));
+        r.timeout_ms = Some(300);
+        let out = exec(&home, r, vec![]).await;
+        assert_eq!(out.stdout_str(), "started\n");
+        assert_eq!(out.exit().0, 124);
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn detached_background_process_does_not_hold_the_command() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let out = exec(
+            &home,
+            sh(&format!("sleep {secs} >/dev/null 2>&1 & echo ok")),
+            vec![],
+        )
+        .await;
+        assert_eq!(out.exit(), (0, None));
+        // A normal exit leaves deliberately detached processes alone; clean up here.
+        let left = sleepers(secs);
+        assert_eq!(left.len(), 1);
+        for pid in left {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+
+    /// Waits until all five sleepers of [`escaping_tree`] run, so a kill test is not vacuous.
+    fn await_sleepers(secs: u32) {
+        for _ in 0..400 {
+            if sleepers(secs).len() == 5 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("the sleepers did not start: {:?}", sleepers(secs));
+    }
+
+    /// Runs the escaping tree until it prints `ready` and all its sleepers run, then calls
+    /// `interrupt`.
+    async fn interrupted(
+        home: &Home,
+        secs: u32,
+        interrupt: impl FnOnce(&mut Option<mpsc::Sender<ExecInput>>),
+    ) -> Outcome {
+        let (in_tx, in_rx) = mpsc::channel(4);
+        let (ev_tx, mut ev_rx) = mpsc::channel(64);
+        let mut in_tx = Some(in_tx);
+        let collect = async {
+            let mut events = Vec::new();
+            let mut interrupt = Some(interrupt);
+            while let Some(e) = ev_rx.recv().await {
+                let ready = matches!(&e, ExecEvent::Stdout(b) if b.as_slice() == b"ready\n");
+                events.push(e);
+                if ready {
+                    if let Some(f) = interrupt.take() {
+                        await_sleepers(secs);
+                        f(&mut in_tx);
+                    }
+                }
+            }
+            events
+        };
+        let ((), events) = tokio::join!(
+            run_with_env(home, escaping_tree(secs), test_env(), in_rx, ev_tx),
+            collect
+        );
+        Outcome { events }
+    }
+
+    #[tokio::test]
+    async fn abort_kills_the_whole_tree() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let out = interrupted(&home, secs, |tx| {
+            tx.as_ref()
+                .expect("sender")
+                .try_send(ExecInput::Abort)
+                .expect("abort");
+        })
+        .await;
+        assert_eq!(out.exit(), (130, Some("command aborted".into())));
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn abort_is_seen_behind_a_blocked_stdin_write() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let mut r = sh(&format!("exec sleep {secs}"));
+        r.stdin = true;
+        // The pipe takes one chunk; the second blocks; the rest wait in the read-ahead queue,
+        // and the abort behind them must still be seen.
+        let mut inputs: Vec<ExecInput> = (0..5)
+            .map(|_| ExecInput::Stdin(ByteBuf::from(vec![b'x'; MAX_CHUNK])))
+            .collect();
+        inputs.push(ExecInput::Abort);
+        let out = tokio::time::timeout(Duration::from_secs(20), exec(&home, r, inputs))
+            .await
+            .expect("abort was not seen");
+        assert_eq!(out.exit(), (130, Some("command aborted".into())));
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn closed_input_aborts() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let out = interrupted(&home, secs, |tx| drop(tx.take())).await;
+        assert_eq!(out.exit(), (130, Some("command aborted".into())));
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn dropped_event_receiver_aborts() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let (_in_tx, in_rx) = mpsc::channel(4);
+        let (ev_tx, mut ev_rx) = mpsc::channel(64);
+        let watch = async move {
+            while let Some(e) = ev_rx.recv().await {
+                if matches!(&e, ExecEvent::Stdout(b) if b.as_slice() == b"ready\n") {
+                    await_sleepers(secs);
+                    return; // drops the receiver
+                }
+            }
+        };
+        tokio::join!(
+            run_with_env(&home, escaping_tree(secs), test_env(), in_rx, ev_tx),
+            watch
+        );
+        // run returned although the command would sleep for days: it was aborted, and the tree
+        // kill waited for its processes to be gone.
+        assert_eq!(sleepers(secs), Vec::<i32>::new());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_future_kills_the_tree() {
+        let (_t, home) = home();
+        let secs = unique_secs();
+        let (_in_tx, in_rx) = mpsc::channel(4);
+        let (ev_tx, mut ev_rx) = mpsc::channel(64);
+        // Boxed rather than pinned on the stack, so that `drop` below really drops it.
+        let mut running = Box::pin(run_with_env(
+            &home,
+            escaping_tree(secs),
+            test_env(),
+            in_rx,
+            ev_tx,
+        ));
+        loop {
+            tokio::select! {
+                () = &mut running => panic!("the command ended on its own"),
+                Some(e) = ev_rx.recv() => {
+                    if matches!(&e, ExecEvent::Stdout(b) if b.as_slice() == b"ready\n") {
+                        await_sleepers(secs);
+                        break;
+                    }
+                }
+            }
+        }
+        drop(running);
+        let mut left = sleepers(secs);
+        for _ in 0..200 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            left = sleepers(secs);
+        }
+        assert_eq!(left, Vec::<i32>::new());
+    }
+
+    #[test]
+    fn parses_proc_stat_with_odd_names() {
+        let s = "1234 (a) b (c) S 1 1234 1234 0 -1 4194560";
+        assert_eq!(
+            parse_stat(s),
+            Some(ProcStat {
+                pid: 1234,
+                state: 'S',
+                ppid: 1,
+                pgrp: 1234
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("12 (x) S"), None);
+    }
+}
