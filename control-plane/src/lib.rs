@@ -1,5 +1,16 @@
-//! placeholder
+//! `rakazo`: the control plane and its CLI.
+//!
+//! Thin by design: authentication, fenced leases, the computer registry, the HTTP API and the
+//! QUIC tunnel to the guests. Everything that happens inside a computer is done by its guest.
 
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod clock;
 pub mod computers;
+pub mod core;
 pub mod db;
 pub mod lease;
+pub mod serve;
+pub mod tls;
+pub mod tunnel;

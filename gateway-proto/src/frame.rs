@@ -48,7 +48,10 @@ pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), Frame
     let len = out.len() - start - 4;
     if len > MAX_FRAME_LEN {
         out.truncate(start);
-        return Err(FrameError::TooLarge { len, max: MAX_FRAME_LEN });
+        return Err(FrameError::TooLarge {
+            len,
+            max: MAX_FRAME_LEN,
+        });
     }
     // The check above bounds len to MAX_FRAME_LEN, which fits in u32.
     out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
@@ -80,7 +83,10 @@ impl FrameDecoder {
 
     /// A decoder with a smaller limit, for streams that only ever carry small messages.
     pub fn with_max(max: usize) -> Self {
-        Self { buf: Vec::new(), max: Some(max.min(MAX_FRAME_LEN)) }
+        Self {
+            buf: Vec::new(),
+            max: Some(max.min(MAX_FRAME_LEN)),
+        }
     }
 
     fn max(&self) -> usize {
@@ -107,7 +113,10 @@ impl FrameDecoder {
         };
         let len = u32::from_be_bytes(*prefix) as usize;
         if len > self.max() {
-            return Err(FrameError::TooLarge { len, max: self.max() });
+            return Err(FrameError::TooLarge {
+                len,
+                max: self.max(),
+            });
         }
         if self.buf.len() < 4 + len {
             return Ok(None);
@@ -169,7 +178,10 @@ mod tests {
         d.push(&((MAX_FRAME_LEN as u32) + 1).to_be_bytes());
         assert_eq!(
             d.next_frame(),
-            Err(FrameError::TooLarge { len: MAX_FRAME_LEN + 1, max: MAX_FRAME_LEN })
+            Err(FrameError::TooLarge {
+                len: MAX_FRAME_LEN + 1,
+                max: MAX_FRAME_LEN
+            })
         );
     }
 

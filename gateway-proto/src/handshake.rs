@@ -40,8 +40,7 @@ impl fmt::Debug for Secret {
 /// Picks the version both ends speak, or says why there is none.
 pub fn negotiate(hello: &Hello) -> Result<u16, RefuseReason> {
     let version = hello.version.min(PROTOCOL_VERSION);
-    if hello.min_version > hello.version || version < hello.min_version.max(MIN_PROTOCOL_VERSION)
-    {
+    if hello.min_version > hello.version || version < hello.min_version.max(MIN_PROTOCOL_VERSION) {
         return Err(RefuseReason::UnsupportedVersion {
             min: MIN_PROTOCOL_VERSION,
             max: PROTOCOL_VERSION,
@@ -54,7 +53,11 @@ pub fn negotiate(hello: &Hello) -> Result<u16, RefuseReason> {
 #[derive(Debug, PartialEq, Eq)]
 pub enum HandshakeEvent {
     /// Check these credentials, then call `accept` or `refuse`.
-    Authenticate { computer_id: String, token: Secret, agent: String },
+    Authenticate {
+        computer_id: String,
+        token: Secret,
+        agent: String,
+    },
     /// The handshake failed; send the pending frame (if any), then close with this reason.
     Failed(RefuseReason),
 }
@@ -195,16 +198,24 @@ impl AgentHandshake {
             agent,
         };
         let frame = encode(&hello)?;
-        Ok((Self { decoder: FrameDecoder::with_max(MAX_HELLO_LEN) }, frame))
+        Ok((
+            Self {
+                decoder: FrameDecoder::with_max(MAX_HELLO_LEN),
+            },
+            frame,
+        ))
     }
 
     /// Feeds reply bytes; returns the outcome once the reply is complete.
     pub fn handle_bytes(&mut self, bytes: &[u8]) -> Result<Option<AgentOutcome>, FrameError> {
         self.decoder.push(bytes);
-        Ok(self.decoder.next_message::<HelloReply>()?.map(|reply| match reply {
-            HelloReply::Welcome(w) => AgentOutcome::Welcome { version: w.version },
-            HelloReply::Refused(r) => AgentOutcome::Refused(r.reason),
-        }))
+        Ok(self
+            .decoder
+            .next_message::<HelloReply>()?
+            .map(|reply| match reply {
+                HelloReply::Welcome(w) => AgentOutcome::Welcome { version: w.version },
+                HelloReply::Refused(r) => AgentOutcome::Refused(r.reason),
+            }))
     }
 
     /// Bytes that arrived after the reply.
@@ -239,7 +250,9 @@ mod tests {
         let reply = cp.poll_transmit().unwrap();
         assert_eq!(
             agent.handle_bytes(&reply).unwrap(),
-            Some(AgentOutcome::Welcome { version: PROTOCOL_VERSION })
+            Some(AgentOutcome::Welcome {
+                version: PROTOCOL_VERSION
+            })
         );
         assert_eq!(cp.version(), Some(PROTOCOL_VERSION));
     }
@@ -270,7 +283,10 @@ mod tests {
         };
         let mut cp = ControlHandshake::new();
         let ev = cp.handle_bytes(&encode(&hello).unwrap()).unwrap();
-        assert!(matches!(ev, HandshakeEvent::Failed(RefuseReason::UnsupportedVersion { .. })));
+        assert!(matches!(
+            ev,
+            HandshakeEvent::Failed(RefuseReason::UnsupportedVersion { .. })
+        ));
         assert!(cp.poll_transmit().is_some());
     }
 
@@ -280,7 +296,9 @@ mod tests {
         let ev = cp.handle_bytes(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
         assert_eq!(ev, HandshakeEvent::Failed(RefuseReason::Malformed));
         let mut cp = ControlHandshake::new();
-        let ev = cp.handle_bytes(&(MAX_HELLO_LEN as u32 + 1).to_be_bytes()).unwrap();
+        let ev = cp
+            .handle_bytes(&(MAX_HELLO_LEN as u32 + 1).to_be_bytes())
+            .unwrap();
         assert_eq!(ev, HandshakeEvent::Failed(RefuseReason::Malformed));
     }
 

@@ -151,7 +151,16 @@ mod tests {
 
     #[test]
     fn rejects_bad_tokens() {
-        for bad in ["", "run", "run:", ":3", "run:-1", "run:1x", "r un:1", "run:99999999999999999999"] {
+        for bad in [
+            "",
+            "run",
+            "run:",
+            ":3",
+            "run:-1",
+            "run:1x",
+            "r un:1",
+            "run:99999999999999999999",
+        ] {
             assert!(LeaseToken::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

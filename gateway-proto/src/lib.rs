@@ -28,7 +28,9 @@ pub mod lease;
 pub mod msg;
 
 pub use frame::{decode, encode, encode_into, FrameDecoder, FrameError, MAX_CHUNK, MAX_FRAME_LEN};
-pub use handshake::{negotiate, AgentHandshake, AgentOutcome, ControlHandshake, HandshakeEvent, Secret};
+pub use handshake::{
+    negotiate, AgentHandshake, AgentOutcome, ControlHandshake, HandshakeEvent, Secret,
+};
 pub use lease::{BotId, LeaseParseError, LeaseToken};
 pub use msg::*;
 

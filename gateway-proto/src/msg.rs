@@ -55,7 +55,10 @@ impl std::fmt::Display for RefuseReason {
         match self {
             Self::BadCredentials => f.write_str("bad credentials"),
             Self::UnsupportedVersion { min, max } => {
-                write!(f, "unsupported protocol version (control plane speaks {min}..={max})")
+                write!(
+                    f,
+                    "unsupported protocol version (control plane speaks {min}..={max})"
+                )
             }
             Self::Malformed => f.write_str("malformed hello"),
             Self::Superseded => f.write_str("superseded by a newer connection"),
@@ -75,10 +78,17 @@ pub enum HelloReply {
 pub enum ControlMsg {
     /// Control plane to guest: the lease store granted `lease` to `bot`, or (`None`) the bot's
     /// lease was released. The guest raises its fence table; it never lowers a fence.
-    Lease { bot: BotId, lease: Option<LeaseToken> },
+    Lease {
+        bot: BotId,
+        lease: Option<LeaseToken>,
+    },
     /// Liveness probe; the peer answers [`ControlMsg::Pong`] with the same sequence number.
-    Ping { seq: u64 },
-    Pong { seq: u64 },
+    Ping {
+        seq: u64,
+    },
+    Pong {
+        seq: u64,
+    },
 }
 
 /// A lease presented with a command that acts for a bot.
@@ -138,12 +148,17 @@ pub enum ExecInput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecEvent {
     /// The process started.
-    Started { pid: u32 },
+    Started {
+        pid: u32,
+    },
     /// Output chunks, at most [`crate::frame::MAX_CHUNK`] each, in the order produced.
     Stdout(ByteBuf),
     Stderr(ByteBuf),
     /// The last event of a command that ran (or was refused with an exit code, like a bad cwd).
-    Exit { code: i32, message: Option<String> },
+    Exit {
+        code: i32,
+        message: Option<String>,
+    },
     /// The command could not be started at all.
     Failed(OpError),
 }
@@ -208,7 +223,10 @@ pub struct OpError {
 
 impl OpError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 

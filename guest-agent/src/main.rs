@@ -1,1 +1,65 @@
-fn main() {}
+//! `rakazo-guest`: reads its configuration from the environment, then keeps the tunnel up.
+
+use guest_agent::config::{Config, Env};
+use guest_agent::home::Home;
+use guest_agent::ops::Ops;
+use std::sync::Arc;
+
+fn main() {
+    let filter = Env::log_filter().unwrap_or_else(|| "info".to_string());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = match Config::from_source(&Env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rakazo-guest: {e}");
+            std::process::exit(2);
+        }
+    };
+    let home = match Home::new(&config.home) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("rakazo-guest: home {}: {e}", config.home.display());
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rakazo-guest: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let ops = Arc::new(Ops::new(home));
+    runtime.block_on(async move {
+        tokio::select! {
+            r = guest_agent::tunnel::run(config, ops) => {
+                if let Err(e) = r {
+                    eprintln!("rakazo-guest: {e:#}");
+                    std::process::exit(1);
+                }
+            }
+            () = terminate() => tracing::info!("terminating"),
+        }
+    });
+    // Dropping the runtime cancels every operation; exec's guards kill their process trees.
+    drop(runtime);
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminate() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

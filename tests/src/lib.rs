@@ -1,1 +1,445 @@
-//! System-test harness.
+//! System-test harness: real `rakazo serve` and real `rakazo-guest` processes on loopback.
+//!
+//! [`World`] starts the control plane on ports chosen by the kernel (port 0), in a temporary
+//! data dir, waits for it to write its addresses (readiness, not a sleep), and hands out an API
+//! [`Client`]. At teardown it checks the server's log: no ERROR line, no WARN line that the test
+//! did not allow, and no secret (API token, enrollment token) anywhere in it.
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use control_plane::client::{full_body, q, Client, ClientError};
+use gateway_proto::Secret;
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
+pub fn bin_dir() -> PathBuf {
+    // Test executables live in <target>/<profile>/deps; binaries one level up.
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// Path of a built binary, with a clear message when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the binaries first (cargo build --workspace --bins)",
+        p.display()
+    );
+    p
+}
+
+/// Options for a [`World`].
+#[derive(Default, Clone)]
+pub struct WorldOptions {
+    /// `postgres://...` to run on PostgreSQL instead of SQLite.
+    pub database_url: Option<String>,
+    /// WARN lines (substrings) this test expects in the server log.
+    pub allow_warn: Vec<String>,
+}
+
+/// One running control plane.
+pub struct World {
+    pub data_dir: tempfile::TempDir,
+    server: Option<Child>,
+    pub client: Client,
+    pub http: String,
+    pub tunnel: String,
+    pub cert_sha256: String,
+    api_token: String,
+    opts: WorldOptions,
+    log_path: PathBuf,
+    /// Enrollment tokens seen by the test (from local computers' token files), checked at drop.
+    secrets: Vec<String>,
+    checked: bool,
+}
+
+/// Waits for `f` to return `Some`, checking every 10 ms, up to `timeout`.
+pub async fn wait_for<T>(
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl World {
+    pub async fn start() -> Result<Self> {
+        Self::start_with(WorldOptions::default()).await
+    }
+
+    pub async fn start_with(opts: WorldOptions) -> Result<Self> {
+        let data_dir = tempfile::Builder::new().prefix("rakazo-world-").tempdir()?;
+        let log_path = data_dir.path().join("server.log");
+        let mut w = World {
+            data_dir,
+            server: None,
+            client: Client::new("http://127.0.0.1:1", Secret::new("")),
+            http: String::new(),
+            tunnel: String::new(),
+            cert_sha256: String::new(),
+            api_token: String::new(),
+            opts,
+            log_path,
+            secrets: Vec::new(),
+            checked: false,
+        };
+        w.spawn_server().await?;
+        Ok(w)
+    }
+
+    /// Starts (or restarts) the server on the same data dir.
+    pub async fn spawn_server(&mut self) -> Result<()> {
+        let addresses = self.data_dir.path().join("addresses.json");
+        let _ = std::fs::remove_file(&addresses);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        // A restart keeps the addresses, as a real deployment does: guests dial the same one.
+        let http_addr = self
+            .http
+            .strip_prefix("http://")
+            .unwrap_or("127.0.0.1:0")
+            .to_string();
+        let tunnel_addr = if self.tunnel.is_empty() {
+            "127.0.0.1:0".to_string()
+        } else {
+            self.tunnel.clone()
+        };
+        let http_addr = if http_addr.is_empty() {
+            "127.0.0.1:0".to_string()
+        } else {
+            http_addr
+        };
+        let mut cmd = Command::new(bin("rakazo"));
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("RAKAZO_DATA_DIR", self.data_dir.path())
+            .env("RAKAZO_HTTP_ADDR", http_addr)
+            .env("RAKAZO_TUNNEL_ADDR", tunnel_addr)
+            .env("RAKAZO_GUEST_BIN", bin("rakazo-guest"))
+            .env("RAKAZO_LOG", "info")
+            .env(
+                "RAKAZO_GUEST_LOG",
+                std::env::var("RK_GUEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(url) = &self.opts.database_url {
+            cmd.env("DATABASE_URL", url);
+        }
+        let child = cmd.spawn().context("start rakazo serve")?;
+        self.server = Some(child);
+        let text = wait_for(Duration::from_secs(30), "addresses.json", || {
+            std::fs::read_to_string(&addresses).ok()
+        })
+        .await?;
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        self.http = v["http"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no http address"))?
+            .to_string();
+        self.tunnel = v["tunnel"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no tunnel address"))?
+            .to_string();
+        self.cert_sha256 = v["tunnel_cert_sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.api_token = std::fs::read_to_string(self.data_dir.path().join("api-token"))?
+            .trim()
+            .to_string();
+        self.client = Client::new(self.http.clone(), Secret::new(self.api_token.clone()));
+        Ok(())
+    }
+
+    /// Kills the server with SIGKILL (a crash), leaving its guests running.
+    pub fn kill_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn api_token(&self) -> &str {
+        &self.api_token
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The home directory of a local computer.
+    pub fn home_of(&self, computer: &str) -> PathBuf {
+        self.data_dir
+            .path()
+            .join("computers")
+            .join(computer)
+            .join("home")
+    }
+
+    /// Creates a Team computer and returns its id.
+    pub async fn create_computer(&mut self, workspace: &str) -> Result<String> {
+        let v = self
+            .client
+            .json(
+                Method::POST,
+                "/v1/computers",
+                Some(&serde_json::json!({ "workspace": workspace })),
+            )
+            .await?;
+        let id = v["id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no id in {v}"))?
+            .to_string();
+        if let Ok(t) = std::fs::read_to_string(
+            self.data_dir
+                .path()
+                .join("computers")
+                .join(&id)
+                .join("token"),
+        ) {
+            self.secrets.push(t);
+        }
+        Ok(id)
+    }
+
+    /// Runs a command; returns the NDJSON events.
+    pub async fn exec(
+        &self,
+        computer: &str,
+        spec: serde_json::Value,
+    ) -> Result<ExecOutput, ClientError> {
+        let resp = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/computers/{}/exec", q(computer)),
+                Some("application/json"),
+                None,
+                full_body(serde_json::to_vec(&spec).unwrap_or_default()),
+            )
+            .await?;
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
+        Ok(ExecOutput::parse(&body.to_bytes()))
+    }
+
+    pub async fn put_file(
+        &self,
+        computer: &str,
+        path: &str,
+        bytes: Vec<u8>,
+        executable: bool,
+    ) -> Result<serde_json::Value, ClientError> {
+        let len = bytes.len() as u64;
+        let resp = self
+            .client
+            .send(
+                Method::PUT,
+                &format!(
+                    "/v1/computers/{}/files/content?path={}&executable={executable}",
+                    q(computer),
+                    q(path)
+                ),
+                Some("application/octet-stream"),
+                Some(len),
+                full_body(bytes),
+            )
+            .await?;
+        let b = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
+        serde_json::from_slice(&b.to_bytes()).map_err(|e| ClientError::BadResponse(e.to_string()))
+    }
+
+    pub async fn get_file(&self, computer: &str, path: &str) -> Result<Bytes, ClientError> {
+        let resp = self
+            .client
+            .send(
+                Method::GET,
+                &format!(
+                    "/v1/computers/{}/files/content?path={}",
+                    q(computer),
+                    q(path)
+                ),
+                None,
+                None,
+                full_body(Bytes::new()),
+            )
+            .await?;
+        let b = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
+        Ok(b.to_bytes())
+    }
+
+    /// Checks the server log: no ERROR, only allowed WARNs, no secrets. Call at the end of a test.
+    pub fn check_log(&mut self) -> Result<()> {
+        self.checked = true;
+        let log = self.log();
+        for line in log.lines() {
+            if line.contains(" ERROR ") {
+                bail!("server logged an error: {line}");
+            }
+            if line.contains(" WARN ")
+                && !self
+                    .opts
+                    .allow_warn
+                    .iter()
+                    .any(|a| line.contains(a.as_str()))
+            {
+                bail!("server logged an unexpected warning: {line}");
+            }
+        }
+        let mut secrets = self.secrets.clone();
+        secrets.push(self.api_token.clone());
+        for s in secrets.iter().filter(|s| s.len() >= 16) {
+            if log.contains(s.trim()) {
+                bail!("a secret appears in the server log");
+            }
+        }
+        Ok(())
+    }
+
+    /// Allows WARN lines containing `s`.
+    pub fn allow_warn(&mut self, s: &str) {
+        self.opts.allow_warn.push(s.to_string());
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Stop every local guest this world started, then the server.
+        let computers = self.data_dir.path().join("computers");
+        if let Ok(entries) = std::fs::read_dir(&computers) {
+            for e in entries.flatten() {
+                kill_guest_of(&e.path());
+            }
+        }
+        self.kill_server();
+    }
+}
+
+/// Kills the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME).
+fn kill_guest_of(dir: &Path) {
+    let home = dir.join("home");
+    for pid in pids_with_env("RAKAZO_HOME", &home.display().to_string()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Processes whose environment has `key=value`.
+pub fn pids_with_env(key: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{key}={value}");
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+                if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Processes whose command line contains `needle`.
+pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+                let cmd: Vec<u8> = cmd
+                    .iter()
+                    .map(|b| if *b == 0 { b' ' } else { *b })
+                    .collect();
+                if String::from_utf8_lossy(&cmd).contains(needle) {
+                    // Zombies have an empty cmdline, so a match is a live process.
+                    out.push(pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The decoded events of an exec.
+#[derive(Debug, Default)]
+pub struct ExecOutput {
+    pub events: Vec<serde_json::Value>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub code: Option<i64>,
+    pub message: Option<String>,
+    pub error: Option<serde_json::Value>,
+}
+
+impl ExecOutput {
+    pub fn parse(body: &[u8]) -> Self {
+        let mut out = ExecOutput::default();
+        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
+            let data = || -> Vec<u8> {
+                match (v["data"].as_str(), v["data_b64"].as_str()) {
+                    (Some(t), _) => t.as_bytes().to_vec(),
+                    (None, Some(b)) => {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(b)
+                            .unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                }
+            };
+            match v["type"].as_str() {
+                Some("stdout") => out.stdout.extend(data()),
+                Some("stderr") => out.stderr.extend(data()),
+                Some("exit") => {
+                    out.code = v["code"].as_i64();
+                    out.message = v["message"].as_str().map(String::from);
+                }
+                Some("error") => out.error = Some(v.clone()),
+                _ => {}
+            }
+            out.events.push(v);
+        }
+        out
+    }
+}

@@ -1,1 +1,6 @@
-//! System tests.
+//! System tests: real `rakazo serve`, real `rakazo-guest`, real QUIC on loopback, real databases.
+//!
+//! One test binary; each module is one capability. Every test starts its own [`tests::World`].
+
+mod foundation;
+mod tunnel_abuse;

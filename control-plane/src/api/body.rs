@@ -1,0 +1,162 @@
+//! HTTP bodies and errors: bounded JSON in, JSON or streams out, one error shape.
+//!
+//! [`ApiError`] is the only way a handler fails: it carries a status, a stable snake_case code
+//! and a public message. Internal details are logged where the error is created, never sent.
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{header, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// Largest JSON request body.
+pub const MAX_JSON_BODY: usize = 1 << 20;
+
+/// Every response body.
+pub type RespBody = BoxBody<Bytes, std::io::Error>;
+
+/// A failed request: status, stable code, public message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Whether the operation may have had an effect (tunnel lost mid-operation).
+    pub uncertain: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            uncertain: false,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// An internal failure: logged here with its detail, reported to the client without it.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
+    }
+
+    pub fn into_response(self) -> Response<RespBody> {
+        let body = serde_json::json!({
+            "error": { "code": self.code, "message": self.message, "uncertain": self.uncertain }
+        });
+        let mut resp = json_response(self.status, &body);
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
+    }
+}
+
+/// A JSON response.
+pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<RespBody> {
+    let bytes = match serde_json::to_vec(value) {
+        Ok(mut b) => {
+            b.push(b'\n');
+            b
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "response serialization failed");
+            return Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .body(full(Bytes::from_static(
+                    b"{\"error\":{\"code\":\"internal\"}}\n",
+                )))
+                .unwrap_or_else(|_| Response::new(empty()));
+        }
+    };
+    let mut resp = Response::new(full(Bytes::from(bytes)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+pub fn full(bytes: Bytes) -> RespBody {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+pub fn empty() -> RespBody {
+    full(Bytes::new())
+}
+
+/// Reads a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if malformed).
+pub async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, ApiError> {
+    let bytes = read_limited(body, MAX_JSON_BODY).await?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Reads a whole body of at most `max` bytes.
+pub async fn read_limited(body: Incoming, max: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(max)),
+        Err(_) => Err(ApiError::bad_request("request body could not be read")),
+    }
+}
+
+pub fn too_large(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("request body exceeds {max} bytes"),
+    )
+}
+
+/// A response body fed from a channel; the sender learns through `closed()` that the client
+/// went away (hyper drops the body when the connection ends).
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+}
+
+impl ChannelBody {
+    pub fn new(buffer: usize) -> (mpsc::Sender<Result<Bytes, std::io::Error>>, Self) {
+        let (tx, rx) = mpsc::channel(buffer);
+        (tx, Self { rx })
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|item| item.map(|r| r.map(Frame::data)))
+    }
+}

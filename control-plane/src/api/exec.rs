@@ -1,0 +1,269 @@
+//! `POST /v1/computers/{id}/exec`: run a command, streaming stdin in and output out as NDJSON.
+//!
+//! The request is a JSON object (`application/json`), or, to stream stdin, the same object on
+//! the first line followed by raw stdin bytes (`application/vnd.rakazo.exec-stream`). The response
+//! is NDJSON: `started`, then `stdout`/`stderr` chunks as they come, then exactly one `exit` (or
+//! an `error` that says whether the outcome is uncertain). When the client goes away, the command
+//! is aborted (exit 130 on the guest).
+
+use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
+use super::{bot_lease, Api};
+use crate::tunnel::{OpStream, TunnelError};
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use gateway_proto::{ExecEvent, ExecInput, ExecRequest, Request, MAX_CHUNK};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{header, Response, StatusCode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Content type of a streamed-stdin exec request.
+pub const EXEC_STREAM_CONTENT_TYPE: &str = "application/vnd.rakazo.exec-stream";
+/// Longest timeout a caller may ask for: a day.
+const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecBody {
+    argv: Vec<String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    timeout_ms: Option<u64>,
+    /// The whole stdin, for the plain JSON form.
+    stdin: Option<String>,
+    bot: Option<String>,
+    lease: Option<String>,
+}
+
+/// Where stdin comes from.
+enum Stdin {
+    None,
+    Text(Bytes),
+    Stream(Incoming, Bytes),
+}
+
+async fn parse(req: hyper::Request<Incoming>) -> Result<(ExecBody, Stdin), ApiError> {
+    let streaming = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(EXEC_STREAM_CONTENT_TYPE));
+    if !streaming {
+        let body: ExecBody = read_json(req.into_body()).await?;
+        let stdin = match &body.stdin {
+            Some(s) => Stdin::Text(Bytes::from(s.clone().into_bytes())),
+            None => Stdin::None,
+        };
+        return Ok((body, stdin));
+    }
+    // Read up to the first newline (the spec); whatever follows is stdin.
+    let mut body = req.into_body();
+    let mut head = BytesMut::new();
+    loop {
+        if let Some(nl) = head.iter().position(|b| *b == b'\n') {
+            let rest = head.split_off(nl + 1).freeze();
+            let spec: ExecBody = serde_json::from_slice(&head[..nl])
+                .map_err(|e| ApiError::bad_request(format!("invalid exec spec line: {e}")))?;
+            if spec.stdin.is_some() {
+                return Err(ApiError::bad_request(
+                    "a streamed exec takes stdin from the body, not the spec",
+                ));
+            }
+            return Ok((spec, Stdin::Stream(body, rest)));
+        }
+        if head.len() > MAX_JSON_BODY {
+            return Err(super::body::too_large(MAX_JSON_BODY));
+        }
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    head.extend_from_slice(&data);
+                }
+            }
+            Some(Err(_)) => return Err(ApiError::bad_request("request body could not be read")),
+            None => {
+                return Err(ApiError::bad_request(
+                    "streamed exec needs a spec line ending in a newline",
+                ))
+            }
+        }
+    }
+}
+
+pub async fn exec(
+    api: &Arc<Api>,
+    id: &str,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let (body, stdin) = parse(req).await?;
+    if body.argv.is_empty() {
+        return Err(ApiError::bad_request("argv must not be empty"));
+    }
+    if let Some(ms) = body.timeout_ms {
+        if ms == 0 || ms > MAX_TIMEOUT_MS {
+            return Err(ApiError::bad_request(format!(
+                "timeout_ms must be 1..={MAX_TIMEOUT_MS}"
+            )));
+        }
+    }
+    let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    let request = Request::Exec(ExecRequest {
+        argv: body.argv,
+        cwd: body.cwd,
+        env: body.env.into_iter().collect(),
+        timeout_ms: body.timeout_ms,
+        stdin: !matches!(stdin, Stdin::None),
+        lease: lease.clone(),
+    });
+    let mut op = api.core.open(id, lease.as_ref(), &request).await?;
+    // The first event decides the status: a refusal (stale fence, bad request) is an HTTP error.
+    let first = match op.rx.expect::<ExecEvent>().await {
+        Ok(ExecEvent::Failed(e)) => return Err(TunnelError::Guest(e).into()),
+        Ok(ev) => ev,
+        Err(e) => return Err(e.into()),
+    };
+    let (tx, body) = ChannelBody::new(32);
+    tokio::spawn(relay(op, first, stdin, tx));
+    let mut resp = Response::new(body.boxed());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    *resp.status_mut() = StatusCode::OK;
+    Ok(resp)
+}
+
+type Out = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+fn line(value: serde_json::Value) -> Bytes {
+    let mut v = serde_json::to_vec(&value).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn output_line(stream: &str, data: &[u8]) -> Bytes {
+    match std::str::from_utf8(data) {
+        Ok(text) => line(serde_json::json!({ "type": stream, "data": text })),
+        Err(_) => line(serde_json::json!({
+            "type": stream,
+            "data_b64": base64::engine::general_purpose::STANDARD.encode(data),
+        })),
+    }
+}
+
+fn event_line(ev: &ExecEvent) -> Bytes {
+    match ev {
+        ExecEvent::Started { pid } => line(serde_json::json!({ "type": "started", "pid": pid })),
+        ExecEvent::Stdout(b) => output_line("stdout", b),
+        ExecEvent::Stderr(b) => output_line("stderr", b),
+        ExecEvent::Exit { code, message } => {
+            line(serde_json::json!({ "type": "exit", "code": code, "message": message }))
+        }
+        ExecEvent::Failed(e) => line(serde_json::json!({
+            "type": "error", "code": e.code.as_str(), "message": e.message, "uncertain": false,
+        })),
+    }
+}
+
+/// Moves stdin to the guest and events to the client until the command ends or either side
+/// goes away.
+async fn relay(op: OpStream, first: ExecEvent, stdin: Stdin, out: Out) {
+    let OpStream {
+        tx: mut op_tx,
+        rx: mut op_rx,
+    } = op;
+    if out.send(Ok(event_line(&first))).await.is_err() {
+        let _ = op_tx.send(&ExecInput::Abort).await;
+        op_tx.abort();
+        return;
+    }
+    if matches!(first, ExecEvent::Exit { .. }) {
+        return;
+    }
+    // stdin source: a finished text, or the rest of the request body.
+    let (mut body, pending) = match stdin {
+        Stdin::None => (None, None),
+        Stdin::Text(b) => (None, Some(b)),
+        Stdin::Stream(body, rest) => (Some(body), Some(rest)),
+    };
+    let mut stdin_open = !matches!((&body, &pending), (None, None));
+    if let Some(bytes) = pending {
+        for chunk in bytes.chunks(MAX_CHUNK) {
+            if op_tx
+                .send(&ExecInput::Stdin(chunk.to_vec().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        if body.is_none() {
+            let _ = op_tx.send(&ExecInput::CloseStdin).await;
+            stdin_open = false;
+        }
+    }
+    loop {
+        tokio::select! {
+            ev = op_rx.recv::<ExecEvent>() => match ev {
+                Ok(Some(ev)) => {
+                    let last = matches!(ev, ExecEvent::Exit { .. } | ExecEvent::Failed(_));
+                    if out.send(Ok(event_line(&ev))).await.is_err() {
+                        let _ = op_tx.send(&ExecInput::Abort).await;
+                        op_tx.abort();
+                        return;
+                    }
+                    if last {
+                        let _ = op_tx.finish();
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let err = TunnelError::Lost(String::new());
+                    let _ = out.send(Ok(line(serde_json::json!({
+                        "type": "error", "code": "tunnel_lost",
+                        "message": "the guest ended the command stream without an exit status; the outcome is uncertain",
+                        "uncertain": err.is_uncertain(),
+                    })))).await;
+                    return;
+                }
+                Err(e) => {
+                    let api: ApiError = e.into();
+                    let _ = out.send(Ok(line(serde_json::json!({
+                        "type": "error", "code": api.code, "message": api.message, "uncertain": api.uncertain,
+                    })))).await;
+                    return;
+                }
+            },
+            frame = async { body.as_mut()?.frame().await }, if stdin_open && body.is_some() => match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        for chunk in data.chunks(MAX_CHUNK) {
+                            let _ = op_tx.send(&ExecInput::Stdin(chunk.to_vec().into())).await;
+                        }
+                    }
+                }
+                Some(Err(_)) => {
+                    // The client's request stream broke: it is gone.
+                    let _ = op_tx.send(&ExecInput::Abort).await;
+                    op_tx.abort();
+                    body = None;
+                    stdin_open = false;
+                }
+                None => {
+                    let _ = op_tx.send(&ExecInput::CloseStdin).await;
+                    body = None;
+                    stdin_open = false;
+                }
+            },
+            () = out.closed() => {
+                let _ = op_tx.send(&ExecInput::Abort).await;
+                op_tx.abort();
+                return;
+            }
+        }
+    }
+}

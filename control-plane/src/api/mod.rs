@@ -1,0 +1,250 @@
+//! The HTTP API under `/v1`: authentication, routing, and the translation between HTTP and the
+//! core.
+//!
+//! Every route but `GET /v1/health` needs `Authorization: Bearer <api token>`, compared in
+//! constant time. Handlers parse and bound their input, call [`Core`], and convert the result;
+//! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
+//! stream and must announce their length.
+
+mod body;
+mod computers;
+mod exec;
+mod files;
+mod leases;
+
+pub use body::{ApiError, RespBody};
+pub use exec::EXEC_STREAM_CONTENT_TYPE;
+
+use crate::core::{Core, CoreError};
+use crate::tunnel::TunnelError;
+use body::json_response;
+use gateway_proto::{ErrorCode, Secret};
+use hyper::body::Incoming;
+use hyper::{header, Method, Request, Response, StatusCode};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tracing::{debug, info};
+
+/// Limits of the API.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// Largest file upload.
+    pub max_upload_bytes: u64,
+    /// Largest file download (the default read cap).
+    pub max_read_bytes: u64,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            max_upload_bytes: 4 << 30,
+            max_read_bytes: 4 << 30,
+        }
+    }
+}
+
+/// What handlers share.
+pub struct Api {
+    pub core: Arc<Core>,
+    token_sha256: [u8; 32],
+    pub limits: ApiLimits,
+}
+
+impl Api {
+    pub fn new(core: Arc<Core>, token: &Secret, limits: ApiLimits) -> Self {
+        Self {
+            core,
+            token_sha256: Sha256::digest(token.expose().as_bytes()).into(),
+            limits,
+        }
+    }
+
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+            return false;
+        };
+        let Some(presented) = value.as_bytes().strip_prefix(b"Bearer ") else {
+            return false;
+        };
+        // Comparing digests keeps the comparison constant-time whatever the lengths.
+        let presented: [u8; 32] = Sha256::digest(presented).into();
+        presented.ct_eq(&self.token_sha256).into()
+    }
+}
+
+/// Serves the API on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, api: Arc<Api>) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(v) => v,
+            Err(e) => {
+                debug!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let api = api.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(move |req| {
+                let api = api.clone();
+                async move { Ok::<_, Infallible>(handle(api, req).await) }
+            });
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            if let Err(e) = builder.serve_connection(io, svc).await {
+                debug!(%remote, error = %e, "http connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Routes one request.
+pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = match route(&api, req).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
+    };
+    // Paths carry ids and bot names, never secrets; queries (file paths) are not logged.
+    info!(%method, %path, status = resp.status().as_u16(), "http request");
+    resp
+}
+
+async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let method = req.method().clone();
+    if let (&Method::GET, ["v1", "health"]) = (&method, segments.as_slice()) {
+        return Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "ok": true }),
+        ));
+    }
+    if !api.authorized(&req) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong API token",
+        ));
+    }
+    let query = query_map(&req);
+    match (&method, segments.as_slice()) {
+        (&Method::POST, ["v1", "computers"]) => computers::create(api, req).await,
+        (&Method::GET, ["v1", "computers"]) => computers::list(api).await,
+        (&Method::GET, ["v1", "computers", id]) => computers::show(api, id).await,
+        (&Method::DELETE, ["v1", "computers", id]) => computers::destroy(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "stop"]) => computers::stop(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "start"]) => computers::start(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "exec"]) => exec::exec(api, id, req).await,
+        (&Method::GET, ["v1", "computers", id, "files"]) => files::list(api, id, &query).await,
+        (&Method::GET, ["v1", "computers", id, "files", "content"]) => {
+            files::read(api, id, &query).await
+        }
+        (&Method::PUT, ["v1", "computers", id, "files", "content"]) => {
+            files::write(api, id, &query, req).await
+        }
+        (&Method::GET, ["v1", "computers", id, "leases", bot]) => leases::get(api, id, bot).await,
+        (&Method::POST, ["v1", "computers", id, "leases", bot, action]) => {
+            leases::act(api, id, bot, action, req).await
+        }
+        (_, ["v1", ..]) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_route",
+            format!("no route for {method} {path}"),
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_route",
+            "the API lives under /v1",
+        )),
+    }
+}
+
+fn query_map(req: &Request<Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+impl From<CoreError> for ApiError {
+    fn from(e: CoreError) -> Self {
+        use crate::lease::LeaseError;
+        let msg = e.to_string();
+        match e {
+            CoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
+            CoreError::NotRunning { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "computer_not_running", msg)
+            }
+            CoreError::UnknownProvider(_) => ApiError::bad_request(msg),
+            CoreError::StaleLease { .. } => ApiError::new(StatusCode::CONFLICT, "stale_lease", msg),
+            CoreError::Lease(LeaseError::Held { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "lease_held", msg)
+            }
+            CoreError::Lease(LeaseError::Mismatch { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "lease_mismatch", msg)
+            }
+            CoreError::Lease(LeaseError::BadOwner { .. }) => ApiError::bad_request(msg),
+            CoreError::Tunnel(t) => t.into(),
+            CoreError::Lease(other) => ApiError::internal(other),
+            CoreError::Computer(other) => ApiError::internal(other),
+            CoreError::Provider(p) => {
+                ApiError::internal(format!("{p}: {:?}", std::error::Error::source(&p)))
+            }
+        }
+    }
+}
+
+impl From<TunnelError> for ApiError {
+    fn from(e: TunnelError) -> Self {
+        let msg = e.to_string();
+        let uncertain = e.is_uncertain();
+        let mut err = match e {
+            TunnelError::NotConnected(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "computer_unavailable", msg)
+            }
+            TunnelError::Lost(_) => ApiError::new(StatusCode::BAD_GATEWAY, "tunnel_lost", msg),
+            TunnelError::Protocol { .. } => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "guest_protocol_error", msg)
+            }
+            TunnelError::Guest(op) => {
+                let status = match op.code {
+                    ErrorCode::BadRequest | ErrorCode::PathRejected => StatusCode::BAD_REQUEST,
+                    ErrorCode::NotFound => StatusCode::NOT_FOUND,
+                    ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::StaleLease => StatusCode::CONFLICT,
+                    ErrorCode::Failed => StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
+                };
+                ApiError::new(status, op.code.as_str(), op.message)
+            }
+        };
+        err.uncertain = uncertain;
+        err
+    }
+}
+
+/// Parses the optional `bot` + `lease` pair of a request into a lease to check.
+fn bot_lease(
+    bot: Option<&str>,
+    lease: Option<&str>,
+) -> Result<Option<gateway_proto::BotLease>, ApiError> {
+    match (bot, lease) {
+        (None, None) => Ok(None),
+        (Some(bot), Some(lease)) => Ok(Some(gateway_proto::BotLease {
+            bot: parse_bot(bot)?,
+            token: gateway_proto::LeaseToken::parse(lease)
+                .map_err(|e| ApiError::bad_request(format!("lease: {e}")))?,
+        })),
+        _ => Err(ApiError::bad_request("bot and lease go together")),
+    }
+}
+
+fn parse_bot(bot: &str) -> Result<gateway_proto::BotId, ApiError> {
+    gateway_proto::BotId::new(bot).map_err(|e| ApiError::bad_request(format!("bot: {e}")))
+}

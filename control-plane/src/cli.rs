@@ -1,0 +1,691 @@
+//! The `rakazo` command line: `serve`, and the client commands that talk to a running server.
+//!
+//! The server URL and token come from flags (`--url`, `--token-file`), from `RAKAZO_URL` /
+//! `RAKAZO_TOKEN`, or from the local data dir (`addresses.json`, `api-token`), in that order.
+//! The token is never taken as a command-line argument, so it never shows in `ps`.
+
+use crate::api::ApiLimits;
+use crate::client::{full_body, q, Client, ClientError};
+use crate::serve::{ServeConfig, ADDRESSES_FILE, API_TOKEN_FILE};
+use anyhow::{anyhow, Context, Result};
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use gateway_proto::Secret;
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "rakazo",
+    version,
+    about = "Rakazo computer runtime: control plane and CLI"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Clone)]
+pub struct Global {
+    /// Data dir of the control plane (also where the CLI finds a local server's address and token).
+    #[arg(long, global = true, env = "RAKAZO_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Base URL of the control plane API.
+    #[arg(long, global = true, env = "RAKAZO_URL")]
+    pub url: Option<String>,
+    /// File holding the API token (the token itself comes from RAKAZO_TOKEN, never argv).
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the control plane.
+    Serve(ServeArgs),
+    /// Create, list, show, start, stop and destroy computers.
+    #[command(subcommand)]
+    Computer(ComputerCmd),
+    /// Run a command on a computer, streaming its output; exits with its exit code.
+    Exec(ExecArgs),
+    /// List, read and write files of a computer's home.
+    #[command(subcommand)]
+    Files(FilesCmd),
+    /// Acquire, renew, release and show execution leases.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// HTTP API address; port 0 picks a free port (written to <data dir>/addresses.json).
+    #[arg(long, env = "RAKAZO_HTTP_ADDR", default_value = "127.0.0.1:7090")]
+    pub http_addr: SocketAddr,
+    /// QUIC tunnel address (UDP); port 0 picks a free port.
+    #[arg(long, env = "RAKAZO_TUNNEL_ADDR", default_value = "127.0.0.1:7443")]
+    pub tunnel_addr: SocketAddr,
+    /// PostgreSQL URL; SQLite in the data dir when unset.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// The rakazo-guest binary for local computers (default: beside this binary).
+    #[arg(long, env = "RAKAZO_GUEST_BIN")]
+    pub guest_bin: Option<PathBuf>,
+    /// Log filter handed to local guests (RUST_LOG syntax).
+    #[arg(long, env = "RAKAZO_GUEST_LOG")]
+    pub guest_log: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub enum ComputerCmd {
+    /// Create a Team computer for a workspace or a Private computer for one bot.
+    Create {
+        #[arg(
+            long,
+            conflicts_with = "private_bot",
+            required_unless_present = "private_bot"
+        )]
+        workspace: Option<String>,
+        #[arg(long)]
+        private_bot: Option<String>,
+        #[arg(long)]
+        provider: Option<String>,
+    },
+    List,
+    Show {
+        id: String,
+    },
+    /// Start a stopped computer (or replace a gone machine).
+    Start {
+        id: String,
+    },
+    Stop {
+        id: String,
+    },
+    /// Destroy a computer (idempotent).
+    Destroy {
+        id: String,
+    },
+}
+
+#[derive(Args)]
+pub struct ExecArgs {
+    pub computer: String,
+    /// Working directory, relative to the home.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Extra environment, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Stream this process's stdin to the command.
+    #[arg(long, short = 'i')]
+    pub stdin: bool,
+    /// Act for this bot under `--lease`.
+    #[arg(long, requires = "lease")]
+    pub bot: Option<String>,
+    /// The bot's lease, `<owner>:<fence>`.
+    #[arg(long, requires = "bot")]
+    pub lease: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub enum FilesCmd {
+    /// List a directory of the home.
+    Ls {
+        computer: String,
+        #[arg(default_value = "")]
+        path: String,
+    },
+    /// Print a file of the home to stdout.
+    Cat {
+        computer: String,
+        path: String,
+        #[arg(long)]
+        max_bytes: Option<u64>,
+    },
+    /// Upload a local file into the home.
+    Put {
+        computer: String,
+        local: PathBuf,
+        remote: String,
+        /// Make it executable (mode 0700 instead of 0600).
+        #[arg(long, short = 'x')]
+        executable: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum LeaseCmd {
+    Acquire {
+        computer: String,
+        bot: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+    },
+    Renew {
+        computer: String,
+        bot: String,
+        lease: String,
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+    },
+    Release {
+        computer: String,
+        bot: String,
+        lease: String,
+    },
+    Show {
+        computer: String,
+        bot: String,
+    },
+}
+
+/// The default data dir: `$XDG_DATA_HOME/rakazo` or `~/.local/share/rakazo`.
+pub fn default_data_dir() -> PathBuf {
+    #[allow(clippy::disallowed_methods)] // the CLI's one read of the user's environment
+    let (xdg, home) = (
+        std::env::var("XDG_DATA_HOME").ok(),
+        std::env::var("HOME").ok(),
+    );
+    match (xdg, home) {
+        (Some(x), _) if !x.is_empty() => PathBuf::from(x).join("rakazo"),
+        (_, Some(h)) => PathBuf::from(h).join(".local/share/rakazo"),
+        _ => PathBuf::from(".rakazo"),
+    }
+}
+
+impl Global {
+    fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+
+    /// Finds the server and token: flags, then environment, then the local data dir.
+    fn client(&self) -> Result<Client> {
+        let dir = self.data_dir();
+        let url = match &self.url {
+            Some(u) => u.clone(),
+            None => {
+                let path = dir.join(ADDRESSES_FILE);
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "no --url or RAKAZO_URL, and no local server address in {}",
+                        path.display()
+                    )
+                })?;
+                let v: serde_json::Value = serde_json::from_str(&text)?;
+                v["http"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("{} has no http address", path.display()))?
+                    .to_string()
+            }
+        };
+        #[allow(clippy::disallowed_methods)] // the CLI's one read of the token variable
+        let env_token = std::env::var("RAKAZO_TOKEN").ok().filter(|t| !t.is_empty());
+        let token = match (&self.token_file, env_token) {
+            (Some(f), _) => {
+                std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?
+            }
+            (None, Some(t)) => t,
+            (None, None) => {
+                let path = dir.join(API_TOKEN_FILE);
+                std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "no RAKAZO_TOKEN or --token-file, and no token in {}",
+                        path.display()
+                    )
+                })?
+            }
+        };
+        Ok(Client::new(url, Secret::new(token.trim().to_string())))
+    }
+}
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn print_computer(v: &serde_json::Value) {
+    let owner = v["workspace"]
+        .as_str()
+        .map(|w| format!("workspace {w}"))
+        .or_else(|| v["bot"].as_str().map(|b| format!("bot {b}")))
+        .unwrap_or_default();
+    println!(
+        "{}\t{}\t{}\t{}\t{}",
+        v["id"].as_str().unwrap_or("?"),
+        v["kind"].as_str().unwrap_or("?"),
+        owner,
+        v["state"].as_str().unwrap_or("?"),
+        if v["connected"].as_bool() == Some(true) {
+            "connected"
+        } else {
+            "disconnected"
+        },
+    );
+}
+
+/// Runs a parsed command; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32> {
+    let g = cli.global.clone();
+    match cli.command {
+        Command::Serve(args) => {
+            let guest_bin = match args.guest_bin {
+                Some(p) => p,
+                None => std::env::current_exe()?
+                    .parent()
+                    .map(|d| d.join("rakazo-guest"))
+                    .ok_or_else(|| anyhow!("cannot locate rakazo-guest; set RAKAZO_GUEST_BIN"))?,
+            };
+            crate::serve::serve(ServeConfig {
+                data_dir: g.data_dir(),
+                http_addr: args.http_addr,
+                tunnel_addr: args.tunnel_addr,
+                database_url: args.database_url,
+                guest_bin,
+                guest_log: args.guest_log,
+                limits: ApiLimits::default(),
+            })
+            .await?;
+            Ok(0)
+        }
+        Command::Computer(cmd) => computer(&g, cmd).await,
+        Command::Exec(args) => exec(&g, args).await,
+        Command::Files(cmd) => files(&g, cmd).await,
+        Command::Lease(cmd) => lease(&g, cmd).await,
+    }
+}
+
+async fn computer(g: &Global, cmd: ComputerCmd) -> Result<i32> {
+    let c = g.client()?;
+    let v = match cmd {
+        ComputerCmd::Create {
+            workspace,
+            private_bot,
+            provider,
+        } => {
+            let mut body = serde_json::json!({});
+            if let Some(w) = workspace {
+                body["workspace"] = w.into();
+            }
+            if let Some(b) = private_bot {
+                body["private_bot"] = b.into();
+            }
+            if let Some(p) = provider {
+                body["provider"] = p.into();
+            }
+            c.json(Method::POST, "/v1/computers", Some(&body)).await?
+        }
+        ComputerCmd::List => {
+            let v = c.json(Method::GET, "/v1/computers", None).await?;
+            if g.json {
+                print_json(&v);
+            } else {
+                for comp in v["computers"].as_array().into_iter().flatten() {
+                    print_computer(comp);
+                }
+            }
+            return Ok(0);
+        }
+        ComputerCmd::Show { id } => {
+            c.json(Method::GET, &format!("/v1/computers/{}", q(&id)), None)
+                .await?
+        }
+        ComputerCmd::Start { id } => {
+            c.json(
+                Method::POST,
+                &format!("/v1/computers/{}/start", q(&id)),
+                None,
+            )
+            .await?
+        }
+        ComputerCmd::Stop { id } => {
+            c.json(
+                Method::POST,
+                &format!("/v1/computers/{}/stop", q(&id)),
+                None,
+            )
+            .await?
+        }
+        ComputerCmd::Destroy { id } => {
+            c.json(Method::DELETE, &format!("/v1/computers/{}", q(&id)), None)
+                .await?;
+            if g.json {
+                print_json(&serde_json::json!({ "destroyed": id }));
+            } else {
+                println!("destroyed {id}");
+            }
+            return Ok(0);
+        }
+    };
+    if g.json {
+        print_json(&v)
+    } else {
+        print_computer(&v)
+    }
+    Ok(0)
+}
+
+async fn exec(g: &Global, a: ExecArgs) -> Result<i32> {
+    let c = g.client()?;
+    let mut env = serde_json::Map::new();
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--env takes KEY=VALUE, got {kv:?}"))?;
+        env.insert(k.to_string(), v.into());
+    }
+    let mut spec = serde_json::json!({ "argv": a.argv, "env": env });
+    if let Some(cwd) = a.cwd {
+        spec["cwd"] = cwd.into();
+    }
+    if let Some(t) = a.timeout_ms {
+        spec["timeout_ms"] = t.into();
+    }
+    if let (Some(b), Some(l)) = (a.bot, a.lease) {
+        spec["bot"] = b.into();
+        spec["lease"] = l.into();
+    }
+    let path = format!("/v1/computers/{}/exec", q(&a.computer));
+    let resp = if a.stdin {
+        let mut head = serde_json::to_vec(&spec)?;
+        head.push(b'\n');
+        c.send(
+            Method::POST,
+            &path,
+            Some(crate::api::EXEC_STREAM_CONTENT_TYPE),
+            None,
+            stdin_body(head),
+        )
+        .await?
+    } else {
+        c.send(
+            Method::POST,
+            &path,
+            Some("application/json"),
+            None,
+            full_body(serde_json::to_vec(&spec)?),
+        )
+        .await?
+    };
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut code = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            if g.json {
+                std::io::stdout().write_all(&line)?;
+                std::io::stdout().flush()?;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&line)?;
+            match v["type"].as_str() {
+                Some(s @ ("stdout" | "stderr")) if !g.json => {
+                    let bytes = match (v["data"].as_str(), v["data_b64"].as_str()) {
+                        (Some(t), _) => t.as_bytes().to_vec(),
+                        (None, Some(b)) => {
+                            use base64::Engine;
+                            base64::engine::general_purpose::STANDARD.decode(b)?
+                        }
+                        _ => Vec::new(),
+                    };
+                    if s == "stdout" {
+                        std::io::stdout().write_all(&bytes)?;
+                        std::io::stdout().flush()?;
+                    } else {
+                        std::io::stderr().write_all(&bytes)?;
+                    }
+                }
+                Some("exit") => {
+                    let c = v["code"].as_i64().unwrap_or(1);
+                    if let (Some(m), false) = (v["message"].as_str(), g.json) {
+                        eprintln!("rakazo: {m}");
+                    }
+                    code = Some(i32::try_from(c).unwrap_or(1));
+                }
+                Some("error") => {
+                    if !g.json {
+                        eprintln!("rakazo: {}", v["message"].as_str().unwrap_or("error"));
+                    }
+                    code = Some(125);
+                }
+                _ => {}
+            }
+        }
+    }
+    code.ok_or_else(|| {
+        anyhow!("the command's output ended without an exit status; its outcome is uncertain")
+    })
+}
+
+async fn files(g: &Global, cmd: FilesCmd) -> Result<i32> {
+    let c = g.client()?;
+    match cmd {
+        FilesCmd::Ls { computer, path } => {
+            let v = c
+                .json(
+                    Method::GET,
+                    &format!("/v1/computers/{}/files?path={}", q(&computer), q(&path)),
+                    None,
+                )
+                .await?;
+            if g.json {
+                print_json(&v);
+            } else {
+                for e in v["entries"].as_array().into_iter().flatten() {
+                    let kind = if e["kind"] == "dir" {
+                        "d"
+                    } else if e["executable"] == true {
+                        "x"
+                    } else {
+                        "-"
+                    };
+                    println!(
+                        "{kind} {:>12} {}",
+                        e["size"],
+                        e["path"].as_str().unwrap_or("?")
+                    );
+                }
+            }
+        }
+        FilesCmd::Cat {
+            computer,
+            path,
+            max_bytes,
+        } => {
+            let mut url = format!(
+                "/v1/computers/{}/files/content?path={}",
+                q(&computer),
+                q(&path)
+            );
+            if let Some(m) = max_bytes {
+                url.push_str(&format!("&max_bytes={m}"));
+            }
+            let resp = c
+                .send(Method::GET, &url, None, None, full_body(Bytes::new()))
+                .await?;
+            let mut body = resp.into_body();
+            let mut out = std::io::stdout().lock();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| anyhow!("download broke: {e}"))?;
+                if let Ok(data) = frame.into_data() {
+                    out.write_all(&data)?;
+                }
+            }
+            out.flush()?;
+        }
+        FilesCmd::Put {
+            computer,
+            local,
+            remote,
+            executable,
+        } => {
+            let file = tokio::fs::File::open(&local)
+                .await
+                .with_context(|| format!("open {}", local.display()))?;
+            let len = file.metadata().await?.len();
+            let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+            let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |r| {
+                r.map(hyper::body::Frame::data)
+            }));
+            let url = format!(
+                "/v1/computers/{}/files/content?path={}&executable={executable}",
+                q(&computer),
+                q(&remote)
+            );
+            let resp = c
+                .send(
+                    Method::PUT,
+                    &url,
+                    Some("application/octet-stream"),
+                    Some(len),
+                    body.boxed(),
+                )
+                .await?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.into_body().collect().await?.to_bytes())?;
+            if g.json {
+                print_json(&v)
+            } else {
+                println!("wrote {} bytes to {remote}", v["written"]);
+            }
+        }
+    }
+    Ok(0)
+}
+
+async fn lease(g: &Global, cmd: LeaseCmd) -> Result<i32> {
+    let c = g.client()?;
+    let v = match cmd {
+        LeaseCmd::Acquire {
+            computer,
+            bot,
+            owner,
+            ttl_ms,
+        } => {
+            let mut body = serde_json::json!({ "owner": owner });
+            if let Some(t) = ttl_ms {
+                body["ttl_ms"] = t.into();
+            }
+            c.json(
+                Method::POST,
+                &format!("/v1/computers/{}/leases/{}/acquire", q(&computer), q(&bot)),
+                Some(&body),
+            )
+            .await?
+        }
+        LeaseCmd::Renew {
+            computer,
+            bot,
+            lease,
+            ttl_ms,
+        } => {
+            let mut body = serde_json::json!({ "lease": lease });
+            if let Some(t) = ttl_ms {
+                body["ttl_ms"] = t.into();
+            }
+            c.json(
+                Method::POST,
+                &format!("/v1/computers/{}/leases/{}/renew", q(&computer), q(&bot)),
+                Some(&body),
+            )
+            .await?
+        }
+        LeaseCmd::Release {
+            computer,
+            bot,
+            lease,
+        } => {
+            let body = serde_json::json!({ "lease": lease });
+            c.json(
+                Method::POST,
+                &format!("/v1/computers/{}/leases/{}/release", q(&computer), q(&bot)),
+                Some(&body),
+            )
+            .await?
+        }
+        LeaseCmd::Show { computer, bot } => {
+            c.json(
+                Method::GET,
+                &format!("/v1/computers/{}/leases/{}", q(&computer), q(&bot)),
+                None,
+            )
+            .await?
+        }
+    };
+    if g.json {
+        print_json(&v);
+    } else if let Some(l) = v["lease"].as_str() {
+        println!("{l}\texpires_at_ms={}", v["expires_at_ms"]);
+    } else {
+        println!("released");
+    }
+    Ok(0)
+}
+
+/// Prints a client error the way people read it and picks the exit code.
+pub fn report(e: &anyhow::Error) -> i32 {
+    if let Some(ClientError::Api {
+        uncertain: true, ..
+    }) = e.downcast_ref::<ClientError>()
+    {
+        eprintln!("rakazo: {e} (the outcome is uncertain)");
+    } else {
+        eprintln!("rakazo: {e:#}");
+    }
+    1
+}
+
+/// A request body of `head` followed by this process's stdin, read as it arrives.
+fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(head))).await.is_err() {
+            return;
+        }
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match stdin.read(&mut buf).await {
+                Ok(0) => return,
+                Ok(n) => {
+                    if tx
+                        .send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|item| (item.map(hyper::body::Frame::data), rx))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
+}

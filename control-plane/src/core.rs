@@ -1,0 +1,368 @@
+//! The control plane's one core: computers, leases and operations, whatever the front door.
+//!
+//! The HTTP API parses requests into calls on [`Core`]; the tunnel authenticates guests through
+//! it. It owns the decisions: which state allows which operation, when a lease is checked,
+//! what a provider is asked to do and in which order. It does no HTTP and no QUIC framing.
+
+use crate::clock::now_ms;
+use crate::computers::{
+    new_computer_id, new_token, Computer, ComputerError, ComputerId, ComputerKind, ComputerState,
+    ComputerStore, NewComputer, TokenHash,
+};
+use crate::db::Db;
+use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
+use crate::tunnel::{GuestAuth, OpStream, Registry, TunnelError};
+use gateway_proto::{BotId, BotLease, ControlMsg, LeaseToken, Request, Secret};
+use providers::{
+    AnyProvider, GuestEnrollment, MachineState, ProviderError, ProviderRef, SandboxProvider,
+    SandboxSpec,
+};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// How long `create` and `start` wait for a new guest to dial in.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an operation waits for a running computer's guest to (re)connect.
+pub const OPERATION_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a core operation failed; the API maps each case to a status.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("computer {0} not found")]
+    NotFound(String),
+    #[error("computer {id} is {state}")]
+    NotRunning { id: String, state: ComputerState },
+    #[error("provider {0:?} is not configured")]
+    UnknownProvider(String),
+    #[error("lease {lease} is not the live lease of bot {bot}")]
+    StaleLease { bot: BotId, lease: LeaseToken },
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Computer(#[from] ComputerError),
+    #[error(transparent)]
+    Tunnel(#[from] TunnelError),
+    #[error("provider failed")]
+    Provider(#[from] ProviderError),
+}
+
+/// How guests reach this control plane.
+#[derive(Debug, Clone)]
+pub struct Enrollment {
+    pub control_addr: SocketAddr,
+    pub cert_sha256: String,
+}
+
+/// The control plane's state and decisions.
+pub struct Core {
+    pub computers: ComputerStore,
+    pub leases: SqlLeaseStore,
+    pub registry: Arc<Registry>,
+    provider: AnyProvider,
+    enrollment: Enrollment,
+}
+
+impl Core {
+    pub fn new(
+        db: Db,
+        registry: Arc<Registry>,
+        provider: AnyProvider,
+        enrollment: Enrollment,
+    ) -> Self {
+        Self {
+            computers: ComputerStore::new(db.clone()),
+            leases: SqlLeaseStore::new(db),
+            registry,
+            provider,
+            enrollment,
+        }
+    }
+
+    fn spec(&self, c: &Computer, token: Secret) -> SandboxSpec {
+        SandboxSpec {
+            computer_id: c.id.as_str().to_string(),
+            home_key: c.home_key.clone(),
+            guest: GuestEnrollment {
+                control_addr: self.enrollment.control_addr,
+                cert_sha256: self.enrollment.cert_sha256.clone(),
+                token: providers::Secret(token.expose().to_string()),
+            },
+        }
+    }
+
+    fn parse_id(id: &str) -> Result<ComputerId, CoreError> {
+        ComputerId::new(id).map_err(|_| CoreError::NotFound(id.to_string()))
+    }
+
+    /// A computer that exists and is not destroyed.
+    pub async fn get(&self, id: &str) -> Result<Computer, CoreError> {
+        let cid = Self::parse_id(id)?;
+        match self.computers.get(&cid).await? {
+            Some(c) if c.state != ComputerState::Destroyed => Ok(c),
+            _ => Err(CoreError::NotFound(id.to_string())),
+        }
+    }
+
+    pub async fn list(&self) -> Result<Vec<Computer>, CoreError> {
+        Ok(self.computers.list().await?)
+    }
+
+    /// Creates a computer, provisions its machine and waits for its guest to dial in.
+    pub async fn create(
+        &self,
+        kind: ComputerKind,
+        provider: Option<&str>,
+    ) -> Result<Computer, CoreError> {
+        let provider_kind = provider.unwrap_or(self.provider.kind());
+        if provider_kind != self.provider.kind() {
+            return Err(CoreError::UnknownProvider(provider_kind.to_string()));
+        }
+        let token = new_token();
+        let new = NewComputer {
+            id: new_computer_id(),
+            kind,
+            provider: provider_kind.to_string(),
+            token_hash: TokenHash::of(token.expose()),
+        };
+        let computer = self.computers.create(new, now_ms()).await?;
+        info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
+        self.boot(&computer, None, token).await
+    }
+
+    /// Provisions (or restarts through `previous`) the machine with a fresh enrollment token,
+    /// records it as running and waits for its guest.
+    async fn boot(
+        &self,
+        c: &Computer,
+        previous: Option<ProviderRef>,
+        token: Secret,
+    ) -> Result<Computer, CoreError> {
+        // The token rotates with every boot: only its hash is stored, and only the new guest
+        // learns the new one.
+        self.computers
+            .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
+            .await?;
+        let spec = self.spec(c, token);
+        let r = match previous {
+            Some(r) => match self.provider.prepare(&r, &spec).await {
+                Err(ProviderError::NotFound(_)) => self.provider.provision(&spec).await?,
+                other => other?,
+            },
+            None => self.provider.provision(&spec).await?,
+        };
+        self.computers
+            .set_provider_ref(&c.id, Some(&r.0), now_ms())
+            .await?;
+        self.computers
+            .set_state(&c.id, ComputerState::Running, now_ms())
+            .await?;
+        self.registry
+            .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
+            .await?;
+        self.get(c.id.as_str()).await
+    }
+
+    /// Makes sure a computer's machine and guest run: nothing if they do, a restart if the
+    /// machine stopped, a replacement if it is gone.
+    pub async fn start(&self, id: &str) -> Result<Computer, CoreError> {
+        let c = self.get(id).await?;
+        let previous = c.provider_ref.clone().map(ProviderRef);
+        if let Some(r) = &previous {
+            if c.state == ComputerState::Running
+                && self.provider.state(r).await? == MachineState::Running
+            {
+                self.registry
+                    .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
+                    .await?;
+                return self.get(id).await;
+            }
+        }
+        self.boot(&c, previous, new_token()).await
+    }
+
+    /// Stops a computer's machine, keeping its home.
+    pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
+        let c = self.get(id).await?;
+        if let Some(r) = &c.provider_ref {
+            self.provider.stop(&ProviderRef(r.clone())).await?;
+        }
+        self.registry.disconnect(c.id.as_str());
+        self.computers
+            .set_state(&c.id, ComputerState::Stopped, now_ms())
+            .await?;
+        info!(computer_id = %c.id.as_str(), "computer stopped");
+        self.get(id).await
+    }
+
+    /// Destroys a computer. Idempotent: an already destroyed computer is fine.
+    pub async fn destroy(&self, id: &str) -> Result<(), CoreError> {
+        let cid = Self::parse_id(id)?;
+        let Some(c) = self.computers.get(&cid).await? else {
+            return Err(CoreError::NotFound(id.to_string()));
+        };
+        if c.state == ComputerState::Destroyed {
+            return Ok(());
+        }
+        if let Some(r) = &c.provider_ref {
+            self.provider.destroy(&ProviderRef(r.clone())).await?;
+        }
+        self.registry.disconnect(c.id.as_str());
+        self.computers
+            .set_state(&c.id, ComputerState::Destroyed, now_ms())
+            .await?;
+        info!(computer_id = %c.id.as_str(), "computer destroyed");
+        Ok(())
+    }
+
+    /// On start-up: every computer is disconnected until its guest dials in; local machines
+    /// that died with the host are started again.
+    pub async fn recover(&self) -> Result<(), CoreError> {
+        self.computers.mark_all_disconnected(now_ms()).await?;
+        for c in self.computers.list().await? {
+            if c.state != ComputerState::Running || c.provider != self.provider.kind() {
+                continue;
+            }
+            let running = match &c.provider_ref {
+                Some(r) => {
+                    self.provider.state(&ProviderRef(r.clone())).await? == MachineState::Running
+                }
+                None => false,
+            };
+            if !running {
+                let previous = c.provider_ref.clone().map(ProviderRef);
+                match self.boot(&c, previous, new_token()).await {
+                    Ok(_) => {
+                        info!(computer_id = %c.id.as_str(), "computer restarted after control-plane restart")
+                    }
+                    Err(e) => {
+                        warn!(computer_id = %c.id.as_str(), error = %e, "computer could not be restarted")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `lease` is the live lease of its bot on this computer.
+    async fn check_lease(&self, c: &Computer, lease: &BotLease) -> Result<(), CoreError> {
+        let live = self.leases.get(&c.id, &lease.bot, now_ms()).await?;
+        match live {
+            Some(l) if l.token == lease.token => Ok(()),
+            _ => Err(CoreError::StaleLease {
+                bot: lease.bot.clone(),
+                lease: lease.token.clone(),
+            }),
+        }
+    }
+
+    /// Opens an operation stream to a running computer's guest, after checking the lease.
+    pub async fn open(
+        &self,
+        id: &str,
+        lease: Option<&BotLease>,
+        req: &Request,
+    ) -> Result<OpStream, CoreError> {
+        let c = self.get(id).await?;
+        if c.state != ComputerState::Running {
+            return Err(CoreError::NotRunning {
+                id: id.to_string(),
+                state: c.state,
+            });
+        }
+        if let Some(lease) = lease {
+            self.check_lease(&c, lease).await?;
+        }
+        let guest = self
+            .registry
+            .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
+            .await?;
+        Ok(guest.open(req).await?)
+    }
+
+    fn push_lease(&self, c: &Computer, bot: &BotId, lease: Option<LeaseToken>) {
+        if let Some(guest) = self.registry.get(c.id.as_str()) {
+            guest.push_control(ControlMsg::Lease {
+                bot: bot.clone(),
+                lease,
+            });
+        }
+    }
+
+    pub async fn acquire_lease(
+        &self,
+        id: &str,
+        bot: &BotId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease, CoreError> {
+        let c = self.get(id).await?;
+        let lease = self
+            .leases
+            .acquire(&c.id, bot, owner, ttl, now_ms())
+            .await?;
+        self.push_lease(&c, bot, Some(lease.token.clone()));
+        Ok(lease)
+    }
+
+    pub async fn renew_lease(
+        &self,
+        id: &str,
+        bot: &BotId,
+        token: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Lease, CoreError> {
+        let c = self.get(id).await?;
+        Ok(self.leases.renew(&c.id, bot, token, ttl, now_ms()).await?)
+    }
+
+    pub async fn release_lease(
+        &self,
+        id: &str,
+        bot: &BotId,
+        token: &LeaseToken,
+    ) -> Result<(), CoreError> {
+        let c = self.get(id).await?;
+        self.leases.release(&c.id, bot, token, now_ms()).await?;
+        self.push_lease(&c, bot, None);
+        Ok(())
+    }
+
+    pub async fn get_lease(&self, id: &str, bot: &BotId) -> Result<Option<Lease>, CoreError> {
+        let c = self.get(id).await?;
+        Ok(self.leases.get(&c.id, bot, now_ms()).await?)
+    }
+}
+
+/// Guests authenticate against the computer store.
+pub struct CoreAuth(pub Arc<Core>);
+
+impl GuestAuth for CoreAuth {
+    async fn verify(&self, computer_id: &str, token: &Secret) -> bool {
+        let Ok(id) = ComputerId::new(computer_id) else {
+            return false;
+        };
+        match self.0.computers.verify_token(&id, token.expose()).await {
+            Ok(ok) => ok,
+            Err(e) => {
+                warn!(error = %e, "token check failed");
+                false
+            }
+        }
+    }
+
+    async fn set_connected(&self, computer_id: &str, connected: bool) {
+        let Ok(id) = ComputerId::new(computer_id) else {
+            return;
+        };
+        if let Err(e) = self
+            .0
+            .computers
+            .set_connected(&id, connected, now_ms())
+            .await
+        {
+            warn!(computer_id, error = %e, "could not record guest connectivity");
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! `rakazo serve`: start-up and wiring of the control plane.
+//!
+//! Creates the data dir on first start (API token, tunnel certificate, SQLite database),
+//! connects the database and runs migrations, binds the tunnel (UDP) and the HTTP API (TCP),
+//! writes the chosen addresses to `addresses.json` (so port 0 works), recovers local computers,
+//! and serves until killed. The API token is printed once, when it is created.
+
+use crate::api::{self, Api, ApiLimits};
+use crate::clock::now_ms;
+use crate::core::{Core, CoreAuth, Enrollment};
+use crate::db::Db;
+use crate::tls::{write_private, TunnelIdentity};
+use crate::tunnel::{self, Registry};
+use anyhow::{bail, Context, Result};
+use gateway_proto::Secret;
+use providers::{AnyProvider, LocalProvider};
+use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tracing::info;
+
+/// File names inside the data dir.
+pub const API_TOKEN_FILE: &str = "api-token";
+pub const ADDRESSES_FILE: &str = "addresses.json";
+
+/// Configuration of `rakazo serve`, already parsed from flags and environment.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    pub http_addr: SocketAddr,
+    pub tunnel_addr: SocketAddr,
+    /// `postgres://...` or `sqlite://...`; `None` is SQLite in the data dir.
+    pub database_url: Option<String>,
+    /// The guest binary the local provider starts.
+    pub guest_bin: PathBuf,
+    /// Log filter handed to local guests.
+    pub guest_log: Option<String>,
+    pub limits: ApiLimits,
+}
+
+/// Loads the API token, or creates it (0600) and returns it with `true` the first time.
+pub fn load_or_create_token(data_dir: &Path) -> Result<(Secret, bool)> {
+    let path = data_dir.join(API_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => Ok((Secret::new(t.trim().to_string()), false)),
+        Ok(_) => bail!(
+            "{} is empty; delete it to create a new token",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let token = format!("rk_{}", hex::encode(rand::random::<[u8; 32]>()));
+            write_private(&path, token.as_bytes())?;
+            Ok((Secret::new(token), true))
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+/// Runs the control plane until the process is killed.
+pub async fn serve(cfg: ServeConfig) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&cfg.data_dir)
+        .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
+    let (token, created) = load_or_create_token(&cfg.data_dir)?;
+    if created {
+        // Printed once, on the terminal of whoever started the server the first time; the file
+        // in the data dir is how the local CLI finds it later.
+        println!(
+            "API token (shown once; stored in {}): {}",
+            cfg.data_dir.join(API_TOKEN_FILE).display(),
+            token.expose()
+        );
+    }
+    let identity = TunnelIdentity::load_or_create(
+        &cfg.data_dir.join("tunnel-cert.pem"),
+        &cfg.data_dir.join("tunnel-key.pem"),
+    )?;
+    let db = match &cfg.database_url {
+        Some(url) => Db::connect(url).await.context("connect to DATABASE_URL")?,
+        None => Db::sqlite_in(&cfg.data_dir)
+            .await
+            .context("open the SQLite database")?,
+    };
+    db.migrate(now_ms()).await.context("run migrations")?;
+
+    let reset_key = load_or_create_key(&cfg.data_dir.join("tunnel-reset-key"))?;
+    let endpoint = tunnel::bind(cfg.tunnel_addr, identity.server_config()?, &reset_key)
+        .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?;
+    let tunnel_addr = endpoint.local_addr()?;
+    let listener = tokio::net::TcpListener::bind(cfg.http_addr)
+        .await
+        .with_context(|| format!("bind http on {}", cfg.http_addr))?;
+    let http_addr = listener.local_addr()?;
+
+    let mut local = LocalProvider::new(cfg.data_dir.join("computers"), &cfg.guest_bin);
+    if let Some(filter) = &cfg.guest_log {
+        local = local.with_guest_env("RAKAZO_LOG", filter);
+    }
+    let registry = Registry::new();
+    let enrollment = Enrollment {
+        control_addr: tunnel_addr,
+        cert_sha256: identity.fingerprint(),
+    };
+    let core = Arc::new(Core::new(
+        db,
+        registry.clone(),
+        AnyProvider::Local(local),
+        enrollment,
+    ));
+
+    tokio::spawn(tunnel::serve(
+        endpoint,
+        registry,
+        Arc::new(CoreAuth(core.clone())),
+    ));
+    let addresses = serde_json::json!({
+        "http": format!("http://{http_addr}"),
+        "tunnel": tunnel_addr.to_string(),
+        "tunnel_cert_sha256": identity.fingerprint(),
+    });
+    write_atomic(
+        &cfg.data_dir.join(ADDRESSES_FILE),
+        &serde_json::to_vec_pretty(&addresses)?,
+    )?;
+    info!(%http_addr, %tunnel_addr, database = ?core_db_kind(&cfg), "control plane listening");
+
+    let recover = core.clone();
+    tokio::spawn(async move {
+        if let Err(e) = recover.recover().await {
+            tracing::error!(error = %e, "recovering computers failed");
+        }
+    });
+    api::serve(listener, Arc::new(Api::new(core, &token, cfg.limits))).await;
+    Ok(())
+}
+
+/// A 32-byte secret kept in the data dir (0600), created on first use.
+fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
+    match std::fs::read(path) {
+        Ok(bytes) => bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{} must hold exactly 32 bytes", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key: [u8; 32] = rand::random();
+            write_private(path, &key)?;
+            Ok(key)
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+fn core_db_kind(cfg: &ServeConfig) -> &'static str {
+    match &cfg.database_url {
+        Some(u) if u.starts_with("postgres") => "postgres",
+        _ => "sqlite",
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! Serving one operation stream: decode the request, check its lease, dispatch, answer.
+//!
+//! This is the guest's single front door for the tunnel: every stream is parsed into a typed
+//! [`Request`] and handed to the capability that owns it ([`crate::exec`], [`crate::home`]).
+//! Lease fences are checked here, before any capability runs. A stream whose first frame is
+//! malformed or oversized is answered with an error and reset; other streams are unaffected.
+
+use crate::exec;
+use crate::fence::FenceTable;
+use crate::home::Home;
+use gateway_proto::{
+    encode, BotId, BotLease, ErrorCode, ExecEvent, ExecInput, FrameDecoder, LeaseToken, OpError,
+    Reply, Request, MAX_CHUNK,
+};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::sync::Mutex;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// Stream reset code for a malformed stream (the control plane's `tunnel::RESET_PROTOCOL`).
+const RESET_PROTOCOL: u32 = 3;
+
+/// Everything the guest serves.
+pub struct Ops {
+    home: Home,
+    fences: Mutex<FenceTable>,
+}
+
+impl Ops {
+    pub fn new(home: Home) -> Self {
+        Self {
+            home,
+            fences: Mutex::new(FenceTable::new()),
+        }
+    }
+
+    /// Applies a lease push from the control plane.
+    pub fn update_fence(&self, bot: BotId, lease: Option<LeaseToken>) {
+        self.fences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .update(bot, lease);
+    }
+
+    fn check_lease(&self, lease: Option<&BotLease>) -> Result<(), OpError> {
+        match lease {
+            Some(lease) => self
+                .fences
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check(lease),
+            None => Ok(()),
+        }
+    }
+
+    /// Serves one operation stream to its end.
+    pub async fn serve_stream(&self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+        let mut decoder = FrameDecoder::new();
+        let request = loop {
+            match decoder.next_message::<Request>() {
+                Ok(Some(req)) => break req,
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(error = %e, "malformed request frame; resetting the stream");
+                    let err =
+                        OpError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
+                    let _ = write_frame(&mut send, &Reply::Error(err)).await;
+                    let _ = send.reset(RESET_PROTOCOL.into());
+                    let _ = recv.stop(RESET_PROTOCOL.into());
+                    return;
+                }
+            }
+            match recv.read_chunk(64 * 1024, true).await {
+                Ok(Some(chunk)) => decoder.push(&chunk.bytes),
+                Ok(None) | Err(_) => return,
+            }
+        };
+        let remainder = decoder.into_remainder();
+        let lease = match &request {
+            Request::Exec(r) => r.lease.as_ref(),
+            Request::ListFiles(r) => r.lease.as_ref(),
+            Request::ReadFile(r) => r.lease.as_ref(),
+            Request::WriteFile(r) => r.lease.as_ref(),
+            Request::Ping => None,
+        };
+        if let Err(err) = self.check_lease(lease) {
+            debug!(error = %err, "refused a stale lease");
+            match request {
+                Request::Exec(_) => {
+                    let _ = write_frame(&mut send, &ExecEvent::Failed(err)).await;
+                }
+                _ => {
+                    let _ = write_frame(&mut send, &Reply::Error(err)).await;
+                }
+            }
+            let _ = send.finish();
+            return;
+        }
+        match request {
+            Request::Ping => {
+                let _ = write_frame(&mut send, &Reply::Pong).await;
+                let _ = send.finish();
+            }
+            Request::ListFiles(r) => {
+                let reply = match self.home.list(&r.path) {
+                    Ok(entries) => Reply::Files(entries),
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
+                let _ = send.finish();
+            }
+            Request::ReadFile(r) => self.read_file(send, &r.path, r.max_bytes).await,
+            Request::WriteFile(r) => {
+                self.write_file(send, recv, remainder, &r.path, r.executable, r.size)
+                    .await
+            }
+            Request::Exec(r) => self.exec(send, recv, remainder, r).await,
+        }
+    }
+
+    async fn read_file(&self, mut send: quinn::SendStream, path: &str, max: u64) {
+        let (mut file, size) = match self.home.open_read(path, max) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = write_frame(&mut send, &Reply::Error(e)).await;
+                let _ = send.finish();
+                return;
+            }
+        };
+        if write_frame(&mut send, &Reply::ReadStart { size })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut left = size;
+        let mut buf = vec![0u8; 256 * 1024];
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            // A blocking read of a local file chunk is short; the runtime tolerates it.
+            let n = match tokio::task::block_in_place(|| file.read(&mut buf[..want])) {
+                Ok(0) | Err(_) => {
+                    // The file shrank or failed under us: the promised size cannot be met.
+                    warn!(path, "file changed while being read; resetting the stream");
+                    let _ = send.reset(RESET_PROTOCOL.into());
+                    return;
+                }
+                Ok(n) => n,
+            };
+            if send.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+            left -= n as u64;
+        }
+        let _ = send.finish();
+    }
+
+    async fn write_file(
+        &self,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+        remainder: Vec<u8>,
+        path: &str,
+        executable: bool,
+        size: u64,
+    ) {
+        let reply = match self
+            .receive_file(&mut recv, remainder, path, executable, size)
+            .await
+        {
+            Ok(()) => Reply::Written { size },
+            Err(e) => Reply::Error(e),
+        };
+        let _ = write_frame(&mut send, &reply).await;
+        let _ = send.finish();
+    }
+
+    async fn receive_file(
+        &self,
+        recv: &mut quinn::RecvStream,
+        remainder: Vec<u8>,
+        path: &str,
+        executable: bool,
+        size: u64,
+    ) -> Result<(), OpError> {
+        let mut pending = self.home.create_write(path, executable)?;
+        let io_err =
+            |e: std::io::Error| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}"));
+        let mut got = remainder.len() as u64;
+        if got > size {
+            return Err(too_many(path, size));
+        }
+        tokio::task::block_in_place(|| pending.file().write_all(&remainder)).map_err(io_err)?;
+        while got < size {
+            match recv.read_chunk(256 * 1024, true).await {
+                Ok(Some(chunk)) => {
+                    got += chunk.bytes.len() as u64;
+                    if got > size {
+                        return Err(too_many(path, size));
+                    }
+                    tokio::task::block_in_place(|| pending.file().write_all(&chunk.bytes))
+                        .map_err(io_err)?;
+                }
+                Ok(None) | Err(_) => {
+                    return Err(OpError::new(
+                        ErrorCode::BadRequest,
+                        format!("upload of {path:?} ended after {got} of {size} bytes"),
+                    ))
+                }
+            }
+        }
+        // Anything past the announced size is a protocol violation, not data.
+        if let Ok(Some(_)) = recv.read_chunk(1, true).await {
+            return Err(too_many(path, size));
+        }
+        tokio::task::block_in_place(|| pending.commit())
+    }
+
+    async fn exec(
+        &self,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+        remainder: Vec<u8>,
+        req: gateway_proto::ExecRequest,
+    ) {
+        let (input_tx, input_rx) = mpsc::channel::<ExecInput>(16);
+        let (event_tx, mut event_rx) = mpsc::channel::<ExecEvent>(64);
+        // Input pump: frames from the control plane to the command. When the stream is reset
+        // (the client went away) or the connection drops, the sender is dropped: exec aborts.
+        let pump = tokio::spawn(async move {
+            let mut decoder = FrameDecoder::with_max(MAX_CHUNK + 1024);
+            decoder.push(&remainder);
+            loop {
+                loop {
+                    match decoder.next_message::<ExecInput>() {
+                        Ok(Some(input)) => {
+                            if input_tx.send(input).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            warn!(error = %e, "malformed exec input; aborting the command");
+                            let _ = input_tx.send(ExecInput::Abort).await;
+                            return;
+                        }
+                    }
+                }
+                match recv.read_chunk(64 * 1024, true).await {
+                    Ok(Some(chunk)) => decoder.push(&chunk.bytes),
+                    // A clean finish means "no more input"; the command keeps running.
+                    Ok(None) => {
+                        let _ = input_tx.send(ExecInput::CloseStdin).await;
+                        input_tx.closed().await;
+                        return;
+                    }
+                    Err(_) => {
+                        let _ = input_tx.send(ExecInput::Abort).await;
+                        return;
+                    }
+                }
+            }
+        });
+        let home = &self.home;
+        let writer = async {
+            while let Some(event) = event_rx.recv().await {
+                if write_frame(&mut send, &event).await.is_err() {
+                    // Nobody is listening any more; dropping the receiver aborts the command.
+                    return;
+                }
+            }
+            let _ = send.finish();
+        };
+        tokio::join!(exec::run(home, req, input_rx, event_tx), writer);
+        pump.abort();
+    }
+}
+
+fn too_many(path: &str, size: u64) -> OpError {
+    OpError::new(
+        ErrorCode::BadRequest,
+        format!("upload of {path:?} sent more than {size} bytes"),
+    )
+}
+
+async fn write_frame<T: Serialize>(send: &mut quinn::SendStream, msg: &T) -> std::io::Result<()> {
+    let frame = encode(msg).map_err(std::io::Error::other)?;
+    send.write_all(&frame).await.map_err(std::io::Error::other)
+}
