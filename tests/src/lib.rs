@@ -34,6 +34,28 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The statically linked guest (`x86_64-unknown-linux-musl`), built beside the workspace's
+/// binaries by the test command.
+pub fn static_guest() -> PathBuf {
+    let dir = bin_dir();
+    let profile = dir
+        .file_name()
+        .map(|p| p.to_os_string())
+        .unwrap_or_default();
+    let p = dir
+        .parent()
+        .expect("target dir")
+        .join("x86_64-unknown-linux-musl")
+        .join(profile)
+        .join("rakazo-guest");
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build --target x86_64-unknown-linux-musl -p guest-agent",
+        p.display()
+    );
+    p
+}
+
 /// Options for a [`World`].
 #[derive(Default, Clone)]
 pub struct WorldOptions {
@@ -41,6 +63,8 @@ pub struct WorldOptions {
     pub database_url: Option<String>,
     /// WARN lines (substrings) this test expects in the server log.
     pub allow_warn: Vec<String>,
+    /// The guest binary local computers run (default: the workspace's debug build).
+    pub guest_bin: Option<PathBuf>,
 }
 
 /// One running control plane.
@@ -133,7 +157,13 @@ impl World {
             .env("RAKAZO_DATA_DIR", self.data_dir.path())
             .env("RAKAZO_HTTP_ADDR", http_addr)
             .env("RAKAZO_TUNNEL_ADDR", tunnel_addr)
-            .env("RAKAZO_GUEST_BIN", bin("rakazo-guest"))
+            .env(
+                "RAKAZO_GUEST_BIN",
+                self.opts
+                    .guest_bin
+                    .clone()
+                    .unwrap_or_else(|| bin("rakazo-guest")),
+            )
             .env("RAKAZO_LOG", "info")
             .env(
                 "RAKAZO_GUEST_LOG",

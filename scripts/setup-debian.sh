@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what Rakazo needs on a fresh Debian 12 machine: build tools, the musl target for the
+# static guest, and the computer-image packages used by the tests (Xvfb, Chromium, x11vnc).
+# Idempotent and quiet; safe to run again.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+need_pkgs=()
+for p in build-essential pkg-config musl-tools file xvfb xauth chromium x11vnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "cargo is missing: install Rust with rustup first" >&2
+  exit 1
+fi
+rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
+  || rustup target add x86_64-unknown-linux-musl >/dev/null

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, the static guest, and every test against real
+# processes, real QUIC on loopback, real SQLite and PostgreSQL. `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-debian.sh
+bash scripts/ensure-postgres.sh
+
+echo "== fmt"; cargo fmt --all -- --check
+echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== gateway-proto has no tokio"
+if cargo tree -p gateway-proto -e normal --prefix none | grep -qE '^(tokio|quinn|hyper) '; then
+  echo "gateway-proto must not depend on an async runtime or sockets" >&2; exit 1
+fi
+echo "== build"
+cargo build --workspace --bins --locked
+cargo build --target x86_64-unknown-linux-musl -p guest-agent --bin rakazo-guest --locked
+echo "== test"
+cargo test --workspace --locked
