@@ -2,5 +2,6 @@
 //!
 //! One test binary; each module is one capability. Every test starts its own [`tests::World`].
 
+mod cli;
 mod foundation;
 mod tunnel_abuse;
