@@ -65,8 +65,10 @@ impl Ops {
                     warn!(error = %e, "malformed request frame; resetting the stream");
                     let err =
                         OpError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
+                    // Finish rather than reset our side, so the error reaches the control plane;
+                    // stop reading theirs.
                     let _ = write_frame(&mut send, &Reply::Error(err)).await;
-                    let _ = send.reset(RESET_PROTOCOL.into());
+                    let _ = send.finish();
                     let _ = recv.stop(RESET_PROTOCOL.into());
                     return;
                 }

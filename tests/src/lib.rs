@@ -165,10 +165,7 @@ impl World {
                     .unwrap_or_else(|| bin("rakazo-guest")),
             )
             .env("RAKAZO_LOG", "info")
-            .env(
-                "RAKAZO_GUEST_LOG",
-                std::env::var("RK_GUEST_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("RAKAZO_GUEST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

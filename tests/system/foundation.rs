@@ -330,27 +330,9 @@ async fn a_restarted_control_plane_gets_its_computers_back() -> Result<()> {
     w.kill_server();
     w.spawn_server().await?;
     // The old guest dials back to the new server (same certificate, same token).
-    let out = match w
+    let out = w
         .exec(&c, serde_json::json!({ "argv": ["echo", "still here"] }))
-        .await
-    {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!(
-                "SERVER LOG:\n{}\nGUEST LOG:\n{}",
-                w.log(),
-                std::fs::read_to_string(
-                    w.data_dir
-                        .path()
-                        .join("computers")
-                        .join(&c)
-                        .join("guest.log")
-                )
-                .unwrap_or_default()
-            );
-            return Err(e.into());
-        }
-    };
+        .await?;
     assert_eq!(out.stdout, b"still here\n");
     // A guest that died while the server was down is started again on the next start.
     let home = w.home_of(&c).display().to_string();
@@ -415,8 +397,9 @@ async fn stop_start_and_idempotent_destroy() -> Result<()> {
 
 #[tokio::test]
 async fn the_control_plane_runs_on_postgres() -> Result<()> {
+    #[allow(clippy::disallowed_methods)] // the test's one knob: where PostgreSQL runs
     let base = std::env::var("RAKAZO_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        .unwrap_or_else(|_| control_plane::db::testing::DEFAULT_PG_URL.into());
     let schema = format!("rk_sys_{}", hex::encode(rand::random::<[u8; 6]>()));
     let admin = control_plane::db::Db::connect(&base).await?;
     sqlx::query(&format!("CREATE SCHEMA {schema}"))

@@ -4,4 +4,5 @@
 
 mod cli;
 mod foundation;
+mod static_guest;
 mod tunnel_abuse;
