@@ -1,0 +1,501 @@
+//! Golden bytes for every message on the tunnel.
+//!
+//! WIRE CHANGE WARNING: changing any byte in this file is a wire change. It needs a
+//! `PROTOCOL_VERSION` bump with a history line in `gateway-proto/src/lib.rs`, and new goldens for
+//! the new version. Never "fix" a golden to match new output without that bump.
+//!
+//! Each golden is the whole frame as produced by [`gateway_proto::encode`]: the 4-byte big-endian
+//! length prefix, then the postcard payload. Whitespace in the hex literals is ignored; it
+//! separates fields. Postcard reminders for reading them: enum variant index and all lengths and
+//! unsigned integers are LEB128 varints (7 bits per byte, low group first, high bit = more),
+//! signed integers are zigzag varints, `bool` is one byte 00/01, `Option` is a 00/01 tag then the
+//! value, strings and byte buffers are a varint length then the bytes, structs are their fields in
+//! declaration order with no names and no tags.
+
+use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
+use gateway_proto::{
+    decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
+    FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
+    OpError, ReadFile, RefuseReason, Refused, Reply, Request, Secret, Welcome, WriteFile,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_bytes::ByteBuf;
+use std::fmt::Debug;
+
+/// Asserts that `value` encodes to exactly the frame `expected` (hex, whitespace ignored, length
+/// prefix included), and that the golden bytes decode back to `value`, both as a bare payload and
+/// through the stream decoder.
+#[track_caller]
+fn golden<T>(value: &T, expected: &str)
+where
+    T: Serialize + DeserializeOwned + PartialEq + Debug,
+{
+    let expected: String = expected.split_whitespace().collect();
+    let frame = encode(value).expect("golden value encodes");
+    assert_eq!(
+        hex::encode(&frame),
+        expected,
+        "wire encoding of {value:?} changed: that needs a PROTOCOL_VERSION bump"
+    );
+
+    let bytes = hex::decode(&expected).expect("golden is valid hex");
+    let (prefix, payload) = bytes.split_at(4);
+    let prefix = u32::from_be_bytes(prefix.try_into().expect("4-byte prefix"));
+    assert_eq!(prefix as usize, payload.len(), "length prefix of {value:?}");
+    assert_eq!(&decode::<T>(payload).expect("golden decodes"), value);
+
+    let mut decoder = FrameDecoder::new();
+    decoder.push(&bytes);
+    let streamed = decoder.next_message::<T>().expect("stream decodes");
+    assert_eq!(streamed.as_ref(), Some(value));
+    assert_eq!(decoder.next_message::<T>(), Ok(None));
+    decoder.finish().expect("nothing left over");
+}
+
+/// Asserts that a payload (no length prefix) is refused as `T`.
+#[track_caller]
+fn rejected<T: DeserializeOwned + Debug>(payload_hex: &str) {
+    let payload: String = payload_hex.split_whitespace().collect();
+    let payload = hex::decode(payload).expect("valid hex");
+    let got = decode::<T>(&payload);
+    assert!(
+        matches!(got, Err(FrameError::Malformed(_))),
+        "{payload_hex} decoded as {} to {got:?}",
+        std::any::type_name::<T>()
+    );
+}
+
+fn bot() -> BotId {
+    BotId::new("bot-1").unwrap()
+}
+
+/// An owner with a colon (owners are run ids and may contain them) and a two-byte varint fence.
+fn token() -> LeaseToken {
+    LeaseToken::new("run:42", 300).unwrap()
+}
+
+fn bot_lease() -> BotLease {
+    BotLease {
+        bot: bot(),
+        token: token(),
+    }
+}
+
+#[test]
+fn protocol_version_is_the_one_these_goldens_pin() {
+    // Bumping the version means revisiting every golden below (and keeping the old ones if the
+    // old version is still accepted, see MIN_PROTOCOL_VERSION).
+    assert_eq!(PROTOCOL_VERSION, 1);
+    assert_eq!(MIN_PROTOCOL_VERSION, 1);
+}
+
+#[test]
+fn hello() {
+    golden(
+        &Hello {
+            version: 1,
+            min_version: 1,
+            computer_id: "c1".into(),
+            token: Secret::new("tok"),
+            agent: "guest/0.1".into(),
+        },
+        concat!(
+            "00000013",              // frame length: 19
+            "01",                    // version: 1
+            "01",                    // min_version: 1
+            "02 6331",               // computer_id: "c1"
+            "03 746f6b",             // token: "tok" (Secret is transparent)
+            "09 67756573742f302e31"  // agent: "guest/0.1"
+        ),
+    );
+}
+
+#[test]
+fn welcome_and_refused_structs() {
+    golden(&Welcome { version: 1 }, "00000001 01");
+    golden(
+        &Refused {
+            reason: RefuseReason::BadCredentials,
+        },
+        "00000001 00",
+    );
+}
+
+#[test]
+fn hello_reply_welcome() {
+    golden(
+        &HelloReply::Welcome(Welcome { version: 1 }),
+        "00000002 00 01", // variant 0 Welcome, version 1
+    );
+}
+
+#[test]
+fn hello_reply_refused_with_each_reason() {
+    // variant 1 Refused, then the RefuseReason variant index and its fields.
+    let refused = |reason| HelloReply::Refused(Refused { reason });
+    golden(&refused(RefuseReason::BadCredentials), "00000002 01 00");
+    golden(
+        &refused(RefuseReason::UnsupportedVersion { min: 1, max: 2 }),
+        "00000004 01 01 01 02", // UnsupportedVersion, min 1, max 2
+    );
+    golden(
+        &refused(RefuseReason::UnsupportedVersion {
+            min: 200,
+            max: u16::MAX,
+        }),
+        "00000007 01 01 c801 ffff03", // u16 varints: 200 and 65535
+    );
+    golden(&refused(RefuseReason::Malformed), "00000002 01 02");
+    golden(&refused(RefuseReason::Superseded), "00000002 01 03");
+}
+
+#[test]
+fn control_msg_lease_some() {
+    golden(
+        &ControlMsg::Lease {
+            bot: bot(),
+            lease: Some(token()),
+        },
+        concat!(
+            "00000011",        // frame length: 17
+            "00",              // variant 0 Lease
+            "05 626f742d31",   // bot: "bot-1"
+            "01",              // lease: Some
+            "06 72756e3a3432", // owner: "run:42"
+            "ac02"             // fence: 300
+        ),
+    );
+}
+
+#[test]
+fn control_msg_lease_none() {
+    golden(
+        &ControlMsg::Lease {
+            bot: bot(),
+            lease: None,
+        },
+        "00000008 00 05626f742d31 00", // Lease, bot "bot-1", lease None
+    );
+}
+
+#[test]
+fn control_msg_ping_and_pong() {
+    golden(&ControlMsg::Ping { seq: 1 }, "00000002 01 01");
+    golden(&ControlMsg::Ping { seq: 0 }, "00000002 01 00");
+    golden(
+        &ControlMsg::Pong { seq: u64::MAX },
+        "0000000b 02 ffffffffffffffffff01", // ten-byte varint
+    );
+}
+
+#[test]
+fn request_exec_with_every_field_set() {
+    golden(
+        &Request::Exec(ExecRequest {
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            cwd: Some("work".into()),
+            env: vec![("A".into(), "1".into())],
+            timeout_ms: Some(30_000),
+            stdin: true,
+            lease: Some(bot_lease()),
+        }),
+        concat!(
+            "00000030",                             // frame length: 48
+            "00",                                   // variant 0 Exec
+            "03 02 7368 02 2d63 07 6563686f206869", // argv: ["sh", "-c", "echo hi"]
+            "01 04 776f726b",                       // cwd: Some("work")
+            "01 01 41 01 31",                       // env: [("A", "1")]
+            "01 b0ea01",                            // timeout_ms: Some(30000)
+            "01",                                   // stdin: true
+            "01",                                   // lease: Some
+            "05 626f742d31",                        //   bot: "bot-1"
+            "06 72756e3a3432 ac02"                  //   token: "run:42", fence 300
+        ),
+    );
+}
+
+#[test]
+fn request_exec_minimal() {
+    golden(
+        &Request::Exec(ExecRequest {
+            argv: vec!["true".into()],
+            cwd: None,
+            env: vec![],
+            timeout_ms: None,
+            stdin: false,
+            lease: None,
+        }),
+        concat!(
+            "0000000c",      // frame length: 12
+            "00",            // variant 0 Exec
+            "01 0474727565", // argv: ["true"]
+            "00",            // cwd: None
+            "00",            // env: []
+            "00",            // timeout_ms: None
+            "00",            // stdin: false
+            "00"             // lease: None
+        ),
+    );
+}
+
+#[test]
+fn request_list_files() {
+    golden(
+        &Request::ListFiles(ListFiles {
+            path: "src".into(),
+            lease: None,
+        }),
+        "00000006 01 03737263 00", // variant 1, path "src", lease None
+    );
+    golden(
+        &Request::ListFiles(ListFiles {
+            path: "src".into(),
+            lease: Some(bot_lease()),
+        }),
+        "00000015 01 03737263 01 05626f742d31 0672756e3a3432 ac02",
+    );
+}
+
+#[test]
+fn request_read_file() {
+    golden(
+        &Request::ReadFile(ReadFile {
+            path: "a.txt".into(),
+            max_bytes: 1 << 20,
+            lease: Some(bot_lease()),
+        }),
+        concat!(
+            "0000001a",                            // frame length: 26
+            "02",                                  // variant 2 ReadFile
+            "05 612e747874",                       // path: "a.txt"
+            "808040",                              // max_bytes: 1048576
+            "01 05626f742d31 0672756e3a3432 ac02"  // lease: Some(bot-1, run:42:300)
+        ),
+    );
+}
+
+#[test]
+fn request_write_file() {
+    golden(
+        &Request::WriteFile(WriteFile {
+            path: "bin/run".into(),
+            executable: true,
+            size: 5,
+            lease: None,
+        }),
+        "0000000c 03 0762696e2f72756e 01 05 00", // variant 3, path, executable, size, no lease
+    );
+    golden(
+        &Request::WriteFile(WriteFile {
+            path: "a".into(),
+            executable: false,
+            size: 0,
+            lease: Some(bot_lease()),
+        }),
+        "00000015 03 0161 00 00 01 05626f742d31 0672756e3a3432 ac02",
+    );
+}
+
+#[test]
+fn request_ping() {
+    golden(&Request::Ping, "00000001 04");
+}
+
+#[test]
+fn exec_input_each_variant() {
+    golden(
+        &ExecInput::Stdin(ByteBuf::from(b"hi\n".to_vec())),
+        "00000005 00 03 68690a",
+    );
+    golden(&ExecInput::Stdin(ByteBuf::new()), "00000002 00 00");
+    golden(&ExecInput::CloseStdin, "00000001 01");
+    golden(&ExecInput::Abort, "00000001 02");
+}
+
+#[test]
+fn exec_event_started_stdout_stderr() {
+    golden(&ExecEvent::Started { pid: 4242 }, "00000003 00 9221");
+    golden(
+        &ExecEvent::Stdout(ByteBuf::from(b"out\n".to_vec())),
+        "00000006 01 04 6f75740a",
+    );
+    golden(
+        &ExecEvent::Stderr(ByteBuf::from(b"\x00\xff".to_vec())),
+        "00000004 02 02 00ff",
+    );
+}
+
+#[test]
+fn exec_event_exit() {
+    golden(
+        &ExecEvent::Exit {
+            code: 0,
+            message: None,
+        },
+        "00000003 03 00 00",
+    );
+    golden(
+        &ExecEvent::Exit {
+            code: -1,
+            message: Some("killed".into()),
+        },
+        "0000000a 03 01 01 066b696c6c6564", // code -1 is zigzag 01
+    );
+    golden(
+        &ExecEvent::Exit {
+            code: 124,
+            message: Some("timed out".into()),
+        },
+        "0000000e 03 f801 01 0974696d6564206f7574", // code 124 is zigzag 248
+    );
+}
+
+#[test]
+fn exec_event_failed() {
+    golden(
+        &ExecEvent::Failed(OpError::new(ErrorCode::Failed, "spawn: no such file")),
+        concat!(
+            "00000016",                                  // frame length: 22
+            "04",                                        // variant 4 Failed
+            "05",                                        // code: Failed
+            "13 737061776e3a206e6f20737563682066696c65"  // message (19 bytes)
+        ),
+    );
+}
+
+#[test]
+fn reply_files() {
+    golden(
+        &Reply::Files(vec![
+            FileEntry {
+                path: "a.txt".into(),
+                kind: FileKind::File,
+                size: 5,
+                executable: false,
+            },
+            FileEntry {
+                path: "bin".into(),
+                kind: FileKind::Dir,
+                size: 0,
+                executable: true,
+            },
+        ]),
+        concat!(
+            "00000012",               // frame length: 18
+            "00",                     // variant 0 Files
+            "02",                     // two entries
+            "05 612e747874 00 05 00", // "a.txt", File, size 5, not executable
+            "03 62696e 01 00 01"      // "bin", Dir, size 0, executable
+        ),
+    );
+    golden(&Reply::Files(vec![]), "00000002 00 00");
+}
+
+#[test]
+fn reply_read_start_written_pong() {
+    golden(&Reply::ReadStart { size: 5 }, "00000002 01 05");
+    golden(&Reply::Written { size: 200 }, "00000003 02 c801");
+    golden(&Reply::Pong, "00000001 03");
+}
+
+#[test]
+fn reply_error() {
+    golden(
+        &Reply::Error(OpError::new(ErrorCode::NotFound, "nope")),
+        "00000007 04 02 046e6f7065", // variant 4, NotFound, "nope"
+    );
+}
+
+#[test]
+fn op_error_with_each_error_code() {
+    let cases = [
+        (ErrorCode::BadRequest, "00000003 00 0178"),
+        (ErrorCode::PathRejected, "00000003 01 0178"),
+        (ErrorCode::NotFound, "00000003 02 0178"),
+        (ErrorCode::TooLarge, "00000003 03 0178"),
+        (ErrorCode::StaleLease, "00000003 04 0178"),
+        (ErrorCode::Failed, "00000003 05 0178"),
+        (ErrorCode::Unsupported, "00000003 06 0178"),
+    ];
+    for (code, expected) in cases {
+        golden(&OpError::new(code, "x"), expected);
+    }
+}
+
+#[test]
+fn file_entry_and_file_kind() {
+    golden(&FileKind::File, "00000001 00");
+    golden(&FileKind::Dir, "00000001 01");
+    golden(
+        &FileEntry {
+            path: "a.txt".into(),
+            kind: FileKind::File,
+            size: 5,
+            executable: false,
+        },
+        "00000009 05612e747874 00 05 00",
+    );
+}
+
+#[test]
+fn bot_lease_lease_token_bot_id_secret() {
+    golden(
+        &bot_lease(),
+        "0000000f 05626f742d31 0672756e3a3432 ac02", // bot, owner, fence
+    );
+    golden(&token(), "00000009 0672756e3a3432 ac02");
+    golden(
+        &LeaseToken::new("r", u64::MAX).unwrap(),
+        "0000000c 0172 ffffffffffffffffff01",
+    );
+    golden(&bot(), "00000006 05626f742d31");
+    golden(&Secret::new("tok"), "00000004 03746f6b");
+}
+
+#[test]
+fn variant_index_past_the_last_is_rejected() {
+    // New variants are appended at the end with a version bump; until then these are garbage.
+    rejected::<HelloReply>("02");
+    rejected::<HelloReply>("01 04"); // RefuseReason index 4
+    rejected::<ControlMsg>("03");
+    rejected::<Request>("05");
+    rejected::<ExecInput>("03");
+    rejected::<ExecEvent>("05");
+    rejected::<Reply>("05");
+    rejected::<OpError>("07 00"); // ErrorCode index 7
+    rejected::<FileKind>("02");
+}
+
+#[test]
+fn invalid_ids_are_rejected_on_decode() {
+    // Bot ids and lease owners are validated when decoded, not only when built.
+    rejected::<BotId>("00"); // empty
+    rejected::<BotId>("02 2e2e"); // ".."
+    rejected::<BotId>("03 612f62"); // "a/b"
+    rejected::<ControlMsg>("00 01 2e 00"); // Lease for bot "."
+    rejected::<LeaseToken>("00 01"); // empty owner
+    rejected::<LeaseToken>("03 722075 01"); // owner "r u"
+    rejected::<BotLease>("05626f742d31 03 722f75 01"); // owner "r/u"
+    rejected::<Request>("01 0161 01 05626f742d31 0672756e3a3432 ac"); // fence varint cut short
+
+    // Length limits, encoded as plain strings and decoded as the validated types.
+    let longest = "b".repeat(MAX_BOT_ID_LEN);
+    let frame = encode(&longest).unwrap();
+    assert_eq!(
+        decode::<BotId>(&frame[4..]),
+        Ok(BotId::new(longest).unwrap())
+    );
+    let frame = encode(&"b".repeat(MAX_BOT_ID_LEN + 1)).unwrap();
+    assert!(matches!(
+        decode::<BotId>(&frame[4..]),
+        Err(FrameError::Malformed(_))
+    ));
+    let frame = encode(&("o".repeat(MAX_OWNER_LEN), 1u64)).unwrap();
+    assert!(decode::<LeaseToken>(&frame[4..]).is_ok());
+    let frame = encode(&("o".repeat(MAX_OWNER_LEN + 1), 1u64)).unwrap();
+    assert!(matches!(
+        decode::<LeaseToken>(&frame[4..]),
+        Err(FrameError::Malformed(_))
+    ));
+}
