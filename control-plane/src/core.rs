@@ -48,6 +48,14 @@ pub enum CoreError {
     Provider(#[from] ProviderError),
 }
 
+/// How a run ended, given when its lease is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    Success,
+    Failed,
+    Cancelled,
+}
+
 /// How guests reach this control plane.
 #[derive(Debug, Clone)]
 pub struct Enrollment {
@@ -317,16 +325,48 @@ impl Core {
         Ok(self.leases.renew(&c.id, bot, token, ttl, now_ms()).await?)
     }
 
+    /// Ends a run: releases its lease and, when the run failed or was cancelled, tears the
+    /// bot's desktop down (a successful run keeps it for the bot's next run, contracts.md §3).
     pub async fn release_lease(
         &self,
         id: &str,
         bot: &BotId,
         token: &LeaseToken,
+        outcome: RunOutcome,
     ) -> Result<(), CoreError> {
         let c = self.get(id).await?;
         self.leases.release(&c.id, bot, token, now_ms()).await?;
         self.push_lease(&c, bot, None);
+        if outcome != RunOutcome::Success {
+            self.release_screen(&c, bot).await;
+        }
         Ok(())
+    }
+
+    /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.
+    async fn release_screen(&self, c: &Computer, bot: &BotId) {
+        let Some(guest) = self.registry.get(c.id.as_str()) else {
+            return;
+        };
+        let req = Request::ScreenRelease(gateway_proto::desktop::ScreenRelease {
+            bot: bot.clone(),
+            lease: None,
+        });
+        let result = async {
+            let mut op = guest.open(&req).await?;
+            op.expect::<gateway_proto::Reply>().await
+        }
+        .await;
+        let id = c.id.as_str();
+        match result {
+            Ok(gateway_proto::Reply::Released) => {
+                info!(computer_id = %id, bot = %bot, "desktop torn down after an unsuccessful run")
+            }
+            Ok(other) => {
+                warn!(computer_id = %id, bot = %bot, reply = ?other, "desktop teardown refused")
+            }
+            Err(e) => warn!(computer_id = %id, bot = %bot, error = %e, "desktop teardown failed"),
+        }
     }
 
     pub async fn get_lease(&self, id: &str, bot: &BotId) -> Result<Option<Lease>, CoreError> {

@@ -38,23 +38,18 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
     Ok(out)
 }
 
-/// Appends the frame for `msg` to `out`.
+/// Appends the frame for `msg` to `out`; on error `out` is left as it was.
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), FrameError> {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    let payload = postcard::to_extend(msg, std::mem::take(out))
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
-    *out = payload;
-    let len = out.len() - start - 4;
-    if len > MAX_FRAME_LEN {
-        out.truncate(start);
+    let payload = postcard::to_allocvec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if payload.len() > MAX_FRAME_LEN {
         return Err(FrameError::TooLarge {
-            len,
+            len: payload.len(),
             max: MAX_FRAME_LEN,
         });
     }
-    // The check above bounds len to MAX_FRAME_LEN, which fits in u32.
-    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    // The check above bounds the length to MAX_FRAME_LEN, which fits in u32.
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&payload);
     Ok(())
 }
 
@@ -72,6 +67,9 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
 #[derive(Debug, Default)]
 pub struct FrameDecoder {
     buf: Vec<u8>,
+    /// Bytes of `buf` already taken as frames; compacted on the next push, so taking many small
+    /// frames from one read costs linear, not quadratic, time.
+    start: usize,
     max: Option<usize>,
 }
 
@@ -85,6 +83,7 @@ impl FrameDecoder {
     pub fn with_max(max: usize) -> Self {
         Self {
             buf: Vec::new(),
+            start: 0,
             max: Some(max.min(MAX_FRAME_LEN)),
         }
     }
@@ -95,12 +94,16 @@ impl FrameDecoder {
 
     /// Appends received bytes. Call [`FrameDecoder::next_frame`] until it returns `Ok(None)`.
     pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
         self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes buffered that do not yet form a frame.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
 
     /// Takes the next complete frame payload, if one is buffered.
@@ -108,7 +111,8 @@ impl FrameDecoder {
     /// An oversized length prefix is an error as soon as the prefix arrives, before its payload
     /// is buffered, so a peer cannot make the decoder hold more than one frame.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        let Some(prefix) = self.buf.first_chunk::<4>() else {
+        let rest = &self.buf[self.start..];
+        let Some(prefix) = rest.first_chunk::<4>() else {
             return Ok(None);
         };
         let len = u32::from_be_bytes(*prefix) as usize;
@@ -118,11 +122,11 @@ impl FrameDecoder {
                 max: self.max(),
             });
         }
-        if self.buf.len() < 4 + len {
+        if rest.len() < 4 + len {
             return Ok(None);
         }
-        let payload = self.buf[4..4 + len].to_vec();
-        self.buf.drain(..4 + len);
+        let payload = rest[4..4 + len].to_vec();
+        self.start += 4 + len;
         Ok(Some(payload))
     }
 
@@ -136,16 +140,16 @@ impl FrameDecoder {
 
     /// Called when the underlying stream ended: an error if a partial frame is left.
     pub fn finish(&self) -> Result<(), FrameError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(FrameError::Truncated(self.buf.len()))
+        match self.buffered() {
+            0 => Ok(()),
+            n => Err(FrameError::Truncated(n)),
         }
     }
 
     /// Gives back bytes buffered past the last frame, for a stream that switches from typed
     /// frames to raw bulk bytes.
-    pub fn into_remainder(self) -> Vec<u8> {
+    pub fn into_remainder(mut self) -> Vec<u8> {
+        self.buf.drain(..self.start);
         self.buf
     }
 }

@@ -22,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod desktop;
 pub mod frame;
 pub mod handshake;
 pub mod lease;
@@ -40,7 +41,9 @@ pub use msg::*;
 /// land without a bump here):
 /// - 1: hello/welcome handshake, lease push, exec with streamed stdin/stdout/stderr, file
 ///   list/read/write with raw bulk bodies.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// - 2: desktops: `ScreenEnsure`, `ScreenRelease`, `ScreenList`, `Observe`, `Act` requests, their
+///   replies, and the `ScreenUnavailable`, `ScreenReleasing`, `ActionRefused` error codes.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

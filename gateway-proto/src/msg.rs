@@ -4,6 +4,10 @@
 //! end and bump [`crate::PROTOCOL_VERSION`]. Golden-byte tests in `tests/golden.rs` pin each one.
 //! Only these wire types derive `Serialize`; the guest and the control plane convert at the edge.
 
+use crate::desktop::{
+    ActOutcome, ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease,
+    ScreenRequest,
+};
 use crate::handshake::Secret;
 use crate::lease::{BotId, LeaseToken};
 use serde::{Deserialize, Serialize};
@@ -114,6 +118,17 @@ pub enum Request {
     WriteFile(WriteFile),
     /// Round trip with no work, for health checks and latency measurement. Answer: `Pong`.
     Ping,
+    /// Start (or keep) the bot's desktop. Answer: `Screen` or `Error`.
+    ScreenEnsure(ScreenRequest),
+    /// Tear the bot's desktop down (§3 order). Answer: `Released` or `Error`.
+    ScreenRelease(ScreenRelease),
+    /// The live desktops. Answer: `Screens`.
+    ScreenList,
+    /// Screenshot. Answer: `Observation` then `png_len` raw bytes, or `Error`.
+    Observe(ObserveRequest),
+    /// Run a batch of actions. Answer: `Acted`, then (if asked) `Observation` and its bytes; or
+    /// `Error`.
+    Act(ActRequest),
 }
 
 /// A command to run in the home.
@@ -211,6 +226,11 @@ pub enum Reply {
     Written { size: u64 },
     Pong,
     Error(OpError),
+    Screen(ScreenInfo),
+    Screens(Vec<ScreenInfo>),
+    Released,
+    Observation(ObservationMeta),
+    Acted(ActOutcome),
 }
 
 /// A failed operation: a code callers branch on and a message for people.
@@ -246,10 +266,17 @@ pub enum ErrorCode {
     Failed,
     /// The guest does not implement this request.
     Unsupported,
+    /// `COMPUTER_SCREEN_UNAVAILABLE`: no screen can be allocated (limit reached).
+    ScreenUnavailable,
+    /// The bot's slot is still being released.
+    ScreenReleasing,
+    /// The repeated-action refusal of §4: the batch was not run.
+    ActionRefused,
 }
 
 impl ErrorCode {
-    /// Stable snake_case name, used in the HTTP API.
+    /// Stable name used in the HTTP API: snake_case, except the contract's own
+    /// `COMPUTER_SCREEN_UNAVAILABLE` (contracts.md §3).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",
@@ -259,6 +286,9 @@ impl ErrorCode {
             Self::StaleLease => "stale_lease",
             Self::Failed => "failed",
             Self::Unsupported => "unsupported",
+            Self::ScreenUnavailable => "COMPUTER_SCREEN_UNAVAILABLE",
+            Self::ScreenReleasing => "screen_releasing",
+            Self::ActionRefused => "action_refused",
         }
     }
 }

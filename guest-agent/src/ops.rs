@@ -79,14 +79,8 @@ impl Ops {
             }
         };
         let remainder = decoder.into_remainder();
-        let lease = match &request {
-            Request::Exec(r) => r.lease.as_ref(),
-            Request::ListFiles(r) => r.lease.as_ref(),
-            Request::ReadFile(r) => r.lease.as_ref(),
-            Request::WriteFile(r) => r.lease.as_ref(),
-            Request::Ping => None,
-        };
-        if let Err(err) = self.check_lease(lease) {
+        let lease = request_lease(&request);
+        if let Err(err) = self.check_lease(lease.as_ref()) {
             debug!(error = %err, "refused a stale lease");
             match request {
                 Request::Exec(_) => {
@@ -118,6 +112,15 @@ impl Ops {
                     .await
             }
             Request::Exec(r) => self.exec(send, recv, remainder, r).await,
+            Request::ScreenEnsure(_)
+            | Request::ScreenRelease(_)
+            | Request::ScreenList
+            | Request::Observe(_)
+            | Request::Act(_) => {
+                let err = OpError::new(ErrorCode::Unsupported, "this guest has no desktops yet");
+                let _ = write_frame(&mut send, &Reply::Error(err)).await;
+                let _ = send.finish();
+            }
         }
     }
 
@@ -276,6 +279,22 @@ impl Ops {
         };
         tokio::join!(exec::run(home, req, input_rx, event_tx), writer);
         pump.abort();
+    }
+}
+
+/// The lease a request acts under, if any: checked against the fence table before it runs.
+fn request_lease(request: &Request) -> Option<BotLease> {
+    let with_bot = |bot: &BotId, token: &LeaseToken| BotLease { bot: bot.clone(), token: token.clone() };
+    match request {
+        Request::Exec(r) => r.lease.clone(),
+        Request::ListFiles(r) => r.lease.clone(),
+        Request::ReadFile(r) => r.lease.clone(),
+        Request::WriteFile(r) => r.lease.clone(),
+        Request::ScreenEnsure(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::ScreenRelease(r) => r.lease.as_ref().map(|t| with_bot(&r.bot, t)),
+        Request::Observe(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::Act(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::Ping | Request::ScreenList => None,
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::body::{json_response, read_json, ApiError, RespBody};
 use super::{parse_bot, Api};
+use crate::core::RunOutcome;
 use crate::lease::{Lease, EXEC_LEASE_TTL};
 use gateway_proto::LeaseToken;
 use hyper::body::Incoming;
@@ -21,6 +22,9 @@ struct LeaseBody {
     /// renew, release: the lease as `<owner>:<fence>`.
     lease: Option<String>,
     ttl_ms: Option<u64>,
+    /// release: how the run ended (`success`, `failed`, `cancelled`); a failed or cancelled run
+    /// tears the bot's desktop down (contracts.md §3).
+    outcome: Option<String>,
 }
 
 fn view(l: &Lease) -> serde_json::Value {
@@ -78,7 +82,19 @@ pub async fn act(
             Ok(json_response(StatusCode::OK, &view(&lease)))
         }
         "release" => {
-            api.core.release_lease(id, &bot, &token(&body)?).await?;
+            let outcome = match body.outcome.as_deref() {
+                None | Some("success") => RunOutcome::Success,
+                Some("failed") => RunOutcome::Failed,
+                Some("cancelled") => RunOutcome::Cancelled,
+                Some(other) => {
+                    return Err(ApiError::bad_request(format!(
+                        "outcome must be success, failed or cancelled, got {other:?}"
+                    )))
+                }
+            };
+            api.core
+                .release_lease(id, &bot, &token(&body)?, outcome)
+                .await?;
             Ok(json_response(
                 StatusCode::OK,
                 &serde_json::json!({ "released": true }),

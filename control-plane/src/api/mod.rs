@@ -11,6 +11,7 @@ mod computers;
 mod exec;
 mod files;
 mod leases;
+mod screens;
 
 pub use body::{ApiError, RespBody};
 pub use exec::EXEC_STREAM_CONTENT_TYPE;
@@ -148,6 +149,16 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::PUT, ["v1", "computers", id, "files", "content"]) => {
             files::write(api, id, &query, req).await
         }
+        (&Method::GET, ["v1", "computers", id, "screens"]) => screens::list(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "screens", bot, action]) => match *action {
+            "ensure" => screens::ensure(api, id, bot, req).await,
+            "release" => screens::release(api, id, bot, req).await,
+            "observe" => screens::observe(api, id, bot, req).await,
+            "act" => screens::act(api, id, bot, req).await,
+            other => Err(ApiError::not_found(format!(
+                "no screen action {other:?}; use ensure, release, observe or act"
+            ))),
+        },
         (&Method::GET, ["v1", "computers", id, "leases", bot]) => leases::get(api, id, bot).await,
         (&Method::POST, ["v1", "computers", id, "leases", bot, action]) => {
             leases::act(api, id, bot, action, req).await
@@ -220,6 +231,9 @@ impl From<TunnelError> for ApiError {
                     ErrorCode::StaleLease => StatusCode::CONFLICT,
                     ErrorCode::Failed => StatusCode::INTERNAL_SERVER_ERROR,
                     ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
+                    ErrorCode::ScreenUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::ScreenReleasing => StatusCode::CONFLICT,
+                    ErrorCode::ActionRefused => StatusCode::CONFLICT,
                 };
                 ApiError::new(status, op.code.as_str(), op.message)
             }
