@@ -1,0 +1,1118 @@
+//! In-process input over XTEST: pointer moves, button presses, clicks, scrolling, key combos
+//! with modifiers, and typing of any Unicode text.
+//!
+//! Typing looks each character up in the core keyboard map (pressing Shift for the second
+//! column). A character absent from the map is bound to a spare keycode (one with no keysyms)
+//! through ChangeKeyboardMapping, as its Unicode keysym (`0x01000000 + code point`, or the
+//! Latin-1 keysym below U+0100), and then pressed.
+//!
+//! Clients translate keycodes themselves, with a copy of the map they re-read after a mapping
+//! notification, and Chromium does so asynchronously and whenever it gets to the notification.
+//! Measured in Chromium: a key pressed right after its binding changed was decoded with the old
+//! binding, and a binding changed some tens of milliseconds after its key was pressed made a busy
+//! Chromium decode that press with the new one. Hence two rules, both bounds on client lag rather than
+//! guarantees (no X request can confirm that another client has read the map):
+//!
+//! - A text is typed in segments. All bindings a segment needs are made up front (reusing
+//!   bindings in place, taking spare keycodes, then recycling the least recently used, never one
+//!   the segment needs), then one sync and a [`BIND_SETTLE`] pause, and only then its presses.
+//!   A new segment starts only when a text has used as many distinct unmapped characters as
+//!   there are spare keycodes; a text that needs no new binding needs no pause.
+//! - A bound keycode is changed again (recycled, or restored to NoSymbol) only once
+//!   [`REBIND_AFTER`] has passed since its last press; the caller blocks until then.
+//!
+//! So bindings outlive the text that made them (repeated characters cost nothing later) and stay
+//! while this [`Input`] lives; [`Input::restore_keymap`] (also run on drop) puts them back to
+//! NoSymbol. With these rules, 40 distinct CJK characters typed over Xvfb's 19 spare keycodes in
+//! four back-to-back calls arrived intact in Chromium, recycled keycodes included.
+//!
+//! Every action ends with a GetInputFocus round trip, so its events have been processed by the
+//! server (and queued to clients) when the call returns.
+//!
+//! It leaves to others: batch validation and the 24-action limit, waits between actions,
+//! repeated-action refusal (contracts.md §4), and which window has focus (see `wm`).
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use x11rb::connection::{Connection, RequestConnection as _};
+use x11rb::protocol::xproto::{
+    ConnectionExt as _, Keycode, Keysym, Mapping, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT,
+    KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
+};
+use x11rb::protocol::xtest::ConnectionExt as _;
+use x11rb::protocol::Event;
+use x11rb::rust_connection::RustConnection;
+use x11rb::wrapper::ConnectionExt as _;
+use x11rb::CURRENT_TIME;
+
+use super::{x11_err, Clock, DisplayAccess, DisplayError, DisplayNum};
+
+/// Largest coordinate accepted before clamping to the screen (contracts.md §4).
+pub const MAX_COORDINATE: i64 = 100_000;
+/// Scroll amounts run from 1 to this many notches (contracts.md §4).
+pub const MAX_SCROLL: u32 = 20;
+/// Pause between changing key bindings and pressing the keys, so clients that re-read the map
+/// asynchronously (Chromium) have the new bindings first. 20 ms sufficed in measurements.
+pub const BIND_SETTLE: Duration = Duration::from_millis(30);
+/// Least time between a bound key's last press and changing its binding again.
+pub const REBIND_AFTER: Duration = Duration::from_millis(500);
+
+/// Keysyms used by name here (X11 keysymdef.h).
+mod ks {
+    pub const NO_SYMBOL: u32 = 0;
+    pub const BACKSPACE: u32 = 0xff08;
+    pub const TAB: u32 = 0xff09;
+    pub const RETURN: u32 = 0xff0d;
+    pub const ESCAPE: u32 = 0xff1b;
+    pub const HOME: u32 = 0xff50;
+    pub const LEFT: u32 = 0xff51;
+    pub const UP: u32 = 0xff52;
+    pub const RIGHT: u32 = 0xff53;
+    pub const DOWN: u32 = 0xff54;
+    pub const PAGE_UP: u32 = 0xff55;
+    pub const PAGE_DOWN: u32 = 0xff56;
+    pub const END: u32 = 0xff57;
+    pub const INSERT: u32 = 0xff63;
+    pub const F1: u32 = 0xffbe;
+    pub const SHIFT_L: u32 = 0xffe1;
+    pub const CONTROL_L: u32 = 0xffe3;
+    pub const ALT_L: u32 = 0xffe9;
+    pub const SUPER_L: u32 = 0xffeb;
+    pub const DELETE: u32 = 0xffff;
+    pub const SPACE: u32 = 0x20;
+    /// Offset of the keysyms that stand for Unicode code points.
+    pub const UNICODE: u32 = 0x0100_0000;
+}
+
+/// A pointer button.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Button {
+    Left,
+    Middle,
+    Right,
+}
+
+impl Button {
+    fn detail(self) -> u8 {
+        match self {
+            Button::Left => 1,
+            Button::Middle => 2,
+            Button::Right => 3,
+        }
+    }
+}
+
+/// A scroll direction (buttons 4 and 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScrollDirection {
+    Up,
+    Down,
+}
+
+/// A modifier key held around a key press.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Modifier {
+    Ctrl,
+    Alt,
+    Shift,
+    /// `meta` and `super` both name this (the Super key, Mod4).
+    Super,
+}
+
+impl Modifier {
+    /// Parses a modifier name, ignoring case: ctrl/control, alt, shift, meta/super.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "ctrl" | "control" => Some(Modifier::Ctrl),
+            "alt" => Some(Modifier::Alt),
+            "shift" => Some(Modifier::Shift),
+            "meta" | "super" => Some(Modifier::Super),
+            _ => None,
+        }
+    }
+
+    fn keysym(self) -> u32 {
+        match self {
+            Modifier::Ctrl => ks::CONTROL_L,
+            Modifier::Alt => ks::ALT_L,
+            Modifier::Shift => ks::SHIFT_L,
+            Modifier::Super => ks::SUPER_L,
+        }
+    }
+}
+
+/// A key press with modifiers, parsed and validated before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyCombo {
+    /// Held in this order, released in reverse; no duplicates.
+    pub modifiers: Vec<Modifier>,
+    pub keysym: u32,
+}
+
+impl KeyCombo {
+    /// Parses `key` (a name such as `enter`, `pagedown`, `f5`, `ctrl`, or one character; it may
+    /// also carry modifiers itself, as in `ctrl+shift+t`) and `modifiers` (names such as `ctrl`,
+    /// `alt`, `shift`, `meta`/`super`). Names ignore case, and so do single letters: `A` is the
+    /// `a` key (add `shift` for a capital); other characters that need Shift get it when pressed.
+    pub fn parse<S: AsRef<str>>(key: &str, modifiers: &[S]) -> Result<Self, DisplayError> {
+        let unknown = || DisplayError::UnknownKey(key.to_owned());
+        let mut parts = split_combo(key.trim()).ok_or_else(unknown)?;
+        let key_name = parts.pop().ok_or_else(unknown)?;
+        let mut mods: Vec<Modifier> = Vec::new();
+        let extra = modifiers.iter().map(|m| m.as_ref().trim());
+        for name in parts.into_iter().chain(extra) {
+            let modifier = Modifier::from_name(name)
+                .ok_or_else(|| DisplayError::UnknownKey(name.to_owned()))?;
+            if !mods.contains(&modifier) {
+                mods.push(modifier);
+            }
+        }
+        let keysym = key_keysym(key_name).ok_or_else(unknown)?;
+        Ok(Self {
+            modifiers: mods,
+            keysym,
+        })
+    }
+}
+
+/// Splits `ctrl+shift+t` into its parts; `+` alone and a trailing `++` name the plus key.
+/// `None` for an empty part (`ctrl+`, `+a`).
+fn split_combo(key: &str) -> Option<Vec<&str>> {
+    if key == "+" {
+        return Some(vec!["+"]);
+    }
+    let (head, plus) = match key.strip_suffix("++") {
+        Some(head) => (head, true),
+        None => (key, false),
+    };
+    let mut parts: Vec<&str> = if head.is_empty() {
+        Vec::new()
+    } else {
+        head.split('+').map(str::trim).collect()
+    };
+    if parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    if plus {
+        parts.push("+");
+    }
+    (!parts.is_empty()).then_some(parts)
+}
+
+/// The keysym of a key name or single character (see [`KeyCombo::parse`]).
+fn key_keysym(name: &str) -> Option<u32> {
+    let mut chars = name.chars();
+    if let (Some(ch), None) = (chars.next(), chars.next()) {
+        let ch = if ch.is_ascii_alphabetic() {
+            ch.to_ascii_lowercase()
+        } else {
+            ch
+        };
+        return char_keysym(ch);
+    }
+    let lower = name.to_ascii_lowercase();
+    let keysym = match lower.as_str() {
+        "enter" | "return" => ks::RETURN,
+        "esc" | "escape" => ks::ESCAPE,
+        "tab" => ks::TAB,
+        "backspace" => ks::BACKSPACE,
+        "delete" | "del" => ks::DELETE,
+        "insert" => ks::INSERT,
+        "space" => ks::SPACE,
+        "up" => ks::UP,
+        "down" => ks::DOWN,
+        "left" => ks::LEFT,
+        "right" => ks::RIGHT,
+        "home" => ks::HOME,
+        "end" => ks::END,
+        "pageup" | "page_up" => ks::PAGE_UP,
+        "pagedown" | "page_down" => ks::PAGE_DOWN,
+        other => {
+            if let Some(modifier) = Modifier::from_name(other) {
+                return Some(modifier.keysym());
+            }
+            let n: u32 = other.strip_prefix('f')?.parse().ok()?;
+            if !(1..=12).contains(&n) || other.starts_with("f0") {
+                return None;
+            }
+            ks::F1 + n - 1
+        }
+    };
+    Some(keysym)
+}
+
+/// The keysym that types `ch`: Return for a newline, Tab for a tab, the Latin-1 keysym below
+/// U+0100, else the Unicode keysym. `None` for other control characters.
+pub fn char_keysym(ch: char) -> Option<u32> {
+    let cp = u32::from(ch);
+    match ch {
+        '\n' | '\r' => Some(ks::RETURN),
+        '\t' => Some(ks::TAB),
+        _ if ch.is_control() => None,
+        _ if cp < 0x100 => Some(cp),
+        _ => Some(ks::UNICODE + cp),
+    }
+}
+
+/// The character a keysym types, the inverse of [`char_keysym`] (Return gives `\n`). `None` for
+/// keysyms that are not text (function keys, modifiers, legacy non-Latin-1 keysyms).
+pub fn keysym_char(keysym: u32) -> Option<char> {
+    match keysym {
+        ks::RETURN => Some('\n'),
+        ks::TAB => Some('\t'),
+        0x20..=0x7e | 0xa0..=0xff => char::from_u32(keysym),
+        0x0100_0100..=0x0110_ffff => char::from_u32(keysym - ks::UNICODE),
+        _ => None,
+    }
+}
+
+/// Clamps a requested position to 0..=[`MAX_COORDINATE`], then to the screen.
+pub fn clamp_point(x: i64, y: i64, width: u16, height: u16) -> (i16, i16) {
+    let axis = |v: i64, size: u16| {
+        let last = i64::from(size.max(1) - 1).min(i64::from(i16::MAX));
+        let v = v.clamp(0, MAX_COORDINATE).min(last);
+        i16::try_from(v).unwrap_or(i16::MAX)
+    };
+    (axis(x, width), axis(y, height))
+}
+
+/// The core keyboard map as a keysym index.
+#[derive(Debug, Clone)]
+struct Keymap {
+    min_keycode: Keycode,
+    per: usize,
+    keysyms: Vec<Keysym>,
+    /// keysym → (keycode, needs Shift). Excludes keycodes bound by the remap pool.
+    index: HashMap<Keysym, (Keycode, bool)>,
+}
+
+impl Keymap {
+    /// Indexes a GetKeyboardMapping reply covering `min_keycode..`, skipping `excluded`.
+    fn new(
+        min_keycode: Keycode,
+        per: u8,
+        keysyms: Vec<Keysym>,
+        excluded: &HashSet<Keycode>,
+    ) -> Self {
+        let per = usize::from(per);
+        let mut index = HashMap::new();
+        let rows = || {
+            keysyms
+                .chunks(per.max(1))
+                .zip(min_keycode..=Keycode::MAX)
+                .filter(|(_, kc)| !excluded.contains(kc))
+        };
+        // Unshifted positions win over shifted ones, lower keycodes over higher ones.
+        for (row, kc) in rows() {
+            if let Some(&sym) = row.first().filter(|&&s| s != ks::NO_SYMBOL) {
+                index.entry(sym).or_insert((kc, false));
+            }
+        }
+        for (row, kc) in rows() {
+            let first = row.first().copied().unwrap_or(ks::NO_SYMBOL);
+            let second = row.get(1).copied().unwrap_or(ks::NO_SYMBOL);
+            // Core protocol rule: a letter listed alone has its capital in the second column.
+            let second = if second == ks::NO_SYMBOL {
+                upper_latin1(first).unwrap_or(ks::NO_SYMBOL)
+            } else {
+                second
+            };
+            if second != ks::NO_SYMBOL {
+                index.entry(second).or_insert((kc, true));
+            }
+        }
+        Self {
+            min_keycode,
+            per,
+            keysyms,
+            index,
+        }
+    }
+
+    fn lookup(&self, keysym: Keysym) -> Option<(Keycode, bool)> {
+        self.index.get(&keysym).copied()
+    }
+
+    /// Keycodes without any keysym, the ones typing may bind.
+    fn spare_keycodes(&self) -> Vec<Keycode> {
+        self.keysyms
+            .chunks(self.per.max(1))
+            .zip(self.min_keycode..=Keycode::MAX)
+            .filter(|(row, _)| row.iter().all(|&s| s == ks::NO_SYMBOL))
+            .map(|(_, kc)| kc)
+            .collect()
+    }
+
+    /// The first keysym of `keycode`.
+    fn first_keysym(&self, keycode: Keycode) -> Option<Keysym> {
+        let row = usize::from(keycode.checked_sub(self.min_keycode)?);
+        self.keysyms.get(row * self.per).copied()
+    }
+}
+
+/// Capital of a lowercase Latin-1 letter keysym.
+fn upper_latin1(keysym: Keysym) -> Option<Keysym> {
+    let ch = char::from_u32(keysym).filter(|_| keysym < 0x100)?;
+    let mut upper = ch.to_uppercase();
+    match (upper.next(), upper.next()) {
+        (Some(u), None) if u != ch && u32::from(u) < 0x100 => Some(u32::from(u)),
+        _ => None,
+    }
+}
+
+/// What [`RemapPool::bind_all`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BindPlan {
+    /// The keycode of each requested keysym, in order.
+    keycodes: Vec<Keycode>,
+    /// (keycode, keysym) bindings to send to the server.
+    changed: Vec<(Keycode, Keysym)>,
+    /// The changes recycle keycodes pressed recently: send them no earlier than this.
+    not_before: Option<Instant>,
+}
+
+/// Spare keycodes and the keysyms bound to them, with least-recently-used recycling. Pure.
+#[derive(Debug, Clone, Default)]
+struct RemapPool {
+    free: Vec<Keycode>,
+    bound: Vec<Binding>,
+    /// Counts uses: the recency order.
+    tick: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Binding {
+    keycode: Keycode,
+    keysym: Keysym,
+    last_used: u64,
+    last_pressed: Option<Instant>,
+}
+
+impl RemapPool {
+    fn new(mut spare: Vec<Keycode>) -> Self {
+        // Hand out the highest keycodes first (pop from the end), far from real keys.
+        spare.sort_unstable();
+        Self {
+            free: spare,
+            ..Self::default()
+        }
+    }
+
+    /// How many keysyms can be bound at once.
+    fn capacity(&self) -> usize {
+        self.free.len() + self.bound.len()
+    }
+
+    /// Binds all of `keysyms` (distinct, at most [`RemapPool::capacity`] of them): bindings in
+    /// place are reused, the rest take free keycodes, then the least recently used keycodes
+    /// bound to keysyms outside `keysyms`. `None` when they do not fit.
+    fn bind_all(&mut self, keysyms: &[Keysym]) -> Option<BindPlan> {
+        if keysyms.len() > self.capacity() {
+            return None;
+        }
+        // Touch what is already bound first, so eviction below cannot pick it.
+        let mut keycodes = vec![None; keysyms.len()];
+        for (slot, &keysym) in keycodes.iter_mut().zip(keysyms) {
+            if let Some(b) = self.bound.iter_mut().find(|b| b.keysym == keysym) {
+                self.tick += 1;
+                b.last_used = self.tick;
+                *slot = Some(b.keycode);
+            }
+        }
+        let mut changed = Vec::new();
+        let mut not_before = None;
+        for (slot, &keysym) in keycodes.iter_mut().zip(keysyms) {
+            if slot.is_some() {
+                continue;
+            }
+            self.tick += 1;
+            let binding = if let Some(keycode) = self.free.pop() {
+                self.bound.push(Binding {
+                    keycode,
+                    keysym,
+                    last_used: self.tick,
+                    last_pressed: None,
+                });
+                self.bound.last_mut()?
+            } else {
+                let victim = self.bound.iter_mut().min_by_key(|b| b.last_used)?;
+                if let Some(pressed) = victim.last_pressed {
+                    let at = pressed + REBIND_AFTER;
+                    not_before = Some(not_before.map_or(at, |n: Instant| n.max(at)));
+                }
+                victim.keysym = keysym;
+                victim.last_used = self.tick;
+                victim.last_pressed = None;
+                victim
+            };
+            *slot = Some(binding.keycode);
+            changed.push((binding.keycode, binding.keysym));
+        }
+        let keycodes = keycodes.into_iter().collect::<Option<Vec<_>>>()?;
+        Some(BindPlan {
+            keycodes,
+            changed,
+            not_before,
+        })
+    }
+
+    /// Records that `keycode` (if bound) was pressed at `at`.
+    fn mark_pressed(&mut self, keycode: Keycode, at: Instant) {
+        if let Some(b) = self.bound.iter_mut().find(|b| b.keycode == keycode) {
+            b.last_pressed = Some(at);
+        }
+    }
+
+    /// When every binding may be changed again ([`REBIND_AFTER`] after the last press).
+    fn all_rebindable_at(&self) -> Option<Instant> {
+        self.bound
+            .iter()
+            .filter_map(|b| b.last_pressed)
+            .max()
+            .map(|pressed| pressed + REBIND_AFTER)
+    }
+
+    fn bound_keycodes(&self) -> HashSet<Keycode> {
+        self.bound.iter().map(|b| b.keycode).collect()
+    }
+
+    /// Forgets every binding, returning their keycodes to the free list; returns them too.
+    fn release_all(&mut self) -> Vec<Keycode> {
+        let released: Vec<Keycode> = self.bound.drain(..).map(|b| b.keycode).collect();
+        self.free.extend(&released);
+        self.free.sort_unstable();
+        released
+    }
+}
+
+/// Splits a text into consecutive segments whose distinct unmapped keysyms (`Some` entries of
+/// `unmapped`) number at most `capacity`, each as long as possible. `None` when a keysym needs
+/// binding but `capacity` is zero.
+fn plan_segments(unmapped: &[Option<Keysym>], capacity: usize) -> Option<Vec<Range<usize>>> {
+    let mut segments = Vec::new();
+    let mut start = 0;
+    let mut distinct: HashSet<Keysym> = HashSet::new();
+    for (i, keysym) in unmapped.iter().enumerate() {
+        let Some(keysym) = keysym else { continue };
+        if distinct.contains(keysym) {
+            continue;
+        }
+        if distinct.len() == capacity {
+            if capacity == 0 {
+                return None;
+            }
+            segments.push(start..i);
+            start = i;
+            distinct.clear();
+        }
+        distinct.insert(*keysym);
+    }
+    if start < unmapped.len() || segments.is_empty() {
+        segments.push(start..unmapped.len());
+    }
+    Some(segments)
+}
+
+/// The distinct `Some` keysyms of `unmapped`, in first-use order.
+fn distinct_unmapped(unmapped: &[Option<Keysym>]) -> Vec<Keysym> {
+    let mut seen = HashSet::new();
+    unmapped
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|k| seen.insert(*k))
+        .collect()
+}
+
+/// An X client that injects input into one display. Owns its connection.
+#[derive(Debug)]
+pub struct Input {
+    conn: RustConnection,
+    display: DisplayNum,
+    root: Window,
+    width: u16,
+    height: u16,
+    keymap: Keymap,
+    pool: RemapPool,
+    clock: Clock,
+}
+
+impl Input {
+    /// Connects to the display and reads its keyboard map; `clock` times the binding rules of
+    /// the module docs. Fails when XTEST is missing.
+    pub fn new(access: &DisplayAccess, clock: Clock) -> Result<Self, DisplayError> {
+        let display = access.display();
+        let conn = access.connect()?;
+        if conn
+            .extension_information(x11rb::protocol::xtest::X11_EXTENSION_NAME)
+            .map_err(x11_err(display))?
+            .is_none()
+        {
+            return Err(DisplayError::MissingExtension {
+                display,
+                extension: "XTEST",
+            });
+        }
+        let screen = &conn.setup().roots[0];
+        let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
+        let keymap = fetch_keymap(&conn, display, &HashSet::new())?;
+        let pool = RemapPool::new(keymap.spare_keycodes());
+        Ok(Self {
+            conn,
+            display,
+            root,
+            width,
+            height,
+            keymap,
+            pool,
+            clock,
+        })
+    }
+
+    /// The display this drives.
+    pub fn display(&self) -> DisplayNum {
+        self.display
+    }
+
+    /// Moves the pointer to (`x`, `y`), clamped (see [`clamp_point`]); returns where it went.
+    pub fn move_to(&mut self, x: i64, y: i64) -> Result<(i16, i16), DisplayError> {
+        let point = self.send_move(x, y)?;
+        self.finish()?;
+        Ok(point)
+    }
+
+    /// Moves to (`x`, `y`) and presses `button` (the `down` action).
+    pub fn button_down(&mut self, x: i64, y: i64, button: Button) -> Result<(), DisplayError> {
+        self.send_move(x, y)?;
+        self.fake(BUTTON_PRESS_EVENT, button.detail())?;
+        self.finish()
+    }
+
+    /// Moves to (`x`, `y`) and releases `button` (the `up` action).
+    pub fn button_up(&mut self, x: i64, y: i64, button: Button) -> Result<(), DisplayError> {
+        self.send_move(x, y)?;
+        self.fake(BUTTON_RELEASE_EVENT, button.detail())?;
+        self.finish()
+    }
+
+    /// Moves to (`x`, `y`) and clicks `button` once, or twice when `double`.
+    pub fn click(
+        &mut self,
+        x: i64,
+        y: i64,
+        button: Button,
+        double: bool,
+    ) -> Result<(), DisplayError> {
+        self.send_move(x, y)?;
+        for _ in 0..if double { 2 } else { 1 } {
+            self.fake(BUTTON_PRESS_EVENT, button.detail())?;
+            self.fake(BUTTON_RELEASE_EVENT, button.detail())?;
+        }
+        self.finish()
+    }
+
+    /// Scrolls `amount` notches (1..=[`MAX_SCROLL`]) at the pointer.
+    pub fn scroll(&mut self, direction: ScrollDirection, amount: u32) -> Result<(), DisplayError> {
+        if !(1..=MAX_SCROLL).contains(&amount) {
+            return Err(DisplayError::ScrollAmount(amount));
+        }
+        let button = match direction {
+            ScrollDirection::Up => 4,
+            ScrollDirection::Down => 5,
+        };
+        for _ in 0..amount {
+            self.fake(BUTTON_PRESS_EVENT, button)?;
+            self.fake(BUTTON_RELEASE_EVENT, button)?;
+        }
+        self.finish()
+    }
+
+    /// Presses and releases a key combo: modifiers down in order, the key (with Shift when its
+    /// keysym sits in the second column), then everything up in reverse.
+    pub fn key(&mut self, combo: &KeyCombo) -> Result<(), DisplayError> {
+        let display = self.display;
+        // Resolve every keycode before sending anything.
+        let mut held = Vec::with_capacity(combo.modifiers.len() + 1);
+        for modifier in &combo.modifiers {
+            let keysym = modifier.keysym();
+            let (kc, _) = self
+                .keymap
+                .lookup(keysym)
+                .ok_or(DisplayError::NoKeycode { display, keysym })?;
+            held.push(kc);
+        }
+        let (kc, needs_shift) = match self.keymap.lookup(combo.keysym) {
+            Some(found) => found,
+            None => (self.bind_all(&[combo.keysym])?[0], false),
+        };
+        if needs_shift && !combo.modifiers.contains(&Modifier::Shift) {
+            held.push(self.shift_keycode()?);
+        }
+        for &m in &held {
+            self.fake(KEY_PRESS_EVENT, m)?;
+        }
+        self.fake(KEY_PRESS_EVENT, kc)?;
+        self.fake(KEY_RELEASE_EVENT, kc)?;
+        for &m in held.iter().rev() {
+            self.fake(KEY_RELEASE_EVENT, m)?;
+        }
+        self.finish()?;
+        self.pool.mark_pressed(kc, self.clock.now());
+        Ok(())
+    }
+
+    /// Types `text`: every character, including ones absent from the keymap (see the module
+    /// docs). `\n`, `\r\n` and `\r` press Return, `\t` presses Tab; other control characters are
+    /// refused before anything is typed.
+    pub fn type_text(&mut self, text: &str) -> Result<(), DisplayError> {
+        let text = text.replace("\r\n", "\n");
+        let keysyms = text
+            .chars()
+            .map(|ch| char_keysym(ch).ok_or(DisplayError::UntypableChar { ch }))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.drain_events()?;
+        let shift = self.shift_keycode()?;
+        // Per character: its keycode and Shift from the keymap, or the keysym to bind.
+        let strokes: Vec<Result<(Keycode, bool), Keysym>> = keysyms
+            .iter()
+            .map(|&k| self.keymap.lookup(k).ok_or(k))
+            .collect();
+        let unmapped: Vec<Option<Keysym>> = strokes.iter().map(|s| s.err()).collect();
+        let display = self.display;
+        let first_unmapped = unmapped
+            .iter()
+            .flatten()
+            .next()
+            .copied()
+            .unwrap_or_default();
+        let no_keycode = |keysym| DisplayError::NoKeycode { display, keysym };
+        let segments = plan_segments(&unmapped, self.pool.capacity())
+            .ok_or_else(|| no_keycode(first_unmapped))?;
+        for segment in segments {
+            let needed = distinct_unmapped(&unmapped[segment.clone()]);
+            let keycodes = self.bind_all(&needed)?;
+            let bound: HashMap<Keysym, Keycode> = needed.into_iter().zip(keycodes).collect();
+            for stroke in &strokes[segment] {
+                let (kc, needs_shift) = match *stroke {
+                    Ok(found) => found,
+                    Err(keysym) => (
+                        bound
+                            .get(&keysym)
+                            .copied()
+                            .ok_or_else(|| no_keycode(keysym))?,
+                        false,
+                    ),
+                };
+                if needs_shift {
+                    self.fake(KEY_PRESS_EVENT, shift)?;
+                }
+                self.fake(KEY_PRESS_EVENT, kc)?;
+                self.fake(KEY_RELEASE_EVENT, kc)?;
+                if needs_shift {
+                    self.fake(KEY_RELEASE_EVENT, shift)?;
+                }
+            }
+            // The presses are delivered once the server has processed them.
+            self.conn.sync().map_err(x11_err(display))?;
+            let pressed_at = self.clock.now();
+            for kc in bound.values() {
+                self.pool.mark_pressed(*kc, pressed_at);
+            }
+        }
+        self.finish()
+    }
+
+    /// Puts every keycode bound by typing back to NoSymbol, first waiting until
+    /// [`REBIND_AFTER`] has passed since the last press of one (so dropping an [`Input`] right
+    /// after typing blocks that long). Later typing binds again.
+    pub fn restore_keymap(&mut self) -> Result<(), DisplayError> {
+        let display = self.display;
+        if self.pool.bound.is_empty() {
+            return Ok(());
+        }
+        if let Some(at) = self.pool.all_rebindable_at() {
+            self.sleep_until(at);
+        }
+        for kc in self.pool.release_all() {
+            self.conn
+                .change_keyboard_mapping(1, kc, 2, &[ks::NO_SYMBOL, ks::NO_SYMBOL])
+                .map_err(x11_err(display))?;
+        }
+        self.finish()
+    }
+
+    /// Keycodes for `keysyms` (distinct, at most the pool's capacity), sending the binding
+    /// changes and, if there were any, syncing and pausing [`BIND_SETTLE`] before returning.
+    fn bind_all(&mut self, keysyms: &[Keysym]) -> Result<Vec<Keycode>, DisplayError> {
+        let display = self.display;
+        let no_keycode = || DisplayError::NoKeycode {
+            display,
+            keysym: keysyms.first().copied().unwrap_or_default(),
+        };
+        let plan = self.pool.bind_all(keysyms).ok_or_else(no_keycode)?;
+        if plan.changed.is_empty() {
+            return Ok(plan.keycodes);
+        }
+        if let Some(at) = plan.not_before {
+            tracing::debug!(display = %self.display, "waiting to recycle recently pressed keycodes");
+            self.sleep_until(at);
+        }
+        for &(keycode, keysym) in &plan.changed {
+            // Both columns, so Shift or Caps Lock state cannot change what the key types.
+            self.conn
+                .change_keyboard_mapping(1, keycode, 2, &[keysym, keysym])
+                .map_err(x11_err(display))?;
+        }
+        self.conn.sync().map_err(x11_err(display))?;
+        std::thread::sleep(BIND_SETTLE);
+        Ok(plan.keycodes)
+    }
+
+    /// Blocks until `at` by the injected clock.
+    fn sleep_until(&self, at: Instant) {
+        let wait = at.saturating_duration_since(self.clock.now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    }
+
+    fn shift_keycode(&self) -> Result<Keycode, DisplayError> {
+        self.keymap
+            .lookup(ks::SHIFT_L)
+            .map(|(kc, _)| kc)
+            .ok_or(DisplayError::NoKeycode {
+                display: self.display,
+                keysym: ks::SHIFT_L,
+            })
+    }
+
+    fn send_move(&mut self, x: i64, y: i64) -> Result<(i16, i16), DisplayError> {
+        let (x, y) = clamp_point(x, y, self.width, self.height);
+        self.conn
+            .xtest_fake_input(MOTION_NOTIFY_EVENT, 0, CURRENT_TIME, self.root, x, y, 0)
+            .map_err(x11_err(self.display))?;
+        Ok((x, y))
+    }
+
+    fn fake(&self, event: u8, detail: u8) -> Result<(), DisplayError> {
+        self.conn
+            .xtest_fake_input(event, detail, CURRENT_TIME, x11rb::NONE, 0, 0, 0)
+            .map_err(x11_err(self.display))?;
+        Ok(())
+    }
+
+    /// Round trip so the server has processed everything sent, then handle queued events.
+    fn finish(&mut self) -> Result<(), DisplayError> {
+        self.conn.sync().map_err(x11_err(self.display))?;
+        self.drain_events()
+    }
+
+    /// Surfaces X errors of earlier requests and re-reads the keymap when another client
+    /// changed it (our own bindings also cause MappingNotify; those are recognised and skipped).
+    fn drain_events(&mut self) -> Result<(), DisplayError> {
+        let display = self.display;
+        let mut reload = false;
+        let mut first_error = None;
+        while let Some(event) = self.conn.poll_for_event().map_err(x11_err(display))? {
+            match event {
+                Event::MappingNotify(n) if n.request == Mapping::KEYBOARD => {
+                    let ours = self.pool.bound_keycodes();
+                    let count = u16::from(n.count);
+                    let foreign = (0..count).any(|i| {
+                        u8::try_from(u16::from(n.first_keycode) + i)
+                            .is_ok_and(|kc| !ours.contains(&kc))
+                    });
+                    reload |= foreign;
+                }
+                Event::Error(error) => {
+                    first_error.get_or_insert(error);
+                }
+                _ => {}
+            }
+        }
+        if let Some(error) = first_error {
+            return Err(x11_err(display)(error));
+        }
+        if reload {
+            self.reload_keymap()?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads the keymap, keeping the bindings that are still in place.
+    fn reload_keymap(&mut self) -> Result<(), DisplayError> {
+        let display = self.display;
+        let all = fetch_keymap(&self.conn, display, &HashSet::new())?;
+        self.pool
+            .bound
+            .retain(|b| all.first_keysym(b.keycode) == Some(b.keysym));
+        let bound = self.pool.bound_keycodes();
+        self.pool.free = all
+            .spare_keycodes()
+            .into_iter()
+            .filter(|kc| !bound.contains(kc))
+            .collect();
+        self.keymap = fetch_keymap(&self.conn, display, &bound)?;
+        tracing::debug!(display = %self.display, "keyboard map changed by another client; reloaded");
+        Ok(())
+    }
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        if self.pool.bound.is_empty() {
+            return;
+        }
+        if let Err(error) = self.restore_keymap() {
+            tracing::warn!(display = %self.display, %error, "cannot restore the keyboard map");
+        }
+    }
+}
+
+/// Reads the whole core keyboard map.
+fn fetch_keymap(
+    conn: &RustConnection,
+    display: DisplayNum,
+    excluded: &HashSet<Keycode>,
+) -> Result<Keymap, DisplayError> {
+    let setup = conn.setup();
+    let (min, max) = (setup.min_keycode, setup.max_keycode);
+    let count = max.saturating_sub(min).saturating_add(1);
+    let reply = conn
+        .get_keyboard_mapping(min, count)
+        .map_err(x11_err(display))?
+        .reply()
+        .map_err(x11_err(display))?;
+    Ok(Keymap::new(
+        min,
+        reply.keysyms_per_keycode,
+        reply.keysyms,
+        excluded,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_ignore_case_and_have_aliases() {
+        let k = |key: &str| KeyCombo::parse::<&str>(key, &[]).unwrap().keysym;
+        assert_eq!(k("Enter"), ks::RETURN);
+        assert_eq!(k("RETURN"), ks::RETURN);
+        assert_eq!(k("esc"), ks::ESCAPE);
+        assert_eq!(k("Escape"), ks::ESCAPE);
+        assert_eq!(k("tab"), ks::TAB);
+        assert_eq!(k("BackSpace"), ks::BACKSPACE);
+        assert_eq!(k("delete"), ks::DELETE);
+        assert_eq!(k("space"), 0x20);
+        assert_eq!(k("up"), ks::UP);
+        assert_eq!(k("Down"), ks::DOWN);
+        assert_eq!(k("left"), ks::LEFT);
+        assert_eq!(k("right"), ks::RIGHT);
+        assert_eq!(k("home"), ks::HOME);
+        assert_eq!(k("end"), ks::END);
+        assert_eq!(k("PageUp"), ks::PAGE_UP);
+        assert_eq!(k("pagedown"), ks::PAGE_DOWN);
+        assert_eq!(k("F1"), 0xffbe);
+        assert_eq!(k("f12"), 0xffc9);
+        assert_eq!(k("ctrl"), ks::CONTROL_L);
+        assert_eq!(k("Control"), ks::CONTROL_L);
+        assert_eq!(k("alt"), ks::ALT_L);
+        assert_eq!(k("shift"), ks::SHIFT_L);
+        assert_eq!(k("meta"), ks::SUPER_L);
+        assert_eq!(k("super"), ks::SUPER_L);
+        assert_eq!(k("a"), u32::from('a'));
+        assert_eq!(k("A"), u32::from('a'));
+        assert_eq!(k("!"), u32::from('!'));
+        assert_eq!(k("é"), 0xe9);
+        assert_eq!(k("Ω"), 0x0100_03a9);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        for bad in ["", "f0", "f13", "f01", "enterr", "ctrl+", "+a", "hyper+a"] {
+            let err = KeyCombo::parse::<&str>(bad, &[]).unwrap_err();
+            assert!(matches!(err, DisplayError::UnknownKey(_)), "{bad}: {err}");
+        }
+        let err = KeyCombo::parse("a", &["ctrl", "hyper"]).unwrap_err();
+        assert_eq!(err.to_string(), "unknown key name \"hyper\"");
+    }
+
+    #[test]
+    fn modifiers_come_from_the_list_and_the_key_deduplicated() {
+        let combo = KeyCombo::parse("ctrl+Shift+T", &["CONTROL", "alt"]).unwrap();
+        assert_eq!(
+            combo.modifiers,
+            vec![Modifier::Ctrl, Modifier::Shift, Modifier::Alt]
+        );
+        assert_eq!(combo.keysym, u32::from('t'));
+        assert_eq!(
+            KeyCombo::parse::<&str>("+", &[]).unwrap().keysym,
+            u32::from('+')
+        );
+        let plus = KeyCombo::parse::<&str>("ctrl++", &[]).unwrap();
+        assert_eq!(plus.modifiers, vec![Modifier::Ctrl]);
+        assert_eq!(plus.keysym, u32::from('+'));
+    }
+
+    #[test]
+    fn chars_and_keysyms_round_trip() {
+        for ch in "héllo 🙂 Ωλ 中文 ÿ~\n\t".chars() {
+            let keysym = char_keysym(ch).unwrap();
+            assert_eq!(keysym_char(keysym), Some(ch), "{ch:?}");
+        }
+        assert_eq!(char_keysym('é'), Some(0xe9));
+        assert_eq!(char_keysym('🙂'), Some(0x0101_f642));
+        assert_eq!(char_keysym('\r'), Some(ks::RETURN));
+        assert_eq!(char_keysym('\u{7}'), None);
+        assert_eq!(char_keysym('\u{85}'), None);
+        assert_eq!(keysym_char(ks::F1), None);
+    }
+
+    #[test]
+    fn points_clamp_to_the_range_then_the_screen() {
+        assert_eq!(clamp_point(-5, 10, 1280, 800), (0, 10));
+        assert_eq!(clamp_point(5000, 700, 1280, 800), (1279, 700));
+        assert_eq!(clamp_point(i64::MAX, i64::MIN, 1280, 800), (1279, 0));
+        assert_eq!(
+            clamp_point(90_000, 90_000, u16::MAX, u16::MAX),
+            (i16::MAX, i16::MAX)
+        );
+        assert_eq!(clamp_point(3, 3, 0, 0), (0, 0));
+    }
+
+    /// keycodes 8.. with 2 columns: 8 = a A, 9 = 1 exclam, 10 = (none), 11 = b (alone),
+    /// 12 = Shift_L, 13 = (none), 14 = exclam (alone).
+    fn sample_keymap(excluded: &[Keycode]) -> Keymap {
+        let syms = vec![
+            0x61,
+            0x41,
+            0x31,
+            0x21,
+            0,
+            0,
+            0x62,
+            0,
+            ks::SHIFT_L,
+            0,
+            0,
+            0,
+            0x21,
+            0,
+        ];
+        Keymap::new(8, 2, syms, &excluded.iter().copied().collect())
+    }
+
+    #[test]
+    fn keymap_prefers_unshifted_and_derives_capitals() {
+        let map = sample_keymap(&[]);
+        assert_eq!(map.lookup(0x61), Some((8, false)));
+        assert_eq!(map.lookup(0x41), Some((8, true)));
+        assert_eq!(
+            map.lookup(0x21),
+            Some((14, false)),
+            "unshifted position wins"
+        );
+        assert_eq!(
+            map.lookup(0x42),
+            Some((11, true)),
+            "capital of a lone letter"
+        );
+        assert_eq!(map.lookup(ks::SHIFT_L), Some((12, false)));
+        assert_eq!(map.lookup(0xe9), None);
+        assert_eq!(map.spare_keycodes(), vec![10, 13]);
+        assert_eq!(map.first_keysym(11), Some(0x62));
+        assert_eq!(map.first_keysym(7), None);
+        assert_eq!(sample_keymap(&[8]).lookup(0x61), None);
+    }
+
+    /// A fixed origin; the logic only compares instants derived from it.
+    fn origin() -> Instant {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "one arbitrary origin for synthetic timestamps; no logic reads it"
+        )]
+        Instant::now()
+    }
+
+    #[test]
+    fn pool_reuses_bindings_and_recycles_least_recently_used() {
+        let plan = |keycodes: Vec<Keycode>, changed: Vec<(Keycode, Keysym)>| BindPlan {
+            keycodes,
+            changed,
+            not_before: None,
+        };
+        let mut pool = RemapPool::new(vec![10, 13, 11]);
+        assert_eq!(pool.capacity(), 3);
+        assert_eq!(
+            pool.bind_all(&[0xe9, 0x3a9]),
+            Some(plan(vec![13, 11], vec![(13, 0xe9), (11, 0x3a9)]))
+        );
+        // Reuse costs no change; the third keysym takes the last free keycode.
+        assert_eq!(
+            pool.bind_all(&[0x3a9, 0x1f642]),
+            Some(plan(vec![11, 10], vec![(10, 0x1f642)]))
+        );
+        // Full: the least recently used binding outside the request (0xe9 on 13) is recycled,
+        // never one the request itself needs (0x1f642 on 10 is older than 0x3a9 but requested).
+        assert_eq!(
+            pool.bind_all(&[0x1f642, 0x4e2d]),
+            Some(plan(vec![10, 13], vec![(13, 0x4e2d)]))
+        );
+        assert!(
+            pool.bind_all(&[1, 2, 3, 4]).is_none(),
+            "more than the capacity"
+        );
+        assert_eq!(pool.bound_keycodes(), HashSet::from([10, 11, 13]));
+        assert_eq!(pool.release_all(), vec![13, 11, 10]);
+        assert_eq!(pool.bind_all(&[0xe9]).unwrap().keycodes, vec![13]);
+        assert!(RemapPool::new(vec![]).bind_all(&[0xe9]).is_none());
+        assert_eq!(
+            RemapPool::new(vec![]).bind_all(&[]),
+            Some(plan(vec![], vec![]))
+        );
+    }
+
+    #[test]
+    fn recently_pressed_keycodes_are_recycled_only_after_the_rebind_delay() {
+        let t0 = origin();
+        let mut pool = RemapPool::new(vec![10, 11]);
+        pool.bind_all(&[1, 2]).unwrap();
+        assert_eq!(pool.all_rebindable_at(), None, "never pressed");
+        pool.mark_pressed(11, t0);
+        pool.mark_pressed(10, t0 + Duration::from_millis(40));
+        pool.mark_pressed(99, t0); // not bound: ignored
+        assert_eq!(
+            pool.all_rebindable_at(),
+            Some(t0 + Duration::from_millis(40) + REBIND_AFTER)
+        );
+        // Recycling 11 (keysym 1, least recently used) must wait for its press to age.
+        let plan = pool.bind_all(&[3]).unwrap();
+        assert_eq!(plan.changed, vec![(11, 3)]);
+        assert_eq!(plan.not_before, Some(t0 + REBIND_AFTER));
+        // A reused binding or a never-pressed victim needs no wait.
+        assert_eq!(pool.bind_all(&[3]).unwrap().not_before, None);
+        let mut fresh = RemapPool::new(vec![10]);
+        fresh.bind_all(&[1]).unwrap();
+        assert_eq!(fresh.bind_all(&[2]).unwrap().not_before, None);
+    }
+
+    #[test]
+    fn segments_hold_at_most_capacity_distinct_unmapped_keysyms() {
+        let (a, b, c) = (Some(1), Some(2), Some(3));
+        let text = [a, None, b, a, c, None, b, c, a];
+        assert_eq!(plan_segments(&text, 3).unwrap(), vec![0..9]);
+        assert_eq!(plan_segments(&text, 2).unwrap(), vec![0..4, 4..8, 8..9]);
+        assert_eq!(
+            plan_segments(&text, 1).unwrap(),
+            vec![0..2, 2..3, 3..4, 4..6, 6..7, 7..8, 8..9]
+        );
+        assert_eq!(plan_segments(&[None, None], 0).unwrap(), vec![0..2]);
+        assert_eq!(plan_segments(&[], 0).unwrap(), vec![0..0]);
+        assert!(plan_segments(&[None, a], 0).is_none());
+        assert_eq!(distinct_unmapped(&text[..5]), vec![1, 2, 3]);
+    }
+}

@@ -1,0 +1,635 @@
+//! One Xvfb process per display number: stale-lock handling, the cookie file, readiness through
+//! `-displayfd`, liveness, and a stop that leaves no process, lock file or socket behind.
+//!
+//! Access control is by cookie. Xvfb is started with `-auth` on a fresh 128-bit
+//! MIT-MAGIC-COOKIE-1 (a 0600 file in the caller's private 0700 runtime directory), without
+//! `-ac`, with TCP off and with the abstract-namespace socket off (`-nolisten local`: abstract
+//! sockets ignore file permissions and are reachable from any mount namespace). The filesystem
+//! socket stays at `/tmp/.X11-unix/X<n>`: Xvfb 21.1 hard-codes that directory and has no
+//! `-listenfd`, and Debian 12's libxcb 1.15 (which Chrome uses) cannot parse a `DISPLAY` naming a
+//! socket path (that arrived in libxcb 1.16), so a socket moved into a private directory would be
+//! unreachable for Chrome. A client without the cookie is refused at connection setup.
+//!
+//! `-displayfd` makes Xvfb skip the X lock protocol (it sets `nolock`), and without a lock a
+//! second server on the same number would silently replace the first one's socket. So this module
+//! takes `/tmp/.X<n>-lock` itself, atomically and in the X server's format, before spawning, and
+//! points it at Xvfb's pid; other X servers and tools honour it as usual.
+//!
+//! It leaves to others: choosing slots (the caller maps a slot to [`DisplayNum::for_slot`]), the
+//! runtime directory's lifetime, and passing `DISPLAY`/`XAUTHORITY` to Chrome
+//! ([`Xvfb::display_env`], [`Xvfb::xauthority`]).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+use super::{sys, Cookie, DisplayAccess, DisplayError, DisplayNum};
+
+/// How long [`Xvfb::stop`] waits after SIGTERM before it sends SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Geometry and readiness limit of a new X server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XvfbOptions {
+    pub width: u16,
+    pub height: u16,
+    pub depth: u8,
+    /// How long to wait for Xvfb to announce readiness on `-displayfd`.
+    pub ready_timeout: Duration,
+}
+
+impl Default for XvfbOptions {
+    /// contracts.md §3: 1280x800x24.
+    fn default() -> Self {
+        Self {
+            width: 1280,
+            height: 800,
+            depth: 24,
+            ready_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A running Xvfb. Stop it with [`Xvfb::stop`]; dropping a running one kills it (SIGKILL) and
+/// removes its lock file and socket as a last resort.
+#[derive(Debug)]
+pub struct Xvfb {
+    display: DisplayNum,
+    pid: u32,
+    child: Child,
+    access: DisplayAccess,
+    xauthority: PathBuf,
+    log: PathBuf,
+    stopped: bool,
+}
+
+impl Xvfb {
+    /// Starts Xvfb on `display` and returns once it accepts connections.
+    ///
+    /// `runtime_dir` must be an existing directory owned by this process's user with no group or
+    /// other permissions (0700); the cookie file `xauth-<n>` and the log `xvfb-<n>.log` are
+    /// written there. Refuses a display whose lock file names a live pid (see [`acquire_lock`]
+    /// for why this module, not Xvfb, keeps the lock); removes a lock file and socket left by a
+    /// dead one.
+    pub async fn start(
+        display: DisplayNum,
+        runtime_dir: &Path,
+        options: &XvfbOptions,
+    ) -> Result<Self, DisplayError> {
+        check_private_dir(display, runtime_dir)?;
+        acquire_lock(display)?;
+        let (mut xvfb, ready_rx) = match Self::spawn(display, runtime_dir, options) {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                // Nothing runs: give the lock (still naming us) back.
+                if let Err((path, cleanup)) = remove_server_files(display, &[std::process::id()]) {
+                    // (`display` itself cannot appear inside tracing's macros: they import a
+                    // function of that name.)
+                    let num = display;
+                    tracing::warn!(display = %num, path = %path.display(), error = %cleanup, "cannot release the x lock");
+                }
+                return Err(error);
+            }
+        };
+        let ready = match update_lock(display, xvfb.pid) {
+            Ok(()) => xvfb.await_ready(ready_rx, options.ready_timeout).await,
+            Err(error) => Err(error),
+        };
+        match ready {
+            Ok(()) => {
+                tracing::debug!(display = %xvfb.display, pid = xvfb.pid, "xvfb ready");
+                Ok(xvfb)
+            }
+            Err(error) => {
+                if let Err(stop_error) = xvfb.stop().await {
+                    tracing::warn!(display = %xvfb.display, pid = xvfb.pid, error = %stop_error, "xvfb cleanup after a failed start failed");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Writes the cookie file and spawns Xvfb; returns the read end of its readiness pipe.
+    fn spawn(
+        display: DisplayNum,
+        runtime_dir: &Path,
+        options: &XvfbOptions,
+    ) -> Result<(Self, std::os::fd::OwnedFd), DisplayError> {
+        let cookie = Cookie::random();
+        let n = display.get();
+        let xauthority = runtime_dir.join(format!("xauth-{n}"));
+        let log = runtime_dir.join(format!("xvfb-{n}.log"));
+        let runtime_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DisplayError::RuntimeDir {
+                display,
+                path,
+                source,
+            }
+        };
+        write_private(&xauthority, &xauth_entry(display, &cookie))
+            .map_err(runtime_err(&xauthority))?;
+        let log_file = create_private(&log).map_err(runtime_err(&log))?;
+        let log_err = log_file.try_clone().map_err(runtime_err(&log))?;
+
+        // Readiness: Xvfb writes "<n>\n" to this pipe and closes it once it accepts clients;
+        // if it dies first, the pipe reaches EOF. Both ends are close-on-exec, so only Xvfb
+        // (through `inherit_fd_across_exec`) ever holds the write end.
+        let (ready_rx, ready_tx) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| DisplayError::Spawn {
+                display,
+                source: e.into(),
+            })?;
+        let mut command = Command::new("Xvfb");
+        command
+            .arg(display.to_string())
+            .args(["-screen", "0"])
+            .arg(format!(
+                "{}x{}x{}",
+                options.width, options.height, options.depth
+            ))
+            .args(["-nolisten", "tcp", "-nolisten", "local"])
+            .arg("-auth")
+            .arg(&xauthority)
+            .args(["+extension", "MIT-SHM", "+extension", "XTEST"])
+            .args(["+extension", "DAMAGE", "-extension", "GLX"])
+            .arg("-noreset")
+            .arg("-displayfd")
+            .arg(ready_tx.as_raw_fd().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err))
+            // Its own process group: a terminal's ^C to the agent must not take desktops down.
+            .process_group(0);
+        sys::inherit_fd_across_exec(&mut command, ready_tx.as_raw_fd());
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                let _ = remove_if_present(&xauthority);
+                return Err(DisplayError::Spawn { display, source });
+            }
+        };
+        drop(ready_tx);
+        let pid = child.id().unwrap_or_default();
+        let xvfb = Self {
+            display,
+            pid,
+            child,
+            access: DisplayAccess::new(display, cookie),
+            xauthority,
+            log,
+            stopped: false,
+        };
+        Ok((xvfb, ready_rx))
+    }
+
+    async fn await_ready(
+        &mut self,
+        ready_rx: std::os::fd::OwnedFd,
+        timeout: Duration,
+    ) -> Result<(), DisplayError> {
+        let (display, pid) = (self.display, self.pid);
+        let spawn_err = |source| DisplayError::Spawn { display, source };
+        let mut rx =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(ready_rx).map_err(spawn_err)?;
+        let mut announced = Vec::new();
+        let read = async {
+            // Xvfb writes one short line; the cap bounds a misbehaving writer.
+            let mut limited = (&mut rx).take(64);
+            limited.read_to_end(&mut announced).await
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Err(_elapsed) => {
+                return Err(DisplayError::StartTimeout {
+                    display,
+                    pid,
+                    timeout,
+                })
+            }
+            Ok(Err(source)) => return Err(spawn_err(source)),
+            Ok(Ok(_)) => {}
+        }
+        let announced = String::from_utf8_lossy(&announced).trim().to_owned();
+        if announced.is_empty() {
+            // EOF without a number: Xvfb exited (e.g. "server is already active").
+            let _status = self.child.wait().await;
+            return Err(DisplayError::ExitedEarly {
+                display,
+                pid,
+                log_tail: log_tail(&self.log),
+            });
+        }
+        if announced != display.get().to_string() {
+            return Err(DisplayError::WrongDisplay {
+                display,
+                pid,
+                announced,
+            });
+        }
+        Ok(())
+    }
+
+    /// The display this server runs.
+    pub fn display(&self) -> DisplayNum {
+        self.display
+    }
+
+    /// Xvfb's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Number and cookie, to open X connections with.
+    pub fn access(&self) -> &DisplayAccess {
+        &self.access
+    }
+
+    /// The value for `DISPLAY` in Chrome's environment (`:101`).
+    pub fn display_env(&self) -> String {
+        self.display.to_string()
+    }
+
+    /// The Xauthority file holding the cookie (a FamilyWild entry for this display number), for
+    /// `XAUTHORITY` in Chrome's environment. It is 0600: a child running as another user cannot
+    /// read it.
+    pub fn xauthority(&self) -> &Path {
+        &self.xauthority
+    }
+
+    /// Xvfb's stdout and stderr.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Whether the process is still running (it is reaped here if it has exited).
+    pub fn is_alive(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                tracing::debug!(display = %self.display, pid = self.pid, %status, "xvfb has exited");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(display = %self.display, pid = self.pid, %error, "cannot poll xvfb");
+                false
+            }
+        }
+    }
+
+    /// Completes when the process exits (reaping it), e.g. to notice a crash without polling.
+    /// Cancel-safe; after it returns, [`Xvfb::is_alive`] is `false` and [`Xvfb::stop`] only
+    /// cleans up.
+    pub async fn wait_exit(&mut self) -> io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Stops the server: SIGTERM, up to [`STOP_GRACE`] for it to exit, then SIGKILL; then
+    /// removes its lock file and socket if it left them, and the cookie file. Idempotent: a
+    /// failed stop can be retried, and stopping a stopped server returns `Ok(())`.
+    pub async fn stop(&mut self) -> Result<(), DisplayError> {
+        if self.stopped {
+            return Ok(());
+        }
+        let (display, pid) = (self.display, self.pid);
+        let stop_err = |source| DisplayError::Stop {
+            display,
+            pid,
+            source,
+        };
+        if self.child.try_wait().map_err(stop_err)?.is_none() {
+            match kill(as_pid(pid), Signal::SIGTERM) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(errno) => return Err(stop_err(errno.into())),
+            }
+            match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+                Ok(status) => {
+                    status.map_err(stop_err)?;
+                }
+                Err(_elapsed) => {
+                    tracing::warn!(display = %self.display, pid, "xvfb ignored SIGTERM; sending SIGKILL");
+                    self.child.start_kill().map_err(stop_err)?;
+                    self.child.wait().await.map_err(stop_err)?;
+                }
+            }
+        }
+        remove_server_files(display, &[pid, std::process::id()]).map_err(|(path, source)| {
+            DisplayError::Cleanup {
+                display,
+                path,
+                source,
+            }
+        })?;
+        remove_if_present(&self.xauthority).map_err(|source| DisplayError::Cleanup {
+            display,
+            path: self.xauthority.clone(),
+            source,
+        })?;
+        self.stopped = true;
+        Ok(())
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        tracing::warn!(display = %self.display, pid = self.pid, "xvfb dropped without stop; killing it");
+        if let Ok(None) = self.child.try_wait() {
+            // SIGKILL cannot be caught, so Xvfb runs no more code and cannot recreate the files
+            // removed below; tokio reaps the process in the background.
+            let _ = self.child.start_kill();
+        }
+        let _ = remove_server_files(self.display, &[self.pid, std::process::id()]);
+        let _ = remove_if_present(&self.xauthority);
+    }
+}
+
+fn as_pid(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+}
+
+/// Refuses a runtime directory that is a symlink, not ours, or open to group or others.
+fn check_private_dir(display: DisplayNum, dir: &Path) -> Result<(), DisplayError> {
+    let meta = fs::symlink_metadata(dir).map_err(|source| DisplayError::RuntimeDir {
+        display,
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(DisplayError::RuntimeDirNotPrivate {
+            display,
+            path: dir.to_path_buf(),
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+        });
+    }
+    Ok(())
+}
+
+/// The pid a lock file names, `None` when there is no lock file; a lock file that does not parse
+/// counts as naming no live process (`Some(0)`).
+fn read_lock_pid(path: &Path) -> io::Result<Option<i32>> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text.trim().parse().unwrap_or(0))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `pid` names a process that exists (EPERM means it exists under another user).
+fn pid_alive(pid: i32) -> bool {
+    pid > 0 && matches!(kill(Pid::from_raw(pid), None), Ok(()) | Err(Errno::EPERM))
+}
+
+/// Takes the display's X lock file the way X servers do (write a temporary file, hard-link it to
+/// `/tmp/.X<n>-lock`, which fails if the lock exists), naming this process until
+/// [`update_lock`] names Xvfb. We do it ourselves because `-displayfd` makes Xvfb skip locking
+/// (it sets `nolock`), and without a lock two servers on one number silently steal each other's
+/// socket. A lock naming a live pid refuses the display; one naming a dead pid is removed with
+/// the socket. A socket without a lock that still accepts connections refuses the display too.
+fn acquire_lock(num: DisplayNum) -> Result<(), DisplayError> {
+    let lock = num.lock_path();
+    let lock_err = |path: PathBuf| {
+        move |source| DisplayError::LockFiles {
+            display: num,
+            path,
+            source,
+        }
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match write_lock(num, std::process::id(), false) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 3 => {
+                match read_lock_pid(&lock).map_err(lock_err(lock.clone()))? {
+                    Some(pid) if pid_alive(pid) => {
+                        return Err(DisplayError::InUse { display: num, pid })
+                    }
+                    pid => {
+                        tracing::info!(display = %num, ?pid, "removing the stale x lock of a dead server");
+                        remove_if_present(&lock).map_err(lock_err(lock.clone()))?;
+                        let socket = num.socket_path();
+                        remove_if_present(&socket).map_err(lock_err(socket))?;
+                    }
+                }
+            }
+            Err(e) => return Err(lock_err(lock)(e)),
+        }
+    }
+    let socket = num.socket_path();
+    if socket.exists() {
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            remove_if_present(&lock).map_err(lock_err(lock))?;
+            return Err(DisplayError::SocketInUse { display: num });
+        }
+        remove_if_present(&socket).map_err(lock_err(socket))?;
+    }
+    Ok(())
+}
+
+/// Writes `pid` in the X lock format (`%10d\n`, mode 0444) to a temporary file, then either
+/// hard-links it to the lock path (`replace == false`: fails with `AlreadyExists` if a lock
+/// exists) or renames it over the lock (`replace == true`). Either step is atomic.
+fn write_lock(num: DisplayNum, pid: u32, replace: bool) -> io::Result<()> {
+    let lock = num.lock_path();
+    let temp = PathBuf::from(format!(
+        "/tmp/.tX{}-lock.{}.{:08x}",
+        num.get(),
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let write = || -> io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temp)?;
+        file.write_all(format!("{pid:>10}\n").as_bytes())?;
+        if replace {
+            fs::rename(&temp, &lock)
+        } else {
+            fs::hard_link(&temp, &lock)
+        }
+    };
+    let result = write();
+    let _ = remove_if_present(&temp);
+    result
+}
+
+/// Points the lock at the running Xvfb.
+fn update_lock(num: DisplayNum, pid: u32) -> Result<(), DisplayError> {
+    write_lock(num, pid, true).map_err(|source| DisplayError::LockFiles {
+        display: num,
+        path: num.lock_path(),
+        source,
+    })
+}
+
+/// Removes the lock file and socket of a server that has exited, unless the lock file names a
+/// live process other than `ours` (then both belong to that process).
+fn remove_server_files(display: DisplayNum, ours: &[u32]) -> Result<(), (PathBuf, io::Error)> {
+    let lock = display.lock_path();
+    let holder = read_lock_pid(&lock).map_err(|e| (lock.clone(), e))?;
+    if let Some(pid) = holder {
+        let is_ours = ours.iter().any(|&o| i32::try_from(o).ok() == Some(pid));
+        if !is_ours && pid_alive(pid) {
+            return Ok(());
+        }
+        remove_if_present(&lock).map_err(|e| (lock.clone(), e))?;
+    }
+    let socket = display.socket_path();
+    remove_if_present(&socket).map_err(|e| (socket, e))
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Creates `path` afresh with mode 0600 (replacing a file left by an earlier server), never
+/// following a symlink.
+fn create_private(path: &Path) -> io::Result<File> {
+    remove_if_present(path)?;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = create_private(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// One Xauthority record: FamilyWild (any address, so it matches however the client names the
+/// local host), this display number, MIT-MAGIC-COOKIE-1 and the cookie. Xvfb loads every record
+/// of its `-auth` file regardless of address; libXau and libxcb pick it for `DISPLAY=:<n>`.
+fn xauth_entry(display: DisplayNum, cookie: &Cookie) -> Vec<u8> {
+    const FAMILY_WILD: u16 = 0xffff;
+    let number = display.get().to_string();
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&FAMILY_WILD.to_be_bytes());
+    for field in [
+        &b""[..],
+        number.as_bytes(),
+        super::AUTH_NAME,
+        cookie.as_bytes(),
+    ] {
+        let len = u16::try_from(field.len()).unwrap_or(u16::MAX);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(field);
+    }
+    out
+}
+
+/// The last kilobyte of Xvfb's log, on one line, for an error message.
+fn log_tail(path: &Path) -> String {
+    const TAIL: u64 = 1024;
+    let read = || -> io::Result<String> {
+        let mut file = File::open(path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    match read() {
+        Ok(text) => {
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            if lines.is_empty() {
+                "(empty log)".to_owned()
+            } else {
+                lines.join(" | ")
+            }
+        }
+        Err(error) => format!("(log unreadable: {error})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xauth_entry_is_a_wildcard_cookie_record() {
+        let display = DisplayNum::new(177).unwrap();
+        let cookie = Cookie::from_bytes([0xab; 16]);
+        let entry = xauth_entry(display, &cookie);
+        let mut expected = vec![0xff, 0xff, 0, 0, 0, 3];
+        expected.extend_from_slice(b"177");
+        expected.extend_from_slice(&[0, 18]);
+        expected.extend_from_slice(b"MIT-MAGIC-COOKIE-1");
+        expected.extend_from_slice(&[0, 16]);
+        expected.extend_from_slice(&[0xab; 16]);
+        assert_eq!(entry, expected);
+    }
+
+    #[test]
+    fn lock_pids_parse_like_the_x_server_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("lock");
+        assert_eq!(read_lock_pid(&lock).unwrap(), None);
+        fs::write(&lock, "      4242\n").unwrap();
+        assert_eq!(read_lock_pid(&lock).unwrap(), Some(4242));
+        fs::write(&lock, "garbage").unwrap();
+        assert_eq!(read_lock_pid(&lock).unwrap(), Some(0));
+        assert!(!pid_alive(0));
+        assert!(pid_alive(i32::try_from(std::process::id()).unwrap()));
+    }
+
+    #[test]
+    fn runtime_dir_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let display = DisplayNum::new(199).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let err = check_private_dir(display, dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains("is not private (mode 755"),
+            "{err}"
+        );
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        check_private_dir(display, dir.path()).unwrap();
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            check_private_dir(display, &missing),
+            Err(DisplayError::RuntimeDir { .. })
+        ));
+    }
+
+    #[test]
+    fn log_tail_joins_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        fs::write(&log, "one\n\n two \n").unwrap();
+        assert_eq!(log_tail(&log), "one | two");
+        assert!(log_tail(&dir.path().join("none")).starts_with("(log unreadable"));
+    }
+}
