@@ -729,11 +729,19 @@ async fn settle_returns_after_the_quiet_period_on_a_still_screen() -> Result<()>
     desktop.stop().await
 }
 
+/// What a painter thread did.
+struct Painted {
+    frames: u32,
+    /// The longest pause between two repaints: a loaded machine can stall the painter longer
+    /// than the quiet period, and then the screen really was quiet.
+    max_gap: Duration,
+}
+
 /// Repaints a window every 20 ms for `duration` from its own connection.
 fn keep_busy(
     access: &DisplayAccess,
     duration: Duration,
-) -> Result<std::thread::JoinHandle<Result<u32>>> {
+) -> Result<std::thread::JoinHandle<Result<Painted>>> {
     let conn = access.connect()?;
     let window = create_window(
         &conn,
@@ -746,9 +754,11 @@ fn keep_busy(
     let gc = conn.generate_id()?;
     conn.create_gc(gc, window, &CreateGCAux::new().foreground(0x00ff_ffff))?;
     conn.sync()?;
-    Ok(std::thread::spawn(move || -> Result<u32> {
+    Ok(std::thread::spawn(move || -> Result<Painted> {
         let end = now() + duration;
         let mut frames = 0u32;
+        let mut max_gap = Duration::ZERO;
+        let mut last: Option<Instant> = None;
         while now() < end {
             let color = if frames % 2 == 0 {
                 0x00ff_0000
@@ -771,9 +781,14 @@ fn keep_busy(
             )?;
             conn.sync()?;
             frames += 1;
+            let painted = now();
+            if let Some(last) = last {
+                max_gap = max_gap.max(painted - last);
+            }
+            last = Some(painted);
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(frames)
+        Ok(Painted { frames, max_gap })
     }))
 }
 
@@ -783,29 +798,40 @@ async fn settle_waits_out_a_busy_screen_and_stops_at_the_cap() -> Result<()> {
     let mut settler = Settler::new(desktop.access(), clock())?;
     let quiet = Duration::from_millis(100);
 
+    // The strict bounds hold only if the painter never paused for most of a quiet period.
+    let steady = |p: &Painted| p.max_gap < quiet - Duration::from_millis(30);
+
     let busy_for = Duration::from_millis(400);
     let started = now();
     let painter = keep_busy(desktop.access(), busy_for)?;
     let outcome = settler.wait(quiet, Duration::from_secs(2))?;
-    let frames = painter.join().expect("painter")?;
+    let painted = painter.join().expect("painter")?;
     eprintln!(
-        "busy screen: {outcome:?} after {frames} repaints, wall {:?}",
+        "busy screen: {outcome:?} after {} repaints (longest gap {:?}), wall {:?}",
+        painted.frames,
+        painted.max_gap,
         started.elapsed()
     );
     ensure!(outcome.settled);
-    ensure!(outcome.damage_events >= 3, "{outcome:?}");
-    ensure!(
-        outcome.waited >= busy_for - Duration::from_millis(50),
-        "{outcome:?}"
-    );
+    ensure!(outcome.damage_events >= 1, "{outcome:?}");
+    if steady(&painted) {
+        ensure!(outcome.damage_events >= 3, "{outcome:?}");
+        ensure!(
+            outcome.waited >= busy_for - Duration::from_millis(50),
+            "{outcome:?}"
+        );
+    }
 
     let cap = Duration::from_millis(200);
     let painter = keep_busy(desktop.access(), Duration::from_millis(800))?;
     let outcome = settler.wait(quiet, cap)?;
-    painter.join().expect("painter")?;
-    eprintln!("capped: {outcome:?}");
-    ensure!(!outcome.settled);
-    assert_eq!(outcome.waited, cap);
+    let painted = painter.join().expect("painter")?;
+    eprintln!("capped: {outcome:?} (longest gap {:?})", painted.max_gap);
+    ensure!(outcome.waited <= cap);
+    if steady(&painted) {
+        ensure!(!outcome.settled);
+        assert_eq!(outcome.waited, cap);
+    }
     drop(settler);
     desktop.stop().await
 }
