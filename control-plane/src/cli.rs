@@ -137,6 +137,9 @@ pub struct ServeArgs {
     /// Log filter handed to local guests (RUST_LOG syntax).
     #[arg(long, env = "RAKAZO_GUEST_LOG")]
     pub guest_log: Option<String>,
+    /// Cap on live desktops per computer, handed to local guests (unset or 0: no cap).
+    #[arg(long, env = "SANDBOX_TEAM_SCREEN_LIMIT")]
+    pub screen_limit: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -353,6 +356,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 database_url: args.database_url,
                 guest_bin,
                 guest_log: args.guest_log,
+                screen_limit: args.screen_limit,
                 limits: ApiLimits::default(),
             })
             .await?;

@@ -36,6 +36,8 @@ pub struct ServeConfig {
     pub guest_bin: PathBuf,
     /// Log filter handed to local guests.
     pub guest_log: Option<String>,
+    /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to local guests (they validate it).
+    pub screen_limit: Option<String>,
     pub limits: ApiLimits,
 }
 
@@ -98,6 +100,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let mut local = LocalProvider::new(cfg.data_dir.join("computers"), &cfg.guest_bin);
     if let Some(filter) = &cfg.guest_log {
         local = local.with_guest_env("RAKAZO_LOG", filter);
+    }
+    if let Some(limit) = &cfg.screen_limit {
+        local = local.with_guest_env("SANDBOX_TEAM_SCREEN_LIMIT", limit);
     }
     let registry = Registry::new();
     let enrollment = Enrollment {

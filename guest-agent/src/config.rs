@@ -59,6 +59,12 @@ pub struct Config {
     pub token: Secret,
     /// The computer's home directory.
     pub home: PathBuf,
+    /// A private (0700) directory for X cookies and desktop logs; never inside the home.
+    pub runtime_dir: PathBuf,
+    /// `SANDBOX_TEAM_SCREEN_LIMIT`: `None` is no cap.
+    pub screen_limit: Option<u32>,
+    /// The Chromium executable (`RAKAZO_CHROMIUM`, default `/usr/bin/chromium`).
+    pub chromium: PathBuf,
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -105,14 +111,54 @@ impl Config {
                 format!("{} is not a directory", home.display()),
             ));
         }
+        let screen_limit =
+            crate::screens::slots::parse_limit(src.get("SANDBOX_TEAM_SCREEN_LIMIT").as_deref())
+                .map_err(|reason| invalid("SANDBOX_TEAM_SCREEN_LIMIT", reason))?;
+        let runtime_dir = match src.get("RAKAZO_RUNTIME_DIR") {
+            Some(d) => PathBuf::from(d),
+            None => std::env::temp_dir().join(format!("rakazo-guest-{computer_id}")),
+        };
+        let chromium = PathBuf::from(
+            src.get("RAKAZO_CHROMIUM")
+                .unwrap_or_else(|| "/usr/bin/chromium".into()),
+        );
         Ok(Self {
             control_addr,
             cert_sha256,
             computer_id,
             token: Secret::new(token),
             home,
+            runtime_dir,
+            screen_limit,
+            chromium,
         })
     }
+}
+
+/// Creates the runtime dir 0700 if missing; refuses one that others can enter.
+pub fn ensure_private_dir(dir: &std::path::Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    const KEY: &str = "RAKAZO_RUNTIME_DIR";
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| invalid(KEY, format!("{}: {e}", dir.display())))?;
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| invalid(KEY, format!("{}: {e}", dir.display())))?;
+    if !meta.is_dir()
+        || meta.permissions().mode() & 0o077 != 0
+        || meta.uid() != nix::unistd::geteuid().as_raw()
+    {
+        return Err(invalid(
+            KEY,
+            format!(
+                "{} must be a directory of ours with mode 0700",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn read_token_file(path: &str) -> Result<String, ConfigError> {

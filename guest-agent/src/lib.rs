@@ -2,13 +2,17 @@
 //!
 //! One static binary per computer. It dials out to the control plane over QUIC ([`tunnel`]) and
 //! serves typed operations ([`ops`]): commands ([`exec`]) and files ([`home`]) inside the home,
-//! each checked against the bot's lease fence ([`fence`]) before anything runs. `main.rs` only
-//! reads the configuration ([`config`]) and starts the tunnel.
+//! and per-bot desktops ([`screens`]: an X display from [`display`] and a Chrome from
+//! [`browser`] per bot), each checked against the bot's lease fence ([`fence`]) before anything
+//! runs. `main.rs` only reads the configuration ([`config`]) and starts the tunnel.
 
+pub mod browser;
+pub mod clock;
 pub mod config;
 pub mod display;
 pub mod exec;
 pub mod fence;
 pub mod home;
 pub mod ops;
+pub mod screens;
 pub mod tunnel;

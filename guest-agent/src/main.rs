@@ -3,6 +3,7 @@
 use guest_agent::config::{Config, Env};
 use guest_agent::home::Home;
 use guest_agent::ops::Ops;
+use guest_agent::screens::{Screens, ScreensConfig};
 use std::sync::Arc;
 
 fn main() {
@@ -33,7 +34,20 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let ops = Arc::new(Ops::new(home));
+    if let Err(e) = guest_agent::config::ensure_private_dir(&config.runtime_dir) {
+        eprintln!("rakazo-guest: {e}");
+        std::process::exit(2);
+    }
+    let screens = Arc::new(Screens::new(
+        ScreensConfig {
+            home: config.home.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+            limit: config.screen_limit,
+            chromium: config.chromium.clone(),
+        },
+        guest_agent::clock::monotonic(),
+    ));
+    let ops = Arc::new(Ops::new(home, screens.clone()));
     runtime.block_on(async move {
         tokio::select! {
             r = guest_agent::tunnel::run(config, ops) => {
@@ -42,7 +56,11 @@ fn main() {
                     std::process::exit(1);
                 }
             }
-            () = terminate() => tracing::info!("terminating"),
+            () = terminate() => {
+                // Desktops are torn down properly, so every browser flushes its profile.
+                tracing::info!("terminating: releasing desktops");
+                screens.shutdown().await;
+            }
         }
     });
     // Dropping the runtime cancels every operation; exec's guards kill their process trees.

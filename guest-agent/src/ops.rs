@@ -5,16 +5,19 @@
 //! Lease fences are checked here, before any capability runs. A stream whose first frame is
 //! malformed or oversized is answered with an error and reset; other streams are unaffected.
 
+use crate::clock::now_ms;
 use crate::exec;
 use crate::fence::FenceTable;
 use crate::home::Home;
+use crate::screens::Screens;
+use gateway_proto::desktop::ObservationMeta;
 use gateway_proto::{
     encode, BotId, BotLease, ErrorCode, ExecEvent, ExecInput, FrameDecoder, LeaseToken, OpError,
     Reply, Request, MAX_CHUNK,
 };
 use serde::Serialize;
 use std::io::{Read, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -25,14 +28,21 @@ const RESET_PROTOCOL: u32 = 3;
 pub struct Ops {
     home: Home,
     fences: Mutex<FenceTable>,
+    screens: Arc<Screens>,
 }
 
 impl Ops {
-    pub fn new(home: Home) -> Self {
+    pub fn new(home: Home, screens: Arc<Screens>) -> Self {
         Self {
             home,
             fences: Mutex::new(FenceTable::new()),
+            screens,
         }
+    }
+
+    /// The desktops (for shutdown).
+    pub fn screens(&self) -> &Arc<Screens> {
+        &self.screens
     }
 
     /// Applies a lease push from the control plane.
@@ -112,13 +122,54 @@ impl Ops {
                     .await
             }
             Request::Exec(r) => self.exec(send, recv, remainder, r).await,
-            Request::ScreenEnsure(_)
-            | Request::ScreenRelease(_)
-            | Request::ScreenList
-            | Request::Observe(_)
-            | Request::Act(_) => {
-                let err = OpError::new(ErrorCode::Unsupported, "this guest has no desktops yet");
-                let _ = write_frame(&mut send, &Reply::Error(err)).await;
+            Request::ScreenEnsure(r) => {
+                let reply = match self.screens.ensure(&r.bot).await {
+                    Ok(info) => Reply::Screen(info),
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
+                let _ = send.finish();
+            }
+            Request::ScreenRelease(r) => {
+                let reply = match self.screens.release(&r.bot).await {
+                    Ok(()) => Reply::Released,
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
+                let _ = send.finish();
+            }
+            Request::ScreenList => {
+                let _ = write_frame(&mut send, &Reply::Screens(self.screens.list().await)).await;
+                let _ = send.finish();
+            }
+            Request::Observe(r) => {
+                match self.screens.observe(&r.bot, now_ms()).await {
+                    Ok((meta, png)) => {
+                        let _ = write_observation(&mut send, meta, &png).await;
+                    }
+                    Err(e) => {
+                        let _ = write_frame(&mut send, &Reply::Error(e)).await;
+                    }
+                }
+                let _ = send.finish();
+            }
+            Request::Act(r) => {
+                match self
+                    .screens
+                    .act(&r.bot, &r.actions, r.observe, r.settle_ms, now_ms)
+                    .await
+                {
+                    Ok((outcome, observation)) => {
+                        if write_frame(&mut send, &Reply::Acted(outcome)).await.is_ok() {
+                            if let Some((meta, png)) = observation {
+                                let _ = write_observation(&mut send, meta, &png).await;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = write_frame(&mut send, &Reply::Error(e)).await;
+                    }
+                }
                 let _ = send.finish();
             }
         }
@@ -284,7 +335,10 @@ impl Ops {
 
 /// The lease a request acts under, if any: checked against the fence table before it runs.
 fn request_lease(request: &Request) -> Option<BotLease> {
-    let with_bot = |bot: &BotId, token: &LeaseToken| BotLease { bot: bot.clone(), token: token.clone() };
+    let with_bot = |bot: &BotId, token: &LeaseToken| BotLease {
+        bot: bot.clone(),
+        token: token.clone(),
+    };
     match request {
         Request::Exec(r) => r.lease.clone(),
         Request::ListFiles(r) => r.lease.clone(),
@@ -303,6 +357,16 @@ fn too_many(path: &str, size: u64) -> OpError {
         ErrorCode::BadRequest,
         format!("upload of {path:?} sent more than {size} bytes"),
     )
+}
+
+/// An observation: its metadata frame, then the PNG raw.
+async fn write_observation(
+    send: &mut quinn::SendStream,
+    meta: ObservationMeta,
+    png: &[u8],
+) -> std::io::Result<()> {
+    write_frame(send, &Reply::Observation(meta)).await?;
+    send.write_all(png).await.map_err(std::io::Error::other)
 }
 
 async fn write_frame<T: Serialize>(send: &mut quinn::SendStream, msg: &T) -> std::io::Result<()> {

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tracing::info;
 
-/// How long a stopping guest gets after SIGTERM before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a stopping guest gets after SIGTERM before SIGKILL: it closes every browser first.
+const STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// Runs computers as child processes of this host.
 pub struct LocalProvider {

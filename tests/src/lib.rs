@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod fixture;
+
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {
     // Test executables live in <target>/<profile>/deps; binaries one level up.
@@ -65,6 +67,8 @@ pub struct WorldOptions {
     pub allow_warn: Vec<String>,
     /// The guest binary local computers run (default: the workspace's debug build).
     pub guest_bin: Option<PathBuf>,
+    /// `SANDBOX_TEAM_SCREEN_LIMIT` for the computers of this world.
+    pub screen_limit: Option<u32>,
 }
 
 /// One running control plane.
@@ -171,6 +175,9 @@ impl World {
             .stderr(log);
         if let Some(url) = &self.opts.database_url {
             cmd.env("DATABASE_URL", url);
+        }
+        if let Some(limit) = self.opts.screen_limit {
+            cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
         }
         let child = cmd.spawn().context("start rakazo serve")?;
         self.server = Some(child);
@@ -353,6 +360,29 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// A JSON POST that must succeed.
+    pub async fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.client.json(Method::POST, path, Some(&body)).await
+    }
+
+    /// Acquires `bot`'s execution lease for `owner`; returns the lease string.
+    pub async fn lease(&self, computer: &str, bot: &str, owner: &str) -> Result<String> {
+        let v = self
+            .post(
+                &format!("/v1/computers/{computer}/leases/{bot}/acquire"),
+                serde_json::json!({ "owner": owner }),
+            )
+            .await?;
+        Ok(v["lease"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no lease in {v}"))?
+            .to_string())
     }
 
     /// Allows WARN lines containing `s`.

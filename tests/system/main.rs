@@ -3,6 +3,7 @@
 //! One test binary; each module is one capability. Every test starts its own [`tests::World`].
 
 mod cli;
+mod desktops;
 mod foundation;
 mod static_guest;
 mod tunnel_abuse;

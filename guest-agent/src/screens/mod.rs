@@ -1,0 +1,674 @@
+//! Per-bot desktops: one Xvfb and one Chrome per bot, and the two desktop tools.
+//!
+//! [`Screens`] owns the slot table ([`slots`]), the live desktops and each bot's
+//! repeated-action streak ([`refusal`]). It starts a desktop lazily on a bot's first graphical
+//! call, tears it down in the order of contracts.md §3 (clients, then Chrome, then the X server
+//! and its lock and socket) and runs computer_observe and computer_act on it with the in-process
+//! X clients of [`crate::display`]. Lease fences are checked by [`crate::ops`] before any call
+//! reaches this module.
+
+pub mod refusal;
+pub mod slots;
+
+use crate::browser::{ensure_profile_dir, Browser, BrowserOptions};
+use crate::display::{
+    self, Activation, Button, Capturer, Clock, DisplayError, DisplayNum, Input, KeyCombo, Settler,
+    WindowControl, WindowMatch, Xvfb, XvfbOptions,
+};
+use gateway_proto::desktop::{
+    validate_actions, ActOutcome, Action, MouseButton, ObservationMeta, ScreenInfo,
+    ScrollDirection, WindowInfo,
+};
+use gateway_proto::{BotId, ErrorCode, OpError};
+use refusal::{RefusalStreak, REFUSAL_MESSAGE};
+use slots::{Claim, ClaimError, SlotTable};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+
+/// How many display numbers past its slot's a desktop may land on when another process (another
+/// local computer on the same host) holds the slot's own number.
+const DISPLAY_PROBES: u16 = 64;
+/// Settling after actions when `settle_ms` is not given: no damage for this long...
+const SETTLE_QUIET: Duration = Duration::from_millis(100);
+/// ...capped at this.
+const SETTLE_CAP: Duration = Duration::from_secs(2);
+
+/// What desktops need from the guest's configuration.
+#[derive(Debug, Clone)]
+pub struct ScreensConfig {
+    /// The computer's home (profiles live under `.browser-profiles/`).
+    pub home: PathBuf,
+    /// A private 0700 directory for X cookies and logs.
+    pub runtime_dir: PathBuf,
+    /// `SANDBOX_TEAM_SCREEN_LIMIT`.
+    pub limit: Option<u32>,
+    /// The Chromium executable.
+    pub chromium: PathBuf,
+}
+
+/// One live desktop.
+struct Desktop {
+    slot: u32,
+    xvfb: Xvfb,
+    browser: Option<Browser>,
+    capturer: Capturer,
+    input: Input,
+    settler: Settler,
+    windows: WindowControl,
+    /// Processes started by `launch` on this display, ended at teardown.
+    launched: Vec<tokio::process::Child>,
+    last_frame: Option<String>,
+    streak: RefusalStreak,
+}
+
+/// All desktops of this computer.
+pub struct Screens {
+    cfg: ScreensConfig,
+    clock: Clock,
+    slots: std::sync::Mutex<SlotTable>,
+    desktops: Mutex<HashMap<BotId, Arc<Mutex<Desktop>>>>,
+}
+
+fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
+    OpError::new(code, e.to_string())
+}
+
+fn failed(e: impl std::fmt::Display) -> OpError {
+    op_err(ErrorCode::Failed, e)
+}
+
+impl Screens {
+    pub fn new(cfg: ScreensConfig, clock: Clock) -> Self {
+        let slots = std::sync::Mutex::new(SlotTable::new(cfg.limit));
+        Self {
+            cfg,
+            clock,
+            slots,
+            desktops: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, SlotTable> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live desktops.
+    pub async fn list(&self) -> Vec<ScreenInfo> {
+        let desktops = self.desktops.lock().await;
+        let mut out = Vec::new();
+        for (bot, d) in desktops.iter() {
+            let d = d.lock().await;
+            out.push(info_of(bot, &d, false));
+        }
+        out.sort_by_key(|s| s.slot);
+        out
+    }
+
+    /// Starts the bot's desktop if needed (and restarts a crashed Chrome or Xvfb).
+    pub async fn ensure(&self, bot: &BotId) -> Result<ScreenInfo, OpError> {
+        let (desktop, started) = self.desktop(bot).await?;
+        let d = desktop.lock().await;
+        Ok(info_of(bot, &d, started))
+    }
+
+    /// The bot's desktop, started or repaired as needed.
+    async fn desktop(&self, bot: &BotId) -> Result<(Arc<Mutex<Desktop>>, bool), OpError> {
+        let claim = self.table().claim(bot);
+        let claim = match claim {
+            Ok(c) => c,
+            Err(ClaimError::Releasing(_)) => {
+                return Err(op_err(
+                    ErrorCode::ScreenReleasing,
+                    format!("the screen of bot {bot} is still being released"),
+                ))
+            }
+            Err(ClaimError::NeedsTeardown(_)) => {
+                // A failed teardown keeps the slot: retry it, then claim again.
+                self.release(bot).await?;
+                self.table().claim(bot).map_err(|_| {
+                    op_err(
+                        ErrorCode::ScreenReleasing,
+                        format!("the screen of bot {bot} is still being released"),
+                    )
+                })?
+            }
+            Err(ClaimError::Unavailable { limit }) => return Err(unavailable(limit)),
+        };
+        match claim {
+            Claim::Existing(_) => {
+                let existing = self.desktops.lock().await.get(bot).cloned();
+                match existing {
+                    Some(d) => {
+                        let repaired = self.repair(bot, &d).await?;
+                        Ok((d, repaired))
+                    }
+                    // Claimed by a start still in progress on another call: wait for it.
+                    None => Err(op_err(
+                        ErrorCode::ScreenReleasing,
+                        format!("the screen of bot {bot} is starting; try again"),
+                    )),
+                }
+            }
+            Claim::New(slot) => match self.start(bot, slot).await {
+                Ok(d) => {
+                    let d = Arc::new(Mutex::new(d));
+                    self.desktops.lock().await.insert(bot.clone(), d.clone());
+                    Ok((d, true))
+                }
+                Err(e) => {
+                    self.table().abandon(slot);
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// Starts Xvfb, the X clients and Chrome for a new slot.
+    async fn start(&self, bot: &BotId, slot: u32) -> Result<Desktop, OpError> {
+        let base = DisplayNum::for_slot(slot).map_err(failed)?.get();
+        let mut last_err = None;
+        let mut xvfb = None;
+        for n in base..base.saturating_add(DISPLAY_PROBES) {
+            let Some(num) = DisplayNum::new(n) else { break };
+            match Xvfb::start(num, &self.cfg.runtime_dir, &XvfbOptions::default()).await {
+                Ok(x) => {
+                    xvfb = Some(x);
+                    break;
+                }
+                // Another computer on this host holds that number: try the next one.
+                Err(e @ (DisplayError::InUse { .. } | DisplayError::SocketInUse { .. })) => {
+                    last_err = Some(e)
+                }
+                Err(e) => return Err(failed(format!("start the display of bot {bot}: {e}"))),
+            }
+        }
+        let mut xvfb = xvfb.ok_or_else(|| {
+            failed(format!(
+                "no free display for bot {bot}: {}",
+                last_err.map(|e| e.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let clients = (|| -> Result<_, DisplayError> {
+            let access = xvfb.access();
+            Ok((
+                Capturer::new(access)?,
+                Input::new(access, self.clock.clone())?,
+                Settler::new(access, self.clock.clone())?,
+                WindowControl::new(access)?,
+            ))
+        })();
+        let (capturer, input, settler, windows) = match clients {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = xvfb.stop().await;
+                return Err(failed(format!("connect to the display of bot {bot}: {e}")));
+            }
+        };
+        let mut desktop = Desktop {
+            slot,
+            xvfb,
+            browser: None,
+            capturer,
+            input,
+            settler,
+            windows,
+            launched: Vec::new(),
+            last_frame: None,
+            streak: RefusalStreak::default(),
+        };
+        if let Err(e) = self.start_browser(bot, &mut desktop).await {
+            let _ = desktop.xvfb.stop().await;
+            return Err(e);
+        }
+        info!(bot = %bot, slot, display = desktop.xvfb.display().get(), "desktop started");
+        Ok(desktop)
+    }
+
+    async fn start_browser(&self, bot: &BotId, d: &mut Desktop) -> Result<(), OpError> {
+        let profile = ensure_profile_dir(&self.cfg.home, bot).map_err(failed)?;
+        let mut opts = BrowserOptions::new(
+            profile,
+            self.cfg.home.clone(),
+            d.xvfb.display_env(),
+            d.xvfb.xauthority().to_path_buf(),
+            self.cfg.runtime_dir.clone(),
+        );
+        opts.chromium = self.cfg.chromium.clone();
+        let browser = Browser::start(&opts)
+            .await
+            .map_err(|e| failed(format!("start the browser of bot {bot}: {e}")))?;
+        d.browser = Some(browser);
+        Ok(())
+    }
+
+    /// Restarts what crashed: the whole desktop if Xvfb died, Chrome if only it died.
+    async fn repair(&self, bot: &BotId, desktop: &Arc<Mutex<Desktop>>) -> Result<bool, OpError> {
+        let mut d = desktop.lock().await;
+        if !d.xvfb.is_alive() {
+            warn!(bot = %bot, "the display died; starting it again");
+            let slot = d.slot;
+            if let Some(mut b) = d.browser.take() {
+                let _ = b.stop().await;
+            }
+            let _ = d.xvfb.stop().await;
+            *d = self.start(bot, slot).await?;
+            return Ok(true);
+        }
+        if !d.browser.as_mut().is_some_and(Browser::is_alive) {
+            warn!(bot = %bot, "the browser is not running; starting it again");
+            if let Some(mut b) = d.browser.take() {
+                let _ = b.stop().await;
+            }
+            self.start_browser(bot, &mut d).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Tears a bot's desktop down in the contract's order. Releasing a bot without a desktop
+    /// succeeds.
+    pub async fn release(&self, bot: &BotId) -> Result<(), OpError> {
+        let Some(slot) = self.table().begin_release(bot) else {
+            return match self.table().slot_of(bot) {
+                Some(_) => Err(op_err(
+                    ErrorCode::ScreenReleasing,
+                    format!("the screen of bot {bot} is still being released"),
+                )),
+                None => Ok(()),
+            };
+        };
+        let desktop = self.desktops.lock().await.remove(bot);
+        let ok = match desktop {
+            Some(d) => {
+                let mut d = d.lock().await;
+                teardown(bot, &mut d).await
+            }
+            None => true,
+        };
+        self.table().finish_release(slot, ok);
+        if ok {
+            info!(bot = %bot, slot, "desktop released");
+            Ok(())
+        } else {
+            Err(failed(format!(
+                "teardown of the desktop of bot {bot} failed; its slot stays reserved"
+            )))
+        }
+    }
+
+    /// Tears every desktop down (guest shutdown, computer stop): browsers flush their profiles.
+    pub async fn shutdown(&self) {
+        let bots: Vec<BotId> = self.desktops.lock().await.keys().cloned().collect();
+        let all = bots.iter().map(|b| self.release(b));
+        for r in futures_util::future::join_all(all).await {
+            if let Err(e) = r {
+                warn!(error = %e, "desktop teardown at shutdown failed");
+            }
+        }
+    }
+
+    /// computer_observe: a screenshot, with the image omitted when the frame is unchanged.
+    pub async fn observe(
+        &self,
+        bot: &BotId,
+        now_ms: i64,
+    ) -> Result<(ObservationMeta, Vec<u8>), OpError> {
+        let (desktop, _) = self.desktop(bot).await?;
+        let mut d = desktop.lock().await;
+        observe_locked(&mut d, now_ms)
+    }
+
+    /// Resets the bot's repeated-action streak (a successful browser_navigate or browser_act).
+    pub async fn reset_streak(&self, bot: &BotId) {
+        if let Some(d) = self.desktops.lock().await.get(bot).cloned() {
+            d.lock().await.streak.reset();
+        }
+    }
+
+    /// computer_act: validates the whole batch, applies the refusal rule, runs the actions in
+    /// order, settles, and observes if asked.
+    pub async fn act(
+        &self,
+        bot: &BotId,
+        actions: &[Action],
+        observe: bool,
+        settle_ms: Option<u32>,
+        now_ms: impl Fn() -> i64,
+    ) -> Result<(ActOutcome, Option<(ObservationMeta, Vec<u8>)>), OpError> {
+        validate_actions(actions, settle_ms)?;
+        let (desktop, _) = self.desktop(bot).await?;
+        let mut d = desktop.lock().await;
+        if d.streak.should_refuse(actions) {
+            return Err(op_err(ErrorCode::ActionRefused, REFUSAL_MESSAGE));
+        }
+        let before = frame_id_now(&mut d)?;
+        let mut completed = 0u32;
+        for action in actions {
+            run_action(self, bot, &mut d, action).await.map_err(|e| {
+                OpError::new(
+                    e.code,
+                    format!(
+                        "action {} failed after {completed} completed: {}",
+                        completed + 1,
+                        e.message
+                    ),
+                )
+            })?;
+            completed += match action {
+                Action::Click { double: true, .. } => 2,
+                _ => 1,
+            };
+        }
+        let (settled_ms, settled) = match settle_ms {
+            Some(ms) => {
+                tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
+                (ms, true)
+            }
+            None => {
+                let outcome =
+                    tokio::task::block_in_place(|| d.settler.wait(SETTLE_QUIET, SETTLE_CAP))
+                        .map_err(failed)?;
+                (
+                    u32::try_from(outcome.waited.as_millis()).unwrap_or(u32::MAX),
+                    outcome.settled,
+                )
+            }
+        };
+        let after = frame_id_now(&mut d)?;
+        d.streak.record(actions, after == before);
+        let observation = if observe {
+            Some(observe_locked(&mut d, now_ms())?)
+        } else {
+            None
+        };
+        Ok((
+            ActOutcome {
+                completed,
+                settled_ms,
+                settled,
+            },
+            observation,
+        ))
+    }
+}
+
+fn unavailable(limit: u32) -> OpError {
+    op_err(
+        ErrorCode::ScreenUnavailable,
+        format!("This computer cannot allocate another screen (limit {limit})"),
+    )
+}
+
+fn info_of(bot: &BotId, d: &Desktop, started: bool) -> ScreenInfo {
+    ScreenInfo {
+        bot: bot.clone(),
+        slot: d.slot,
+        display: d.xvfb.display().get(),
+        width: 1280,
+        height: 800,
+        browser_pid: d.browser.as_ref().and_then(|b| u32::try_from(b.pid()).ok()),
+        started,
+    }
+}
+
+/// Teardown in the contract's order; true when everything stopped.
+async fn teardown(bot: &BotId, d: &mut Desktop) -> bool {
+    // View and control capabilities and the terminal come first once they exist (issue 5);
+    // then Chrome (Browser.close flushes cookies), then launched programs, then the X server.
+    let mut ok = true;
+    if let Some(mut b) = d.browser.take() {
+        if let Err(e) = b.stop().await {
+            warn!(bot = %bot, error = %e, "browser stop failed");
+            ok = false;
+        }
+    }
+    for mut child in d.launched.drain(..) {
+        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = child.wait().await;
+    }
+    if let Err(e) = d.xvfb.stop().await {
+        warn!(bot = %bot, error = %e, "display stop failed");
+        ok = false;
+    }
+    ok
+}
+
+fn frame_id_now(d: &mut Desktop) -> Result<String, OpError> {
+    tokio::task::block_in_place(|| {
+        let frame = d.capturer.capture().map_err(failed)?;
+        let png = display::capture::encode_png(&frame).map_err(failed)?;
+        Ok(display::capture::frame_id(&png))
+    })
+}
+
+fn observe_locked(d: &mut Desktop, now_ms: i64) -> Result<(ObservationMeta, Vec<u8>), OpError> {
+    let obs = tokio::task::block_in_place(|| d.capturer.observe()).map_err(failed)?;
+    let unchanged = d.last_frame.as_deref() == Some(obs.frame_id.as_str());
+    if !unchanged {
+        // A new frame resets the repeated-action streak.
+        d.streak.reset();
+    }
+    d.last_frame = Some(obs.frame_id.clone());
+    let png = if unchanged { Vec::new() } else { obs.png };
+    let meta = ObservationMeta {
+        frame_id: obs.frame_id,
+        captured_at_ms: now_ms,
+        width: u16::try_from(obs.width).unwrap_or(u16::MAX),
+        height: u16::try_from(obs.height).unwrap_or(u16::MAX),
+        cursor: obs.cursor,
+        active_window: obs
+            .active_window
+            .map(|(id, title)| WindowInfo { id, title }),
+        unchanged,
+        png_len: png.len() as u64,
+    };
+    Ok((meta, png))
+}
+
+fn button(b: MouseButton) -> Button {
+    match b {
+        MouseButton::Left => Button::Left,
+        MouseButton::Right => Button::Right,
+    }
+}
+
+/// Whether an application name means the bot's own browser.
+fn is_browser(application: &str) -> bool {
+    matches!(
+        application.to_ascii_lowercase().as_str(),
+        "browser" | "chrome" | "chromium" | "google-chrome"
+    )
+}
+
+/// Opens a URL in a new tab of the bot's browser. Only the CDP address crosses the await: the
+/// desktop's X clients are not `Sync`.
+fn open_in_browser(
+    d: &Desktop,
+    url: &str,
+) -> impl std::future::Future<Output = Result<(), OpError>> + Send + 'static {
+    let ws = d.browser.as_ref().map(Browser::cdp_ws_url);
+    let url = url.to_string();
+    async move {
+        let ws = ws.ok_or_else(|| failed("the browser is not running"))?;
+        open_in_browser_ws(ws, &url).await
+    }
+}
+
+/// Opens a URL in a new tab of the browser at `ws`.
+async fn open_in_browser_ws(ws: String, url: &str) -> Result<(), OpError> {
+    let cdp = crate::browser::CdpSession::connect(&ws)
+        .await
+        .map_err(failed)?;
+    cdp.open_tab(url).await.map_err(failed)?;
+    Ok(())
+}
+
+/// An `open` target as a URL: http(s) as given, a home path as `file://`.
+fn open_url(home: &std::path::Path, target: &str) -> Result<String, OpError> {
+    if let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        if rest.is_empty() {
+            return Err(op_err(ErrorCode::BadRequest, "open needs a host"));
+        }
+        return Ok(target.to_string());
+    }
+    if target.contains("://") || target.starts_with("javascript:") || target.starts_with("data:") {
+        return Err(op_err(
+            ErrorCode::BadRequest,
+            format!("open takes a home path or an http(s) URL, not {target:?}"),
+        ));
+    }
+    let rel = crate::home::normalize(target)?;
+    let path = home.join(rel.to_string());
+    Ok(format!("file://{}", path.display()))
+}
+
+async fn run_action(
+    screens: &Screens,
+    bot: &BotId,
+    d: &mut Desktop,
+    action: &Action,
+) -> Result<(), OpError> {
+    use gateway_proto::desktop::clamp_coord;
+    let input_err = |e: DisplayError| match e {
+        DisplayError::UnknownKey(_) => op_err(ErrorCode::BadRequest, e),
+        other => failed(other),
+    };
+    match action {
+        Action::Click {
+            x,
+            y,
+            button: b,
+            double,
+        } => tokio::task::block_in_place(|| {
+            d.input
+                .click(clamp_coord(*x), clamp_coord(*y), button(*b), *double)
+        })
+        .map_err(input_err),
+        Action::Move { x, y } => tokio::task::block_in_place(|| {
+            d.input.move_to(clamp_coord(*x), clamp_coord(*y)).map(drop)
+        })
+        .map_err(input_err),
+        Action::Down { x, y, button: b } => tokio::task::block_in_place(|| {
+            d.input
+                .button_down(clamp_coord(*x), clamp_coord(*y), button(*b))
+        })
+        .map_err(input_err),
+        Action::Up { x, y, button: b } => tokio::task::block_in_place(|| {
+            d.input
+                .button_up(clamp_coord(*x), clamp_coord(*y), button(*b))
+        })
+        .map_err(input_err),
+        Action::Type { text } => {
+            tokio::task::block_in_place(|| d.input.type_text(text)).map_err(input_err)
+        }
+        Action::Key { key, modifiers } => {
+            let combo =
+                KeyCombo::parse(key, modifiers).map_err(|e| op_err(ErrorCode::BadRequest, e))?;
+            tokio::task::block_in_place(|| d.input.key(&combo)).map_err(input_err)
+        }
+        Action::Scroll { direction, amount } => {
+            let dir = match direction {
+                ScrollDirection::Up => display::ScrollDirection::Up,
+                ScrollDirection::Down => display::ScrollDirection::Down,
+            };
+            tokio::task::block_in_place(|| d.input.scroll(dir, u32::from(*amount)))
+                .map_err(input_err)
+        }
+        Action::Wait { ms } => {
+            tokio::time::sleep(Duration::from_millis(u64::from(*ms))).await;
+            Ok(())
+        }
+        Action::Open { target } => {
+            let url = open_url(&screens.cfg.home, target)?;
+            open_in_browser(d, &url).await
+        }
+        Action::Focus { application, uri } => {
+            let found =
+                tokio::task::block_in_place(|| d.windows.find(WindowMatch::Class(application)))
+                    .map_err(failed)?;
+            match found.first() {
+                Some(w) => {
+                    let id = w.id;
+                    tokio::task::block_in_place(|| d.windows.activate(id))
+                        .map_err(failed)
+                        .map(|_: Activation| ())?;
+                    if let Some(u) = uri {
+                        if is_browser(application) {
+                            open_in_browser(d, &open_url(&screens.cfg.home, u)?).await?;
+                        }
+                    }
+                    Ok(())
+                }
+                None => launch(screens, bot, d, application, uri.as_deref()).await,
+            }
+        }
+        Action::Launch { application, uri } => {
+            launch(screens, bot, d, application, uri.as_deref()).await
+        }
+    }
+}
+
+/// Launches an application on the bot's display: the bot's own browser for browser names,
+/// otherwise the program of that name from `PATH`.
+async fn launch(
+    screens: &Screens,
+    bot: &BotId,
+    d: &mut Desktop,
+    application: &str,
+    uri: Option<&str>,
+) -> Result<(), OpError> {
+    if is_browser(application) {
+        if !d.browser.as_mut().is_some_and(Browser::is_alive) {
+            screens.start_browser(bot, d).await?;
+        }
+        if let Some(u) = uri {
+            open_in_browser(d, &open_url(&screens.cfg.home, u)?).await?;
+        }
+        return Ok(());
+    }
+    if !application
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(op_err(
+            ErrorCode::BadRequest,
+            format!("application {application:?} is not a program name"),
+        ));
+    }
+    let mut cmd = tokio::process::Command::new(application);
+    cmd.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &screens.cfg.home)
+        .env("LANG", "C.UTF-8")
+        .env("DISPLAY", d.xvfb.display_env())
+        .env("XAUTHORITY", d.xvfb.xauthority())
+        .current_dir(&screens.cfg.home)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(u) = uri {
+        cmd.arg(u);
+    }
+    let child = cmd.spawn().map_err(|e| {
+        op_err(
+            ErrorCode::BadRequest,
+            format!("cannot launch {application:?}: {e}"),
+        )
+    })?;
+    d.launched.push(child);
+    Ok(())
+}
