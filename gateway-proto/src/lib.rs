@@ -27,6 +27,7 @@ pub mod frame;
 pub mod handshake;
 pub mod lease;
 pub mod msg;
+pub mod page;
 
 pub use frame::{decode, encode, encode_into, FrameDecoder, FrameError, MAX_CHUNK, MAX_FRAME_LEN};
 pub use handshake::{
@@ -43,7 +44,9 @@ pub use msg::*;
 ///   list/read/write with raw bulk bodies.
 /// - 2: desktops: `ScreenEnsure`, `ScreenRelease`, `ScreenList`, `Observe`, `Act` requests, their
 ///   replies, and the `ScreenUnavailable`, `ScreenReleasing`, `ActionRefused` error codes.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// - 3: page browser: `Navigate`, `Snapshot`, `PageAct` requests; `Snapshot` and
+///   `PageActFailed` replies.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

@@ -10,6 +10,7 @@ use crate::desktop::{
 };
 use crate::handshake::Secret;
 use crate::lease::{BotId, LeaseToken};
+use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
@@ -129,6 +130,13 @@ pub enum Request {
     /// Run a batch of actions. Answer: `Acted`, then (if asked) `Observation` and its bytes; or
     /// `Error`.
     Act(ActRequest),
+    /// browser_navigate. Answer: `Snapshot` of the page after it settled, or `Error`.
+    Navigate(NavigateRequest),
+    /// browser_snapshot. Answer: `Snapshot` or `Error`.
+    Snapshot(SnapshotRequest),
+    /// browser_act. Answer: `Snapshot` after the steps, `PageActFailed`, or `Error` (nothing
+    /// ran: validation, tab selection).
+    PageAct(PageActRequest),
 }
 
 /// A command to run in the home.
@@ -231,6 +239,8 @@ pub enum Reply {
     Released,
     Observation(ObservationMeta),
     Acted(ActOutcome),
+    Snapshot(Snapshot),
+    PageActFailed(PageActFailure),
 }
 
 /// A failed operation: a code callers branch on and a message for people.

@@ -86,7 +86,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 2);
+    assert_eq!(PROTOCOL_VERSION, 3);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -459,10 +459,10 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("0a");
+    rejected::<Request>("0d");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("0a");
+    rejected::<Reply>("0c");
     rejected::<OpError>("0a 00"); // ErrorCode index 10
     rejected::<FileKind>("02");
 }

@@ -153,6 +153,12 @@ impl Ops {
                 }
                 let _ = send.finish();
             }
+            Request::Navigate(_) | Request::Snapshot(_) | Request::PageAct(_) => {
+                let err =
+                    OpError::new(ErrorCode::Unsupported, "this guest has no page browser yet");
+                let _ = write_frame(&mut send, &Reply::Error(err)).await;
+                let _ = send.finish();
+            }
             Request::Act(r) => {
                 match self
                     .screens
@@ -348,6 +354,9 @@ fn request_lease(request: &Request) -> Option<BotLease> {
         Request::ScreenRelease(r) => r.lease.as_ref().map(|t| with_bot(&r.bot, t)),
         Request::Observe(r) => Some(with_bot(&r.bot, &r.lease)),
         Request::Act(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::Navigate(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::Snapshot(r) => Some(with_bot(&r.bot, &r.lease)),
+        Request::PageAct(r) => Some(with_bot(&r.bot, &r.lease)),
         Request::Ping | Request::ScreenList => None,
     }
 }
