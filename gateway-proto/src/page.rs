@@ -230,7 +230,7 @@ mod tests {
         let click = PageStep::Click {
             element: "e1".into(),
         };
-        assert!(validate_steps(&[click.clone()]).is_ok());
+        assert!(validate_steps(std::slice::from_ref(&click)).is_ok());
         assert!(validate_steps(&[]).is_err());
         assert!(validate_steps(&vec![click; 25]).is_err());
         let err = validate_steps(&[

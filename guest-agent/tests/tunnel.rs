@@ -102,7 +102,17 @@ impl Harness {
             ("RAKAZO_HOME".into(), home_dir.path().display().to_string()),
         ]);
         let config = Config::from_source(&env)?;
-        let ops = Arc::new(Ops::new(Home::new(home_dir.path())?));
+        // No desktop is started by these tests; the screens manager only needs its settings.
+        let screens = Arc::new(guest_agent::screens::Screens::new(
+            guest_agent::screens::ScreensConfig {
+                home: home_dir.path().to_path_buf(),
+                runtime_dir: config.runtime_dir.clone(),
+                limit: None,
+                chromium: config.chromium.clone(),
+            },
+            guest_agent::clock::monotonic(),
+        ));
+        let ops = Arc::new(Ops::new(Home::new(home_dir.path())?, screens));
         let guest = tokio::spawn(guest_agent::tunnel::run(config, ops));
         Ok(Self {
             endpoint,
