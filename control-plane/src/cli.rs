@@ -68,6 +68,37 @@ pub enum Command {
     Observe(ObserveArgs),
     /// Run a batch of desktop actions (computer_act).
     Act(ActArgs),
+    /// Page tools on the bot's browser: navigate, snapshot, act.
+    #[command(subcommand)]
+    Browser(BrowserCmd),
+}
+
+#[derive(Subcommand)]
+pub enum BrowserCmd {
+    /// Open an http(s) URL in the bot's visible tab.
+    Navigate {
+        computer: String,
+        bot: String,
+        url: String,
+        #[arg(long)]
+        lease: String,
+    },
+    /// Page text and interactive elements with refs.
+    Snapshot {
+        computer: String,
+        bot: String,
+        #[arg(long)]
+        lease: String,
+    },
+    /// Run steps, e.g. '[{"type":"click","ref":"e3"}]' ("-" reads stdin).
+    Act {
+        computer: String,
+        bot: String,
+        #[arg(long)]
+        lease: String,
+        #[arg(long)]
+        steps: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -369,6 +400,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Screen(cmd) => screen(&g, cmd).await,
         Command::Observe(a) => observe(&g, a).await,
         Command::Act(a) => act(&g, a).await,
+        Command::Browser(cmd) => browser(&g, cmd).await,
     }
 }
 
@@ -854,6 +886,82 @@ async fn act(g: &Global, a: ActArgs) -> Result<i32> {
         print_json(&v);
     } else {
         println!("completed {} actions", v["completed"]);
+    }
+    Ok(0)
+}
+
+async fn browser(g: &Global, cmd: BrowserCmd) -> Result<i32> {
+    let c = g.client()?;
+    let (computer, bot, action, body) = match cmd {
+        BrowserCmd::Navigate {
+            computer,
+            bot,
+            url,
+            lease,
+        } => (
+            computer,
+            bot,
+            "navigate",
+            serde_json::json!({ "lease": lease, "url": url }),
+        ),
+        BrowserCmd::Snapshot {
+            computer,
+            bot,
+            lease,
+        } => (
+            computer,
+            bot,
+            "snapshot",
+            serde_json::json!({ "lease": lease }),
+        ),
+        BrowserCmd::Act {
+            computer,
+            bot,
+            lease,
+            steps,
+        } => {
+            let raw = if steps == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+                s
+            } else {
+                steps
+            };
+            let steps: serde_json::Value =
+                serde_json::from_str(&raw).context("--steps must be a JSON array")?;
+            (
+                computer,
+                bot,
+                "act",
+                serde_json::json!({ "lease": lease, "steps": steps }),
+            )
+        }
+    };
+    let path = format!(
+        "/v1/computers/{}/browser/{}/{action}",
+        q(&computer),
+        q(&bot)
+    );
+    let v = c.json(Method::POST, &path, Some(&body)).await?;
+    if g.json {
+        print_json(&v);
+    } else if v["ok"] == false {
+        eprintln!(
+            "rakazo: {} (completed {}, uncertain {}; fall back to {})",
+            v["error"].as_str().unwrap_or("failed"),
+            v["completed"],
+            v["uncertain"],
+            v["fallback"].as_str().unwrap_or("computer_act"),
+        );
+        return Ok(1);
+    } else {
+        let s = &v["snapshot"];
+        println!(
+            "{} — {}",
+            s["title"].as_str().unwrap_or(""),
+            s["url"].as_str().unwrap_or("")
+        );
+        println!("{}", s["tree"].as_str().unwrap_or(""));
     }
     Ok(0)
 }

@@ -7,6 +7,7 @@
 //! stream and must announce their length.
 
 mod body;
+mod browser;
 mod computers;
 mod exec;
 mod files;
@@ -159,6 +160,9 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
                 "no screen action {other:?}; use ensure, release, observe or act"
             ))),
         },
+        (&Method::POST, ["v1", "computers", id, "browser", bot, action]) => {
+            browser::handle(api, id, bot, action, req).await
+        }
         (&Method::GET, ["v1", "computers", id, "leases", bot]) => leases::get(api, id, bot).await,
         (&Method::POST, ["v1", "computers", id, "leases", bot, action]) => {
             leases::act(api, id, bot, action, req).await

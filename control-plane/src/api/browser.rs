@@ -1,0 +1,210 @@
+//! `/v1/computers/{id}/browser/{bot}/navigate|snapshot|act`: the page tools (contracts.md §5).
+//!
+//! URLs and step batches are validated here before anything is sent (and again on the guest).
+//! A browser_act that fails after validation is a tool result, not an HTTP error: `200` with
+//! `{ok: false, completed, uncertain, error, fallback: "computer_act"}`. Step texts (a fill may
+//! carry a saved login's secret) are never logged: only the request path is.
+
+use super::body::{json_response, read_json, ApiError, RespBody};
+use super::{parse_bot, Api};
+use crate::tunnel::TunnelError;
+use gateway_proto::page::{
+    validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, Snapshot,
+    SnapshotRequest, FALLBACK,
+};
+use gateway_proto::{BotLease, LeaseToken, Reply, Request};
+use hyper::body::Incoming;
+use hyper::{Response, StatusCode};
+use serde::Deserialize;
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Body {
+    lease: String,
+    url: Option<String>,
+    steps: Option<Vec<StepBody>>,
+}
+
+/// One step as the API spells it.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum StepBody {
+    Click {
+        #[serde(rename = "ref")]
+        element: String,
+    },
+    Fill {
+        #[serde(rename = "ref")]
+        element: String,
+        text: String,
+        origin: Option<String>,
+    },
+    Type {
+        #[serde(rename = "ref")]
+        element: String,
+        text: String,
+    },
+    Select {
+        #[serde(rename = "ref")]
+        element: String,
+        value: String,
+    },
+    Press {
+        key: String,
+    },
+}
+
+impl From<StepBody> for PageStep {
+    fn from(s: StepBody) -> Self {
+        match s {
+            StepBody::Click { element } => PageStep::Click { element },
+            StepBody::Fill {
+                element,
+                text,
+                origin,
+            } => PageStep::Fill {
+                element,
+                text,
+                origin,
+            },
+            StepBody::Type { element, text } => PageStep::Type { element, text },
+            StepBody::Select { element, value } => PageStep::Select { element, value },
+            StepBody::Press { key } => PageStep::Press { key },
+        }
+    }
+}
+
+/// The §5 snapshot as JSON.
+pub fn snapshot_json(s: &Snapshot) -> serde_json::Value {
+    let elements: Vec<serde_json::Value> = s
+        .elements
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "ref": e.element, "role": e.role, "name": e.name, "value": e.value, "tag": e.tag,
+            })
+        })
+        .collect();
+    serde_json::json!({ "url": s.url, "title": s.title, "elements": elements, "tree": s.tree })
+}
+
+fn unexpected(id: &str, reply: &Reply) -> ApiError {
+    // Never echo a reply that could carry page text into logs at error level: name its kind.
+    let kind = match reply {
+        Reply::Snapshot(_) => "snapshot",
+        Reply::PageActFailed(_) => "page act failure",
+        _ => "other",
+    };
+    TunnelError::Protocol {
+        computer: id.to_string(),
+        detail: format!("unexpected {kind} reply"),
+    }
+    .into()
+}
+
+pub async fn handle(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+    action: &str,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let body: Body = read_json(req.into_body()).await?;
+    let lease =
+        LeaseToken::parse(&body.lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))?;
+    let request = match action {
+        "navigate" => {
+            let url = body
+                .url
+                .ok_or_else(|| ApiError::bad_request("url is required"))?;
+            validate_url(&url).map_err(|e| ApiError::bad_request(e.message))?;
+            Request::Navigate(NavigateRequest {
+                bot: bot.clone(),
+                lease: lease.clone(),
+                url,
+            })
+        }
+        "snapshot" => Request::Snapshot(SnapshotRequest {
+            bot: bot.clone(),
+            lease: lease.clone(),
+        }),
+        "act" => {
+            let steps: Vec<PageStep> = body
+                .steps
+                .ok_or_else(|| ApiError::bad_request("steps is required"))?
+                .into_iter()
+                .map(PageStep::from)
+                .collect();
+            validate_steps(&steps).map_err(|e| ApiError::bad_request(e.message))?;
+            Request::PageAct(PageActRequest {
+                bot: bot.clone(),
+                lease: lease.clone(),
+                steps,
+            })
+        }
+        other => {
+            return Err(ApiError::not_found(format!(
+                "no browser action {other:?}; use navigate, snapshot or act"
+            )))
+        }
+    };
+    let bl = BotLease { bot, token: lease };
+    let mut op = api.core.open(id, Some(&bl), &request).await?;
+    match op.expect::<Reply>().await? {
+        Reply::Snapshot(s) => {
+            let mut v = serde_json::json!({ "ok": true, "snapshot": snapshot_json(&s) });
+            if action == "act" {
+                v["completed"] = serde_json::json!(match &request {
+                    Request::PageAct(r) => r.steps.len(),
+                    _ => 0,
+                });
+            }
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        Reply::PageActFailed(f) => Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({
+                "ok": false, "completed": f.completed, "uncertain": f.uncertain,
+                "error": f.error, "fallback": FALLBACK,
+            }),
+        )),
+        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
+        other => Err(unexpected(id, &other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_parse_from_the_api_spelling() {
+        let raw = serde_json::json!([
+            {"type": "click", "ref": "e1"},
+            {"type": "fill", "ref": "e2", "text": "x", "origin": "https://a.test"},
+            {"type": "select", "ref": "e3", "value": "v"},
+            {"type": "press", "key": "Enter"},
+        ]);
+        let steps: Vec<StepBody> = serde_json::from_value(raw).unwrap();
+        let steps: Vec<PageStep> = steps.into_iter().map(PageStep::from).collect();
+        assert_eq!(
+            steps[0],
+            PageStep::Click {
+                element: "e1".into()
+            }
+        );
+        assert!(
+            matches!(&steps[1], PageStep::Fill { origin: Some(o), .. } if o == "https://a.test")
+        );
+        assert!(serde_json::from_value::<StepBody>(
+            serde_json::json!({"type": "hover", "ref": "e1"})
+        )
+        .is_err());
+        assert!(serde_json::from_value::<StepBody>(
+            serde_json::json!({"type": "click", "ref": "e1", "x": 1})
+        )
+        .is_err());
+    }
+}
