@@ -54,7 +54,9 @@ pub fn full_body(bytes: impl Into<Bytes>) -> ReqBody {
 impl Client {
     /// `base` is like `http://127.0.0.1:7090`.
     pub fn new(base: impl Into<String>, token: Secret) -> Self {
-        let http = HyperClient::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let http = HyperClient::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
         Self {
             base: base.into().trim_end_matches('/').to_string(),
             token,

@@ -164,8 +164,9 @@ impl OpSender {
     }
 
     /// Sends raw bytes (after a typed header).
-    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), TunnelError> {
-        self.send.write_all(bytes).await.map_err(|_| self.lost())
+    pub async fn write_raw(&mut self, bytes: bytes::Bytes) -> Result<(), TunnelError> {
+        // write_chunk hands the buffer to quinn without copying it.
+        self.send.write_chunk(bytes).await.map_err(|_| self.lost())
     }
 
     /// Ends our side of the stream.

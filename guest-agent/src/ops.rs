@@ -21,6 +21,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+/// Buffer size of file writes during an upload.
+const WRITE_BUF: usize = 256 * 1024;
+
 /// Stream reset code for a malformed stream (the control plane's `tunnel::RESET_PROTOCOL`).
 const RESET_PROTOCOL: u32 = 3;
 
@@ -197,11 +200,12 @@ impl Ops {
             return;
         }
         let mut left = size;
-        let mut buf = vec![0u8; 256 * 1024];
         while left > 0 {
-            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let want = WRITE_BUF.min(usize::try_from(left).unwrap_or(usize::MAX));
+            // A fresh buffer per chunk is handed to quinn whole (write_chunk), without a copy.
+            let mut buf = vec![0u8; want];
             // A blocking read of a local file chunk is short; the runtime tolerates it.
-            let n = match tokio::task::block_in_place(|| file.read(&mut buf[..want])) {
+            let n = match tokio::task::block_in_place(|| file.read(&mut buf)) {
                 Ok(0) | Err(_) => {
                     // The file shrank or failed under us: the promised size cannot be met.
                     warn!(path, "file changed while being read; resetting the stream");
@@ -210,7 +214,8 @@ impl Ops {
                 }
                 Ok(n) => n,
             };
-            if send.write_all(&buf[..n]).await.is_err() {
+            buf.truncate(n);
+            if send.write_chunk(bytes::Bytes::from(buf)).await.is_err() {
                 return;
             }
             left -= n as u64;
@@ -246,36 +251,69 @@ impl Ops {
         executable: bool,
         size: u64,
     ) -> Result<(), OpError> {
-        let mut pending = self.home.create_write(path, executable)?;
+        let pending = self.home.create_write(path, executable)?;
         let io_err =
             |e: std::io::Error| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}"));
-        let mut got = remainder.len() as u64;
-        if got > size {
-            return Err(too_many(path, size));
-        }
-        tokio::task::block_in_place(|| pending.file().write_all(&remainder)).map_err(io_err)?;
-        while got < size {
-            match recv.read_chunk(256 * 1024, true).await {
-                Ok(Some(chunk)) => {
-                    got += chunk.bytes.len() as u64;
-                    if got > size {
-                        return Err(too_many(path, size));
-                    }
-                    tokio::task::block_in_place(|| pending.file().write_all(&chunk.bytes))
-                        .map_err(io_err)?;
-                }
-                Ok(None) | Err(_) => {
-                    return Err(OpError::new(
-                        ErrorCode::BadRequest,
-                        format!("upload of {path:?} ended after {got} of {size} bytes"),
-                    ))
+        // A writer thread takes 256 KiB buffers, so the disk and the network overlap and the
+        // file is written in large pieces rather than one QUIC packet at a time.
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut pending = pending;
+            while let Some(buf) = rx.blocking_recv() {
+                if let Err(e) = pending.file().write_all(&buf) {
+                    return (pending, Err(e));
                 }
             }
+            (pending, Ok(()))
+        });
+        let received = async {
+            let mut got = remainder.len() as u64;
+            if got > size {
+                return Err(too_many(path, size));
+            }
+            let mut buf = remainder;
+            buf.reserve(WRITE_BUF.saturating_sub(buf.len()));
+            while got < size {
+                match recv.read_chunk(WRITE_BUF, true).await {
+                    Ok(Some(chunk)) => {
+                        got += chunk.bytes.len() as u64;
+                        if got > size {
+                            return Err(too_many(path, size));
+                        }
+                        buf.extend_from_slice(&chunk.bytes);
+                        if buf.len() >= WRITE_BUF {
+                            let full = std::mem::replace(&mut buf, Vec::with_capacity(WRITE_BUF));
+                            if tx.send(full).await.is_err() {
+                                // The writer stopped on an error; it reports it below.
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        return Err(OpError::new(
+                            ErrorCode::BadRequest,
+                            format!("upload of {path:?} ended after {got} of {size} bytes"),
+                        ))
+                    }
+                }
+            }
+            // Anything past the announced size is a protocol violation, not data.
+            if let Ok(Some(_)) = recv.read_chunk(1, true).await {
+                return Err(too_many(path, size));
+            }
+            if !buf.is_empty() {
+                let _ = tx.send(buf).await;
+            }
+            Ok(())
         }
-        // Anything past the announced size is a protocol violation, not data.
-        if let Ok(Some(_)) = recv.read_chunk(1, true).await {
-            return Err(too_many(path, size));
-        }
+        .await;
+        drop(tx);
+        let (pending, written) = writer
+            .await
+            .map_err(|e| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}")))?;
+        // On any error `pending` is dropped here, which removes its temp file.
+        received?;
+        written.map_err(io_err)?;
         tokio::task::block_in_place(|| pending.commit())
     }
 

@@ -17,6 +17,8 @@ use std::sync::Arc;
 use tracing::warn;
 
 const RAW_CHUNK: usize = 256 * 1024;
+/// Response body chunks of a download.
+const BODY_CHUNK: usize = 64 * 1024;
 
 fn lease_of(q: &HashMap<String, String>) -> Result<Option<gateway_proto::BotLease>, ApiError> {
     bot_lease(
@@ -102,6 +104,7 @@ pub async fn read(
     rx.start_raw();
     tokio::spawn(async move {
         let mut left = size;
+        let mut pending = bytes::BytesMut::with_capacity(BODY_CHUNK);
         while left > 0 {
             let chunk = tokio::select! {
                 chunk = rx.read_raw(RAW_CHUNK) => chunk,
@@ -127,9 +130,14 @@ pub async fn read(
                 }
             };
             left -= chunk.len() as u64;
-            if tx.send(Ok(chunk)).await.is_err() {
-                rx.abort();
-                return;
+            // QUIC hands over about one packet per read: gather them so the response body
+            // moves 64 KiB at a time instead of 1.4 KB.
+            pending.extend_from_slice(&chunk);
+            if pending.len() >= BODY_CHUNK || left == 0 {
+                if tx.send(Ok(pending.split().freeze())).await.is_err() {
+                    rx.abort();
+                    return;
+                }
             }
         }
         let _ = op_tx.finish();
@@ -196,7 +204,7 @@ pub async fn write(
         };
         if let Ok(data) = frame.into_data() {
             sent += data.len() as u64;
-            if op.tx.write_raw(&data).await.is_err() {
+            if op.tx.write_raw(data).await.is_err() {
                 // The guest stopped reading: its reply says why.
                 send_failed = true;
                 break;

@@ -88,6 +88,11 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>) {
                 continue;
             }
         };
+        // Small NDJSON lines (an exec's `exit`) must not wait for the client's delayed ACK:
+        // with Nagle on, each one stalled about 40 ms (BENCHMARKS.md).
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(%remote, error = %e, "cannot set TCP_NODELAY");
+        }
         let api = api.clone();
         tokio::spawn(async move {
             let io = hyper_util::rt::TokioIo::new(stream);
