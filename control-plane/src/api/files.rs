@@ -133,11 +133,11 @@ pub async fn read(
             // QUIC hands over about one packet per read: gather them so the response body
             // moves 64 KiB at a time instead of 1.4 KB.
             pending.extend_from_slice(&chunk);
-            if pending.len() >= BODY_CHUNK || left == 0 {
-                if tx.send(Ok(pending.split().freeze())).await.is_err() {
-                    rx.abort();
-                    return;
-                }
+            if (pending.len() >= BODY_CHUNK || left == 0)
+                && tx.send(Ok(pending.split().freeze())).await.is_err()
+            {
+                rx.abort();
+                return;
             }
         }
         let _ = op_tx.finish();
