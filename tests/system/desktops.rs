@@ -447,3 +447,59 @@ async fn a_hundred_profiles_in_turn_and_ten_desktops_at_once_leak_nothing() -> R
     assert!(left.is_empty(), "leaked after release: {left:#?}");
     w.check_log()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_run_keeps_the_desktop_and_a_failed_one_tears_it_down() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-runs").await?;
+    let screens = |w: &World| {
+        let c = c.clone();
+        let client = w.client.clone();
+        async move {
+            let v = client
+                .json(
+                    hyper::Method::GET,
+                    &format!("/v1/computers/{c}/screens"),
+                    None,
+                )
+                .await?;
+            let bots: Vec<String> = v["screens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["bot"].as_str().map(String::from))
+                .collect();
+            anyhow::Ok(bots)
+        }
+    };
+    let ok = Bot::new(&w, &c, "bot-ok").await?;
+    let failed = Bot::new(&w, &c, "bot-failed").await?;
+    let cancelled = Bot::new(&w, &c, "bot-cancel").await?;
+    for b in [&ok, &failed, &cancelled] {
+        b.ensure().await?;
+    }
+    for (b, outcome) in [
+        (&ok, "success"),
+        (&failed, "failed"),
+        (&cancelled, "cancelled"),
+    ] {
+        w.post(
+            &format!("/v1/computers/{c}/leases/{}/release", b.bot),
+            serde_json::json!({ "lease": b.lease, "outcome": outcome }),
+        )
+        .await?;
+    }
+    assert_eq!(
+        screens(&w).await?,
+        vec!["bot-ok".to_string()],
+        "only the successful run's desktop remains"
+    );
+    let next = Bot::new(&w, &c, "bot-ok").await?;
+    let again = next.ensure().await?;
+    assert_eq!(
+        again["started"], false,
+        "the next run finds the same desktop"
+    );
+    next.release().await?;
+    w.check_log()
+}
