@@ -1,0 +1,657 @@
+//! The `HomeStore` conformance suite, run against both backends: the local store in a temp data
+//! dir, and the object store against a real s3s-fs started per test. Each case is written once
+//! in `cases` and turned into one `#[tokio::test]` per backend by `conformance!`.
+//!
+//! The object store adds the tampering cases of issue 6 "Must show" 2, the reconciler, and S3
+//! failures, in `object_only`.
+
+mod support;
+
+use homes::archive::{pack_reader, restore_async, UnpackOptions};
+use homes::seal::ContentKey;
+use homes::testing::{expected_after_restore, manifest, noise, write_sample_home, RawArchive};
+use homes::{
+    Checkpoint, HomeKey, HomeStore, LocalHomeStore, MemRevisionLedger, ObjectHomeStore,
+    ObjectStoreConfig, Revision,
+};
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+use support::S3sFs;
+
+const BUCKET: &str = "rakazo-homes";
+
+trait Fixture: Sized + Send + Sync + 'static {
+    type Store: HomeStore + 'static;
+    async fn start() -> anyhow::Result<Self>;
+    fn store(&self) -> Arc<Self::Store>;
+}
+
+struct LocalFixture {
+    _tmp: tempfile::TempDir,
+    store: Arc<LocalHomeStore>,
+}
+
+impl Fixture for LocalFixture {
+    type Store = LocalHomeStore;
+    async fn start() -> anyhow::Result<Self> {
+        let tmp = tempfile::tempdir()?;
+        let store = Arc::new(LocalHomeStore::new(tmp.path().join("data")));
+        Ok(Self { _tmp: tmp, store })
+    }
+    fn store(&self) -> Arc<LocalHomeStore> {
+        self.store.clone()
+    }
+}
+
+struct ObjectFixture {
+    s3: S3sFs,
+    store: Arc<ObjectHomeStore<MemRevisionLedger>>,
+}
+
+fn object_config(endpoint: &str) -> ObjectStoreConfig {
+    let mut config = ObjectStoreConfig::new(BUCKET, "us-east-1", "test", "test");
+    config.endpoint = Some(endpoint.to_owned());
+    config.force_path_style = true;
+    // The smallest part S3 allows, so a 12 MiB home takes three parts.
+    config.part_size = 5 << 20;
+    config
+}
+
+impl ObjectFixture {
+    fn store_with(&self, content_key: ContentKey) -> ObjectHomeStore<MemRevisionLedger> {
+        ObjectHomeStore::new(
+            &object_config(&self.s3.endpoint),
+            content_key,
+            MemRevisionLedger::default(),
+        )
+    }
+}
+
+impl Fixture for ObjectFixture {
+    type Store = ObjectHomeStore<MemRevisionLedger>;
+    async fn start() -> anyhow::Result<Self> {
+        let s3 = S3sFs::start().await?;
+        let store = ObjectHomeStore::new(
+            &object_config(&s3.endpoint),
+            ContentKey::generate(),
+            MemRevisionLedger::default(),
+        );
+        store.client().create_bucket().bucket(BUCKET).send().await?;
+        Ok(Self {
+            s3,
+            store: Arc::new(store),
+        })
+    }
+    fn store(&self) -> Arc<Self::Store> {
+        self.store.clone()
+    }
+}
+
+fn key(s: &str) -> HomeKey {
+    HomeKey::new(s).unwrap()
+}
+
+fn small(content: &[u8]) -> Cursor<Vec<u8>> {
+    Cursor::new(
+        RawArchive::new()
+            .dir(b"d")
+            .file(b"d/f", false, content)
+            .end(),
+    )
+}
+
+/// Restores a checkpoint into `dst` and returns `d/f` of a [`small`] archive.
+async fn restore_small(cp: Checkpoint, dst: &Path) -> Vec<u8> {
+    restore_async(cp.archive, dst.to_path_buf(), UnpackOptions::default())
+        .await
+        .unwrap();
+    std::fs::read(dst.join("d/f")).unwrap()
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn round_trip<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("home");
+        write_sample_home(&src).unwrap();
+        let home = key("team-w1");
+        let rev = store.commit(&home, pack_reader(src.clone())).await.unwrap();
+        assert_eq!(rev, Revision::FIRST);
+        // The computer is destroyed: only the store has the home now.
+        let want = expected_after_restore(&manifest(&src).unwrap());
+        std::fs::remove_dir_all(&src).unwrap();
+        let cp = store
+            .open_latest(&home)
+            .await
+            .unwrap()
+            .expect("a checkpoint");
+        assert_eq!(cp.revision, rev);
+        let dst = tmp.path().join("new-computer-home");
+        restore_async(cp.archive, dst.clone(), UnpackOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(manifest(&dst).unwrap(), want);
+        assert!(want.keys().any(|k| k.ends_with("/Default/Cookies")));
+        assert!(!want
+            .keys()
+            .any(|k| k.ends_with("/SingletonLock") || k.contains("GPUCache")));
+    }
+
+    pub async fn large_home_round_trip<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("home");
+        std::fs::create_dir_all(src.join("big")).unwrap();
+        std::fs::write(src.join("big/blob"), noise(12 << 20, 5)).unwrap();
+        std::fs::write(src.join("small"), b"s").unwrap();
+        let home = key("bot-large");
+        store.commit(&home, pack_reader(src.clone())).await.unwrap();
+        let cp = store.open_latest(&home).await.unwrap().unwrap();
+        let dst = tmp.path().join("out");
+        restore_async(cp.archive, dst.clone(), UnpackOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(manifest(&dst).unwrap(), manifest(&src).unwrap());
+    }
+
+    pub async fn empty_store<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let home = key("nobody");
+        assert_eq!(store.current_revision(&home).await.unwrap(), None);
+        assert!(store.open_latest(&home).await.unwrap().is_none());
+        store.delete(&home).await.unwrap();
+    }
+
+    pub async fn revisions_increment<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let home = key("bot-1");
+        for n in 1..=3u64 {
+            let rev = store.commit(&home, small(&[n as u8])).await.unwrap();
+            assert_eq!(rev.get(), n);
+            assert_eq!(store.current_revision(&home).await.unwrap(), Some(rev));
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = store.open_latest(&home).await.unwrap().unwrap();
+        assert_eq!(cp.revision.get(), 3);
+        assert_eq!(restore_small(cp, &tmp.path().join("x")).await, [3]);
+    }
+
+    pub async fn concurrent_commits_are_serialized<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let home = key("team-busy");
+        let mut tasks = Vec::new();
+        for n in 0..6u8 {
+            let store = f.store();
+            let home = home.clone();
+            tasks.push(tokio::spawn(async move {
+                let rev = store
+                    .commit(&home, small(&noise(100_000, u64::from(n))))
+                    .await;
+                (n, rev.unwrap())
+            }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        let mut revs: Vec<u64> = results.iter().map(|(_, r)| r.get()).collect();
+        revs.sort_unstable();
+        assert_eq!(revs, (1..=6).collect::<Vec<_>>());
+        let (winner, _) = results.iter().find(|(_, r)| r.get() == 6).unwrap();
+        let store = f.store();
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = store.open_latest(&home).await.unwrap().unwrap();
+        assert_eq!(
+            restore_small(cp, &tmp.path().join("x")).await,
+            noise(100_000, u64::from(*winner))
+        );
+    }
+
+    pub async fn delete_forgets_the_home<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let (a, b) = (key("bot-a"), key("bot-b"));
+        store.commit(&a, small(b"a")).await.unwrap();
+        store.commit(&a, small(b"a2")).await.unwrap();
+        store.commit(&b, small(b"b")).await.unwrap();
+        store.delete(&a).await.unwrap();
+        store.delete(&a).await.unwrap();
+        assert_eq!(store.current_revision(&a).await.unwrap(), None);
+        assert!(store.open_latest(&a).await.unwrap().is_none());
+        // Other homes are untouched, and a deleted home starts over.
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = store.open_latest(&b).await.unwrap().unwrap();
+        assert_eq!(restore_small(cp, &tmp.path().join("b")).await, b"b");
+        assert_eq!(
+            store.commit(&a, small(b"again")).await.unwrap(),
+            Revision::FIRST
+        );
+    }
+
+    pub async fn a_bad_archive_keeps_the_previous_revision<F: Fixture>() {
+        let f = F::start().await.unwrap();
+        let store = f.store();
+        let home = key("bot-1");
+        store.commit(&home, small(b"good")).await.unwrap();
+        let hostile = [
+            RawArchive::new().file(b"../x", false, b"x").end(),
+            RawArchive::new()
+                .raw(&[3, 0, 1, b'l', 0, 4])
+                .raw(b"/etc")
+                .end(),
+            RawArchive::new().file(b"f", false, b"x").unfinished(),
+            b"not an archive at all".to_vec(),
+        ];
+        for bytes in hostile {
+            let err = store.commit(&home, Cursor::new(bytes)).await.unwrap_err();
+            let text = support::chain(&err);
+            assert!(text.contains("archive"), "{text}");
+        }
+        assert_eq!(
+            store.current_revision(&home).await.unwrap(),
+            Some(Revision::FIRST)
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = store.open_latest(&home).await.unwrap().unwrap();
+        assert_eq!(restore_small(cp, &tmp.path().join("x")).await, b"good");
+    }
+}
+
+macro_rules! conformance {
+    ($name:ident, $fixture:ty) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn round_trip() {
+                cases::round_trip::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn large_home_round_trip() {
+                cases::large_home_round_trip::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn empty_store() {
+                cases::empty_store::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn revisions_increment() {
+                cases::revisions_increment::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_commits_are_serialized() {
+                cases::concurrent_commits_are_serialized::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn delete_forgets_the_home() {
+                cases::delete_forgets_the_home::<$fixture>().await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_bad_archive_keeps_the_previous_revision() {
+                cases::a_bad_archive_keeps_the_previous_revision::<$fixture>().await
+            }
+        }
+    };
+}
+
+conformance!(local, LocalFixture);
+conformance!(object, ObjectFixture);
+
+/// Object-store cases: tampering with the stored object, the reconciler, S3 failures.
+mod object_only {
+    use super::*;
+    use aws_sdk_s3::primitives::ByteStream;
+    use homes::seal::{HEADER_FIXED_LEN, SEGMENT_SIZE, TAG_LEN};
+    use homes::store::object_key;
+    use homes::{LedgerEntry, RevisionLedger};
+    use std::collections::HashSet;
+
+    const SEG: usize = SEGMENT_SIZE + TAG_LEN;
+
+    async fn get(f: &ObjectFixture, object: &str) -> Vec<u8> {
+        let out = f
+            .store
+            .client()
+            .get_object()
+            .bucket(BUCKET)
+            .key(object)
+            .send()
+            .await
+            .unwrap();
+        out.body.collect().await.unwrap().to_vec()
+    }
+
+    async fn put(f: &ObjectFixture, object: &str, bytes: Vec<u8>) {
+        f.store
+            .client()
+            .put_object()
+            .bucket(BUCKET)
+            .key(object)
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    async fn objects(f: &ObjectFixture) -> Vec<String> {
+        let out = f
+            .store
+            .client()
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = out
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Commits a sample home (several segments) to `home`.
+    async fn commit_sample(f: &ObjectFixture, home: &HomeKey, seed: u64) -> Revision {
+        let tmp = tempfile::tempdir().unwrap();
+        write_sample_home(tmp.path()).unwrap();
+        std::fs::write(tmp.path().join("seed"), noise(200_000, seed)).unwrap();
+        f.store
+            .commit(home, pack_reader(tmp.path().to_path_buf()))
+            .await
+            .unwrap()
+    }
+
+    /// Restores `home` over an existing target and expects a failure mentioning `want`, with
+    /// the target and its directory exactly as before.
+    async fn expect_restore_fails(
+        store: &ObjectHomeStore<MemRevisionLedger>,
+        home: &HomeKey,
+        want: &str,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("home");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("sentinel"), b"before").unwrap();
+        let before = manifest(tmp.path()).unwrap();
+        let result = match store.open_latest(home).await {
+            Ok(cp) => {
+                let cp = cp.expect("a checkpoint");
+                restore_async(cp.archive, target.clone(), UnpackOptions::default())
+                    .await
+                    .map(drop)
+                    .map_err(|e| support::chain(&e))
+            }
+            Err(e) => Err(support::chain(&e)),
+        };
+        let err = result.expect_err("restore must fail");
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+        assert_eq!(
+            manifest(tmp.path()).unwrap(),
+            before,
+            "restore wrote something"
+        );
+    }
+
+    fn header_len(home: &HomeKey) -> usize {
+        HEADER_FIXED_LEN + home.as_str().len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tamper_flipped_bit() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("team-w1");
+        let rev = commit_sample(&f, &home, 1).await;
+        let object = object_key(&home, rev);
+        let mut bytes = get(&f, &object).await;
+        let at = header_len(&home) + 2 * SEG + 1234;
+        bytes[at] ^= 0x10;
+        put(&f, &object, bytes).await;
+        expect_restore_fails(
+            &f.store,
+            &home,
+            "segment 2 of home team-w1 revision 1 failed authentication",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tamper_truncated_object() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("team-w1");
+        let rev = commit_sample(&f, &home, 1).await;
+        let object = object_key(&home, rev);
+        let mut bytes = get(&f, &object).await;
+        bytes.truncate(header_len(&home) + 3 * SEG);
+        put(&f, &object, bytes).await;
+        expect_restore_fails(&f.store, &home, "is truncated after 3 segments").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tamper_swapped_segments() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("team-w1");
+        let rev = commit_sample(&f, &home, 1).await;
+        let object = object_key(&home, rev);
+        let mut bytes = get(&f, &object).await;
+        let start = header_len(&home) + SEG;
+        let (one, two) = bytes[start..start + 2 * SEG].split_at_mut(SEG);
+        one.swap_with_slice(two);
+        put(&f, &object, bytes).await;
+        expect_restore_fails(
+            &f.store,
+            &home,
+            "segment 1 of home team-w1 revision 1 failed authentication",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tamper_older_revision_presented_as_newer() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("team-w1");
+        let old = commit_sample(&f, &home, 1).await;
+        let old_bytes = get(&f, &object_key(&home, old)).await;
+        let new = commit_sample(&f, &home, 2).await;
+        put(&f, &object_key(&home, new), old_bytes.clone()).await;
+        expect_restore_fails(&f.store, &home, "is revision 1, expected revision 2").await;
+        // With the header's revision rewritten, authentication fails instead.
+        let mut forged = old_bytes;
+        forged[14..22].copy_from_slice(&new.get().to_be_bytes());
+        put(&f, &object_key(&home, new), forged).await;
+        expect_restore_fails(
+            &f.store,
+            &home,
+            "segment 0 of home team-w1 revision 2 failed authentication",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tamper_another_homes_key_or_object() {
+        let f = ObjectFixture::start().await.unwrap();
+        let (a, b) = (key("bot-aa"), key("bot-bb"));
+        let ra = commit_sample(&f, &a, 1).await;
+        let rb = commit_sample(&f, &b, 2).await;
+        // Home a's object under home b's name.
+        let a_bytes = get(&f, &object_key(&a, ra)).await;
+        put(&f, &object_key(&b, rb), a_bytes.clone()).await;
+        expect_restore_fails(
+            &f.store,
+            &b,
+            "belongs to home \"bot-aa\", expected home bot-bb",
+        )
+        .await;
+        // ... with the header rewritten to say bot-bb: a's data key is not b's.
+        let mut forged = a_bytes;
+        forged[HEADER_FIXED_LEN..HEADER_FIXED_LEN + 6].copy_from_slice(b"bot-bb");
+        put(&f, &object_key(&b, rb), forged).await;
+        expect_restore_fails(
+            &f.store,
+            &b,
+            "segment 0 of home bot-bb revision 1 failed authentication",
+        )
+        .await;
+        // Home a's wrapped key copied onto home b's row: it is bound to a's storage id.
+        let a_entry = f.store.ledger().load(&a).await.unwrap().unwrap();
+        let b_entry = LedgerEntry {
+            revision: Some(rb),
+            wrapped_key: a_entry.wrapped_key,
+        };
+        f.store
+            .ledger()
+            .advance(&b, Some(rb), &b_entry)
+            .await
+            .unwrap();
+        expect_restore_fails(&f.store, &b, "data key of home bot-bb does not unwrap").await;
+        // Another space's content key cannot open anything.
+        let other = f.store_with(ContentKey::generate());
+        other
+            .ledger()
+            .advance(&a, None, &f.store.ledger().load(&a).await.unwrap().unwrap())
+            .await
+            .unwrap();
+        expect_restore_fails(&other, &a, "does not unwrap").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commits_delete_the_previous_object() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("bot-1");
+        for content in [b"1", b"2", b"3"] {
+            f.store.commit(&home, small(content)).await.unwrap();
+        }
+        assert_eq!(objects(&f).await, vec!["homes/bot-1/3".to_owned()]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_deletes_objects_no_computer_owns() {
+        let f = ObjectFixture::start().await.unwrap();
+        let (a, b) = (key("bot-a"), key("bot-b"));
+        f.store.commit(&a, small(b"a1")).await.unwrap();
+        let ra = f.store.commit(&a, small(b"a2")).await.unwrap();
+        let rb = f.store.commit(&b, small(b"b1")).await.unwrap();
+        // Orphans: an upload that finished but was never recorded (a kill -9 between upload and
+        // ledger advance), an object of a deleted computer, and a name we never write.
+        put(&f, "homes/bot-a/7", b"orphan".to_vec()).await;
+        put(&f, "homes/gone/3", b"orphan".to_vec()).await;
+        put(&f, "homes/not-ours", b"foreign".to_vec()).await;
+        let owned: HashSet<_> = [(a.clone(), ra), (b.clone(), rb)].into_iter().collect();
+        assert_eq!(owned, f.store.ledger().owned());
+        let stats = f.store.reconcile(&owned).await.unwrap();
+        assert_eq!((stats.kept, stats.deleted, stats.foreign), (2, 2, 1));
+        assert_eq!(
+            objects(&f).await,
+            vec!["homes/bot-a/2", "homes/bot-b/1", "homes/not-ours"]
+        );
+        // An owned set read before a commit advanced does not lose the new checkpoint: the
+        // ledger is checked again under the home's lock.
+        let stale: HashSet<_> = [(a.clone(), ra)].into_iter().collect();
+        let rb2 = f.store.commit(&b, small(b"b2")).await.unwrap();
+        let stats = f.store.reconcile(&stale).await.unwrap();
+        assert_eq!(stats.deleted, 0);
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = f.store.open_latest(&b).await.unwrap().unwrap();
+        assert_eq!(cp.revision, rb2);
+        assert_eq!(restore_small(cp, &tmp.path().join("b")).await, b"b2");
+    }
+
+    /// An archive stream that fails after `n` good bytes, like a guest that dies mid-export.
+    struct FailAfter(Cursor<Vec<u8>>);
+
+    impl tokio::io::AsyncRead for FailAfter {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.0.position() as usize >= self.0.get_ref().len() {
+                return std::task::Poll::Ready(Err(std::io::Error::other("guest went away")));
+            }
+            std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interrupted_upload_keeps_the_previous_revision() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("bot-1");
+        f.store.commit(&home, small(b"good")).await.unwrap();
+        // 12 MiB of a valid archive, then an error: two parts are uploaded before it fails.
+        let partial = RawArchive::new()
+            .file(b"big", false, &noise(16 << 20, 1))
+            .unfinished();
+        let err = f
+            .store
+            .commit(&home, FailAfter(Cursor::new(partial[..12 << 20].to_vec())))
+            .await
+            .unwrap_err();
+        assert!(
+            support::chain(&err).contains("guest went away"),
+            "{}",
+            support::chain(&err)
+        );
+        assert_eq!(
+            f.store.current_revision(&home).await.unwrap(),
+            Some(Revision::FIRST)
+        );
+        assert_eq!(objects(&f).await, vec!["homes/bot-1/1"]);
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = f.store.open_latest(&home).await.unwrap().unwrap();
+        assert_eq!(restore_small(cp, &tmp.path().join("x")).await, b"good");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s3_errors_are_errors() {
+        let mut f = ObjectFixture::start().await.unwrap();
+        let home = key("bot-1");
+        // Wrong credentials (s3s-fs checks SigV4 signatures; it creates missing buckets on PUT,
+        // so a missing bucket is not an error there).
+        let mut config = object_config(&f.s3.endpoint);
+        config.secret_access_key = "wrong".into();
+        let lost = ObjectHomeStore::new(
+            &config,
+            ContentKey::generate(),
+            MemRevisionLedger::default(),
+        );
+        let err = lost.commit(&home, small(b"x")).await.unwrap_err();
+        assert!(
+            support::chain(&err).contains("object store put of homes/bot-1/1 failed"),
+            "{}",
+            support::chain(&err)
+        );
+        assert_eq!(lost.current_revision(&home).await.unwrap(), None);
+        // A missing object.
+        let rev = f.store.commit(&home, small(b"x")).await.unwrap();
+        f.store
+            .client()
+            .delete_object()
+            .bucket(BUCKET)
+            .key(object_key(&home, rev))
+            .send()
+            .await
+            .unwrap();
+        let err = f.store.open_latest(&home).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("checkpoint object homes/bot-1/1 of home bot-1 revision 1 is missing"),
+            "{err}"
+        );
+        // The server gone.
+        f.s3.kill();
+        let err = f.store.commit(&home, small(b"y")).await.unwrap_err();
+        assert!(
+            support::chain(&err).contains("object store put"),
+            "{}",
+            support::chain(&err)
+        );
+        assert_eq!(f.store.current_revision(&home).await.unwrap(), Some(rev));
+    }
+}

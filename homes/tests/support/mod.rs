@@ -1,0 +1,114 @@
+//! Test support: a real s3s-fs server per test (S3 API over a temp dir, SigV4 checked), found
+//! through `scripts/s3s-fs.sh path`, plus small helpers.
+//!
+//! The binary is never optional: if it is missing the test fails and says how to install it.
+
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Readiness polls of a starting server, `POLL` apart: 10 s in all.
+const POLLS: u32 = 500;
+const POLL: Duration = Duration::from_millis(20);
+
+/// A running s3s-fs, killed on drop.
+pub struct S3sFs {
+    child: Child,
+    pub endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+/// The s3s-fs binary, as `scripts/s3s-fs.sh path` reports it (that script honours
+/// `RAKAZO_S3S_FS`, so the environment is read there, not here).
+fn binary() -> anyhow::Result<PathBuf> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/s3s-fs.sh");
+    let out = Command::new("bash")
+        .args([script, "path"])
+        .output()
+        .context("cannot run scripts/s3s-fs.sh")?;
+    if !out.status.success() {
+        bail!(
+            "the object-store tests need a real s3s-fs: run `bash scripts/s3s-fs.sh install` \
+             (about 3-4 minutes) or set RAKAZO_S3S_FS to its path ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl S3sFs {
+    /// Starts a server on a free loopback port over a fresh directory and waits until it
+    /// accepts connections.
+    pub async fn start() -> anyhow::Result<Self> {
+        let bin = binary()?;
+        // The port is free when chosen but could be taken before s3s-fs binds it: retry.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir()?;
+            let port = free_port()?;
+            let mut child = Command::new(&bin)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--access-key", "test", "--secret-key", "test"])
+                .arg(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("cannot start {}", bin.display()))?;
+            let mut up = false;
+            for _ in 0..POLLS {
+                if child.try_wait()?.is_some() {
+                    break;
+                }
+                if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+                {
+                    up = true;
+                    break;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            if up {
+                return Ok(Self {
+                    child,
+                    endpoint: format!("http://127.0.0.1:{port}"),
+                    _dir: dir,
+                });
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        bail!("s3s-fs did not start")
+    }
+
+    /// Kills the server now (to test what the store does without it).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for S3sFs {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An error with its whole source chain, as a log line would show it.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
