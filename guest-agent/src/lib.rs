@@ -14,5 +14,6 @@ pub mod exec;
 pub mod fence;
 pub mod home;
 pub mod ops;
+pub mod pagebrowser;
 pub mod screens;
 pub mod tunnel;
