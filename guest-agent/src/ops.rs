@@ -156,10 +156,29 @@ impl Ops {
                 }
                 let _ = send.finish();
             }
-            Request::Navigate(_) | Request::Snapshot(_) | Request::PageAct(_) => {
-                let err =
-                    OpError::new(ErrorCode::Unsupported, "this guest has no page browser yet");
-                let _ = write_frame(&mut send, &Reply::Error(err)).await;
+            Request::Navigate(r) => {
+                let reply = match self.screens.page_navigate(&r.bot, &r.url).await {
+                    Ok(s) => Reply::Snapshot(s),
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
+                let _ = send.finish();
+            }
+            Request::Snapshot(r) => {
+                let reply = match self.screens.page_snapshot(&r.bot).await {
+                    Ok(s) => Reply::Snapshot(s),
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
+                let _ = send.finish();
+            }
+            Request::PageAct(r) => {
+                let reply = match self.screens.page_act(&r.bot, &r.steps).await {
+                    Ok(Ok(s)) => Reply::Snapshot(s),
+                    Ok(Err(failure)) => Reply::PageActFailed(failure),
+                    Err(e) => Reply::Error(e),
+                };
+                let _ = write_frame(&mut send, &reply).await;
                 let _ = send.finish();
             }
             Request::Act(r) => {

@@ -5,5 +5,6 @@
 mod cli;
 mod desktops;
 mod foundation;
+mod page_browser;
 mod static_guest;
 mod tunnel_abuse;

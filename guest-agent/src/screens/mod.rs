@@ -15,10 +15,12 @@ use crate::display::{
     self, Activation, Button, Capturer, Clock, DisplayError, DisplayNum, Input, KeyCombo, Settler,
     WindowControl, WindowMatch, Xvfb, XvfbOptions,
 };
+use crate::pagebrowser::PageBrowser;
 use gateway_proto::desktop::{
     validate_actions, ActOutcome, Action, MouseButton, ObservationMeta, ScreenInfo,
     ScrollDirection, WindowInfo,
 };
+use gateway_proto::page::{validate_steps, validate_url, PageActFailure, PageStep, Snapshot};
 use gateway_proto::{BotId, ErrorCode, OpError};
 use refusal::{RefusalStreak, REFUSAL_MESSAGE};
 use slots::{Claim, ClaimError, SlotTable};
@@ -63,6 +65,8 @@ struct Desktop {
     launched: Vec<tokio::process::Child>,
     last_frame: Option<String>,
     streak: RefusalStreak,
+    /// The page tools' state for this bot's browser (refs, isolated worlds).
+    page: PageBrowser,
 }
 
 /// All desktops of this computer.
@@ -219,6 +223,7 @@ impl Screens {
             launched: Vec::new(),
             last_frame: None,
             streak: RefusalStreak::default(),
+            page: PageBrowser::new(),
         };
         if let Err(e) = self.start_browser(bot, &mut desktop).await {
             let _ = desktop.xvfb.stop().await;
@@ -264,9 +269,56 @@ impl Screens {
                 let _ = b.stop().await;
             }
             self.start_browser(bot, &mut d).await?;
+            d.page.browser_restarted();
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// The CDP address of the bot's browser, started or repaired as needed.
+    fn ws_of(d: &Desktop) -> Result<String, OpError> {
+        d.browser
+            .as_ref()
+            .map(Browser::cdp_ws_url)
+            .ok_or_else(|| failed("the browser is not running"))
+    }
+
+    /// browser_snapshot.
+    pub async fn page_snapshot(&self, bot: &BotId) -> Result<Snapshot, OpError> {
+        let (desktop, _) = self.desktop(bot).await?;
+        let mut d = desktop.lock().await;
+        let ws = Self::ws_of(&d)?;
+        d.page.snapshot(&ws).await
+    }
+
+    /// browser_navigate: the URL is checked before anything starts; success resets the bot's
+    /// repeated-action streak.
+    pub async fn page_navigate(&self, bot: &BotId, url: &str) -> Result<Snapshot, OpError> {
+        validate_url(url)?;
+        let (desktop, _) = self.desktop(bot).await?;
+        let mut d = desktop.lock().await;
+        let ws = Self::ws_of(&d)?;
+        let snapshot = d.page.navigate(&ws, url).await?;
+        d.streak.reset();
+        Ok(snapshot)
+    }
+
+    /// browser_act: the batch is checked before anything starts; success resets the bot's
+    /// repeated-action streak.
+    pub async fn page_act(
+        &self,
+        bot: &BotId,
+        steps: &[PageStep],
+    ) -> Result<Result<Snapshot, PageActFailure>, OpError> {
+        validate_steps(steps)?;
+        let (desktop, _) = self.desktop(bot).await?;
+        let mut d = desktop.lock().await;
+        let ws = Self::ws_of(&d)?;
+        let result = d.page.act(&ws, steps).await?;
+        if result.is_ok() {
+            d.streak.reset();
+        }
+        Ok(result)
     }
 
     /// Tears a bot's desktop down in the contract's order. Releasing a bot without a desktop
