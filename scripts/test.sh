@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
 bash scripts/ensure-postgres.sh
+# The homes object-store tests run against a real S3 server (s3s-fs), cached outside the checkout.
+bash scripts/s3s-fs.sh install
 
 echo "== fmt"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
