@@ -3,6 +3,8 @@
 //!
 //! The binary is never optional: if it is missing the test fails and says how to install it.
 
+#![allow(dead_code)] // reason: each test binary uses a different part of this module
+
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
