@@ -13,7 +13,7 @@ use super::{
     VERSION,
 };
 use nix::errno::Errno;
-use nix::fcntl::{open, openat, renameat2, OFlag, RenameFlags, AT_FDCWD};
+use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::syncfs;
 use std::fs::File;
@@ -75,9 +75,9 @@ pub fn unpack_new<R: Read>(
 }
 
 /// Restores the archive read from `input` as `target`: into a staging directory beside it first,
-/// then, once the whole archive has been verified, swapped in with one `renameat2` (an atomic
-/// exchange if `target` exists, whose old contents are then removed). A bad archive leaves
-/// `target` untouched. No existing component of `target` may be a symlink.
+/// then, once the whole archive has been verified, swapped in (with glibc, one atomic
+/// `renameat2` exchange if `target` exists; without, two renames) and the old contents removed.
+/// A bad archive leaves `target` untouched. No existing component of `target` may be a symlink.
 pub fn restore<R: Read>(
     input: R,
     target: &Path,
@@ -109,22 +109,58 @@ pub fn restore<R: Read>(
     ));
     let staging = parent.join(staging_name);
     let stats = unpack_new(input, &staging, opts)?;
+    let replaced = match swap_in(&staging, target, exists) {
+        Ok(replaced) => replaced,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(ArchiveError::io("swap in", target, e));
+        }
+    };
+    if let Some(old) = replaced {
+        if let Err(e) = std::fs::remove_dir_all(&old) {
+            tracing::warn!(dir = %old.display(), error = %e, "cannot remove a replaced home");
+        }
+    }
+    Ok(stats)
+}
+
+/// Moves the verified `staging` tree to `target`; returns where the previous tree went.
+/// With glibc: one atomic `renameat2` (`RENAME_EXCHANGE`, or `RENAME_NOREPLACE` for a new
+/// target), after which `staging` names the previous tree.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn swap_in(staging: &Path, target: &Path, exists: bool) -> nix::Result<Option<PathBuf>> {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
     let flags = if exists {
         RenameFlags::RENAME_EXCHANGE
     } else {
         RenameFlags::RENAME_NOREPLACE
     };
-    if let Err(e) = renameat2(AT_FDCWD, &staging, AT_FDCWD, target, flags) {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(ArchiveError::io("swap in", target, e));
+    renameat2(AT_FDCWD, staging, AT_FDCWD, target, flags)?;
+    Ok(exists.then(|| staging.to_path_buf()))
+}
+
+/// Without glibc (the static musl guest), nix offers no `renameat2`: the previous tree is moved
+/// aside first (to `<staging>.old`), then the new one in; if the second rename fails the
+/// previous tree is moved back. Between the two renames the target is briefly absent.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn swap_in(staging: &Path, target: &Path, exists: bool) -> nix::Result<Option<PathBuf>> {
+    let io = |e: io::Error| {
+        let eio = nix::errno::Errno::EIO as i32;
+        nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(eio))
+    };
+    if !exists {
+        std::fs::rename(staging, target).map_err(io)?;
+        return Ok(None);
     }
-    if exists {
-        // `staging` now names the previous tree.
-        if let Err(e) = std::fs::remove_dir_all(&staging) {
-            tracing::warn!(dir = %staging.display(), error = %e, "cannot remove a replaced home");
-        }
+    let mut old = staging.as_os_str().to_owned();
+    old.push(".old");
+    let old = PathBuf::from(old);
+    std::fs::rename(target, &old).map_err(io)?;
+    if let Err(e) = std::fs::rename(staging, target) {
+        let _ = std::fs::rename(&old, target);
+        return Err(io(e));
     }
-    Ok(stats)
+    Ok(Some(old))
 }
 
 /// Refuses a path any existing component of which is a symlink.
