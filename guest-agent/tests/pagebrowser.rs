@@ -310,6 +310,16 @@ const SETTINGS_BODY: &str = r#"<h1>Settings</h1><p>Profile details for <b>Ada</b
 <p style="display:none"><button>Invisible</button></p>
 <p><a href="/page/help">Help</a> <button>Save</button></p>"#;
 
+const WIDGETS: &str = r#"<!doctype html><meta charset="utf-8"><title>Widgets</title>
+<p>Light text</p>
+<fancy-card><span slot="title">Slotted title</span></fancy-card>
+<div contenteditable="true" aria-label="Notes">old note</div>
+<p><label>Code <input oninput="this.value=this.value.toUpperCase()"></label></p>
+<script>customElements.define('fancy-card', class extends HTMLElement {
+  constructor() { super(); const r = this.attachShadow({mode: 'open'});
+    r.innerHTML = '<h2><slot name="title"></slot></h2><p>Shadow text</p><button>Shadow button</button>';
+    r.querySelector('button').onclick = () => log('click=shadow'); } });</script>"#;
+
 /// A page script that redefines globals named like the helper's methods and patches every
 /// prototype the helper uses, in the page's own world.
 const TAMPER_SCRIPT: &str = r#"<script>
@@ -367,6 +377,7 @@ fn route(method: &str, path: &str) -> (&'static str, String) {
         ("GET", "/frames") => ok(FRAMES.to_owned()),
         ("GET", "/hidden-frame") => ok(HIDDEN_FRAME.to_owned()),
         ("GET", "/search") => ok(SEARCH.to_owned()),
+        ("GET", "/widgets") => ok(format!("{LOG_SCRIPT}{WIDGETS}")),
         ("GET", "/settings") => {
             let script = if query == "clean" { "" } else { TAMPER_SCRIPT };
             ok(format!(
@@ -866,11 +877,10 @@ async fn a_5000_element_page_stays_within_bounds() -> Result<()> {
         .split("\n- ")
         .next()
         .context("the tree starts with text")?;
+    // The text is cut (at a line break, marked) to keep the whole snapshot within its budget.
     assert!(text.chars().count() <= MAX_TEXT_CHARS);
-    assert!(
-        text.chars().count() > MAX_TEXT_CHARS - 200,
-        "the text is cut, not dropped"
-    );
+    assert!(text.chars().count() > 4_000, "the text is cut, not dropped");
+    assert!(text.ends_with("to cart…"), "{}", &text[text.len() - 80..]);
     assert!(text.starts_with("Catalog\nItem 1 details In stock"));
     let lines = big.tree.lines().filter(|l| l.starts_with("- ")).count();
     assert_eq!(lines, MAX_ELEMENTS);
@@ -949,6 +959,46 @@ async fn page_globals_and_prototype_tampering_do_not_change_a_snapshot() -> Resu
     let nick = find(&tampered, "textbox", "Nickname")?;
     let after = env.act_ok(&[fill(&nick, "grace")]).await?;
     assert_eq!(value_of(&after, &nick)?, "grace");
+    env.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_roots_editables_and_unconfirmed_fills() -> Result<()> {
+    let server = Server::start(None)?;
+    let mut env = Env::start(&server.url("/page/start")).await?;
+    let page = env.navigate(&server.url("/widgets")).await?;
+    // Open shadow roots are part of the text (slotted content in place) and of the elements.
+    assert!(
+        page.tree
+            .starts_with("Light text\nSlotted title\nShadow text\nShadow button\n"),
+        "{}",
+        page.tree
+    );
+    let shadow = find(&page, "button", "Shadow button")?;
+    let notes = find(&page, "textbox", "Notes")?;
+    let code = find(&page, "textbox", "Code")?;
+    assert_eq!(value_of(&page, &notes)?, "old note");
+
+    // A fill the page rewrites (upper case) is not confirmed: the page saw the events, so the
+    // failure is uncertain, and the rest of the batch does not run.
+    let rewritten = failure(env.act(&[fill(&code, "abc"), click(&shadow)]).await?)?;
+    assert_eq!(
+        (rewritten.completed, rewritten.uncertain),
+        (0, true),
+        "{rewritten:?}"
+    );
+    assert_eq!(
+        rewritten.error,
+        "The field did not keep the filled value; take a fresh snapshot"
+    );
+    assert_eq!(server.clicks(), Vec::<String>::new(), "nothing replayed");
+
+    let after = env
+        .act_ok(&[fill(&notes, "new note"), click(&shadow)])
+        .await?;
+    assert_eq!(value_of(&after, &notes)?, "new note");
+    assert_eq!(value_of(&after, &code)?, "ABC");
+    assert_eq!(server.clicks(), ["/log?click=shadow"]);
     env.stop().await
 }
 

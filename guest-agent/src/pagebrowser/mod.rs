@@ -32,6 +32,12 @@
 //!   `aria-hidden="true"` or `inert` subtree; opacity is ignored (transparent inputs laid over
 //!   styled ones are real targets). Beyond [`MAX_ELEMENTS`], elements in the viewport come first,
 //!   then the nearest; the chosen ones are listed in document order.
+//! - **Bounds.** The contract's caps apply (80 elements, 200-character names, 2,000-character
+//!   values, 12,000 characters of text); on top, the text is cut at a line break (and ends with
+//!   `…`) so that the whole snapshot serialized as JSON stays within [`MAX_SNAPSHOT_BYTES`]
+//!   whenever the elements leave room. The helper bounds what it returns, walks large pages'
+//!   text only as far as needed, and measures only a window of candidates around the viewport on
+//!   pages with thousands of them; everything it returns is checked and cut again here.
 //! - **Secrets.** Password fields, fields with a password `autocomplete`, and fields filled with
 //!   an `origin` never show a value. Fill text is sealed for the isolated world ([`seal`]) on
 //!   every secure page, so it never crosses CDP (whose client traces whole messages) in the
@@ -92,6 +98,9 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 const TYPE_KEYS_MAX_CHARS: usize = 500;
 /// Longest role or tag name kept from the page.
 const MAX_ROLE_CHARS: usize = 40;
+/// The budget of a whole snapshot serialized as JSON (about 4,000 tokens): the text is cut
+/// (below [`MAX_TEXT_CHARS`]) to stay within it whenever the elements leave room.
+pub const MAX_SNAPSHOT_BYTES: usize = 16 * 1024;
 
 /// One bot's page browser. See the module documentation for the design.
 pub struct PageBrowser {
@@ -189,6 +198,8 @@ struct SnapshotArgs {
     max_value: usize,
     max_title: usize,
     max_url: usize,
+    /// The whole snapshot's JSON budget, for the helper to estimate how much text to collect.
+    max_bytes: usize,
     /// Also report whether the tab is visible (when the tab was chosen without a probe).
     probe: bool,
 }
@@ -198,6 +209,9 @@ struct RawSnapshot {
     url: String,
     title: String,
     text: String,
+    /// The helper cut the text (there was more).
+    #[serde(default, rename = "textCut")]
+    text_cut: bool,
     elements: Vec<RawElement>,
     frames: bool,
     next: u64,
@@ -667,6 +681,7 @@ impl PageBrowser {
             max_value: MAX_VALUE_CHARS,
             max_title: MAX_TITLE_CHARS,
             max_url: MAX_URL_LEN,
+            max_bytes: MAX_SNAPSHOT_BYTES,
             probe,
         };
         let raw: RawSnapshot = match self
@@ -1011,15 +1026,94 @@ fn build_snapshot(
             element: e.element,
         });
     }
-    let text = truncate_chars(&raw.text, MAX_TEXT_CHARS);
+    let url = truncate_chars(&raw.url, MAX_URL_LEN);
+    let title = truncate_chars(&raw.title, MAX_TITLE_CHARS);
+    // Everything but the text, as JSON; the text gets what is left of the budget.
+    let lines = render_tree("", &elements, raw.frames);
+    let rest = snapshot_json_len(&url, &title, &elements, &lines) + "\\n".len();
+    let text = fit_text(
+        &raw.text,
+        raw.text_cut,
+        MAX_SNAPSHOT_BYTES.saturating_sub(rest),
+    );
     let tree = render_tree(&text, &elements, raw.frames);
     let snapshot = Snapshot {
-        url: truncate_chars(&raw.url, MAX_URL_LEN),
-        title: truncate_chars(&raw.title, MAX_TITLE_CHARS),
+        url,
+        title,
         elements,
         tree,
     };
     Ok((snapshot, raw.next))
+}
+
+/// At most [`MAX_TEXT_CHARS`] characters of `text` whose JSON encoding takes at most
+/// `budget` bytes. A cut text (here, or already by the helper: `cut`) ends with `…`, at a line
+/// break when one is near.
+fn fit_text(text: &str, cut: bool, budget: usize) -> String {
+    let mut used = 0;
+    let mut end = text.len();
+    for (count, (i, c)) in text.char_indices().enumerate() {
+        used += json_char_len(c);
+        // Keep room for the ellipsis (3 bytes) in case this is cut.
+        if count == MAX_TEXT_CHARS || used + 3 > budget {
+            end = i;
+            break;
+        }
+    }
+    if end == text.len() && !cut {
+        return text.to_owned();
+    }
+    let mut kept = &text[..end];
+    // Cut here: back to a line break when one is near. (Cut by the helper: it ended a line.)
+    if end < text.len() {
+        if let Some(nl) = kept.rfind('\n') {
+            if end - nl < 400 {
+                kept = &kept[..nl];
+            }
+        }
+    }
+    if kept.trim_end().is_empty() {
+        return String::new();
+    }
+    // The loop kept room for the mark's 3 bytes.
+    let mut out = kept.trim_end().to_owned();
+    if out.chars().count() >= MAX_TEXT_CHARS {
+        out = truncate_chars(&out, MAX_TEXT_CHARS - 1);
+    }
+    out.push('…');
+    out
+}
+
+/// Bytes of `c` inside a JSON string as serde_json writes it.
+fn json_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if u32::from(c) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Bytes of `s` as a JSON string literal.
+fn json_len(s: &str) -> usize {
+    2 + s.chars().map(json_char_len).sum::<usize>()
+}
+
+/// Bytes of a [`Snapshot`] serialized as JSON (serde's field names, no whitespace).
+fn snapshot_json_len(url: &str, title: &str, elements: &[PageElement], tree: &str) -> usize {
+    let element = |e: &PageElement| {
+        r#"{"element":,"role":,"name":,"value":,"tag":}"#.len()
+            + json_len(&e.element)
+            + json_len(&e.role)
+            + json_len(&e.name)
+            + json_len(&e.value)
+            + json_len(&e.tag)
+    };
+    r#"{"url":,"title":,"elements":[],"tree":}"#.len()
+        + json_len(url)
+        + json_len(title)
+        + elements.iter().map(element).sum::<usize>()
+        + elements.len().saturating_sub(1)
+        + json_len(tree)
 }
 
 /// The tree: the visible text, one line per element, then the frames note.
@@ -1096,6 +1190,7 @@ mod tests {
             url: "http://x/".into(),
             title: "t".repeat(500),
             text: "a".repeat(20_000),
+            text_cut: true,
             elements,
             frames: true,
             next,
@@ -1125,12 +1220,71 @@ mod tests {
         .unwrap();
         assert_eq!(next, 5);
         assert_eq!(s.title.chars().count(), MAX_TITLE_CHARS);
-        let (text, lines) = s.tree.split_at(MAX_TEXT_CHARS);
-        assert!(text.bytes().all(|b| b == b'a'));
+        let (text, lines) = s.tree.split_once('\n').unwrap();
+        assert_eq!(text.chars().count(), MAX_TEXT_CHARS);
+        assert!(text.ends_with("a…"));
         assert_eq!(
             lines,
-            "\n- textbox \"Say \\\"hi\\\"\\n\" [e3] value=\"x\"\n- textbox \"Say \\\"hi\\\"\\n\" [e4]\n\
+            "- textbox \"Say \\\"hi\\\"\\n\" [e3] value=\"x\"\n- textbox \"Say \\\"hi\\\"\\n\" [e4]\n\
              Embedded frames require desktop tools."
+        );
+    }
+
+    #[test]
+    fn the_text_gives_way_to_keep_a_snapshot_within_its_byte_budget() {
+        let many: Vec<RawElement> = (1..=80)
+            .map(|i| RawElement {
+                element: format!("e{i}"),
+                role: "button".into(),
+                name: format!("Add item number {i} to the shopping cart"),
+                value: String::new(),
+                tag: "button".into(),
+            })
+            .collect();
+        let mut r = raw(many, 81);
+        r.text = "Line of catalog text\n".repeat(1000);
+        let (s, _) = build_snapshot(r, 1, &HashSet::new()).unwrap();
+        let size = snapshot_json_len(&s.url, &s.title, &s.elements, &s.tree);
+        assert!(size <= MAX_SNAPSHOT_BYTES, "{size}");
+        assert!(
+            size > MAX_SNAPSHOT_BYTES - 400,
+            "{size}: the budget is used"
+        );
+        let text = s.tree.split("\n- ").next().unwrap();
+        assert!(
+            text.ends_with("Line of catalog text…"),
+            "cut at a line break"
+        );
+        // A short text is kept whole.
+        let mut r = raw(vec![], 1);
+        r.text = "Hello \"world\"".into();
+        r.text_cut = false;
+        let (s, _) = build_snapshot(r, 1, &HashSet::new()).unwrap();
+        assert_eq!(s.tree, format!("Hello \"world\"\n{FRAMES_NOTE}"));
+        // Cut by the helper: marked.
+        let mut r = raw(vec![], 1);
+        r.text = "First lines".into();
+        let (s, _) = build_snapshot(r, 1, &HashSet::new()).unwrap();
+        assert_eq!(s.tree, format!("First lines…\n{FRAMES_NOTE}"));
+    }
+
+    #[test]
+    fn json_lengths_match_serde() {
+        assert_eq!(
+            json_len("a\"b\\c\n\u{1}é"),
+            2 + 1 + 2 + 1 + 2 + 1 + 2 + 6 + 2
+        );
+        let e = PageElement {
+            element: "e1".into(),
+            role: "link".into(),
+            name: "Home".into(),
+            value: String::new(),
+            tag: "a".into(),
+        };
+        let expected = r#"{"url":"u","title":"t","elements":[{"element":"e1","role":"link","name":"Home","value":"","tag":"a"},{"element":"e1","role":"link","name":"Home","value":"","tag":"a"}],"tree":"x"}"#;
+        assert_eq!(
+            snapshot_json_len("u", "t", &[e.clone(), e], "x"),
+            expected.len()
         );
     }
 

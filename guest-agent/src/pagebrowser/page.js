@@ -74,13 +74,14 @@
   }
 
   // The page's rendered text, cut to `max`: trimmed lines, inner whitespace collapsed, no empty
-  // lines. innerText follows layout (no display:none or visibility:hidden text), but computing
-  // it for a whole large page costs time proportional to the page; so a subtree whose raw text
-  // could exceed what is still needed is walked child by child instead, stopping once the
-  // budget is spent. Block children start new lines, inline children continue the line.
-  function pageText(max) {
+  // lines. innerText follows layout (no display:none or visibility:hidden text), but it costs
+  // time proportional to the subtree and does not enter shadow roots; so a subtree whose raw
+  // text could exceed what is still needed, or that holds a shadow host, is walked child by
+  // child in the flat tree (shadow roots, then slotted nodes), stopping once the budget is
+  // spent. Block children start new lines, inline children continue the line.
+  function pageText(max, hosts) {
     const root = doc.body || doc.documentElement;
-    if (!root) return '';
+    if (!root) return { text: '', cut: false };
     const parts = [];
     let left = max + 1;
     const add = (t) => {
@@ -89,14 +90,29 @@
         left -= t.length;
       }
     };
+    // Whether innerText would miss text: a shadow host inside, or (within a shadow tree) a
+    // slot, whose assigned nodes innerText does not follow.
+    const holdsHost = (node) => {
+      for (const h of hosts) if (node.contains(h)) return true;
+      return node.getRootNode() !== doc
+        && (node.localName === 'slot' || node.querySelector('slot') !== null);
+    };
     const walk = (node) => {
       if (left <= 0) return;
       // textContent is cheap and bounds innerText from above (it also counts hidden text).
-      if (node.textContent.length <= left * 2 + 256) {
+      if (node.nodeType === Node.ELEMENT_NODE && node.textContent.length <= left * 2 + 256
+        && !holdsHost(node)) {
         add(node.innerText);
         return;
       }
-      for (const child of node.childNodes) {
+      let kids = node.childNodes;
+      if (node.shadowRoot) {
+        kids = node.shadowRoot.childNodes;
+      } else if (node.localName === 'slot') {
+        const assigned = node.assignedNodes({ flatten: true });
+        if (assigned.length) kids = assigned;
+      }
+      for (const child of kids) {
         if (left <= 0) return;
         if (child.nodeType === Node.TEXT_NODE) {
           add(child.data.replace(/\s+/g, ' '));
@@ -105,12 +121,15 @@
           if (tag === 'script' || tag === 'style' || tag === 'template' || tag === 'noscript') {
             continue;
           }
-          if (child.checkVisibility && !child.checkVisibility()) continue;
           const style = getComputedStyle(child);
+          if (style.display === 'none' || style.contentVisibility === 'hidden') continue;
+          // display:contents (slots, for one) has no box but its children do.
           const block = !style.display.startsWith('inline') && style.display !== 'contents';
           if (block) add('\n');
           // A visibility:hidden element may still have visible descendants.
-          if (style.visibility === 'visible' || child.childElementCount) walk(child);
+          if (style.visibility === 'visible' || child.childElementCount || child.shadowRoot) {
+            walk(child);
+          }
           if (block) add('\n');
         }
       }
@@ -125,7 +144,9 @@
       len += t.length + 1;
       if (len > max) break;
     }
-    return cut(out.join('\n'), max);
+    const text = out.join('\n');
+    // The walk stops once it has more than `max`: more means there was more to read.
+    return { text: cut(text, max), cut: text.length > max || left <= 0 };
   }
 
   // ---------------------------------------------------------------- visibility
@@ -343,19 +364,38 @@
     return { measure, seen };
   }
 
+  // Index of `el` among the first `n` of `list` (in document order), or -1.
+  function indexOf(list, n, el) {
+    let lo = 0;
+    let hi = n - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const other = list[mid];
+      if (other === el) return mid;
+      const pos = other.compareDocumentPosition(el);
+      if (pos & Node.DOCUMENT_POSITION_DISCONNECTED) return -1;
+      if (pos & Node.DOCUMENT_POSITION_FOLLOWING) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return -1;
+  }
+
   // The candidates worth ranking. Every candidate needs a layout query for its position, and
   // those cost microseconds each; so on large pages (more than MEASURE_ALL candidates) only a
   // window is measured: the first and last candidates (headers, footers, fixed bars), a run
   // around the viewport found by binary search in document order (normal flow grows downwards),
   // and whatever a grid of hit tests finds on screen (fixed or out-of-flow layouts).
-  function ranked(list, max, vw, vh) {
+  function ranked(list, mainCount, max, vw, vh) {
     const { measure, seen } = measurer(list, vw, vh);
-    const n = list.length;
-    if (n <= MEASURE_ALL) {
-      for (let i = 0; i < n; i += 1) measure(i);
+    if (list.length <= MEASURE_ALL) {
+      for (let i = 0; i < list.length; i += 1) measure(i);
     } else {
-      for (let i = 0; i < Math.min(n, 100); i += 1) measure(i);
-      for (let i = Math.max(0, n - 50); i < n; i += 1) measure(i);
+      // Candidates in shadow trees follow the document's in `list`, out of document order:
+      // up to a fixed number of them are measured; the window applies to the document's.
+      for (let i = mainCount; i < Math.min(list.length, mainCount + 500); i += 1) measure(i);
+      const n = mainCount;
+      for (let i = 0; i < Math.min(n, 40); i += 1) measure(i);
+      for (let i = Math.max(0, n - 20); i < n; i += 1) measure(i);
       // The bottom of candidate i, or of the next one with a box (hidden ones have none).
       const bottom = (i) => {
         for (let j = i; j < Math.min(n, i + 16); j += 1) {
@@ -371,17 +411,21 @@
         if (bottom(mid) > 0) hi = mid;
         else lo = mid + 1;
       }
+      // From there on: enough candidates to fill the snapshot even if some turn out hidden;
+      // before it: the nearest ones above the viewport.
       let found = 0;
-      for (let i = lo; i < n && found < 2 * max; i += 1) if (measure(i)) found += 1;
+      for (let i = lo; i < n && found < max + (max >> 1); i += 1) if (measure(i)) found += 1;
       found = 0;
-      for (let i = lo - 1; i >= 0 && found < max; i -= 1) if (measure(i)) found += 1;
-      const index = new Map(list.map((el, i) => [el, i]));
-      // A hit test costs a lifecycle check (about as much as 100 rect queries): a 3x3 grid.
-      for (let gx = 1; gx < 4; gx += 1) {
-        for (let gy = 1; gy < 4; gy += 1) {
-          let hit = doc.elementFromPoint((vw * gx) / 4, (vh * gy) / 4);
-          while (hit && !index.has(hit)) hit = hit.parentElement;
-          if (hit) measure(index.get(hit));
+      for (let i = lo - 1; i >= 0 && found < (max >> 1); i -= 1) if (measure(i)) found += 1;
+      // A hit test costs about as much as 50 rect queries: five points. A hit is mapped to its
+      // candidate by binary search in document order (the list is in document order per root).
+      for (const [fx, fy] of [[0.5, 0.5], [0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]]) {
+        for (let hit = doc.elementFromPoint(vw * fx, vh * fy); hit; hit = hit.parentElement) {
+          const i = indexOf(list, n, hit);
+          if (i >= 0) {
+            measure(i);
+            break;
+          }
         }
       }
     }
@@ -397,12 +441,15 @@
     const { w: vw, h: vh } = viewport();
     const list = [];
     let frames = false;
-    for (const root of shadowRoots(doc, [doc])) {
+    const roots = shadowRoots(doc, [doc]);
+    let mainCount = 0;
+    for (const root of roots) {
       const found = root.querySelectorAll(CANDIDATES);
       for (let i = 0; i < found.length; i += 1) {
         // Hidden ones drop out when measured (display:none has no box) or when chosen (shown).
         if (interactive(found[i])) list.push(found[i]);
       }
+      if (root === doc) mainCount = list.length;
       if (!frames) {
         for (const f of root.querySelectorAll('iframe,frame')) {
           if (boxOf(f)) {
@@ -413,7 +460,7 @@
       }
     }
     const chosen = [];
-    for (const item of ranked(list, a.maxElements, vw, vh)) {
+    for (const item of ranked(list, mainCount, a.maxElements, vw, vh)) {
       if (chosen.length >= a.maxElements) break;
       if (shown(item.el)) chosen.push(item);
     }
@@ -433,10 +480,22 @@
       };
     });
     const tab = a.probe ? probe() : null;
+    const url = cut(String(doc.URL), a.maxUrl);
+    const title = clip(doc.title, a.maxTitle);
+    // Rust cuts the text to keep the whole snapshot within maxBytes (as JSON); walking text
+    // that would be cut anyway is wasted, so estimate what will be left, with some slack for
+    // Rust to cut at a line break.
+    let used = 256 + url.length + title.length;
+    for (const e of elements) {
+      used += 2 * (e.name.length + e.value.length + e.role.length) + e.tag.length + 80;
+    }
+    const textMax = Math.max(0, Math.min(a.maxText, a.maxBytes - used + 512));
+    const text = pageText(textMax, roots.slice(1).map((r) => r.host));
     return {
-      url: cut(String(doc.URL), a.maxUrl),
-      title: clip(doc.title, a.maxTitle),
-      text: pageText(a.maxText),
+      url,
+      title,
+      text: text.text,
+      textCut: text.cut,
       elements,
       frames,
       next: counter.next,
