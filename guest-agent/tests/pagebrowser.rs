@@ -27,7 +27,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use gateway_proto::page::{
     PageActFailure, PageStep, Snapshot, DISABLED, FRAMES_NOTE, MAX_ELEMENTS, MAX_TEXT_CHARS,
-    NO_TAB, STALE_REF,
+    NOT_SETTLED, NO_TAB, STALE_REF,
 };
 use gateway_proto::{BotId, ErrorCode};
 use guest_agent::browser::{profile_dir, Browser, BrowserOptions};
@@ -233,6 +233,16 @@ fn handle<S: Read + Write>(stream: &mut S, seen: &Mutex<Vec<Seen>>) -> io::Resul
         path: path.clone(),
         body,
     });
+    if path == "/stall" {
+        // A document that stays "loading": half the body, then a long pause.
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\
+                    Cache-Control: no-store\r\nConnection: close\r\n\r\n\
+                    <title>stall</title><p>partial";
+        stream.write_all(head.as_bytes())?;
+        stream.flush()?;
+        std::thread::sleep(Duration::from_secs(14));
+        return stream.write_all(b" and the rest</p>");
+    }
     if let Some(ms) = path.strip_prefix("/slow/") {
         let ms: u64 = ms.parse().unwrap_or(0).min(10_000);
         std::thread::sleep(Duration::from_millis(ms));
@@ -378,6 +388,10 @@ fn route(method: &str, path: &str) -> (&'static str, String) {
         ("GET", "/hidden-frame") => ok(HIDDEN_FRAME.to_owned()),
         ("GET", "/search") => ok(SEARCH.to_owned()),
         ("GET", "/widgets") => ok(format!("{LOG_SCRIPT}{WIDGETS}")),
+        ("GET", "/slow-image") => ok(
+            "<title>Slow image</title><p>Text first</p><img src=\"/slow/8000\" alt=\"late\">"
+                .to_owned(),
+        ),
         ("GET", "/settings") => {
             let script = if query == "clean" { "" } else { TAMPER_SCRIPT };
             ok(format!(
@@ -1053,6 +1067,29 @@ async fn navigate_waits_for_the_new_document_and_reports_failures() -> Result<()
     let slow = env.navigate(&server.url("/slow/700")).await?;
     assert_eq!(slow.title, "700");
     assert_eq!(slow.url, server.url("/slow/700"));
+    // Interactive is enough: an image that loads for 8 s does not hold the navigation up.
+    let started = Instant::now();
+    let early = env.navigate(&server.url("/slow-image")).await?;
+    assert_eq!(early.tree, "Text first");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    // A document still loading after 10 s has not settled.
+    let started = Instant::now();
+    let err = env.navigate(&server.url("/stall")).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(format!("{err:#}").contains(NOT_SETTLED), "{err:#}");
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(14),
+        "{waited:?}"
+    );
+    // A same-document navigation keeps the document, so its refs.
+    let search = env.navigate(&server.url("/search")).await?;
+    let moved = env.navigate(&server.url("/search#results")).await?;
+    assert_eq!(moved.url, server.url("/search#results"));
+    assert_eq!(moved.elements, search.elements);
     let closed = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let err = env
         .navigate(&format!("http://127.0.0.1:{closed}/"))

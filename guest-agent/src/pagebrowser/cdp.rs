@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a just-discovered target may take until the client has attached to it.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(2);
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -283,10 +283,6 @@ impl<A: Serialize, R: DeserializeOwned + Debug> Command for CallFunctionOn<A, R>
     type Response = CallReturns<R>;
 }
 
-#[derive(Debug, Serialize)]
-struct Navigate {
-    url: String,
-}
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct NavigateReturns {
@@ -297,7 +293,21 @@ struct NavigateReturns {
     #[serde(default)]
     is_download: Option<bool>,
 }
-command!(Navigate, "Page.navigate", NavigateReturns);
+
+/// `<Domain>.disable`.
+#[derive(Debug, Serialize)]
+struct Disable {
+    #[serde(skip)]
+    method: &'static str,
+}
+impl Method for Disable {
+    fn identifier(&self) -> MethodId {
+        self.method.into()
+    }
+}
+impl Command for Disable {
+    type Response = Empty;
+}
 
 /// A result with nothing in it.
 #[derive(Debug, Deserialize)]
@@ -456,7 +466,11 @@ impl Connection {
         loop {
             let id = TargetId::new(target_id.to_owned());
             match bounded("attach", COMMAND_TIMEOUT, self.browser.get_page(id)).await {
-                Ok(page) => return Ok(Tab { page }),
+                Ok(page) => {
+                    let tab = Tab { page };
+                    tab.quiet().await;
+                    return Ok(tab);
+                }
                 Err(CdpError::Other { .. }) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
@@ -469,6 +483,175 @@ impl Connection {
                 Err(other) => return Err(other),
             }
         }
+    }
+}
+
+/// `Page.navigate` of tab `target_id` of the browser at `ws_url`, over a connection of its own
+/// (see [`RawSession`]); answers once the navigation committed (a new document), finished (a
+/// same-document one) or failed, bounded by `timeout`.
+pub async fn navigate(
+    ws_url: &str,
+    target_id: &str,
+    url: &str,
+    timeout: Duration,
+) -> Result<Navigation, CdpError> {
+    let navigate = async {
+        let mut raw = RawSession::attach(ws_url, target_id).await?;
+        let answer: NavigateReturns = raw
+            .call("Page.navigate", &[("url", Field::Str(url))])
+            .await?;
+        Ok(Navigation {
+            loader_id: answer.loader_id,
+            error_text: answer.error_text,
+            is_download: answer.is_download.unwrap_or(false),
+        })
+    };
+    match tokio::time::timeout(timeout, navigate).await {
+        Ok(result) => result,
+        Err(_elapsed) => Err(CdpError::Timeout {
+            what: "Page.navigate",
+            timeout,
+        }),
+    }
+}
+
+/// A session on one tab over a websocket of its own, driven by hand.
+///
+/// The client library answers a `Page.navigate` sent through its page handle only once the
+/// page's load event fired (and never for a same-document navigation), while the contract
+/// wants the commit, then "interactive". So navigation goes through the library's bare
+/// connection type instead: attach to the target (flat session), send `Page.navigate`, read
+/// its answer, drop the connection.
+struct RawSession {
+    conn: chromiumoxide::conn::Connection<chromiumoxide::types::CdpJsonEventMessage>,
+    session: Option<chromiumoxide::cdp::browser_protocol::target::SessionId>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttachToTargetReturns {
+    session_id: String,
+}
+
+impl RawSession {
+    async fn attach(ws_url: &str, target_id: &str) -> Result<Self, CdpError> {
+        let conn = chromiumoxide::conn::Connection::connect(ws_url)
+            .await
+            .map_err(|e| CdpError::from_client("connect", e))?;
+        let mut raw = Self {
+            conn,
+            session: None,
+        };
+        let attached: AttachToTargetReturns = raw
+            .call(
+                "Target.attachToTarget",
+                &[
+                    ("targetId", Field::Str(target_id)),
+                    ("flatten", Field::Bool(true)),
+                ],
+            )
+            .await?;
+        raw.session = Some(attached.session_id.into());
+        Ok(raw)
+    }
+
+    /// Sends `method` with `params` (in the session once attached) and decodes the answer.
+    async fn call<R: DeserializeOwned>(
+        &mut self,
+        method: &'static str,
+        params: &[(&'static str, Field<'_>)],
+    ) -> Result<R, CdpError> {
+        let what = method;
+        let params = json_object(params).map_err(|e| CdpError::Other {
+            what,
+            source: Box::new(e),
+        })?;
+        let id = self
+            .conn
+            .submit_command(method.into(), self.session.clone(), params)
+            .map_err(|e| CdpError::Other {
+                what,
+                source: Box::new(e),
+            })?;
+        loop {
+            match self.conn.next().await {
+                None => return Err(CdpError::Closed),
+                Some(Err(e)) => return Err(CdpError::from_client(what, e)),
+                Some(Ok(chromiumoxide::types::Message::Response(r))) if r.id == id => {
+                    if let Some(error) = r.error {
+                        return Err(classify_protocol(what, error.message));
+                    }
+                    let value = r.result.unwrap_or_default();
+                    return R::deserialize(value).map_err(|e| CdpError::Other {
+                        what,
+                        source: Box::new(e),
+                    });
+                }
+                // Events, and answers to nothing we wait for.
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+/// A field of the JSON object [`json_object`] builds.
+#[derive(Debug, Clone, Copy)]
+enum Field<'a> {
+    Str(&'a str),
+    Bool(bool),
+}
+
+/// Builds a JSON object as the client library's JSON value type (its bare connection takes
+/// params as that type) through serde's value deserializers, so this crate needs no JSON
+/// library of its own: the type is whatever `V` the caller needs.
+fn json_object<V: serde::de::DeserializeOwned>(
+    fields: &[(&'static str, Field<'_>)],
+) -> Result<V, serde::de::value::Error> {
+    use serde::de::value::MapDeserializer;
+    let entries = fields.iter().map(|&(k, v)| (k, v));
+    V::deserialize(MapDeserializer::<_, serde::de::value::Error>::new(entries))
+}
+
+impl<'de, E: serde::de::Error> serde::de::IntoDeserializer<'de, E> for Field<'_> {
+    type Deserializer = FieldDeserializer<'de, E>;
+
+    fn into_deserializer(self) -> Self::Deserializer {
+        let value = match self {
+            Field::Str(s) => FieldValue::Str(s.to_owned()),
+            Field::Bool(b) => FieldValue::Bool(b),
+        };
+        FieldDeserializer {
+            value,
+            marker: PhantomData,
+        }
+    }
+}
+
+enum FieldValue {
+    Str(String),
+    Bool(bool),
+}
+
+/// Deserializes one [`Field`]: a string or a bool, whatever is asked for.
+struct FieldDeserializer<'de, E> {
+    value: FieldValue,
+    marker: PhantomData<(&'de (), E)>,
+}
+
+impl<'de, E: serde::de::Error> serde::de::Deserializer<'de> for FieldDeserializer<'de, E> {
+    type Error = E;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, visitor: V) -> Result<V::Value, E> {
+        match self.value {
+            FieldValue::Str(s) => visitor.visit_string(s),
+            FieldValue::Bool(b) => visitor.visit_bool(b),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
     }
 }
 
@@ -485,6 +668,26 @@ pub struct Tab {
 }
 
 impl Tab {
+    /// Turns off the domains the client enables on every tab it attaches to but the page
+    /// browser never uses, so an idle cached connection does not make the bot's browser report
+    /// every request (Network) or console message (Runtime, Log), and a page cannot make this
+    /// process parse arbitrarily large console messages. Calls into a world by id or object
+    /// do not need the Runtime domain enabled. Best effort.
+    async fn quiet(&self) {
+        let domains = [
+            "Network.disable",
+            "Runtime.disable",
+            "Log.disable",
+            "Performance.disable",
+        ];
+        for method in domains {
+            let call = self.page.execute(Disable { method });
+            if let Err(error) = bounded("disable", COMMAND_TIMEOUT, call).await {
+                tracing::debug!(%error, method, "cannot disable a cdp domain");
+            }
+        }
+    }
+
     /// The tab's main frame and current document loader.
     pub async fn main_frame(&self) -> Result<MainFrame, CdpError> {
         let tree = bounded(
@@ -583,23 +786,9 @@ impl Tab {
         }
     }
 
-    /// `Page.navigate` in the main frame, bounded by `timeout`; answers once the navigation
-    /// committed or failed.
-    pub async fn navigate(&self, url: &str, timeout: Duration) -> Result<Navigation, CdpError> {
-        let answer = bounded(
-            "Page.navigate",
-            timeout,
-            self.page.execute(Navigate {
-                url: url.to_owned(),
-            }),
-        )
-        .await?
-        .result;
-        Ok(Navigation {
-            loader_id: answer.loader_id,
-            error_text: answer.error_text,
-            is_download: answer.is_download.unwrap_or(false),
-        })
+    /// The tab's target id.
+    pub fn target_id(&self) -> &str {
+        self.page.target_id().inner()
     }
 
     /// A real left click at a viewport point: move, press, release (click count 1).

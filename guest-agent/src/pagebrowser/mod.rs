@@ -345,12 +345,17 @@ impl PageBrowser {
         let (target, _) = self.select_tab(ws_url, false).await?;
         let tab = self.tab(&target)?;
         let started = Instant::now();
-        let navigation = match tab.navigate(url, NAVIGATION_TIMEOUT).await {
+        let navigation = match cdp::navigate(ws_url, tab.target_id(), url, NAVIGATION_TIMEOUT).await
+        {
             Ok(n) => n,
             Err(CdpError::Timeout { .. }) => return Err(not_settled()),
             Err(error) => return Err(self.failed("navigate", error)),
         };
-        self.forget_world(&target);
+        // A new document means a new world; a same-document navigation (no loader) keeps the
+        // world and its refs.
+        if navigation.loader_id.is_some() && !navigation.is_download {
+            self.forget_world(&target);
+        }
         if !navigation.is_download {
             if let Some(error) = navigation.error_text {
                 return Err(OpError::new(
