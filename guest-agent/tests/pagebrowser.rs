@@ -388,6 +388,10 @@ fn route(method: &str, path: &str) -> (&'static str, String) {
         ("GET", "/hidden-frame") => ok(HIDDEN_FRAME.to_owned()),
         ("GET", "/search") => ok(SEARCH.to_owned()),
         ("GET", "/widgets") => ok(format!("{LOG_SCRIPT}{WIDGETS}")),
+        ("GET", "/hang") => ok(format!(
+            "{LOG_SCRIPT}<title>Hang</title><button onclick=\"log('click=freeze');for(;;){{}}\">\
+             Freeze</button> <button onclick=\"log('click=after')\">After</button>"
+        )),
         ("GET", "/slow-image") => ok(
             "<title>Slow image</title><p>Text first</p><img src=\"/slow/8000\" alt=\"late\">"
                 .to_owned(),
@@ -973,6 +977,31 @@ async fn page_globals_and_prototype_tampering_do_not_change_a_snapshot() -> Resu
     let nick = find(&tampered, "textbox", "Nickname")?;
     let after = env.act_ok(&[fill(&nick, "grace")]).await?;
     assert_eq!(value_of(&after, &nick)?, "grace");
+    env.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_that_hangs_the_page_is_uncertain_and_the_page_can_be_left() -> Result<()> {
+    let server = Server::start(None)?;
+    let mut env = Env::start(&server.url("/page/start")).await?;
+    let page = env.navigate(&server.url("/hang")).await?;
+    let freeze = find(&page, "button", "Freeze")?;
+    let after = find(&page, "button", "After")?;
+    // The click reaches the page (its handler reports, then spins forever), but its input event
+    // is never acknowledged: sent, not confirmed, so uncertain; the next step never runs.
+    let hung = failure(env.act(&[click(&freeze), click(&after)]).await?)?;
+    assert_eq!((hung.completed, hung.uncertain), (0, true), "{hung:?}");
+    assert!(
+        hung.error
+            .starts_with("The click was sent but not confirmed"),
+        "{hung:?}"
+    );
+    assert_eq!(server.clicks(), ["/log?click=freeze"]);
+    // The hung tab cannot answer the visibility probe, but it is the only tab: navigating to
+    // another site (a new renderer process) gets the agent out.
+    let away = format!("http://localhost:{}/page/away", server.port);
+    let left = env.navigate(&away).await?;
+    assert_eq!(left.title, "away");
     env.stop().await
 }
 

@@ -13,6 +13,10 @@
 //!   reports `document.visibilityState` and `document.hasFocus()` from each tab's isolated world.
 //!   The single focused visible tab wins, else the single visible tab, else the call fails with
 //!   [`NO_TAB`] as [`ErrorCode::Failed`] (the request is well-formed; the screen is ambiguous).
+//!   A tab that does not answer within [`PROBE_TIMEOUT`] (a busy or hung page) counts as
+//!   unknown: it is chosen only when no tab is visible and it is the only unknown one, so the
+//!   agent can still navigate away from a hung page. A snapshot with a single tab skips the
+//!   probe and gets the visibility back with the snapshot itself.
 //! - **Isolated world.** All page code runs in a world created with `Page.createIsolatedWorld`
 //!   under a fresh random name; the helper (`page.js`) is evaluated once in the returned context
 //!   id and afterwards called by object id (`Runtime.callFunctionOn`), so no context is ever
@@ -487,6 +491,8 @@ impl PageBrowser {
         let single = unprobed_single && targets.len() == 1;
         let mut visible = Vec::new();
         let mut focused = Vec::new();
+        // Tabs that did not answer the probe (a busy or hung page): their visibility is unknown.
+        let mut unknown = Vec::new();
         for target in targets {
             let Some(conn) = self.conn.as_mut() else {
                 break;
@@ -525,12 +531,16 @@ impl PageBrowser {
                 }
                 Err(error) => {
                     tracing::debug!(target = %target.id, url = %target.url, %error, "tab did not answer the visibility probe");
+                    unknown.push(target.id);
                 }
             }
         }
-        let chosen = match (focused.len(), visible.len()) {
-            (1, _) => focused.pop(),
-            (_, 1) => visible.pop(),
+        // A hung page cannot answer; when it is the only candidate left it is still the tab
+        // (navigating away is how the agent gets out of it).
+        let chosen = match (focused.len(), visible.len(), unknown.len()) {
+            (1, _, _) => focused.pop(),
+            (_, 1, _) => visible.pop(),
+            (_, 0, 1) => unknown.pop(),
             _ => None,
         };
         tracing::debug!(visible = visible.len(), focused = focused.len(), chosen = ?chosen, "page browser tab selection");
