@@ -153,6 +153,9 @@ impl Xvfb {
             })?;
         let mut command = Command::new("Xvfb");
         command
+            // The agent's environment (its RAKAZO_* settings) is none of the X server's business.
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .arg(display.to_string())
             .args(["-screen", "0"])
             .arg(format!(
