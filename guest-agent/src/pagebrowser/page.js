@@ -99,8 +99,9 @@
     };
     const walk = (node) => {
       if (left <= 0) return;
-      // textContent is cheap and bounds innerText from above (it also counts hidden text).
-      if (node.nodeType === Node.ELEMENT_NODE && node.textContent.length <= left * 2 + 256
+      // textContent is cheap and bounds innerText from above (it also counts hidden text); up to
+      // a few times the budget, one innerText costs less than walking the children.
+      if (node.nodeType === Node.ELEMENT_NODE && node.textContent.length <= left * 4 + 256
         && !holdsHost(node)) {
         add(node.innerText);
         return;
@@ -161,11 +162,16 @@
 
   // The element's box when it may be visible: at least 2x2 CSS pixels and not placed where no
   // scrolling reaches (left of or above the page). One layout query; display:none gives 0x0.
-  function rectOf(el) {
+  // `scroll` is the page's scroll offset, read once per call (each read is a layout check).
+  function rectOf(el, scroll) {
     const r = el.getBoundingClientRect();
     if (r.width < 2 || r.height < 2) return null;
-    if (r.right + win.scrollX <= 0 || r.bottom + win.scrollY <= 0) return null;
+    if (r.right + scroll.x <= 0 || r.bottom + scroll.y <= 0) return null;
     return r;
+  }
+
+  function scrollOffset() {
+    return { x: win.scrollX, y: win.scrollY };
   }
 
   // Whether an element with a box is visible on the rendered page: rendered (not
@@ -183,7 +189,7 @@
   // The element's box when it is visible (see rectOf and shown), else null.
   function boxOf(el) {
     if (!el.isConnected) return null;
-    const r = rectOf(el);
+    const r = rectOf(el, scrollOffset());
     return r && shown(el) ? r : null;
   }
 
@@ -345,18 +351,34 @@
 
   // ---------------------------------------------------------------- snapshot
 
-  // Measures candidate `i` of `list` once: its distance from the viewport (0 on screen), or
-  // null when it has no usable box.
+  // The candidates in one index space: the document's (a NodeList, in document order, not
+  // copied: on large pages most are never touched) then those of open shadow roots.
+  function candidates(roots) {
+    const main = doc.querySelectorAll(CANDIDATES);
+    const extra = [];
+    for (const root of roots) {
+      if (root === doc) continue;
+      const found = root.querySelectorAll(CANDIDATES);
+      for (let i = 0; i < found.length; i += 1) extra.push(found[i]);
+    }
+    const n = main.length;
+    return { n, length: n + extra.length, at: (i) => (i < n ? main[i] : extra[i - n]) };
+  }
+
+  // Measures candidate `i` once: its distance from the viewport (0 on screen), or null when it
+  // is not interactive or has no usable box.
   function measurer(list, vw, vh) {
     const seen = new Map();
+    const scroll = scrollOffset();
     const measure = (i) => {
       if (seen.has(i)) return seen.get(i);
-      const r = rectOf(list[i]);
+      const el = list.at(i);
+      const r = interactive(el) ? rectOf(el, scroll) : null;
       let item = null;
       if (r) {
         const dy = r.bottom <= 0 ? -r.bottom : r.top >= vh ? r.top - vh : 0;
         const dx = r.right <= 0 ? -r.right : r.left >= vw ? r.left - vw : 0;
-        item = { el: list[i], dist: dx + dy, order: i };
+        item = { el, dist: dx + dy, order: i };
       }
       seen.set(i, item);
       return item;
@@ -364,13 +386,13 @@
     return { measure, seen };
   }
 
-  // Index of `el` among the first `n` of `list` (in document order), or -1.
-  function indexOf(list, n, el) {
+  // Index of `el` among the document's candidates (in document order), or -1.
+  function indexOf(list, el) {
     let lo = 0;
-    let hi = n - 1;
+    let hi = list.n - 1;
     while (lo <= hi) {
       const mid = (lo + hi) >> 1;
-      const other = list[mid];
+      const other = list.at(mid);
       if (other === el) return mid;
       const pos = other.compareDocumentPosition(el);
       if (pos & Node.DOCUMENT_POSITION_DISCONNECTED) return -1;
@@ -385,21 +407,21 @@
   // window is measured: the first and last candidates (headers, footers, fixed bars), a run
   // around the viewport found by binary search in document order (normal flow grows downwards),
   // and whatever a grid of hit tests finds on screen (fixed or out-of-flow layouts).
-  function ranked(list, mainCount, max, vw, vh) {
+  function ranked(list, max, vw, vh) {
     const { measure, seen } = measurer(list, vw, vh);
     if (list.length <= MEASURE_ALL) {
       for (let i = 0; i < list.length; i += 1) measure(i);
     } else {
-      // Candidates in shadow trees follow the document's in `list`, out of document order:
-      // up to a fixed number of them are measured; the window applies to the document's.
-      for (let i = mainCount; i < Math.min(list.length, mainCount + 500); i += 1) measure(i);
-      const n = mainCount;
+      // Candidates in shadow trees follow the document's, out of document order: up to a
+      // fixed number of them are measured; the window applies to the document's.
+      const n = list.n;
+      for (let i = n; i < Math.min(list.length, n + 500); i += 1) measure(i);
       for (let i = 0; i < Math.min(n, 40); i += 1) measure(i);
       for (let i = Math.max(0, n - 20); i < n; i += 1) measure(i);
       // The bottom of candidate i, or of the next one with a box (hidden ones have none).
       const bottom = (i) => {
         for (let j = i; j < Math.min(n, i + 16); j += 1) {
-          const r = list[j].getBoundingClientRect();
+          const r = list.at(j).getBoundingClientRect();
           if (r.width || r.height) return r.bottom;
         }
         return 0;
@@ -421,7 +443,7 @@
       // candidate by binary search in document order (the list is in document order per root).
       for (const [fx, fy] of [[0.5, 0.5], [0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]]) {
         for (let hit = doc.elementFromPoint(vw * fx, vh * fy); hit; hit = hit.parentElement) {
-          const i = indexOf(list, n, hit);
+          const i = indexOf(list, hit);
           if (i >= 0) {
             measure(i);
             break;
@@ -439,17 +461,12 @@
   function snapshot(a) {
     const started = performance.now();
     const { w: vw, h: vh } = viewport();
-    const list = [];
     let frames = false;
     const roots = shadowRoots(doc, [doc]);
-    let mainCount = 0;
+    // Candidates that are not interactive after all (an input of type hidden, a role that is
+    // not a control) or hidden drop out when measured, or when chosen (shown).
+    const list = candidates(roots);
     for (const root of roots) {
-      const found = root.querySelectorAll(CANDIDATES);
-      for (let i = 0; i < found.length; i += 1) {
-        // Hidden ones drop out when measured (display:none has no box) or when chosen (shown).
-        if (interactive(found[i])) list.push(found[i]);
-      }
-      if (root === doc) mainCount = list.length;
       if (!frames) {
         for (const f of root.querySelectorAll('iframe,frame')) {
           if (boxOf(f)) {
@@ -460,7 +477,7 @@
       }
     }
     const chosen = [];
-    for (const item of ranked(list, mainCount, a.maxElements, vw, vh)) {
+    for (const item of ranked(list, a.maxElements, vw, vh)) {
       if (chosen.length >= a.maxElements) break;
       if (shown(item.el)) chosen.push(item);
     }
