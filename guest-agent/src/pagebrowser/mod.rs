@@ -764,7 +764,12 @@ impl PageBrowser {
                     ))
                 };
                 if text.chars().count() <= TYPE_KEYS_MAX_CHARS {
-                    for c in text.chars() {
+                    // A CRLF line break is one Enter, like LF alone.
+                    let mut chars = text.chars().peekable();
+                    while let Some(c) = chars.next() {
+                        if c == '\r' && chars.peek() == Some(&'\n') {
+                            continue;
+                        }
                         for event in keys::char_events(c) {
                             tab.key(event).await.map_err(unconfirmed)?;
                         }
