@@ -1351,6 +1351,16 @@ mod tests {
     }
 
     #[test]
+    fn the_api_can_be_used_from_spawned_tasks() {
+        fn send<T: Send>(_: T) {}
+        let mut pages = PageBrowser::new();
+        send(pages.snapshot("ws://127.0.0.1:1/"));
+        send(pages.navigate("ws://127.0.0.1:1/", "http://x/"));
+        send(pages.act("ws://127.0.0.1:1/", &[]));
+        send(pages);
+    }
+
+    #[test]
     fn key_names_are_checked_with_the_batch() {
         let steps = [
             PageStep::Click {
