@@ -25,7 +25,7 @@ mod profile;
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -703,33 +703,7 @@ fn create_log(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// The last kilobyte of Chrome's log, on one line, for an error message.
-fn log_tail(path: &Path) -> String {
-    const TAIL: u64 = 1024;
-    let read = || -> io::Result<String> {
-        let mut file = File::open(path)?;
-        let len = file.metadata()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
-    match read() {
-        Ok(text) => {
-            let lines: Vec<&str> = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
-            if lines.is_empty() {
-                "(empty log)".to_owned()
-            } else {
-                lines.join(" | ")
-            }
-        }
-        Err(error) => format!("(log unreadable: {error})"),
-    }
-}
+use crate::display::xvfb::log_tail;
 
 #[cfg(test)]
 mod tests {

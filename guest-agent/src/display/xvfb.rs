@@ -548,8 +548,8 @@ fn xauth_entry(display: DisplayNum, cookie: &Cookie) -> Vec<u8> {
     out
 }
 
-/// The last kilobyte of Xvfb's log, on one line, for an error message.
-fn log_tail(path: &Path) -> String {
+/// The last kilobyte of a child's log (Xvfb's, Chrome's), on one line, for an error message.
+pub(crate) fn log_tail(path: &Path) -> String {
     const TAIL: u64 = 1024;
     let read = || -> io::Result<String> {
         let mut file = File::open(path)?;
