@@ -25,7 +25,9 @@
 pub mod desktop;
 pub mod frame;
 pub mod handshake;
+pub mod home;
 pub mod lease;
+pub mod live;
 pub mod msg;
 pub mod page;
 
@@ -46,7 +48,9 @@ pub use msg::*;
 ///   replies, and the `ScreenUnavailable`, `ScreenReleasing`, `ActionRefused` error codes.
 /// - 3: page browser: `Navigate`, `Snapshot`, `PageAct` requests; `Snapshot` and
 ///   `PageActFailed` replies.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// - 4: live screens and homes: `Connect`, `Revoke`, `HomeExport`, `HomeImport` requests;
+///   `Opened`, `Revoked`, `ExportStart`, `Imported` replies.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

@@ -9,7 +9,9 @@ use crate::desktop::{
     ScreenRequest,
 };
 use crate::handshake::Secret;
+use crate::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
 use crate::lease::{BotId, LeaseToken};
+use crate::live::{ConnectRequest, RevokeRequest};
 use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -137,6 +139,16 @@ pub enum Request {
     /// browser_act. Answer: `Snapshot` after the steps, `PageActFailed`, or `Error` (nothing
     /// ran: validation, tab selection).
     PageAct(PageActRequest),
+    /// Open a view, control or terminal capability (§6, §7). Answer: `Opened`, then raw bytes
+    /// both ways (see [`crate::live`]); or `Error`.
+    Connect(ConnectRequest),
+    /// Revoke a bot's capabilities. Answer: `Revoked`.
+    Revoke(RevokeRequest),
+    /// Export the home as an archive. Answer: `ExportStart`, then the raw archive bytes until the
+    /// stream finishes; or `Error`.
+    HomeExport(HomeExportRequest),
+    /// Import an archive into the home: `size` raw bytes follow. Answer: `Imported` or `Error`.
+    HomeImport(HomeImportRequest),
 }
 
 /// A command to run in the home.
@@ -241,6 +253,10 @@ pub enum Reply {
     Acted(ActOutcome),
     Snapshot(Snapshot),
     PageActFailed(PageActFailure),
+    Opened,
+    Revoked,
+    ExportStart(ExportStart),
+    Imported(Imported),
 }
 
 /// A failed operation: a code callers branch on and a message for people.

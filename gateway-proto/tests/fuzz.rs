@@ -13,7 +13,9 @@
 //!   length prefix as soon as the prefix is complete;
 //! - generated messages round-trip through `encode`, the stream decoder and `decode`.
 
+use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
+use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -302,6 +304,16 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
         sample(Reply::Written { size: 200 }),
         sample(Reply::Pong),
         sample(Reply::Error(err)),
+        sample(Request::Connect(ConnectRequest {
+            bot: BotId::new("bot-1").unwrap(),
+            kind: CapabilityKind::Terminal,
+            control_lease: Some("cl-1".into()),
+        })),
+        sample(Request::HomeImport(HomeImportRequest { size: 1 << 30 })),
+        sample(Reply::ExportStart(ExportStart {
+            content_bytes: 1 << 30,
+            entries: 12,
+        })),
     ]
 });
 
@@ -522,6 +534,31 @@ fn request() -> impl Strategy<Value = Request> {
             }
         ),
         Just(Request::Ping),
+        (bot_id(), 0u8..3, option::of(text())).prop_map(|(bot, kind, control_lease)| {
+            Request::Connect(ConnectRequest {
+                bot,
+                kind: [
+                    CapabilityKind::View,
+                    CapabilityKind::Control,
+                    CapabilityKind::Terminal,
+                ][usize::from(kind)],
+                control_lease,
+            })
+        }),
+        (bot_id(), any::<bool>()).prop_map(|(bot, all)| {
+            Request::Revoke(RevokeRequest {
+                bot,
+                scope: if all {
+                    RevokeScope::All
+                } else {
+                    RevokeScope::Control
+                },
+            })
+        }),
+        any::<bool>().prop_map(|quiesce_browsers| {
+            Request::HomeExport(HomeExportRequest { quiesce_browsers })
+        }),
+        any::<u64>().prop_map(|size| Request::HomeImport(HomeImportRequest { size })),
     ]
 }
 
@@ -568,6 +605,20 @@ fn reply() -> impl Strategy<Value = Reply> {
         any::<u64>().prop_map(|size| Reply::Written { size }),
         Just(Reply::Pong),
         op_error().prop_map(Reply::Error),
+        Just(Reply::Opened),
+        Just(Reply::Revoked),
+        (any::<u64>(), any::<u64>()).prop_map(|(content_bytes, entries)| {
+            Reply::ExportStart(ExportStart {
+                content_bytes,
+                entries,
+            })
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(content_bytes, entries)| {
+            Reply::Imported(Imported {
+                content_bytes,
+                entries,
+            })
+        }),
     ]
 }
 

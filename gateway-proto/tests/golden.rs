@@ -12,7 +12,9 @@
 //! value, strings and byte buffers are a varint length then the bytes, structs are their fields in
 //! declaration order with no names and no tags.
 
+use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
+use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -86,7 +88,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 3);
+    assert_eq!(PROTOCOL_VERSION, 4);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -393,6 +395,84 @@ fn reply_files() {
 }
 
 #[test]
+fn request_connect_and_revoke() {
+    golden(
+        &Request::Connect(ConnectRequest {
+            bot: bot(),
+            kind: CapabilityKind::Control,
+            control_lease: Some("cl-1".into()),
+        }),
+        "0000000e 0d 05626f742d31 01 01 04636c2d31", // variant 13, bot, Control, Some("cl-1")
+    );
+    golden(
+        &Request::Connect(ConnectRequest {
+            bot: bot(),
+            kind: CapabilityKind::View,
+            control_lease: None,
+        }),
+        "00000009 0d 05626f742d31 00 00",
+    );
+    golden(
+        &Request::Connect(ConnectRequest {
+            bot: bot(),
+            kind: CapabilityKind::Terminal,
+            control_lease: None,
+        }),
+        "00000009 0d 05626f742d31 02 00",
+    );
+    golden(
+        &Request::Revoke(RevokeRequest {
+            bot: bot(),
+            scope: RevokeScope::All,
+        }),
+        "00000008 0e 05626f742d31 01",
+    );
+    golden(
+        &Request::Revoke(RevokeRequest {
+            bot: bot(),
+            scope: RevokeScope::Control,
+        }),
+        "00000008 0e 05626f742d31 00",
+    );
+    rejected::<CapabilityKind>("03");
+    rejected::<RevokeScope>("02");
+}
+
+#[test]
+fn request_home_export_and_import() {
+    golden(
+        &Request::HomeExport(HomeExportRequest {
+            quiesce_browsers: true,
+        }),
+        "00000002 0f 01",
+    );
+    golden(
+        &Request::HomeImport(HomeImportRequest { size: 300 }),
+        "00000003 10 ac02",
+    );
+}
+
+#[test]
+fn reply_opened_revoked_export_start_imported() {
+    golden(&Reply::Opened, "00000001 0c");
+    golden(&Reply::Revoked, "00000001 0d");
+    golden(
+        &Reply::ExportStart(ExportStart {
+            content_bytes: 5,
+            entries: 2,
+        }),
+        "00000003 0e 05 02",
+    );
+    golden(
+        &Reply::Imported(Imported {
+            content_bytes: 1,
+            entries: 1,
+        }),
+        "00000003 0f 01 01",
+    );
+}
+
+#[test]
 fn reply_read_start_written_pong() {
     golden(&Reply::ReadStart { size: 5 }, "00000002 01 05");
     golden(&Reply::Written { size: 200 }, "00000003 02 c801");
@@ -459,10 +539,10 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("0d");
+    rejected::<Request>("11");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("0c");
+    rejected::<Reply>("10");
     rejected::<OpError>("0a 00"); // ErrorCode index 10
     rejected::<FileKind>("02");
 }

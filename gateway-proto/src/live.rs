@@ -1,0 +1,71 @@
+//! Live screens and terminals (contracts.md §6 and §7): the messages the control plane sends to
+//! open a capability's stream on the guest and to revoke a bot's capabilities.
+//!
+//! After [`crate::Request::Connect`] is answered with [`crate::Reply::Opened`], the stream
+//! carries raw bytes both ways until either side finishes it: RFB for `View` and `Control`
+//! (client bytes first go through the guest's view-only filter for `View`), and for `Terminal`
+//! the §7 client frames one way and raw PTY bytes the other.
+
+use crate::lease::BotId;
+use serde::{Deserialize, Serialize};
+
+/// Longest control-lease id accepted on the wire.
+pub const MAX_CONTROL_LEASE_ID_LEN: usize = 64;
+
+/// What a capability allows (the policy sealed into its URL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CapabilityKind {
+    /// Watch the bot's desktop; every input message from the client is dropped by the guest.
+    View,
+    /// Watch and drive the bot's desktop (only under the user's control lease).
+    Control,
+    /// A fresh shell under the user's control lease.
+    Terminal,
+}
+
+impl CapabilityKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::View => "view",
+            Self::Control => "control",
+            Self::Terminal => "terminal",
+        }
+    }
+}
+
+/// Open one connection to a bot's view, control or terminal capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectRequest {
+    pub bot: BotId,
+    pub kind: CapabilityKind,
+    /// The user's control lease (required for `Control` and `Terminal`): terminals are grouped
+    /// by it, and revoking it stops them. At most [`MAX_CONTROL_LEASE_ID_LEN`] bytes of
+    /// `[A-Za-z0-9_-]`.
+    pub control_lease: Option<String>,
+}
+
+/// Which of a bot's capabilities to revoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RevokeScope {
+    /// Control and terminal (the control lease ended): views stay.
+    Control,
+    /// Everything: view, control and terminal.
+    All,
+}
+
+/// Revoke a bot's capabilities on the guest: remove the mappings, disconnect clients, stop the
+/// transports, in that order (§3), and remove terminal session files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeRequest {
+    pub bot: BotId,
+    pub scope: RevokeScope,
+}
+
+/// Checks a control-lease id as the guest and control plane both require it.
+pub fn valid_control_lease_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_CONTROL_LEASE_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
