@@ -1,0 +1,415 @@
+//! Live screens over HTTP: issuing capability URLs, takeover and its release,
+//! `waiting_takeover` (all under `/v1`, behind the API token), and the capability routes
+//! themselves (`/cap/{sealed}`, `/cap/{sealed}/ws`, `/assets/...`), which sit outside the API
+//! token check because the sealed token is the credential.
+//!
+//! Capability routes never log their path, token or host; they emit the `screen.proxy.*`
+//! events of contracts.md §6 with a random `screen.connection_id` and the policy.
+
+use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
+use super::{parse_bot, Api};
+use crate::clock::now_ms;
+use crate::live::authority::{self, LiveError, Rejection};
+use crate::live::pages::{self, cap_headers, Served};
+use crate::live::relay::{relay, ws_config, RelayCtx};
+use crate::live::seal::{Capability, CAPABILITY_TTL};
+use crate::live::store::LiveStoreError;
+use crate::tunnel::TunnelError;
+use gateway_proto::live::{CapabilityKind, ConnectRequest};
+use gateway_proto::{LeaseToken, Reply, Request};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+use tracing::info;
+
+impl From<LiveError> for ApiError {
+    fn from(e: LiveError) -> Self {
+        let msg = e.to_string();
+        match e {
+            LiveError::Core(c) => c.into(),
+            LiveError::Store(LiveStoreError::BotRunning { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "bot_running", "Stop the bot first")
+            }
+            LiveError::Store(other) => ApiError::internal(other),
+            LiveError::NoControl { .. } => ApiError::new(StatusCode::CONFLICT, "no_control", msg),
+            LiveError::Seal(other) => ApiError::internal(other),
+        }
+    }
+}
+
+/// A JSON body that may be empty (then the defaults).
+async fn optional_json<T: DeserializeOwned + Default>(body: Incoming) -> Result<T, ApiError> {
+    let bytes = read_limited(body, MAX_JSON_BODY).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UrlBody {
+    /// `view` (default), `control` or `terminal`.
+    policy: Option<String>,
+    /// Shorter than the 60-minute default, for callers that want short-lived URLs.
+    ttl_secs: Option<u64>,
+}
+
+fn parse_policy(s: &str) -> Result<CapabilityKind, ApiError> {
+    match s {
+        "view" => Ok(CapabilityKind::View),
+        "control" => Ok(CapabilityKind::Control),
+        "terminal" => Ok(CapabilityKind::Terminal),
+        other => Err(ApiError::bad_request(format!(
+            "policy must be view, control or terminal, got {:?}",
+            other.chars().take(32).collect::<String>()
+        ))),
+    }
+}
+
+/// `POST .../screens/{bot}/url` (`terminal` fixed for `.../terminals/{bot}/url`).
+pub async fn url(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+    fixed: Option<CapabilityKind>,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            h.len() <= 255
+                && h.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                })
+        })
+        .map(String::from);
+    let body: UrlBody = optional_json(req.into_body()).await?;
+    let policy = match (fixed, body.policy.as_deref()) {
+        (Some(p), None) => p,
+        (Some(p), Some(s)) if parse_policy(s)? == p => p,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "this route issues terminal URLs only",
+            ))
+        }
+        (None, Some(s)) => parse_policy(s)?,
+        (None, None) => CapabilityKind::View,
+    };
+    let ttl = match body.ttl_secs {
+        None => CAPABILITY_TTL,
+        Some(s) if (1..=CAPABILITY_TTL.as_secs()).contains(&s) => Duration::from_secs(s),
+        Some(_) => {
+            return Err(ApiError::bad_request(format!(
+                "ttl_secs must be 1..={}",
+                CAPABILITY_TTL.as_secs()
+            )))
+        }
+    };
+    let issued =
+        authority::issue(&api.core, &api.live.sealer, id, &bot, policy, ttl, now_ms()).await?;
+    let path = format!("/cap/{}", issued.token);
+    let url = host.map(|h| format!("http://{h}{path}"));
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "url": url.unwrap_or_else(|| path.clone()),
+            "path": path,
+            "policy": issued.policy.as_str(),
+            "expires_at_ms": issued.expires_at_ms,
+        }),
+    ))
+}
+
+/// Before `POST .../screens/{bot}/release`: the bot's capabilities are revoked.
+pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), ApiError> {
+    let bot = parse_bot(bot)?;
+    let c = api.core.get(id).await?;
+    authority::screen_gone(&api.core, &c.id, &bot).await?;
+    Ok(())
+}
+
+/// `POST .../screens/{bot}/takeover`.
+pub async fn takeover(api: &Arc<Api>, id: &str, bot: &str) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let lease = authority::take_control(&api.core, id, &bot, now_ms()).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "computer": id, "bot": bot.as_str(),
+            "control_lease": lease.id, "expires_at_ms": lease.expires_at_ms,
+        }),
+    ))
+}
+
+/// `POST .../screens/{bot}/release-control`.
+pub async fn release_control(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let had = authority::release_control(&api.core, id, &bot).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "released": true, "had_control": had }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitingBody {
+    lease: String,
+    #[serde(default = "yes")]
+    waiting: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST .../leases/{bot}/waiting_takeover`: the run holding `lease` asks for (or no longer
+/// needs) a person to take over.
+pub async fn waiting_takeover(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let body: WaitingBody = super::body::read_json(req.into_body()).await?;
+    let lease =
+        LeaseToken::parse(&body.lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))?;
+    authority::set_waiting_takeover(&api.core, id, &bot, &lease, body.waiting, now_ms()).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "waiting_takeover": body.waiting }),
+    ))
+}
+
+/// A plain-text refusal with the capability headers (never echoing the request).
+fn refusal(status: StatusCode) -> Response<RespBody> {
+    let mut resp = Response::new(full(bytes::Bytes::from(format!(
+        "{}\n",
+        status.canonical_reason().unwrap_or("refused")
+    ))));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    cap_headers(&mut resp);
+    resp
+}
+
+fn connection_id() -> String {
+    hex::encode(rand::random::<[u8; 8]>())
+}
+
+fn rejected(cid: &str, policy: Option<CapabilityKind>, reason: &'static str) {
+    info!(
+        screen.connection_id = %cid,
+        policy = policy.map_or("unknown", CapabilityKind::as_str),
+        reason,
+        "screen.proxy.target_rejected"
+    );
+}
+
+/// The capability routes: `/cap/{sealed}`, `/cap/{sealed}/ws` and `/assets/...`.
+pub async fn public(api: &Arc<Api>, req: hyper::Request<Incoming>) -> Response<RespBody> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    if req.method() != Method::GET {
+        return refusal(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    match segments.as_slice() {
+        ["assets", rest @ ..] => serve(pages::asset(&api.live.pages, rest).await, None),
+        ["cap", token] => {
+            let cid = connection_id();
+            match open(api, token, &cid).await {
+                Ok(cap) => serve(pages::page(cap.policy), Some((&cid, cap.policy))),
+                Err(status) => refusal(status),
+            }
+        }
+        ["cap", token, "ws"] => websocket(api, token, req).await,
+        _ => refusal(StatusCode::NOT_FOUND),
+    }
+}
+
+fn serve(served: Served, event: Option<(&str, CapabilityKind)>) -> Response<RespBody> {
+    match served {
+        Served::Ok { content_type, body } => {
+            let mut resp = Response::new(full(body));
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            cap_headers(&mut resp);
+            resp
+        }
+        Served::NotFound => refusal(StatusCode::NOT_FOUND),
+        Served::Failed(e) => {
+            let cid = event.map_or_else(connection_id, |(c, _)| c.to_string());
+            info!(
+                screen.connection_id = %cid,
+                policy = event.map_or("none", |(_, p)| p.as_str()),
+                error = %e,
+                "screen.proxy.http_failed"
+            );
+            refusal(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+    }
+}
+
+/// Opens a token and checks it against the database; the status to answer otherwise.
+async fn open(api: &Arc<Api>, token: &str, cid: &str) -> Result<Capability, StatusCode> {
+    let now = now_ms();
+    let Ok(cap) = api.live.sealer.open(token, now) else {
+        rejected(cid, None, "invalid_path");
+        return Err(StatusCode::NOT_FOUND);
+    };
+    match authority::check(&api.core, &cap, now).await {
+        Ok(()) => Ok(cap),
+        Err(r) => {
+            rejected(cid, Some(cap.policy), r.reason());
+            Err(match r {
+                Rejection::Rejected => StatusCode::FORBIDDEN,
+                Rejection::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            })
+        }
+    }
+}
+
+/// Whether a header holds `token` in its comma-separated list (case-insensitive).
+fn header_has(req: &hyper::Request<Incoming>, name: header::HeaderName, token: &str) -> bool {
+    req.headers().get_all(name).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|part| part.trim().eq_ignore_ascii_case(token))
+        })
+    })
+}
+
+fn handshake_failed(cid: &str, policy: Option<CapabilityKind>, why: &'static str) {
+    info!(
+        screen.connection_id = %cid,
+        policy = policy.map_or("unknown", CapabilityKind::as_str),
+        reason = why,
+        "screen.proxy.websocket_handshake_failed"
+    );
+}
+
+async fn websocket(
+    api: &Arc<Api>,
+    token: &str,
+    req: hyper::Request<Incoming>,
+) -> Response<RespBody> {
+    let cid = connection_id();
+    let key = req
+        .headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|k| k.as_bytes().to_vec());
+    let is_upgrade = header_has(&req, header::CONNECTION, "upgrade")
+        && header_has(&req, header::UPGRADE, "websocket")
+        && req
+            .headers()
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v.as_bytes() == b"13");
+    let Some(key) = key.filter(|k| is_upgrade && !k.is_empty() && k.len() <= 64) else {
+        handshake_failed(&cid, None, "not_a_websocket_upgrade");
+        return refusal(StatusCode::BAD_REQUEST);
+    };
+    let cap = match open(api, token, &cid).await {
+        Ok(cap) => cap,
+        Err(status) => return refusal(status),
+    };
+    let policy = cap.policy;
+    let connect = Request::Connect(ConnectRequest {
+        bot: cap.scope.bot.clone(),
+        kind: policy,
+        control_lease: cap.scope.control_lease.clone(),
+    });
+    let mut op = match api.core.open(&cap.scope.computer, None, &connect).await {
+        Ok(op) => op,
+        Err(e) => {
+            let reason = match e {
+                crate::core::CoreError::Tunnel(TunnelError::NotConnected(_)) => {
+                    "authority_unavailable"
+                }
+                _ => "authority_rejected",
+            };
+            rejected(&cid, Some(policy), reason);
+            return refusal(StatusCode::SERVICE_UNAVAILABLE);
+        }
+    };
+    match op.expect::<Reply>().await {
+        Ok(Reply::Opened) => {}
+        Ok(Reply::Error(e)) => {
+            info!(screen.connection_id = %cid, policy = policy.as_str(), code = e.code.as_str(), "guest refused the capability");
+            rejected(&cid, Some(policy), "authority_rejected");
+            return refusal(StatusCode::CONFLICT);
+        }
+        Ok(_) | Err(_) => {
+            op.abort();
+            rejected(&cid, Some(policy), "invalid_authority_response");
+            return refusal(StatusCode::BAD_GATEWAY);
+        }
+    }
+    let guard = api
+        .core
+        .live
+        .streams
+        .register(&cap.scope.computer, &cap.scope.bot, policy);
+    let wants_binary = header_has(&req, header::SEC_WEBSOCKET_PROTOCOL, "binary");
+    let core = api.core.clone();
+    let task_cid = cid.clone();
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                op.abort();
+                info!(screen.connection_id = %task_cid, policy = policy.as_str(), error = %e, "screen.proxy.websocket_handshake_failed");
+                return;
+            }
+        };
+        let ws = WebSocketStream::from_raw_socket(
+            hyper_util::rt::TokioIo::new(upgraded),
+            Role::Server,
+            Some(ws_config()),
+        )
+        .await;
+        info!(screen.connection_id = %task_cid, policy = policy.as_str(), "screen.proxy.websocket_upgraded");
+        let ctx = RelayCtx {
+            core,
+            cap,
+            connection_id: task_cid,
+            guard,
+        };
+        relay(ws, op, ctx).await;
+    });
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(&key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    if wants_binary {
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("binary"),
+        );
+    }
+    cap_headers(&mut resp);
+    resp
+}

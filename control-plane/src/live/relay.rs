@@ -1,0 +1,149 @@
+//! One live stream: a browser's websocket relayed to one QUIC operation stream of the guest.
+//!
+//! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the §7 client
+//! frames one way, checked by [`TermFrameCheck`] on the way, and raw PTY bytes the other). Once a
+//! second the capability is checked against the database again, and the stream closes when it
+//! no longer holds (`initiator = revoked`); a decision elsewhere (release of control, a torn
+//! down desktop) closes it at once through its [`StreamGuard`]. Whoever ends the stream, the
+//! other side is ended too and one `screen.proxy.websocket_closed` event says who it was.
+
+use super::authority::{check, Rejection};
+use super::seal::Capability;
+use super::streams::StreamGuard;
+use super::termframe::TermFrameCheck;
+use crate::clock::now_ms;
+use crate::core::Core;
+use crate::tunnel::OpStream;
+use futures_util::{SinkExt, StreamExt};
+use gateway_proto::live::CapabilityKind;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tracing::info;
+
+/// How often an open stream is checked against the database (contracts.md §6).
+pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
+/// Largest websocket message accepted from a browser: RFB client messages are tiny, terminal
+/// frames are at most 1 MiB (a larger one is refused by the frame check, not here).
+const MAX_WS_MESSAGE: usize = 4 << 20;
+/// Largest read from the guest per websocket message.
+const GUEST_CHUNK: usize = 256 * 1024;
+
+/// The websocket settings of a live stream.
+pub fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_WS_MESSAGE))
+        .max_frame_size(Some(MAX_WS_MESSAGE))
+}
+
+/// Who ended a stream (the `initiator` of `screen.proxy.websocket_closed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initiator {
+    Client,
+    Upstream,
+    Revoked,
+}
+
+impl Initiator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Upstream => "upstream",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
+/// What a relay needs besides its two ends.
+pub struct RelayCtx {
+    pub core: Arc<Core>,
+    pub cap: Capability,
+    pub connection_id: String,
+    pub guard: StreamGuard,
+}
+
+/// Relays until either side ends or the capability is revoked; logs the close event.
+pub async fn relay<S>(mut ws: WebSocketStream<S>, mut op: OpStream, ctx: RelayCtx)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let started = tokio::time::Instant::now();
+    let policy = ctx.cap.policy;
+    let mut frames = (policy == CapabilityKind::Terminal).then(TermFrameCheck::new);
+    let mut recheck = tokio::time::interval_at(started + RECHECK_EVERY, RECHECK_EVERY);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    op.rx.start_raw();
+    let (initiator, close): (Initiator, Option<CloseFrame>) = loop {
+        tokio::select! {
+            msg = ws.next() => match msg {
+                Some(Ok(Message::Binary(bytes))) => {
+                    if let Some(check) = frames.as_mut() {
+                        if let Err(e) = check.push(&bytes) {
+                            info!(screen.connection_id = %ctx.connection_id, policy = policy.as_str(), error = %e, "terminal frame refused");
+                            break (Initiator::Client, Some(close_frame(CloseCode::Size, "frame refused")));
+                        }
+                    }
+                    if op.tx.write_raw(bytes).await.is_err() {
+                        break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
+                    }
+                }
+                // Pings are answered by the websocket layer; text has no meaning here.
+                Some(Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (Initiator::Client, None),
+            },
+            chunk = op.rx.read_raw(GUEST_CHUNK) => match chunk {
+                Ok(Some(bytes)) => {
+                    if ws.send(Message::Binary(bytes)).await.is_err() {
+                        break (Initiator::Client, None);
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
+                }
+            },
+            _ = recheck.tick() => {
+                if let Err(r) = check(&ctx.core, &ctx.cap, now_ms()).await {
+                    if r == Rejection::Unavailable {
+                        // Fail closed: a stream whose authority cannot be asked does not stay open.
+                        info!(screen.connection_id = %ctx.connection_id, policy = policy.as_str(), reason = r.reason(), "screen.proxy.recheck_failed");
+                    }
+                    break (Initiator::Revoked, Some(close_frame(CloseCode::Policy, "revoked")));
+                }
+            }
+            () = ctx.guard.cancel.cancelled() => {
+                break (Initiator::Revoked, Some(close_frame(CloseCode::Policy, "revoked")));
+            }
+        }
+    };
+    match initiator {
+        // The browser is gone: end the guest's side cleanly so it can tidy up.
+        Initiator::Client => {
+            let _ = op.tx.finish();
+            op.rx.abort();
+        }
+        Initiator::Upstream | Initiator::Revoked => op.abort(),
+    }
+    if let Some(frame) = close {
+        // Bounded: a browser that does not read cannot hold the task.
+        let _ = tokio::time::timeout(Duration::from_secs(2), ws.close(Some(frame))).await;
+    }
+    info!(
+        screen.connection_id = %ctx.connection_id,
+        policy = policy.as_str(),
+        handshake_completed = true,
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        initiator = initiator.as_str(),
+        "screen.proxy.websocket_closed"
+    );
+}
+
+fn close_frame(code: CloseCode, reason: &'static str) -> CloseFrame {
+    CloseFrame {
+        code,
+        reason: reason.into(),
+    }
+}

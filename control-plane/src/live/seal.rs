@@ -1,0 +1,313 @@
+//! Sealed capability tokens (contracts.md §6): what goes in a browser-facing URL.
+//!
+//! A token is `base64url(header || nonce || ciphertext)` where the header is the format version,
+//! the policy and the expiry, the nonce is 12 random bytes, and the ciphertext is AES-256-GCM of
+//! the [`Scope`] with the header as additional data. Changing any byte (policy, expiry, nonce,
+//! ciphertext, tag), cutting the token short or opening it with another key fails, and so does
+//! opening it at or after its expiry: every failure is the same [`SealError`], so nothing tells
+//! a prober which part was wrong. Whether the scope still matches the database (generations,
+//! control lease) is the caller's check; this module reads no clock and no database.
+
+use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
+use base64::Engine;
+use gateway_proto::live::{valid_control_lease_id, CapabilityKind};
+use gateway_proto::BotId;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How long a capability URL can be opened (contracts.md §6: 60 minutes).
+pub const CAPABILITY_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// Format version of the header; a token of another version never opens.
+const VERSION: u8 = 1;
+const HEADER_LEN: usize = 1 + 1 + 8;
+const NONCE_LEN: usize = 12;
+const TAG_LEN: usize = 16;
+/// Longest token accepted (base64 characters): a scope is well under 200 bytes.
+pub const MAX_TOKEN_LEN: usize = 512;
+
+/// What a capability reaches, sealed inside its token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scope {
+    pub computer: String,
+    pub bot: BotId,
+    /// The computer's screen generation when the URL was issued.
+    pub computer_generation: u64,
+    /// The bot's screen generation on that computer when the URL was issued.
+    pub bot_generation: u64,
+    /// The user's control lease the URL was issued under (control and terminal only).
+    pub control_lease: Option<String>,
+}
+
+/// An opened token: its policy, expiry and scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capability {
+    pub policy: CapabilityKind,
+    pub expires_at_ms: i64,
+    pub scope: Scope,
+}
+
+/// A token that does not open: forged, tampered, truncated, expired or sealed by another key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("capability token is invalid or expired")]
+pub struct SealError;
+
+/// Seals and opens capability tokens with one AES-256 key.
+#[derive(Clone)]
+pub struct Sealer {
+    cipher: Aes256Gcm,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sealer(***)")
+    }
+}
+
+fn policy_byte(p: CapabilityKind) -> u8 {
+    match p {
+        CapabilityKind::View => 1,
+        CapabilityKind::Control => 2,
+        CapabilityKind::Terminal => 3,
+    }
+}
+
+fn policy_of(b: u8) -> Option<CapabilityKind> {
+    match b {
+        1 => Some(CapabilityKind::View),
+        2 => Some(CapabilityKind::Control),
+        3 => Some(CapabilityKind::Terminal),
+        _ => None,
+    }
+}
+
+fn header(policy: CapabilityKind, expires_at_ms: i64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0] = VERSION;
+    h[1] = policy_byte(policy);
+    h[2..].copy_from_slice(&expires_at_ms.to_be_bytes());
+    h
+}
+
+impl Sealer {
+    pub fn new(key: &[u8; 32]) -> Self {
+        Self {
+            cipher: Aes256Gcm::new(key.into()),
+        }
+    }
+
+    /// Seals `scope` under `policy` until `expires_at_ms`. Fails only for a scope that could
+    /// never be opened (a control lease id the guest would refuse).
+    pub fn seal(
+        &self,
+        policy: CapabilityKind,
+        expires_at_ms: i64,
+        scope: &Scope,
+    ) -> Result<String, SealError> {
+        if scope
+            .control_lease
+            .as_deref()
+            .is_some_and(|id| !valid_control_lease_id(id))
+        {
+            return Err(SealError);
+        }
+        let plaintext = postcard::to_allocvec(scope).map_err(|_| SealError)?;
+        let head = header(policy, expires_at_ms);
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        let ciphertext = self
+            .cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: &plaintext,
+                    aad: &head,
+                },
+            )
+            .map_err(|_| SealError)?;
+        let mut raw = Vec::with_capacity(HEADER_LEN + NONCE_LEN + ciphertext.len());
+        raw.extend_from_slice(&head);
+        raw.extend_from_slice(&nonce);
+        raw.extend_from_slice(&ciphertext);
+        Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+    }
+
+    /// Opens a token at `now_ms`: the capability if it is intact and not expired.
+    pub fn open(&self, token: &str, now_ms: i64) -> Result<Capability, SealError> {
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(SealError);
+        }
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| SealError)?;
+        if raw.len() < HEADER_LEN + NONCE_LEN + TAG_LEN {
+            return Err(SealError);
+        }
+        let (head, rest) = raw.split_at(HEADER_LEN);
+        let (nonce, ciphertext) = rest.split_at(NONCE_LEN);
+        let plaintext = self
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad: head,
+                },
+            )
+            .map_err(|_| SealError)?;
+        // The header is authentic from here on.
+        if head[0] != VERSION {
+            return Err(SealError);
+        }
+        let policy = policy_of(head[1]).ok_or(SealError)?;
+        let mut expiry = [0u8; 8];
+        expiry.copy_from_slice(&head[2..]);
+        let expires_at_ms = i64::from_be_bytes(expiry);
+        if now_ms >= expires_at_ms {
+            return Err(SealError);
+        }
+        let (scope, extra): (Scope, &[u8]) =
+            postcard::take_from_bytes(&plaintext).map_err(|_| SealError)?;
+        if !extra.is_empty() {
+            return Err(SealError);
+        }
+        Ok(Capability {
+            policy,
+            expires_at_ms,
+            scope,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000;
+    const EXP: i64 = NOW + 3_600_000;
+
+    fn scope() -> Scope {
+        Scope {
+            computer: "c-0123456789abcdef".into(),
+            bot: BotId::new("bot-1").unwrap(),
+            computer_generation: 3,
+            bot_generation: 7,
+            control_lease: Some("cl-abc".into()),
+        }
+    }
+
+    fn sealer() -> Sealer {
+        Sealer::new(&[7u8; 32])
+    }
+
+    fn raw(token: &str) -> Vec<u8> {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .unwrap()
+    }
+
+    fn enc(raw: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    #[test]
+    fn a_sealed_scope_opens_until_its_expiry() {
+        let s = sealer();
+        let t = s.seal(CapabilityKind::Control, EXP, &scope()).unwrap();
+        let cap = s.open(&t, NOW).unwrap();
+        assert_eq!(cap.policy, CapabilityKind::Control);
+        assert_eq!(cap.expires_at_ms, EXP);
+        assert_eq!(cap.scope, scope());
+        assert!(s.open(&t, EXP - 1).is_ok());
+        assert_eq!(s.open(&t, EXP), Err(SealError), "expiry is exclusive");
+        assert_eq!(s.open(&t, EXP + 1), Err(SealError));
+        assert!(t.len() <= MAX_TOKEN_LEN);
+        assert!(t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+
+    #[test]
+    fn two_seals_of_one_scope_differ() {
+        let s = sealer();
+        let a = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        let b = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        assert_ne!(a, b, "a fresh nonce every time");
+    }
+
+    #[test]
+    fn a_swapped_policy_fails_closed() {
+        let s = sealer();
+        let t = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        for p in [2u8, 3, 0, 9] {
+            let mut r = raw(&t);
+            r[1] = p;
+            assert_eq!(s.open(&enc(&r), NOW), Err(SealError), "policy byte {p}");
+        }
+    }
+
+    #[test]
+    fn an_extended_expiry_fails_closed() {
+        let s = sealer();
+        let t = s.seal(CapabilityKind::View, NOW + 1000, &scope()).unwrap();
+        let mut r = raw(&t);
+        r[2..10].copy_from_slice(&(NOW + 10_000_000).to_be_bytes());
+        assert_eq!(s.open(&enc(&r), NOW), Err(SealError));
+    }
+
+    #[test]
+    fn any_flipped_bit_fails_closed() {
+        let s = sealer();
+        let t = s.seal(CapabilityKind::Terminal, EXP, &scope()).unwrap();
+        let r = raw(&t);
+        for i in 0..r.len() {
+            let mut bad = r.clone();
+            bad[i] ^= 0x01;
+            assert_eq!(s.open(&enc(&bad), NOW), Err(SealError), "byte {i}");
+        }
+    }
+
+    #[test]
+    fn truncation_fails_closed() {
+        let s = sealer();
+        let t = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        for n in 0..t.len() {
+            assert_eq!(s.open(&t[..n], NOW), Err(SealError), "first {n} chars");
+        }
+        let r = raw(&t);
+        assert_eq!(s.open(&enc(&r[..r.len() - 1]), NOW), Err(SealError));
+    }
+
+    #[test]
+    fn another_key_fails_closed() {
+        let t = sealer().seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        assert_eq!(Sealer::new(&[8u8; 32]).open(&t, NOW), Err(SealError));
+    }
+
+    #[test]
+    fn garbage_and_oversized_tokens_fail_closed() {
+        let s = sealer();
+        for t in [
+            "",
+            "!!!",
+            "AAAA",
+            &"A".repeat(MAX_TOKEN_LEN + 1),
+            "a/b",
+            "a.b",
+        ] {
+            assert_eq!(s.open(t, NOW), Err(SealError), "{t:?}");
+        }
+        let t = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        assert_eq!(s.open(&format!("{t}A"), NOW), Err(SealError));
+    }
+
+    #[test]
+    fn an_invalid_control_lease_id_is_never_sealed() {
+        let mut sc = scope();
+        sc.control_lease = Some("../x".into());
+        assert_eq!(
+            sealer().seal(CapabilityKind::Control, EXP, &sc),
+            Err(SealError)
+        );
+    }
+}
