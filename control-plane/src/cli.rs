@@ -61,9 +61,12 @@ pub enum Command {
     /// Acquire, renew, release and show execution leases.
     #[command(subcommand)]
     Lease(LeaseCmd),
-    /// Start, release and list bots' desktops.
+    /// Start, stop and list bots' desktops; live view URLs and takeover.
     #[command(subcommand)]
     Screen(ScreenCmd),
+    /// Live terminal URLs (under the user's control lease).
+    #[command(subcommand)]
+    Terminal(TerminalCmd),
     /// Screenshot a bot's desktop (computer_observe).
     Observe(ObserveArgs),
     /// Run a batch of desktop actions (computer_act).
@@ -111,7 +114,7 @@ pub enum ScreenCmd {
         lease: String,
     },
     /// Tear the bot's desktop down (its browser profile stays).
-    Release {
+    Stop {
         computer: String,
         bot: String,
         #[arg(long)]
@@ -119,6 +122,24 @@ pub enum ScreenCmd {
     },
     /// List live desktops.
     List { computer: String },
+    /// A live view URL of the bot's desktop (a control URL with --control, which needs
+    /// `screen takeover` first). The URL is the credential: share it with care.
+    Url {
+        computer: String,
+        bot: String,
+        #[arg(long)]
+        control: bool,
+    },
+    /// Take control of the bot (refused while it runs, unless it is waiting for a takeover).
+    Takeover { computer: String, bot: String },
+    /// Release control: control views and every terminal of the bot close.
+    Release { computer: String, bot: String },
+}
+
+#[derive(Subcommand)]
+pub enum TerminalCmd {
+    /// A live terminal URL for the bot (needs `screen takeover` first).
+    Url { computer: String, bot: String },
 }
 
 #[derive(Args)]
@@ -171,6 +192,12 @@ pub struct ServeArgs {
     /// Cap on live desktops per computer, handed to local guests (unset or 0: no cap).
     #[arg(long, env = "SANDBOX_TEAM_SCREEN_LIMIT")]
     pub screen_limit: Option<String>,
+    /// Debian's noVNC files, served to live screen viewers.
+    #[arg(long, env = "RAKAZO_NOVNC_DIR", default_value = "/usr/share/novnc")]
+    pub novnc_dir: PathBuf,
+    /// The npm install of the live pages (holds node_modules/@xterm); default: the checkout's.
+    #[arg(long, env = "RAKAZO_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -389,6 +416,12 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 guest_log: args.guest_log,
                 screen_limit: args.screen_limit,
                 limits: ApiLimits::default(),
+                pages: crate::live::pages::PagesConfig {
+                    novnc_dir: args.novnc_dir,
+                    web_dir: args
+                        .web_dir
+                        .unwrap_or_else(|| crate::live::pages::PagesConfig::defaults().web_dir),
+                },
             })
             .await?;
             Ok(0)
@@ -398,6 +431,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Files(cmd) => files(&g, cmd).await,
         Command::Lease(cmd) => lease(&g, cmd).await,
         Command::Screen(cmd) => screen(&g, cmd).await,
+        Command::Terminal(TerminalCmd::Url { computer, bot }) => {
+            live_url(&g, &computer, &bot, "terminal").await
+        }
         Command::Observe(a) => observe(&g, a).await,
         Command::Act(a) => act(&g, a).await,
         Command::Browser(cmd) => browser(&g, cmd).await,
@@ -736,6 +772,29 @@ async fn lease(g: &Global, cmd: LeaseCmd) -> Result<i32> {
     Ok(0)
 }
 
+/// Prints a capability URL: on stdout only, so it can be piped and never lands in a log.
+async fn live_url(g: &Global, computer: &str, bot: &str, policy: &str) -> Result<i32> {
+    let c = g.client()?;
+    let path = if policy == "terminal" {
+        format!("/v1/computers/{}/terminals/{}/url", q(computer), q(bot))
+    } else {
+        format!("/v1/computers/{}/screens/{}/url", q(computer), q(bot))
+    };
+    let v = c
+        .json(
+            Method::POST,
+            &path,
+            Some(&serde_json::json!({ "policy": policy })),
+        )
+        .await?;
+    if g.json {
+        print_json(&v);
+    } else {
+        println!("{}", v["url"].as_str().unwrap_or_default());
+    }
+    Ok(0)
+}
+
 async fn screen(g: &Global, cmd: ScreenCmd) -> Result<i32> {
     let c = g.client()?;
     let v = match cmd {
@@ -752,7 +811,51 @@ async fn screen(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             )
             .await?
         }
-        ScreenCmd::Release {
+        ScreenCmd::Url {
+            computer,
+            bot,
+            control,
+        } => {
+            let policy = if control { "control" } else { "view" };
+            return live_url(g, &computer, &bot, policy).await;
+        }
+        ScreenCmd::Takeover { computer, bot } => {
+            let path = format!(
+                "/v1/computers/{}/screens/{}/takeover",
+                q(&computer),
+                q(&bot)
+            );
+            let v = c
+                .json(Method::POST, &path, Some(&serde_json::json!({})))
+                .await?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "control of {bot} taken (lease {}, until {} ms)",
+                    v["control_lease"].as_str().unwrap_or("?"),
+                    v["expires_at_ms"]
+                );
+            }
+            return Ok(0);
+        }
+        ScreenCmd::Release { computer, bot } => {
+            let path = format!(
+                "/v1/computers/{}/screens/{}/release-control",
+                q(&computer),
+                q(&bot)
+            );
+            let v = c
+                .json(Method::POST, &path, Some(&serde_json::json!({})))
+                .await?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!("control of {bot} released");
+            }
+            return Ok(0);
+        }
+        ScreenCmd::Stop {
             computer,
             bot,
             lease,

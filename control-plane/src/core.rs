@@ -68,6 +68,8 @@ pub struct Core {
     pub computers: ComputerStore,
     pub leases: SqlLeaseStore,
     pub registry: Arc<Registry>,
+    /// Live screens: per-bot generations, control leases, open streams.
+    pub live: crate::live::LiveState,
     provider: AnyProvider,
     enrollment: Enrollment,
 }
@@ -81,6 +83,7 @@ impl Core {
     ) -> Self {
         Self {
             computers: ComputerStore::new(db.clone()),
+            live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
             registry,
             provider,
@@ -345,6 +348,10 @@ impl Core {
 
     /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.
     async fn release_screen(&self, c: &Computer, bot: &BotId) {
+        // Its capabilities go first (contracts.md §3 teardown order).
+        if let Err(e) = crate::live::authority::screen_gone(self, &c.id, bot).await {
+            warn!(computer_id = %c.id.as_str(), bot = %bot, error = %e, "revoking the bot's capabilities failed");
+        }
         let Some(guest) = self.registry.get(c.id.as_str()) else {
             return;
         };

@@ -11,6 +11,7 @@ pub mod computers;
 pub mod core;
 pub mod db;
 pub mod lease;
+pub mod live;
 pub mod serve;
 pub mod tls;
 pub mod tunnel;

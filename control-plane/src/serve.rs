@@ -39,6 +39,8 @@ pub struct ServeConfig {
     /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to local guests (they validate it).
     pub screen_limit: Option<String>,
     pub limits: ApiLimits,
+    /// Where the live pages' noVNC and xterm.js files are.
+    pub pages: crate::live::pages::PagesConfig,
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -138,7 +140,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             tracing::error!(error = %e, "recovering computers failed");
         }
     });
-    api::serve(listener, Arc::new(Api::new(core, &token, cfg.limits))).await;
+    // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
+    let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
+    let live = crate::live::LiveHttp::new(&capability_key, cfg.pages);
+    api::serve(listener, Arc::new(Api::new(core, &token, cfg.limits, live))).await;
     Ok(())
 }
 

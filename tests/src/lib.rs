@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub mod fixture;
+pub mod live;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {
@@ -383,6 +384,11 @@ impl World {
             .as_str()
             .ok_or_else(|| anyhow!("no lease in {v}"))?
             .to_string())
+    }
+
+    /// Adds a secret the log must never contain (e.g. a capability URL's sealed token).
+    pub fn add_secret(&mut self, s: &str) {
+        self.secrets.push(s.to_string());
     }
 
     /// Allows WARN lines containing `s`.

@@ -5,6 +5,7 @@
 mod cli;
 mod desktops;
 mod foundation;
+mod live;
 mod page_browser;
 mod static_guest;
 mod tunnel_abuse;

@@ -12,6 +12,7 @@ mod computers;
 mod exec;
 mod files;
 mod leases;
+mod live;
 mod screens;
 
 pub use body::{ApiError, RespBody};
@@ -54,14 +55,22 @@ pub struct Api {
     pub core: Arc<Core>,
     token_sha256: [u8; 32],
     pub limits: ApiLimits,
+    /// Capability sealing and the live pages (contracts.md §6).
+    pub live: crate::live::LiveHttp,
 }
 
 impl Api {
-    pub fn new(core: Arc<Core>, token: &Secret, limits: ApiLimits) -> Self {
+    pub fn new(
+        core: Arc<Core>,
+        token: &Secret,
+        limits: ApiLimits,
+        live: crate::live::LiveHttp,
+    ) -> Self {
         Self {
             core,
             token_sha256: Sha256::digest(token.expose().as_bytes()).into(),
             limits,
+            live,
         }
     }
 
@@ -102,7 +111,8 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>) {
             });
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            if let Err(e) = builder.serve_connection(io, svc).await {
+            // With upgrades: live screens turn a request into a websocket.
+            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
                 debug!(%remote, error = %e, "http connection ended with an error");
             }
         });
@@ -113,11 +123,18 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>) {
 pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let resp = match route(&api, req).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
+    // A capability path holds its credential: it is never logged (contracts.md §6).
+    let (resp, path) = if path.starts_with("/cap/") || path == "/cap" {
+        (live::public(&api, req).await, "/cap/<redacted>".to_string())
+    } else if path.starts_with("/assets/") {
+        (live::public(&api, req).await, path)
+    } else {
+        match route(&api, req).await {
+            Ok(resp) => (resp, path),
+            Err(e) => (e.into_response(), path),
+        }
     };
-    // Paths carry ids and bot names, never secrets; queries (file paths) are not logged.
+    // Other paths carry ids and bot names, never secrets; queries (file paths) are not logged.
     info!(%method, %path, status = resp.status().as_u16(), "http request");
     resp
 }
@@ -158,13 +175,34 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::GET, ["v1", "computers", id, "screens"]) => screens::list(api, id).await,
         (&Method::POST, ["v1", "computers", id, "screens", bot, action]) => match *action {
             "ensure" => screens::ensure(api, id, bot, req).await,
-            "release" => screens::release(api, id, bot, req).await,
+            "release" => {
+                // Revoke first (contracts.md §3): the bot's URLs die before its desktop does.
+                live::screen_released(api, id, bot).await?;
+                screens::release(api, id, bot, req).await
+            }
             "observe" => screens::observe(api, id, bot, req).await,
             "act" => screens::act(api, id, bot, req).await,
+            "url" => live::url(api, id, bot, None, req).await,
+            "takeover" => live::takeover(api, id, bot).await,
+            "release-control" => live::release_control(api, id, bot).await,
             other => Err(ApiError::not_found(format!(
-                "no screen action {other:?}; use ensure, release, observe or act"
+                "no screen action {other:?}; use ensure, release, observe, act, url, takeover \
+                 or release-control"
             ))),
         },
+        (&Method::POST, ["v1", "computers", id, "terminals", bot, "url"]) => {
+            live::url(
+                api,
+                id,
+                bot,
+                Some(gateway_proto::live::CapabilityKind::Terminal),
+                req,
+            )
+            .await
+        }
+        (&Method::POST, ["v1", "computers", id, "leases", bot, "waiting_takeover"]) => {
+            live::waiting_takeover(api, id, bot, req).await
+        }
         (&Method::POST, ["v1", "computers", id, "browser", bot, action]) => {
             browser::handle(api, id, bot, action, req).await
         }

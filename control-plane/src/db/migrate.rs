@@ -19,11 +19,18 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "computers_and_leases",
-    sql: include_str!("../../migrations/0001_computers_and_leases.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "computers_and_leases",
+        sql: include_str!("../../migrations/0001_computers_and_leases.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "live",
+        sql: include_str!("../../migrations/0002_live.sql"),
+    },
+];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).
 const PG_MIGRATION_LOCK: i64 = 0x7261_6b61_7a6f;

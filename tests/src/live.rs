@@ -1,0 +1,349 @@
+//! Clients of live screens for tests and benchmarks: capability URLs from the API, plain HTTP
+//! GETs without the API token, websockets, a minimal RFB 3.8 client, and terminal frames.
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// A websocket to a capability.
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A response to a plain GET.
+#[derive(Debug)]
+pub struct Got {
+    pub status: u16,
+    /// Header lines, lowercased names.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Got {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `host:port` of an `http://host:port` base.
+pub fn authority(http: &str) -> &str {
+    http.trim_start_matches("http://").trim_end_matches('/')
+}
+
+/// A GET with no API token (a browser opening a capability URL).
+pub async fn get(http: &str, path: &str) -> Result<Got> {
+    let host = authority(http);
+    let mut s = TcpStream::connect(host).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))
+        .await
+        .context("GET timed out")??;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("bad status line"))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(Got {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    })
+}
+
+/// The websocket URL of a capability path (`/cap/<sealed>`).
+pub fn ws_url(http: &str, cap_path: &str) -> String {
+    format!("ws://{}{}/ws", authority(http), cap_path)
+}
+
+/// Opens a capability's websocket; the error when the server refuses the upgrade.
+pub async fn connect(http: &str, cap_path: &str) -> Result<Ws> {
+    let (ws, resp) = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio_tungstenite::connect_async(ws_url(http, cap_path)),
+    )
+    .await
+    .context("websocket connect timed out")??;
+    if resp.status().as_u16() != 101 {
+        bail!("no upgrade: {}", resp.status());
+    }
+    Ok(ws)
+}
+
+/// The status a refused upgrade got (None if it was upgraded).
+pub async fn upgrade_status(http: &str, cap_path: &str) -> Result<Option<u16>> {
+    match tokio_tungstenite::connect_async(ws_url(http, cap_path)).await {
+        Ok(_) => Ok(None),
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Ok(Some(resp.status().as_u16())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Adapts a websocket to a byte stream (binary messages in order) for the RFB client.
+pub struct WsBytes {
+    pub ws: Ws,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl WsBytes {
+    pub fn new(ws: Ws) -> Self {
+        Self {
+            ws,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Reads exactly `n` bytes.
+    pub async fn read_exact(&mut self, n: usize) -> Result<Vec<u8>> {
+        while self.buf.len() - self.pos < n {
+            match self.ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    self.buf.drain(..self.pos);
+                    self.pos = 0;
+                    self.buf.extend_from_slice(&b);
+                }
+                Some(Ok(Message::Close(f))) => bail!("websocket closed: {f:?}"),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => bail!("websocket ended"),
+            }
+        }
+        let out = self.buf[self.pos..self.pos + n].to_vec();
+        self.pos += n;
+        Ok(out)
+    }
+
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.ws.send(Message::Binary(bytes.to_vec().into())).await?;
+        Ok(())
+    }
+}
+
+/// Something an RFB client can talk through.
+#[allow(async_fn_in_trait)] // test code, used with concrete types only
+pub trait RfbIo {
+    async fn read_n(&mut self, n: usize) -> Result<Vec<u8>>;
+    async fn write_all_bytes(&mut self, bytes: &[u8]) -> Result<()>;
+}
+
+impl RfbIo for WsBytes {
+    async fn read_n(&mut self, n: usize) -> Result<Vec<u8>> {
+        self.read_exact(n).await
+    }
+    async fn write_all_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.write(bytes).await
+    }
+}
+
+/// A raw stream (x11vnc reached directly, for benchmarks).
+pub struct RawIo<S>(pub S);
+
+impl<S: AsyncRead + AsyncWrite + Unpin> RfbIo for RawIo<S> {
+    async fn read_n(&mut self, n: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; n];
+        self.0.read_exact(&mut v).await?;
+        Ok(v)
+    }
+    async fn write_all_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.0.write_all(bytes).await?;
+        Ok(())
+    }
+}
+
+/// A minimal RFB 3.8 client: no authentication, raw encoding, 32-bit pixels.
+pub struct Rfb<I> {
+    pub io: I,
+    pub width: u16,
+    pub height: u16,
+    /// Bytes of pixel data received in framebuffer updates.
+    pub pixel_bytes: u64,
+}
+
+impl<I: RfbIo> Rfb<I> {
+    /// Handshake through ServerInit; then asks for raw encoding only.
+    pub async fn handshake(mut io: I) -> Result<Self> {
+        let version = io.read_n(12).await?;
+        if !version.starts_with(b"RFB 003.") {
+            bail!("not RFB: {:?}", String::from_utf8_lossy(&version));
+        }
+        io.write_all_bytes(b"RFB 003.008\n").await?;
+        let n = io.read_n(1).await?[0] as usize;
+        if n == 0 {
+            let len = u32::from_be_bytes(io.read_n(4).await?.try_into().unwrap_or([0; 4]));
+            let why = io.read_n(len.min(4096) as usize).await?;
+            bail!("server refused: {}", String::from_utf8_lossy(&why));
+        }
+        let types = io.read_n(n).await?;
+        if !types.contains(&1) {
+            bail!("no None security type in {types:?}");
+        }
+        io.write_all_bytes(&[1]).await?;
+        let result = io.read_n(4).await?;
+        if result != [0, 0, 0, 0] {
+            bail!("security failed");
+        }
+        io.write_all_bytes(&[1]).await?; // ClientInit: shared
+        let init = io.read_n(24).await?;
+        let width = u16::from_be_bytes([init[0], init[1]]);
+        let height = u16::from_be_bytes([init[2], init[3]]);
+        let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]);
+        io.read_n(name_len.min(1 << 16) as usize).await?;
+        // SetPixelFormat: 32 bpp, depth 24, little endian, true colour, 8 bits per channel.
+        let mut spf = vec![0u8, 0, 0, 0];
+        spf.extend_from_slice(&[32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0]);
+        io.write_all_bytes(&spf).await?;
+        // SetEncodings: raw only.
+        io.write_all_bytes(&[2, 0, 0, 1, 0, 0, 0, 0]).await?;
+        Ok(Self {
+            io,
+            width,
+            height,
+            pixel_bytes: 0,
+        })
+    }
+
+    pub async fn pointer(&mut self, x: u16, y: u16, buttons: u8) -> Result<()> {
+        let mut m = vec![5, buttons];
+        m.extend_from_slice(&x.to_be_bytes());
+        m.extend_from_slice(&y.to_be_bytes());
+        self.io.write_all_bytes(&m).await
+    }
+
+    pub async fn key(&mut self, keysym: u32, down: bool) -> Result<()> {
+        let mut m = vec![4, u8::from(down), 0, 0];
+        m.extend_from_slice(&keysym.to_be_bytes());
+        self.io.write_all_bytes(&m).await
+    }
+
+    pub async fn request_update(&mut self, incremental: bool) -> Result<()> {
+        let mut m = vec![3, u8::from(incremental)];
+        m.extend_from_slice(&[0, 0, 0, 0]);
+        m.extend_from_slice(&self.width.to_be_bytes());
+        m.extend_from_slice(&self.height.to_be_bytes());
+        self.io.write_all_bytes(&m).await
+    }
+
+    /// Reads server messages until one framebuffer update has been read whole; returns the
+    /// number of rectangles in it.
+    pub async fn read_update(&mut self) -> Result<u16> {
+        loop {
+            let kind = self.io.read_n(1).await?[0];
+            match kind {
+                0 => {
+                    let h = self.io.read_n(3).await?;
+                    let rects = u16::from_be_bytes([h[1], h[2]]);
+                    for _ in 0..rects {
+                        let r = self.io.read_n(12).await?;
+                        let w = u16::from_be_bytes([r[4], r[5]]) as usize;
+                        let hh = u16::from_be_bytes([r[6], r[7]]) as usize;
+                        let enc = i32::from_be_bytes([r[8], r[9], r[10], r[11]]);
+                        match enc {
+                            0 => {
+                                let n = w * hh * 4;
+                                let mut left = n;
+                                while left > 0 {
+                                    let take = left.min(1 << 20);
+                                    self.io.read_n(take).await?;
+                                    left -= take;
+                                }
+                                self.pixel_bytes += n as u64;
+                            }
+                            // Pseudo-encodings carry no data we asked for.
+                            _ => bail!("unexpected encoding {enc}"),
+                        }
+                    }
+                    return Ok(rects);
+                }
+                1 => {
+                    let h = self.io.read_n(5).await?;
+                    let n = u16::from_be_bytes([h[3], h[4]]) as usize;
+                    self.io.read_n(n * 6).await?;
+                }
+                2 => {}
+                3 => {
+                    let h = self.io.read_n(7).await?;
+                    let n = u32::from_be_bytes([h[3], h[4], h[5], h[6]]);
+                    self.io.read_n(n.min(1 << 20) as usize).await?;
+                }
+                other => bail!("unknown server message {other}"),
+            }
+        }
+    }
+
+    /// A round trip: every message sent before it has been processed by the server.
+    pub async fn sync(&mut self) -> Result<()> {
+        self.request_update(false).await?;
+        self.read_update().await?;
+        Ok(())
+    }
+}
+
+/// A §7 client frame: `[kind][len u32 BE][payload]`.
+pub fn term_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![kind];
+    f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A resize frame.
+pub fn term_resize(cols: u16, rows: u16) -> Vec<u8> {
+    let mut p = cols.to_be_bytes().to_vec();
+    p.extend_from_slice(&rows.to_be_bytes());
+    term_frame(1, &p)
+}
+
+/// Reads terminal output until it contains `needle` (or the deadline passes).
+pub async fn read_until(ws: &mut Ws, out: &mut Vec<u8>, needle: &str, within: Duration) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if String::from_utf8_lossy(out).contains(needle) {
+            return Ok(());
+        }
+        let next = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .with_context(|| {
+                format!(
+                    "no {needle:?} in terminal output: {:?}",
+                    String::from_utf8_lossy(out)
+                )
+            })?;
+        match next {
+            Some(Ok(Message::Binary(b))) => out.extend_from_slice(&b),
+            Some(Ok(Message::Close(f))) => bail!("terminal closed: {f:?}"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => bail!("terminal ended"),
+        }
+    }
+}
+
+/// Waits until the websocket ends (close frame, error or end), up to `within`.
+pub async fn wait_closed(ws: &mut Ws, within: Duration) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => bail!("still open after {within:?}"),
+            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => return Ok(()),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}

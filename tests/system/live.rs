@@ -1,0 +1,629 @@
+//! Live screens and terminals (issue 5): sealed capability URLs, takeover, the websocket relay
+//! to the guest's gateway, the noVNC viewer in a real headless Chromium, RFB view vs control,
+//! and terminals, all through a real `rakazo serve` and a real guest.
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine;
+use control_plane::client::ClientError;
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::live::{
+    connect, get, read_until, term_frame, term_resize, upgrade_status, wait_closed, Rfb, WsBytes,
+};
+use tests::{wait_for, World};
+use tokio_tungstenite::tungstenite::Message;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn api_status(e: &ClientError) -> Option<(u16, String, String)> {
+    match e {
+        ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => Some((status.as_u16(), code.clone(), message.clone())),
+        _ => None,
+    }
+}
+
+/// A bot on a computer, seen from the test.
+struct Bot {
+    c: String,
+    bot: String,
+}
+
+impl Bot {
+    fn new(c: &str, bot: &str) -> Self {
+        Self {
+            c: c.into(),
+            bot: bot.into(),
+        }
+    }
+
+    fn path(&self, action: &str) -> String {
+        format!("/v1/computers/{}/screens/{}/{action}", self.c, self.bot)
+    }
+
+    /// Starts the bot's desktop under a short run that ends successfully (the desktop stays).
+    async fn desktop(&self, w: &World) -> Result<serde_json::Value> {
+        let lease = w.lease(&self.c, &self.bot, "run-setup").await?;
+        let v = w
+            .post(&self.path("ensure"), serde_json::json!({ "lease": lease }))
+            .await?;
+        self.end_run(w, &lease).await?;
+        Ok(v)
+    }
+
+    async fn end_run(&self, w: &World, lease: &str) -> Result<()> {
+        w
+            .post(
+                &format!("/v1/computers/{}/leases/{}/release", self.c, self.bot),
+                serde_json::json!({ "lease": lease, "outcome": "success" }),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Issues a capability URL; returns its path (`/cap/<sealed>`), recorded as a secret.
+    async fn url(&self, w: &mut World, policy: &str) -> Result<String> {
+        let v = w
+            .post(&self.path("url"), serde_json::json!({ "policy": policy }))
+            .await?;
+        let path = v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string();
+        w.add_secret(path.trim_start_matches("/cap/"));
+        Ok(path)
+    }
+
+    async fn takeover(&self, w: &World) -> Result<serde_json::Value, ClientError> {
+        w.post(&self.path("takeover"), serde_json::json!({})).await
+    }
+
+    async fn release_control(&self, w: &World) -> Result<serde_json::Value, ClientError> {
+        w
+            .post(&self.path("release-control"), serde_json::json!({}))
+            .await
+    }
+
+    async fn terminal_url(&self, w: &mut World) -> Result<String> {
+        let v = w
+            .post(
+                &format!("/v1/computers/{}/terminals/{}/url", self.c, self.bot),
+                serde_json::json!({}),
+            )
+            .await?;
+        let path = v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string();
+        w.add_secret(path.trim_start_matches("/cap/"));
+        Ok(path)
+    }
+
+    /// The X pointer position, from an observation.
+    async fn cursor(&self, w: &World) -> Result<(i64, i64)> {
+        let lease = w.lease(&self.c, &self.bot, "run-observe").await?;
+        let v = w
+            .post(&self.path("observe"), serde_json::json!({ "lease": lease }))
+            .await;
+        self.end_run(w, &lease).await?;
+        let v = v?;
+        Ok((
+            v["cursor"]["x"].as_i64().unwrap_or(-1),
+            v["cursor"]["y"].as_i64().unwrap_or(-1),
+        ))
+    }
+}
+
+/// Swaps the policy byte of a sealed token (header byte 1).
+fn swap_policy(path: &str, policy: u8) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut raw = b64
+        .decode(path.trim_start_matches("/cap/"))
+        .unwrap_or_default();
+    if raw.len() > 1 {
+        raw[1] = policy;
+    }
+    format!("/cap/{}", b64.encode(raw))
+}
+
+/// Flips one character in the middle of the token.
+fn tamper(path: &str) -> String {
+    let mut chars: Vec<char> = path.chars().collect();
+    let i = chars.len() / 2 + 3;
+    chars[i] = if chars[i] == 'A' { 'B' } else { 'A' };
+    chars.into_iter().collect()
+}
+
+#[tokio::test]
+async fn capability_urls_fail_closed() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-1").await?;
+    let bot = Bot::new(&c, "bot-a");
+    let view = bot.url(&mut w, "view").await?;
+    let short = {
+        let v = w
+            .post(
+                &bot.path("url"),
+                serde_json::json!({ "policy": "view", "ttl_secs": 1 }),
+            )
+            .await?;
+        let p = v["path"].as_str().unwrap_or_default().to_string();
+        w.add_secret(p.trim_start_matches("/cap/"));
+        p
+    };
+
+    // The valid URL opens without the API token and carries the capability headers.
+    let page = get(&w.http, &view).await?;
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("cache-control")
+        .is_some_and(|v| v.contains("no-transform")));
+    assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(html.contains("data-policy=\"view\""), "{html}");
+    let reporter = get(&w.http, "/assets/live/reporter.js").await?;
+    assert_eq!(reporter.status, 200);
+    assert!(String::from_utf8_lossy(&reporter.body).contains("delete window.VideoDecoder"));
+    assert_eq!(get(&w.http, "/assets/novnc/core/rfb.js").await?.status, 200);
+    assert_eq!(get(&w.http, "/assets/xterm/xterm.js").await?.status, 200);
+    assert_eq!(get(&w.http, "/assets/novnc/../api-token").await?.status, 404);
+
+    // Expiry: the one-second URL dies (waiting past a deadline, not timing a result).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let truncated = view[..view.len() - 4].to_string();
+    for (what, bad) in [
+        ("tampered", tamper(&view)),
+        ("policy-swapped", swap_policy(&view, 2)),
+        ("policy-swapped to terminal", swap_policy(&view, 3)),
+        ("truncated", truncated),
+        ("expired", short.clone()),
+        ("garbage", "/cap/not-a-token".to_string()),
+    ] {
+        let got = get(&w.http, &bad).await?;
+        assert_eq!(got.status, 404, "{what} page");
+        assert_eq!(
+            upgrade_status(&w.http, &bad).await?,
+            Some(404),
+            "{what} websocket"
+        );
+    }
+
+    // Control and terminal URLs need the user's control lease.
+    for path in [bot.path("url"), format!("/v1/computers/{c}/terminals/bot-a/url")] {
+        let err = w
+            .post(&path, serde_json::json!({ "policy": "control" }))
+            .await;
+        let err = match err {
+            Ok(v) if path.contains("terminals") => bail!("terminal URL without control: {v}"),
+            Ok(v) => bail!("control URL without control: {v}"),
+            Err(e) => e,
+        };
+        let (status, code, _) = api_status(&err).ok_or_else(|| anyhow!("{err}"))?;
+        assert!(
+            (status, code.as_str()) == (409, "no_control") || status == 400,
+            "{status} {code}"
+        );
+    }
+
+    let log = w.log();
+    assert!(log.contains("screen.proxy.target_rejected"));
+    assert!(log.contains("invalid_path"));
+    assert!(log.contains("/cap/<redacted>"));
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn takeover_needs_a_stopped_or_waiting_bot() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-2").await?;
+    let bot = Bot::new(&c, "bot-a");
+    let run = w.lease(&c, "bot-a", "run-1").await?;
+
+    let err = bot.takeover(&w).await.expect_err("a running bot");
+    let (status, code, message) = api_status(&err).ok_or_else(|| anyhow!("{err}"))?;
+    assert_eq!((status, code.as_str()), (409, "bot_running"));
+    assert_eq!(message, "Stop the bot first");
+
+    // Only the live lease may mark itself waiting.
+    let waiting = format!("/v1/computers/{c}/leases/bot-a/waiting_takeover");
+    let stale = w
+        .post(&waiting, serde_json::json!({ "lease": "run-0:1" }))
+        .await
+        .expect_err("not the live lease");
+    assert_eq!(api_status(&stale).map(|s| s.0), Some(409));
+    w.post(&waiting, serde_json::json!({ "lease": run })).await?;
+    let taken = bot.takeover(&w).await?;
+    let lease_id = taken["control_lease"].as_str().unwrap_or_default().to_string();
+    assert!(!lease_id.is_empty());
+    let control = bot.url(&mut w, "control").await?;
+    assert_eq!(get(&w.http, &control).await?.status, 200);
+
+    // Releasing control revokes the control URL at once.
+    bot.release_control(&w).await?;
+    assert_eq!(get(&w.http, &control).await?.status, 403);
+    // The waiting mark can be withdrawn: takeover is refused again.
+    w.post(
+        &waiting,
+        serde_json::json!({ "lease": run, "waiting": false }),
+    )
+    .await?;
+    let err = bot.takeover(&w).await.expect_err("no longer waiting");
+    assert_eq!(api_status(&err).map(|s| s.0), Some(409));
+    // A stopped bot (its run ended) can be taken over.
+    bot.end_run(&w, &run).await?;
+    let again = bot.takeover(&w).await?;
+    assert_ne!(again["control_lease"], taken["control_lease"]);
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn old_urls_die_when_a_slot_is_reused() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-3").await?;
+    let a = Bot::new(&c, "bot-a");
+    let first = a.desktop(&w).await?;
+    a.takeover(&w).await?;
+    let a_view = a.url(&mut w, "view").await?;
+    let a_control = a.url(&mut w, "control").await?;
+    let mut ws = connect(&w.http, &a_view).await.context("bot-a view")?;
+    drop(ws.close(None).await);
+
+    // Bot a's desktop is released; bot b gets its slot.
+    w.post(&a.path("release"), serde_json::json!({})).await?;
+    let b = Bot::new(&c, "bot-b");
+    let second = b.desktop(&w).await?;
+    assert_eq!(first["slot"], second["slot"], "the slot is reused");
+    for (what, path) in [("view", &a_view), ("control", &a_control)] {
+        assert_eq!(get(&w.http, path).await?.status, 403, "old {what} page");
+        assert_eq!(
+            upgrade_status(&w.http, path).await?,
+            Some(403),
+            "old {what} websocket"
+        );
+    }
+    let b_view = b.url(&mut w, "view").await?;
+    b.takeover(&w).await?;
+    let b_control = b.url(&mut w, "control").await?;
+    for path in [&b_view, &b_control] {
+        let ws = connect(&w.http, path).await?;
+        let mut rfb = Rfb::handshake(WsBytes::new(ws)).await?;
+        assert!(rfb.width > 0 && rfb.height > 0);
+        rfb.sync().await?;
+    }
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_generation_bump_closes_an_open_stream_within_two_seconds() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-4").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let view = a.url(&mut w, "view").await?;
+    let ws = connect(&w.http, &view).await?;
+    let mut rfb = Rfb::handshake(WsBytes::new(ws)).await?;
+    rfb.sync().await?;
+
+    // Bump the bot's generation behind the control plane's back: only the once-per-second
+    // re-check against the database can notice.
+    let db = w.data_dir.path().join("rakazo.db");
+    let url = format!("sqlite://{}", db.display());
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await?;
+    sqlx::query(
+        "UPDATE live_bots SET screen_generation = screen_generation + 1 \
+         WHERE computer_id = $1 AND bot = $2",
+    )
+    .bind(&c)
+    .bind("bot-a")
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    wait_closed(&mut rfb.io.ws, Duration::from_secs(2)).await?;
+    wait_for(Duration::from_secs(5), "the close event", || {
+        w.log()
+            .contains("initiator=\"revoked\"")
+            .then_some(())
+            .or_else(|| w.log().contains("initiator=revoked").then_some(()))
+    })
+    .await?;
+    assert_eq!(get(&w.http, &view).await?.status, 403);
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn view_drops_input_and_control_passes_it() -> Result<()> {
+    let mut w = World::start().await?;
+    let site = Fixture::start().await?;
+    let c = w.create_computer("ws-live-5").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    // A page that reports every key it sees to the fixture site.
+    let page = site.page(
+        "keys",
+        "<html><body><input id=k autofocus><script>\
+         document.addEventListener('keydown', e => fetch('/event?key=' + e.key));\
+         </script></body></html>",
+    );
+    let lease = w.lease(&c, "bot-a", "run-page").await?;
+    w.post(
+        &format!("/v1/computers/{c}/browser/bot-a/navigate"),
+        serde_json::json!({ "lease": lease, "url": page }),
+    )
+    .await?;
+    w.post(
+        &a.path("act"),
+        serde_json::json!({ "lease": lease, "actions": [
+            { "type": "click", "x": 40, "y": 120 }, { "type": "move", "x": 10, "y": 10 }
+        ]}),
+    )
+    .await?;
+    a.end_run(&w, &lease).await?;
+    let start = a.cursor(&w).await?;
+    assert_eq!(start, (10, 10));
+
+    let view = a.url(&mut w, "view").await?;
+    let mut viewer = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
+    viewer.pointer(300, 200, 0).await?;
+    viewer.key(u32::from(b'v'), true).await?;
+    viewer.key(u32::from(b'v'), false).await?;
+    viewer.sync().await?;
+
+    a.takeover(&w).await?;
+    let control = a.url(&mut w, "control").await?;
+    let mut driver = Rfb::handshake(WsBytes::new(connect(&w.http, &control).await?)).await?;
+    driver.key(u32::from(b'c'), true).await?;
+    driver.key(u32::from(b'c'), false).await?;
+    driver.sync().await?;
+    let keys = || -> Vec<String> {
+        site.events()
+            .iter()
+            .filter_map(|e| e.get("key").cloned())
+            .collect()
+    };
+    wait_for(LONG, "the control key", || {
+        keys().contains(&"c".to_string()).then_some(())
+    })
+    .await?;
+    assert_eq!(keys(), vec!["c".to_string()], "the viewer's key never arrived");
+    assert_eq!(a.cursor(&w).await?, (10, 10), "the viewer's pointer never moved");
+
+    driver.pointer(222, 111, 0).await?;
+    driver.sync().await?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    while a.cursor(&w).await? != (222, 111) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the control pointer did not move the X pointer");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn terminal_frames_resize_and_limits() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-6").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.takeover(&w).await?;
+    let term = a.terminal_url(&mut w).await?;
+    let page = get(&w.http, &term).await?;
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("xterm.js"));
+
+    let mut ws = connect(&w.http, &term).await?;
+    let mut out = Vec::new();
+    ws.send(Message::Binary(term_resize(123, 45).into()))
+        .await?;
+    // One input frame split across three websocket messages.
+    let f = term_frame(0, b"stty size; echo WHO-$(whoami)-AMI\r");
+    for part in [&f[..2], &f[2..9], &f[9..]] {
+        ws.send(Message::Binary(part.to_vec().into())).await?;
+    }
+    read_until(&mut ws, &mut out, "45 123", LONG).await?;
+    read_until(&mut ws, &mut out, "-AMI", LONG).await?;
+    let text = String::from_utf8_lossy(&out).to_string();
+    assert!(!text.contains("WHO-root-AMI"), "{text}");
+
+    // A 2 MiB frame closes the connection.
+    let mut big = vec![0u8];
+    big.extend_from_slice(&(2u32 << 20).to_be_bytes());
+    big.extend(vec![b'x'; 64 * 1024]);
+    ws.send(Message::Binary(big.into())).await?;
+    wait_closed(&mut ws, LONG).await?;
+    w.check_log()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn releasing_control_closes_every_shell() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-7").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    a.takeover(&w).await?;
+    let view = a.url(&mut w, "view").await?;
+    let control = a.url(&mut w, "control").await?;
+    let term = a.terminal_url(&mut w).await?;
+    let mut shells = Vec::new();
+    for i in 0..2 {
+        let mut ws = connect(&w.http, &term).await?;
+        let mut out = Vec::new();
+        let marker = format!("shell-{i}-ready");
+        ws.send(Message::Binary(
+            term_frame(0, format!("echo {marker}\r").as_bytes()).into(),
+        ))
+        .await?;
+        read_until(&mut ws, &mut out, &marker, LONG).await?;
+        shells.push(ws);
+    }
+    let mut driver = Rfb::handshake(WsBytes::new(connect(&w.http, &control).await?)).await?;
+    driver.sync().await?;
+    let mut viewer = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
+    viewer.sync().await?;
+
+    a.release_control(&w).await?;
+    for ws in shells.iter_mut() {
+        wait_closed(ws, Duration::from_secs(10)).await?;
+    }
+    wait_closed(&mut driver.io.ws, Duration::from_secs(10)).await?;
+    // The view stays.
+    viewer.sync().await?;
+    assert_eq!(get(&w.http, &term).await?.status, 403);
+    assert_eq!(upgrade_status(&w.http, &control).await?, Some(403));
+    drop(viewer.io.ws.next());
+    w.check_log()?;
+    Ok(())
+}
+
+/// Headless Chromium with a DevTools port, killed on drop.
+struct Headless {
+    child: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Headless {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+async fn headless_chromium() -> Result<(Headless, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let profile = tempfile::tempdir()?;
+    let mut child = tokio::process::Command::new("/usr/bin/chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--window-size=1280,800",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("about:blank")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start chromium")?;
+    let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let ws = tokio::time::timeout(LONG, async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(url) = line.split("DevTools listening on ").nth(1) {
+                return Ok::<_, anyhow::Error>(url.trim().to_string());
+            }
+        }
+        bail!("chromium exited before listening")
+    })
+    .await
+    .context("chromium did not start")??;
+    // Keep draining stderr so Chromium never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((
+        Headless {
+            child,
+            _profile: profile,
+        },
+        ws,
+    ))
+}
+
+/// How many pixels of a PNG are close to `rgb`.
+fn count_colour(png_bytes: &[u8], rgb: [u8; 3]) -> Result<usize> {
+    let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    let mut reader = decoder.read_info()?;
+    let mut buf = vec![0; reader.output_buffer_size().unwrap_or(0)];
+    let info = reader.next_frame(&mut buf)?;
+    let channels = info.color_type.samples();
+    let near = |a: u8, b: u8| a.abs_diff(b) <= 24;
+    Ok(buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| p.len() >= 3 && near(p[0], rgb[0]) && near(p[1], rgb[1]) && near(p[2], rgb[2]))
+        .count())
+}
+
+#[tokio::test]
+async fn the_viewer_page_shows_the_desktop_in_chromium() -> Result<()> {
+    let mut w = World::start().await?;
+    let site = Fixture::start().await?;
+    let c = w.create_computer("ws-live-8").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let page = site.page(
+        "magenta",
+        "<html><body style='margin:0;background:rgb(255,0,200)'></body></html>",
+    );
+    let lease = w.lease(&c, "bot-a", "run-page").await?;
+    w.post(
+        &format!("/v1/computers/{c}/browser/bot-a/navigate"),
+        serde_json::json!({ "lease": lease, "url": page }),
+    )
+    .await?;
+    a.end_run(&w, &lease).await?;
+    let view = a.url(&mut w, "view").await?;
+
+    let (_chromium, devtools) = headless_chromium().await?;
+    let (browser, mut handler) = chromiumoxide::Browser::connect(devtools).await?;
+    tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let tab = browser
+        .new_page(format!("{}{view}", w.http))
+        .await
+        .context("open the viewer")?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    let status = loop {
+        let s: String = tab
+            .evaluate("document.documentElement.dataset.rakazoStatus || ''")
+            .await?
+            .into_value()
+            .unwrap_or_default();
+        if s == "connected" || s == "failed" || tokio::time::Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let history: Vec<String> = tab
+        .evaluate("window.rakazoStatus")
+        .await?
+        .into_value()
+        .unwrap_or_default();
+    assert_eq!(status, "connected", "reporter history {history:?}");
+    assert_eq!(&history[..2], ["loading", "connecting"]);
+    let decoder: bool = tab
+        .evaluate("'VideoDecoder' in window && !!window.VideoDecoder")
+        .await?
+        .into_value()
+        .unwrap_or(true);
+    assert!(!decoder, "VideoDecoder is removed");
+    // The bot's magenta page appears in the viewer's screenshot.
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let shot = tab
+            .screenshot(chromiumoxide::page::ScreenshotParams::builder().build())
+            .await?;
+        if count_colour(&shot, [255, 0, 200])? > 10_000 {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the desktop never showed in the viewer");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(browser);
+    w.check_log()?;
+    Ok(())
+}
