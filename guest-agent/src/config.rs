@@ -4,6 +4,7 @@
 //! `RAKAZO_ENROLL_TOKEN_FILE` that only its owner may read; it never comes from argv. Library code
 //! receives the parsed [`Config`] and never reads the environment itself.
 
+use crate::gateway::terminal::user::WorkspaceUser;
 use gateway_proto::Secret;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -65,6 +66,10 @@ pub struct Config {
     pub screen_limit: Option<u32>,
     /// The Chromium executable (`RAKAZO_CHROMIUM`, default `/usr/bin/chromium`).
     pub chromium: PathBuf,
+    /// Who terminals run as when the guest is root (`RAKAZO_WORKSPACE_UID`, and
+    /// `RAKAZO_WORKSPACE_GID`, default the uid's passwd group, else the uid). `None`: the
+    /// home's owner, else 1000:1000 (see `gateway::terminal::user`).
+    pub workspace_user: Option<WorkspaceUser>,
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -122,6 +127,7 @@ impl Config {
             src.get("RAKAZO_CHROMIUM")
                 .unwrap_or_else(|| "/usr/bin/chromium".into()),
         );
+        let workspace_user = workspace_user(src)?;
         Ok(Self {
             control_addr,
             cert_sha256,
@@ -131,7 +137,33 @@ impl Config {
             runtime_dir,
             screen_limit,
             chromium,
+            workspace_user,
         })
+    }
+}
+
+/// `RAKAZO_WORKSPACE_UID` / `RAKAZO_WORKSPACE_GID`: never root.
+fn workspace_user(src: &dyn ConfigSource) -> Result<Option<WorkspaceUser>, ConfigError> {
+    const UID: &str = "RAKAZO_WORKSPACE_UID";
+    const GID: &str = "RAKAZO_WORKSPACE_GID";
+    let parse = |key: &'static str, v: String| -> Result<u32, ConfigError> {
+        match v.trim().parse::<u32>() {
+            Ok(0) => Err(invalid(key, "terminals never run as root (0)")),
+            Ok(n) if n != u32::MAX => Ok(n),
+            _ => Err(invalid(key, "expected a numeric id")),
+        }
+    };
+    let uid = src.get(UID).map(|v| parse(UID, v)).transpose()?;
+    let gid = src.get(GID).map(|v| parse(GID, v)).transpose()?;
+    match (uid, gid) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(invalid(GID, format!("needs {UID}"))),
+        (Some(uid), gid) => Ok(Some(WorkspaceUser {
+            uid,
+            gid: gid
+                .or_else(|| crate::gateway::terminal::user::primary_gid(uid))
+                .unwrap_or(uid),
+        })),
     }
 }
 
@@ -204,6 +236,28 @@ mod tests {
         let cfg = Config::from_source(&env).unwrap();
         assert_eq!(cfg.token.expose(), "secret");
         assert!(!format!("{cfg:?}").contains("secret"));
+    }
+
+    #[test]
+    fn the_workspace_user_is_never_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        assert_eq!(Config::from_source(&env).unwrap().workspace_user, None);
+        env.insert("RAKAZO_WORKSPACE_UID".into(), "4242".into());
+        let user = Config::from_source(&env).unwrap().workspace_user.unwrap();
+        assert_eq!((user.uid, user.gid), (4242, 4242));
+        env.insert("RAKAZO_WORKSPACE_GID".into(), "100".into());
+        let user = Config::from_source(&env).unwrap().workspace_user.unwrap();
+        assert_eq!((user.uid, user.gid), (4242, 100));
+        for bad in ["0", "-1", "x", ""] {
+            env.insert("RAKAZO_WORKSPACE_UID".into(), bad.into());
+            let err = Config::from_source(&env).unwrap_err().to_string();
+            assert!(err.contains("RAKAZO_WORKSPACE_UID"), "{err}");
+        }
+        env.remove("RAKAZO_WORKSPACE_UID");
+        let err = Config::from_source(&env).unwrap_err().to_string();
+        assert!(err.contains("needs RAKAZO_WORKSPACE_UID"), "{err}");
     }
 
     #[test]

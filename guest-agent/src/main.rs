@@ -47,7 +47,10 @@ fn main() {
         },
         guest_agent::clock::monotonic(),
     ));
-    let ops = Arc::new(Ops::new(home, screens.clone()));
+    let mut gateway =
+        guest_agent::gateway::GatewayConfig::new(config.runtime_dir.clone(), config.home.clone());
+    gateway.workspace_user = config.workspace_user;
+    let ops = Arc::new(Ops::with_gateway(home, screens.clone(), gateway));
     runtime.block_on(async move {
         tokio::select! {
             r = guest_agent::tunnel::run(config, ops) => {

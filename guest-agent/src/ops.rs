@@ -8,6 +8,7 @@
 use crate::clock::now_ms;
 use crate::exec;
 use crate::fence::FenceTable;
+use crate::gateway::{Gateway, GatewayConfig};
 use crate::home::Home;
 use crate::screens::Screens;
 use gateway_proto::desktop::ObservationMeta;
@@ -32,15 +33,29 @@ pub struct Ops {
     home: Home,
     fences: Mutex<FenceTable>,
     screens: Arc<Screens>,
+    gateway: Arc<Gateway>,
 }
 
 impl Ops {
     pub fn new(home: Home, screens: Arc<Screens>) -> Self {
+        let cfg = screens.config();
+        let gateway = GatewayConfig::new(cfg.runtime_dir.clone(), cfg.home.clone());
+        Self::with_gateway(home, screens, gateway)
+    }
+
+    /// [`Ops::new`] with the screen gateway's settings given.
+    pub fn with_gateway(home: Home, screens: Arc<Screens>, gateway: GatewayConfig) -> Self {
         Self {
             home,
             fences: Mutex::new(FenceTable::new()),
+            gateway: Gateway::new(gateway, screens.clone()),
             screens,
         }
+    }
+
+    /// The screen gateway.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
     }
 
     /// The desktops (for shutdown).
@@ -107,6 +122,18 @@ impl Ops {
             return;
         }
         match request {
+            Request::Connect(r) => self.gateway.connect(send, recv, remainder, r).await,
+            Request::Revoke(r) => {
+                self.gateway.revoke(&r).await;
+                let _ = write_frame(&mut send, &Reply::Revoked).await;
+                let _ = send.finish();
+            }
+            Request::HomeExport(r) => {
+                crate::homeio::export(&self.home, &self.screens, send, r).await;
+            }
+            Request::HomeImport(r) => {
+                crate::homeio::import(&self.home, &self.screens, send, recv, remainder, r).await;
+            }
             Request::Ping => {
                 let _ = write_frame(&mut send, &Reply::Pong).await;
                 let _ = send.finish();
@@ -414,8 +441,19 @@ fn request_lease(request: &Request) -> Option<BotLease> {
         Request::Navigate(r) => Some(with_bot(&r.bot, &r.lease)),
         Request::Snapshot(r) => Some(with_bot(&r.bot, &r.lease)),
         Request::PageAct(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::Ping | Request::ScreenList => None,
+        Request::Ping
+        | Request::ScreenList
+        | Request::Connect(_)
+        | Request::Revoke(_)
+        | Request::HomeExport(_)
+        | Request::HomeImport(_) => None,
     }
+}
+
+/// Answers `err` and finishes the stream.
+pub(crate) async fn refuse(mut send: quinn::SendStream, err: OpError) {
+    let _ = write_frame(&mut send, &Reply::Error(err)).await;
+    let _ = send.finish();
 }
 
 fn too_many(path: &str, size: u64) -> OpError {
@@ -435,7 +473,10 @@ async fn write_observation(
     send.write_all(png).await.map_err(std::io::Error::other)
 }
 
-async fn write_frame<T: Serialize>(send: &mut quinn::SendStream, msg: &T) -> std::io::Result<()> {
+pub(crate) async fn write_frame<T: Serialize>(
+    send: &mut quinn::SendStream,
+    msg: &T,
+) -> std::io::Result<()> {
     let frame = encode(msg).map_err(std::io::Error::other)?;
     send.write_all(&frame).await.map_err(std::io::Error::other)
 }

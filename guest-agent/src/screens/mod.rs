@@ -52,9 +52,45 @@ pub struct ScreensConfig {
     pub chromium: PathBuf,
 }
 
+/// Ends a bot's live capabilities (the screen gateway) before its desktop stops (§3).
+pub trait CapabilityRevoker: Send + Sync {
+    /// Revokes every capability of `bot`: mappings, clients, servers, sockets.
+    fn revoke_all<'a>(&'a self, bot: &'a BotId) -> futures_util::future::BoxFuture<'a, ()>;
+}
+
+/// Numbers every desktop start, so a capability made for one desktop is never served by the
+/// next one on the same display.
+static NEXT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A bot's live desktop, locked: nothing tears it down while this is held.
+pub struct LiveScreen {
+    desktop: tokio::sync::OwnedMutexGuard<Desktop>,
+}
+
+impl LiveScreen {
+    /// The desktop's X display.
+    pub fn display(&self) -> DisplayNum {
+        self.desktop.xvfb.display()
+    }
+
+    /// The display's cookie file.
+    pub fn xauthority(&self) -> &std::path::Path {
+        self.desktop.xvfb.xauthority()
+    }
+
+    /// Which start of the desktop this is (a restarted display gets a new epoch).
+    pub fn epoch(&self) -> u64 {
+        self.desktop.epoch
+    }
+}
+
 /// One live desktop.
 struct Desktop {
     slot: u32,
+    /// From `NEXT_EPOCH` at start.
+    epoch: u64,
+    /// Set when its teardown begins: it is no longer live.
+    released: bool,
     xvfb: Xvfb,
     browser: Option<Browser>,
     capturer: Capturer,
@@ -75,6 +111,8 @@ pub struct Screens {
     clock: Clock,
     slots: std::sync::Mutex<SlotTable>,
     desktops: Mutex<HashMap<BotId, Arc<Mutex<Desktop>>>>,
+    /// The screen gateway, revoked first at every teardown.
+    revoker: std::sync::Mutex<Option<std::sync::Weak<dyn CapabilityRevoker>>>,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -93,7 +131,37 @@ impl Screens {
             clock,
             slots,
             desktops: Mutex::new(HashMap::new()),
+            revoker: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The settings this was made with.
+    pub fn config(&self) -> &ScreensConfig {
+        &self.cfg
+    }
+
+    /// Registers what revokes a bot's capabilities before its desktop is torn down.
+    pub fn set_revoker(&self, revoker: std::sync::Weak<dyn CapabilityRevoker>) {
+        *self.revoker.lock().unwrap_or_else(|e| e.into_inner()) = Some(revoker);
+    }
+
+    async fn revoke_capabilities(&self, bot: &BotId) {
+        let revoker = self
+            .revoker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(r) = revoker {
+            r.revoke_all(bot).await;
+        }
+    }
+
+    /// The bot's desktop if it is live (its X server running), locked; never starts one.
+    pub async fn live(&self, bot: &BotId) -> Option<LiveScreen> {
+        let desktop = self.desktops.lock().await.get(bot).cloned()?;
+        let mut d = desktop.lock_owned().await;
+        (!d.released && d.xvfb.is_alive()).then_some(LiveScreen { desktop: d })
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, SlotTable> {
@@ -214,6 +282,8 @@ impl Screens {
         };
         let mut desktop = Desktop {
             slot,
+            epoch: NEXT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            released: false,
             xvfb,
             browser: None,
             capturer,
@@ -263,6 +333,15 @@ impl Screens {
             *d = self.start(bot, slot).await?;
             return Ok(true);
         }
+        if d.browser.is_none() {
+            // Closed on purpose by `quiesce_browsers` (a home export or import). The desktop is
+            // the same one (display, slot, profile) and Chrome reopens its last session, so this
+            // is not reported as a new desktop; page refs are invalidated all the same.
+            info!(bot = %bot, "starting the browser again after a quiesce");
+            self.start_browser(bot, &mut d).await?;
+            d.page.browser_restarted();
+            return Ok(false);
+        }
         if !d.browser.as_mut().is_some_and(Browser::is_alive) {
             warn!(bot = %bot, "the browser is not running; starting it again");
             if let Some(mut b) = d.browser.take() {
@@ -273,6 +352,35 @@ impl Screens {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Closes every bot's Chrome with the contracts.md §3 stop (`Browser.close` first, which
+    /// flushes cookies and profile databases), keeping the X servers; each browser starts again on
+    /// its bot's next graphical call (see `repair`). Used before a home export or import.
+    pub async fn quiesce_browsers(&self) {
+        let desktops: Vec<_> = self
+            .desktops
+            .lock()
+            .await
+            .iter()
+            .map(|(bot, d)| (bot.clone(), d.clone()))
+            .collect();
+        for (bot, desktop) in desktops {
+            let mut d = desktop.lock().await;
+            let Some(mut browser) = d.browser.take() else {
+                continue;
+            };
+            match browser.stop().await {
+                Ok(outcome) => info!(bot = %bot, ?outcome, "browser quiesced"),
+                // Stop kills the group as a last resort; an error here means it could not even
+                // do that. Keep the handle so the next call repairs it.
+                Err(e) => {
+                    warn!(bot = %bot, error = %e, "browser did not stop for a quiesce");
+                    d.browser = Some(browser);
+                }
+            }
+            d.page.browser_restarted();
+        }
     }
 
     /// The CDP address of the bot's browser, started or repaired as needed.
@@ -337,9 +445,16 @@ impl Screens {
         let ok = match desktop {
             Some(d) => {
                 let mut d = d.lock().await;
+                // §3: the capabilities go first, while Chrome and X still run. The desktop is
+                // locked, so no connection can be opened to it in between.
+                d.released = true;
+                self.revoke_capabilities(bot).await;
                 teardown(bot, &mut d).await
             }
-            None => true,
+            None => {
+                self.revoke_capabilities(bot).await;
+                true
+            }
         };
         self.table().finish_release(slot, ok);
         if ok {
@@ -469,7 +584,7 @@ fn info_of(bot: &BotId, d: &Desktop, started: bool) -> ScreenInfo {
 
 /// Teardown in the contract's order; true when everything stopped.
 async fn teardown(bot: &BotId, d: &mut Desktop) -> bool {
-    // View and control capabilities and the terminal come first once they exist (issue 5);
+    // View and control capabilities and the terminals were revoked by the caller (`release`);
     // then Chrome (Browser.close flushes cookies), then launched programs, then the X server.
     let mut ok = true;
     if let Some(mut b) = d.browser.take() {

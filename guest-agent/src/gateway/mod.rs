@@ -1,0 +1,445 @@
+//! The screen gateway (contracts.md §6, §7): view, control and terminal capabilities of the
+//! bots' live desktops, each its own unix socket found through a table, relayed to the control
+//! plane over one QUIC stream per connection.
+//!
+//! A `Connect` finds the bot's live desktop in [`Screens`] (the control plane ensures it first),
+//! then the capability in the [`table`]: the RFB server of (bot, view|control) is started lazily
+//! and shared by that policy's clients ([`rfb`]); each terminal connection gets a fresh shell
+//! with its own socket ([`terminal`]). After `Opened` the bytes are relayed ([`relay`]), through
+//! the RFB filter that makes a view view-only. Revocation follows §3: the mappings leave the
+//! table, the clients are disconnected, the servers and shells are stopped and their sockets
+//! removed. [`Screens`] calls [`Gateway::revoke_scope`] with `All` before it stops a desktop's
+//! Chrome and X server, so nothing of one bot can reach a slot reused by another.
+//!
+//! It leaves to the control plane: who may open what (sealed URLs, the control lease's
+//! validity, generations), and websockets. It leaves to [`crate::screens`] the desktops.
+
+pub mod procs;
+pub mod relay;
+pub mod rfb;
+pub mod table;
+pub mod terminal;
+
+use crate::screens::{CapabilityRevoker, Screens};
+use gateway_proto::live::{
+    valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
+};
+use gateway_proto::{BotId, ErrorCode, OpError, Reply};
+use rfb::{ClientFilter, Policy, RfbServer, RfbServerSpec};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use table::{CapTable, Capability, ClientGuard};
+use terminal::user::{plan_shell, WorkspaceUser};
+use terminal::TerminalSession;
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// How long a revocation waits for a capability's relays to let go.
+const DISCONNECT_LIMIT: Duration = Duration::from_secs(5);
+/// How long a connect retries a socket that refuses (a server that has bound but not listened).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest socket path a `sockaddr_un` holds (108 bytes with the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// What the gateway needs from the guest's configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The guest's private runtime directory; sockets live in its `gateway/` (0700).
+    pub runtime_dir: PathBuf,
+    /// The computer's home (the terminal's `HOME` and working directory).
+    pub home: PathBuf,
+    /// Who shells run as when the guest is root (`None`: the home's owner, else 1000:1000).
+    pub workspace_user: Option<WorkspaceUser>,
+    /// The RFB server program.
+    pub rfb_program: PathBuf,
+    /// Start view servers with their own view-only flag too (defence in depth behind the
+    /// filter). Tests turn it off to show that the filter alone stops a viewer's input.
+    pub view_server_flag: bool,
+}
+
+impl GatewayConfig {
+    /// Defaults for a guest with this runtime directory and home.
+    pub fn new(runtime_dir: PathBuf, home: PathBuf) -> Self {
+        Self {
+            runtime_dir,
+            home,
+            workspace_user: None,
+            rfb_program: PathBuf::from("x11vnc"),
+            view_server_flag: true,
+        }
+    }
+}
+
+/// What serves a capability's socket.
+#[derive(Debug)]
+enum Serving {
+    Rfb(RfbServer),
+    Terminal(TerminalSession),
+}
+
+impl Serving {
+    fn is_alive(&mut self) -> bool {
+        match self {
+            Self::Rfb(s) => s.is_alive(),
+            Self::Terminal(s) => s.is_alive(),
+        }
+    }
+
+    async fn stop(&mut self) {
+        match self {
+            Self::Rfb(s) => s.stop().await,
+            Self::Terminal(s) => s.stop().await,
+        }
+    }
+}
+
+/// The desktop an RFB server serves (copied out of the locked [`crate::screens::LiveScreen`],
+/// whose X clients cannot be shared across threads).
+struct RfbTarget {
+    display: crate::display::DisplayNum,
+    xauthority: PathBuf,
+    epoch: u64,
+}
+
+/// A connection ready to relay.
+struct Opened {
+    stream: UnixStream,
+    cancel: CancellationToken,
+    guard: ClientGuard,
+    filter: Option<ClientFilter>,
+    /// The terminal session's id, ended with the connection.
+    terminal: Option<u64>,
+}
+
+/// The capability table of this guest and the servers behind it.
+pub struct Gateway {
+    cfg: GatewayConfig,
+    screens: Arc<Screens>,
+    table: tokio::sync::Mutex<CapTable<Serving>>,
+}
+
+fn failed(e: impl std::fmt::Display) -> OpError {
+    OpError::new(ErrorCode::Failed, e.to_string())
+}
+
+impl Gateway {
+    /// A gateway over `screens`, registered with it so a desktop's teardown revokes first.
+    pub fn new(cfg: GatewayConfig, screens: Arc<Screens>) -> Arc<Self> {
+        let dir = cfg.runtime_dir.join("gateway");
+        let gateway = Arc::new(Self {
+            cfg,
+            screens: screens.clone(),
+            table: tokio::sync::Mutex::new(CapTable::new(dir)),
+        });
+        let weak = Arc::downgrade(&gateway);
+        screens.set_revoker(weak);
+        gateway
+    }
+
+    /// Serves one `Connect` stream: answers `Opened` and relays, or answers `Error`.
+    pub async fn connect(
+        &self,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+        remainder: Vec<u8>,
+        request: ConnectRequest,
+    ) {
+        let bot = request.bot.clone();
+        let kind = request.kind;
+        let opened = match self.open(&request).await {
+            Ok(o) => o,
+            Err(e) => {
+                debug!(bot = %bot, kind = kind.as_str(), error = %e, "capability refused");
+                let _ = recv.stop(0u32.into());
+                crate::ops::refuse(send, e).await;
+                return;
+            }
+        };
+        let Opened {
+            stream,
+            cancel,
+            guard,
+            filter,
+            terminal,
+        } = opened;
+        let end = if crate::ops::write_frame(&mut send, &Reply::Opened)
+            .await
+            .is_ok()
+        {
+            info!(bot = %bot, kind = kind.as_str(), "capability connection opened");
+            relay::relay(&mut send, &mut recv, remainder, stream, filter, &cancel).await
+        } else {
+            relay::RelayEnd::ClientGone
+        };
+        relay::close(&mut send, &mut recv, &end);
+        info!(bot = %bot, kind = kind.as_str(), end = ?end, "capability connection closed");
+        drop(guard);
+        if let Some(id) = terminal {
+            // A terminal lives as long as its connection: a reconnect gets a fresh shell.
+            let taken = self.table.lock().await.take_terminal(&bot, id);
+            if let Some(mut cap) = taken {
+                end_capability(&mut cap).await;
+            }
+        }
+    }
+
+    /// Serves a `Revoke` request.
+    pub async fn revoke(&self, request: &RevokeRequest) {
+        self.revoke_scope(&request.bot, request.scope).await;
+    }
+
+    /// Revokes a bot's capabilities in the §3 order: out of the table, clients disconnected,
+    /// servers and shells stopped, sockets removed.
+    pub async fn revoke_scope(&self, bot: &BotId, scope: RevokeScope) {
+        let mut caps = self.table.lock().await.take_scope(bot, scope);
+        if caps.is_empty() {
+            return;
+        }
+        for cap in &caps {
+            cap.cancel.cancel();
+        }
+        for cap in &mut caps {
+            end_capability(cap).await;
+        }
+        info!(bot = %bot, ?scope, count = caps.len(), "capabilities revoked");
+    }
+
+    /// Checks the request, finds the desktop and the capability, and connects to its socket.
+    async fn open(&self, req: &ConnectRequest) -> Result<Opened, OpError> {
+        let lease = match (&req.control_lease, req.kind) {
+            (Some(l), _) if !valid_control_lease_id(l) => {
+                return Err(OpError::new(
+                    ErrorCode::BadRequest,
+                    "the control lease id must be 1 to 64 characters of [A-Za-z0-9_-]",
+                ))
+            }
+            (None, CapabilityKind::Control | CapabilityKind::Terminal) => {
+                return Err(OpError::new(
+                    ErrorCode::BadRequest,
+                    format!("a {} capability needs a control lease", req.kind.as_str()),
+                ))
+            }
+            (l, _) => l.clone(),
+        };
+        let live = self.screens.live(&req.bot).await.ok_or_else(|| {
+            OpError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "bot {} has no live desktop; ensure its screen before connecting",
+                    req.bot
+                ),
+            )
+        })?;
+        let mut table = self.table.lock().await;
+        ensure_private_dir(table.dir()).map_err(failed)?;
+        let (socket, cancel, guard, terminal) = match req.kind {
+            CapabilityKind::View | CapabilityKind::Control => {
+                let target = RfbTarget {
+                    display: live.display(),
+                    xauthority: live.xauthority().to_path_buf(),
+                    epoch: live.epoch(),
+                };
+                self.rfb_capability(&mut table, &req.bot, req.kind, lease, target)
+                    .await?
+            }
+            CapabilityKind::Terminal => {
+                let (id, socket) = table.allocate(req.kind);
+                check_socket_path(&socket)?;
+                let plan = plan_shell(
+                    &self.cfg.home,
+                    nix::unistd::geteuid().as_raw(),
+                    self.cfg.workspace_user,
+                )
+                .map_err(failed)?;
+                let session = TerminalSession::start(plan, &socket).map_err(failed)?;
+                let cap = Capability::new(
+                    id,
+                    req.kind,
+                    lease,
+                    live.epoch(),
+                    socket.clone(),
+                    Serving::Terminal(session),
+                );
+                let cancel = cap.cancel.clone();
+                let guard = cap.client().ok_or_else(|| failed("terminal revoked"))?;
+                table.insert(&req.bot, cap);
+                (socket, cancel, guard, Some(id))
+            }
+        };
+        // From here on a revocation finds the capability in the table; the desktop may go.
+        drop(table);
+        drop(live);
+        let stream = match connect_socket(&socket).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(id) = terminal {
+                    let taken = self.table.lock().await.take_terminal(&req.bot, id);
+                    drop(guard);
+                    if let Some(mut cap) = taken {
+                        end_capability(&mut cap).await;
+                    }
+                }
+                return Err(failed(format!(
+                    "cannot connect to the {} socket of bot {}: {e}",
+                    req.kind.as_str(),
+                    req.bot
+                )));
+            }
+        };
+        let filter = match req.kind {
+            CapabilityKind::View => Some(ClientFilter::new(Policy::View)),
+            CapabilityKind::Control => Some(ClientFilter::new(Policy::Control)),
+            CapabilityKind::Terminal => None,
+        };
+        Ok(Opened {
+            stream,
+            cancel,
+            guard,
+            filter,
+            terminal,
+        })
+    }
+
+    /// The bot's RFB server of `kind`, started if missing, dead or made for an older desktop.
+    async fn rfb_capability(
+        &self,
+        table: &mut CapTable<Serving>,
+        bot: &BotId,
+        kind: CapabilityKind,
+        lease: Option<String>,
+        live: RfbTarget,
+    ) -> Result<(PathBuf, CancellationToken, ClientGuard, Option<u64>), OpError> {
+        if let Some(cap) = table.rfb(bot, kind) {
+            if cap.epoch == live.epoch && cap.serving.is_alive() {
+                let guard = cap
+                    .client()
+                    .ok_or_else(|| failed("capability is being revoked"))?;
+                return Ok((cap.socket.clone(), cap.cancel.clone(), guard, None));
+            }
+        }
+        if let Some(mut stale) = table.take_rfb(bot, kind) {
+            debug!(bot = %bot, kind = kind.as_str(), "replacing a stale rfb server");
+            stale.cancel.cancel();
+            end_capability(&mut stale).await;
+        }
+        let (id, socket) = table.allocate(kind);
+        check_socket_path(&socket)?;
+        let log = table.dir().join(format!("{id}-{}.log", kind.as_str()));
+        let spec = RfbServerSpec {
+            program: &self.cfg.rfb_program,
+            display: live.display,
+            xauthority: &live.xauthority,
+            socket: &socket,
+            log: &log,
+            view_only: kind == CapabilityKind::View && self.cfg.view_server_flag,
+        };
+        let server = RfbServer::start(&spec).await.map_err(|e| {
+            failed(format!(
+                "cannot serve the {} capability of bot {bot}: {e}",
+                kind.as_str()
+            ))
+        })?;
+        let cap = Capability::new(
+            id,
+            kind,
+            lease,
+            live.epoch,
+            socket.clone(),
+            Serving::Rfb(server),
+        );
+        let cancel = cap.cancel.clone();
+        let guard = cap
+            .client()
+            .ok_or_else(|| failed("capability is being revoked"))?;
+        table.insert(bot, cap);
+        Ok((socket, cancel, guard, None))
+    }
+
+    /// How many capabilities `bot` has in the table (tests, diagnostics).
+    pub async fn capability_count(&self, bot: &BotId) -> usize {
+        self.table.lock().await.count(bot)
+    }
+
+    /// The directory of the capability sockets.
+    pub fn socket_dir(&self) -> PathBuf {
+        self.cfg.runtime_dir.join("gateway")
+    }
+}
+
+impl CapabilityRevoker for Gateway {
+    fn revoke_all<'a>(&'a self, bot: &'a BotId) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(self.revoke_scope(bot, RevokeScope::All))
+    }
+}
+
+/// Disconnects a capability's clients (already out of the table), then stops what serves it.
+async fn end_capability(cap: &mut Capability<Serving>) {
+    if !cap.disconnect(DISCONNECT_LIMIT).await {
+        warn!(
+            kind = cap.kind.as_str(),
+            "capability clients did not let go in time"
+        );
+    }
+    cap.serving.stop().await;
+    let _ = std::fs::remove_file(&cap.socket);
+}
+
+/// Connects to a capability's socket, retrying while the server is about to listen.
+async fn connect_socket(socket: &Path) -> std::io::Result<UnixStream> {
+    let attempt = async {
+        loop {
+            match UnixStream::connect(socket).await {
+                Ok(s) => return Ok(s),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                    ) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the socket did not accept in time",
+            ))
+        })
+}
+
+fn check_socket_path(socket: &Path) -> Result<(), OpError> {
+    if socket.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(failed(format!(
+            "the socket path {} is too long for a unix socket; use a shorter RAKAZO_RUNTIME_DIR",
+            socket.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates `dir` 0700 if missing and refuses one that is not a private directory of ours.
+fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of ours",
+            dir.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Terminal sessions (contracts.md §7): one fresh shell on its own PTY per connection, served
+//! in-process on the session's own unix socket so the gateway relays it like the RFB sockets.
+//!
+//! The session's socket accepts one connection. Bytes from it are §7 frames ([`frame`]): input
+//! goes to the PTY, resizes to the PTY's window size; the PTY's output goes back raw. A bad or
+//! oversized frame ends the session. Stopping a session hangs up the shell's process group,
+//! kills it, kills anything else still holding the PTY, and removes the socket. Who the shell
+//! runs as is decided by [`user`].
+
+pub mod frame;
+pub mod user;
+
+use frame::{FrameDecoder, TermFrame};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use portable_pty::{CommandBuilder, MasterPty, PtySize};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use user::ShellPlan;
+
+/// Size of a new terminal until the client's first resize.
+const INITIAL_SIZE: PtySize = PtySize {
+    rows: 24,
+    cols: 80,
+    pixel_width: 0,
+    pixel_height: 0,
+};
+/// How long a session waits for its one connection.
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a shell has to exit after SIGHUP before its group is killed.
+const HANGUP_GRACE: Duration = Duration::from_secs(1);
+/// Largest read from the client or the PTY.
+const CHUNK: usize = 64 * 1024;
+
+/// Why a terminal session could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TerminalError {
+    #[error(transparent)]
+    Shell(#[from] user::ShellError),
+    #[error("cannot open a pty: {0}")]
+    Pty(String),
+    #[error("cannot start the shell: {0}")]
+    Spawn(String),
+    #[error("cannot listen on the terminal socket {}", path.display())]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One shell and the server task that connects it to its socket.
+pub struct TerminalSession {
+    pid: Option<u32>,
+    tty: Option<PathBuf>,
+    child: Option<Box<dyn portable_pty::Child + Send + Sync>>,
+    server: JoinHandle<()>,
+    socket: PathBuf,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for TerminalSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalSession")
+            .field("pid", &self.pid)
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+impl TerminalSession {
+    /// Starts the shell of `plan` on a new PTY and listens on `socket` (mode 0600) for the one
+    /// connection that drives it. Must run inside the tokio runtime.
+    pub fn start(plan: ShellPlan, socket: &Path) -> Result<Self, TerminalError> {
+        let pair = portable_pty::native_pty_system()
+            .openpty(INITIAL_SIZE)
+            .map_err(|e| TerminalError::Pty(format!("{e:#}")))?;
+        let tty = pair.master.tty_name();
+        if let Some(tty) = &tty {
+            // Programs that reopen /dev/tty (ssh, sudo prompts) need the PTY to be the user's,
+            // as login and sshd make it.
+            if let Err(e) = std::os::unix::fs::chown(tty, Some(plan.user.uid), None) {
+                tracing::debug!(error = %e, "cannot give the pty to the workspace user");
+            }
+        }
+        let mut cmd = CommandBuilder::from_argv(plan.argv.clone());
+        cmd.env_clear();
+        for (k, v) in &plan.env {
+            cmd.env(k, v);
+        }
+        cmd.cwd(&plan.cwd);
+        let child = pair
+            .slave
+            .spawn_command(cmd)
+            .map_err(|e| TerminalError::Spawn(format!("{e:#}")))?;
+        drop(pair.slave);
+        let pid = child.process_id();
+        let mut session = Self {
+            pid,
+            tty,
+            child: Some(child),
+            server: tokio::spawn(async {}),
+            socket: socket.to_path_buf(),
+            stopped: false,
+        };
+        let io = (|| -> Result<_, TerminalError> {
+            let pty = |e: anyhow::Error| TerminalError::Pty(format!("{e:#}"));
+            let reader = pair.master.try_clone_reader().map_err(pty)?;
+            let writer = pair.master.take_writer().map_err(pty)?;
+            let socket_err = |source| TerminalError::Socket {
+                path: socket.to_path_buf(),
+                source,
+            };
+            let _ = std::fs::remove_file(socket);
+            let listener = UnixListener::bind(socket).map_err(socket_err)?;
+            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+                .map_err(socket_err)?;
+            Ok((reader, writer, listener))
+        })();
+        match io {
+            Ok((reader, writer, listener)) => {
+                session.server =
+                    tokio::spawn(serve(listener, pair.master, reader, writer, plan.notice));
+                Ok(session)
+            }
+            Err(e) => {
+                // Nothing serves the shell: do not leave it behind.
+                session.kill_now();
+                Err(e)
+            }
+        }
+    }
+
+    /// The shell's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether the shell still runs.
+    pub fn is_alive(&mut self) -> bool {
+        !self.stopped
+            && self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Hangs up and kills the shell's process group and everything still holding its PTY, then
+    /// removes the socket. Idempotent.
+    pub async fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.server.abort();
+        if let Some(pid) = self.pid {
+            super::procs::signal_group(pid, Signal::SIGHUP);
+            let deadline = tokio::time::sleep(HANGUP_GRACE);
+            tokio::pin!(deadline);
+            loop {
+                if !self.is_alive() {
+                    break;
+                }
+                tokio::select! {
+                    () = &mut deadline => break,
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+        }
+        self.kill_now();
+        if let Some(mut child) = self.child.take() {
+            // Killed above: the wait is immediate.
+            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+        self.stopped = true;
+    }
+
+    /// SIGKILL to the shell's group and to every process with the PTY open; removes the socket.
+    fn kill_now(&mut self) {
+        if let Some(pid) = self.pid {
+            super::procs::signal_group(pid, Signal::SIGKILL);
+        }
+        if let Some(tty) = &self.tty {
+            for pid in holders_of(tty) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for TerminalSession {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.server.abort();
+            self.kill_now();
+        }
+    }
+}
+
+/// Processes (other than this one) that have `tty` open: a job that left the shell's process
+/// group still keeps the PTY, and the session is not over until it is gone.
+fn holders_of(tty: &Path) -> Vec<i32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == tty));
+        if holds {
+            if let Ok(pid) = i32::try_from(pid) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Serves the session's one connection: frames in, PTY output out, until either ends.
+async fn serve(
+    listener: UnixListener,
+    master: Box<dyn MasterPty + Send>,
+    reader: Box<dyn Read + Send>,
+    writer: Box<dyn Write + Send>,
+    notice: Option<String>,
+) {
+    let conn = match tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept()).await {
+        Ok(Ok((conn, _))) => conn,
+        _ => return,
+    };
+    drop(listener);
+    let (mut conn_rx, mut conn_tx) = conn.into_split();
+    // The PTY is blocking: a thread each way, with bounded channels for backpressure.
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(8);
+    std::thread::spawn(move || pump_output(reader, &out_tx));
+    let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(8);
+    std::thread::spawn(move || pump_input(writer, in_rx));
+    let output = async move {
+        if let Some(n) = notice {
+            if conn_tx.write_all(n.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        while let Some(bytes) = out_rx.recv().await {
+            if conn_tx.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    let input = async move {
+        let mut decoder = FrameDecoder::new();
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = match conn_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            decoder.push(&buf[..n]);
+            loop {
+                match decoder.next_frame() {
+                    Ok(Some(TermFrame::Input(bytes))) => {
+                        if in_tx.send(bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Some(TermFrame::Resize { cols, rows })) => {
+                        // A hidden terminal may report 0; a PTY cannot be that small.
+                        if cols > 0 && rows > 0 {
+                            let size = PtySize {
+                                rows,
+                                cols,
+                                pixel_width: 0,
+                                pixel_height: 0,
+                            };
+                            if let Err(e) = master.resize(size) {
+                                tracing::debug!(error = %e, "terminal resize failed");
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::info!(error = %e, "closing a terminal on a bad frame");
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    // Whichever side ends first ends the session: the connection closes, and the gateway
+    // stops the shell.
+    tokio::select! {
+        () = output => {}
+        () = input => {}
+    }
+}
+
+fn pump_output(mut reader: Box<dyn Read + Send>, out: &mpsc::Sender<Vec<u8>>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match reader.read(&mut buf) {
+            // EIO once every holder of the PTY's other end is gone.
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if out.blocking_send(buf[..n].to_vec()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn pump_input(mut writer: Box<dyn Write + Send>, mut input: mpsc::Receiver<Vec<u8>>) {
+    while let Some(bytes) = input.blocking_recv() {
+        if writer
+            .write_all(&bytes)
+            .and_then(|()| writer.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
