@@ -47,6 +47,7 @@ pub struct Global {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // reason: parsed once per process; boxing buys nothing
 pub enum Command {
     /// Run the control plane.
     Serve(ServeArgs),
@@ -74,6 +75,9 @@ pub enum Command {
     /// Page tools on the bot's browser: navigate, snapshot, act.
     #[command(subcommand)]
     Browser(BrowserCmd),
+    /// Checkpoint, restore and browse a computer's stored home.
+    #[command(subcommand)]
+    Home(crate::homes::cli::HomeCmd),
 }
 
 #[derive(Subcommand)]
@@ -198,6 +202,8 @@ pub struct ServeArgs {
     /// The npm install of the live pages (holds node_modules/@xterm); default: the checkout's.
     #[arg(long, env = "RAKAZO_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub homes: crate::homes::HomeArgs,
 }
 
 #[derive(Subcommand)]
@@ -371,6 +377,24 @@ impl Global {
     }
 }
 
+/// A listing (`files ls`, `home ls`): kind (`d`, `x` executable, `-`), size, path.
+pub(crate) fn print_entries(entries: &serde_json::Value) {
+    for e in entries.as_array().into_iter().flatten() {
+        let kind = if e["kind"] == "dir" {
+            "d"
+        } else if e["executable"] == true {
+            "x"
+        } else {
+            "-"
+        };
+        println!(
+            "{kind} {:>12} {}",
+            e["size"].as_u64().unwrap_or(0),
+            e["path"].as_str().unwrap_or("?")
+        );
+    }
+}
+
 fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
@@ -422,6 +446,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                         .web_dir
                         .unwrap_or_else(|| crate::live::pages::PagesConfig::defaults().web_dir),
                 },
+                homes: args.homes.resolve(&crate::homes::config::process_env)?,
             })
             .await?;
             Ok(0)
@@ -437,6 +462,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Observe(a) => observe(&g, a).await,
         Command::Act(a) => act(&g, a).await,
         Command::Browser(cmd) => browser(&g, cmd).await,
+        Command::Home(cmd) => crate::homes::cli::run(g.client()?, g.json, cmd).await,
     }
 }
 
@@ -621,20 +647,7 @@ async fn files(g: &Global, cmd: FilesCmd) -> Result<i32> {
             if g.json {
                 print_json(&v);
             } else {
-                for e in v["entries"].as_array().into_iter().flatten() {
-                    let kind = if e["kind"] == "dir" {
-                        "d"
-                    } else if e["executable"] == true {
-                        "x"
-                    } else {
-                        "-"
-                    };
-                    println!(
-                        "{kind} {:>12} {}",
-                        e["size"],
-                        e["path"].as_str().unwrap_or("?")
-                    );
-                }
+                print_entries(&v["entries"]);
             }
         }
         FilesCmd::Cat {

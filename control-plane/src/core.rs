@@ -46,6 +46,8 @@ pub enum CoreError {
     Tunnel(#[from] TunnelError),
     #[error("provider failed")]
     Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Home(#[from] crate::homes::HomeError),
 }
 
 /// How a run ended, given when its lease is released.
@@ -70,6 +72,8 @@ pub struct Core {
     pub registry: Arc<Registry>,
     /// Live screens: per-bot generations, control leases, open streams.
     pub live: crate::live::LiveState,
+    /// Home checkpoints and restores (contracts.md §9; flows in `homes::flow`).
+    pub homes: Arc<crate::homes::HomeService>,
     provider: AnyProvider,
     enrollment: Enrollment,
 }
@@ -80,8 +84,10 @@ impl Core {
         registry: Arc<Registry>,
         provider: AnyProvider,
         enrollment: Enrollment,
+        homes: Arc<crate::homes::HomeService>,
     ) -> Self {
         Self {
+            homes,
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -156,13 +162,22 @@ impl Core {
             .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
             .await?;
         let spec = self.spec(c, token);
-        let r = match previous {
+        // A fresh machine (new, or a replacement for a gone one) has an empty home: it imports
+        // the stored one before first use, and may not checkpoint until it has (§9).
+        let (r, fresh) = match previous {
             Some(r) => match self.provider.prepare(&r, &spec).await {
-                Err(ProviderError::NotFound(_)) => self.provider.provision(&spec).await?,
-                other => other?,
+                Err(ProviderError::NotFound(_)) => (self.provider.provision(&spec).await?, true),
+                other => (other?, false),
             },
-            None => self.provider.provision(&spec).await?,
+            None => (self.provider.provision(&spec).await?, true),
         };
+        if fresh {
+            self.homes
+                .ledger()
+                .set_pending_restore(&c.id, true)
+                .await
+                .map_err(crate::homes::HomeError::from)?;
+        }
         self.computers
             .set_provider_ref(&c.id, Some(&r.0), now_ms())
             .await?;
@@ -172,6 +187,11 @@ impl Core {
         self.registry
             .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
             .await?;
+        if fresh {
+            let running = self.get(c.id.as_str()).await?;
+            self.restore_home(&running, &crate::homes::Progress::new())
+                .await?;
+        }
         self.get(c.id.as_str()).await
     }
 
@@ -193,9 +213,11 @@ impl Core {
         self.boot(&c, previous, new_token()).await
     }
 
-    /// Stops a computer's machine, keeping its home.
+    /// Stops a computer's machine, keeping its home. Checkpoints first (§9); a failed
+    /// checkpoint refuses the stop, so nothing newer than the stored revision is put at risk.
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
+        self.checkpoint_before_stop(&c).await?;
         if let Some(r) = &c.provider_ref {
             self.provider.stop(&ProviderRef(r.clone())).await?;
         }
@@ -343,6 +365,7 @@ impl Core {
         if outcome != RunOutcome::Success {
             self.release_screen(&c, bot).await;
         }
+        self.log_run_checkpoint(&c, bot, self.checkpoint_after_run(&c, bot).await);
         Ok(())
     }
 

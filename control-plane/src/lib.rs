@@ -10,6 +10,7 @@ pub mod clock;
 pub mod computers;
 pub mod core;
 pub mod db;
+pub mod homes;
 pub mod lease;
 pub mod live;
 pub mod serve;

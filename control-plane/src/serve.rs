@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub limits: ApiLimits,
     /// Where the live pages' noVNC and xterm.js files are.
     pub pages: crate::live::pages::PagesConfig,
+    /// Where home checkpoints go (local by default).
+    pub homes: crate::homes::HomeStoreConfig,
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -111,11 +113,17 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         control_addr: tunnel_addr,
         cert_sha256: identity.fingerprint(),
     };
+    let homes = Arc::new(crate::homes::HomeService::new(
+        &cfg.homes,
+        &cfg.data_dir,
+        db.clone(),
+    ));
     let core = Arc::new(Core::new(
         db,
         registry.clone(),
         AnyProvider::Local(local),
         enrollment,
+        homes,
     ));
 
     tokio::spawn(tunnel::serve(
@@ -136,6 +144,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
 
     let recover = core.clone();
     tokio::spawn(async move {
+        // Before any commit of this process: orphans of a crashed one are deleted.
+        crate::homes::flow::reconcile_logged(&recover).await;
         if let Err(e) = recover.recover().await {
             tracing::error!(error = %e, "recovering computers failed");
         }

@@ -28,6 +28,18 @@ pub use store::{
 
 use std::fmt;
 
+/// An error and its sources on one line (`a: b: c`), as logs and API messages show it.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
 /// Longest home key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 128;
 

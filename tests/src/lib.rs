@@ -17,6 +17,7 @@ use std::time::Duration;
 
 pub mod fixture;
 pub mod live;
+pub mod s3;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {
@@ -70,6 +71,28 @@ pub struct WorldOptions {
     pub guest_bin: Option<PathBuf>,
     /// `SANDBOX_TEAM_SCREEN_LIMIT` for the computers of this world.
     pub screen_limit: Option<u32>,
+    /// Keep homes in this S3 bucket instead of the local store.
+    pub object_store: Option<ObjectStoreOptions>,
+}
+
+/// How a [`World`] reaches its object store (an [`s3::S3Server`]).
+#[derive(Clone)]
+pub struct ObjectStoreOptions {
+    pub endpoint: String,
+    pub bucket: String,
+    /// The space's content key, 64 hex characters; handed over by environment, never argv.
+    pub content_key_hex: String,
+}
+
+impl ObjectStoreOptions {
+    /// The server's bucket with a fresh random content key.
+    pub fn for_server(server: &s3::S3Server) -> Self {
+        Self {
+            endpoint: server.endpoint.clone(),
+            bucket: s3::BUCKET.to_string(),
+            content_key_hex: hex::encode(rand::random::<[u8; 32]>()),
+        }
+    }
 }
 
 /// One running control plane.
@@ -180,6 +203,18 @@ impl World {
         if let Some(limit) = self.opts.screen_limit {
             cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
         }
+        if let Some(o) = &self.opts.object_store {
+            cmd.env("RAKAZO_HOME_STORE", "object")
+                .env("RAKAZO_S3_ENDPOINT", &o.endpoint)
+                .env("RAKAZO_S3_BUCKET", &o.bucket)
+                .env("RAKAZO_S3_ACCESS_KEY_ID", "test")
+                .env("RAKAZO_S3_SECRET_ACCESS_KEY", "test")
+                .env("RAKAZO_S3_PATH_STYLE", "true")
+                .env("RAKAZO_HOME_CONTENT_KEY", &o.content_key_hex);
+            if !self.secrets.contains(&o.content_key_hex) {
+                self.secrets.push(o.content_key_hex.clone());
+            }
+        }
         let child = cmd.spawn().context("start rakazo serve")?;
         self.server = Some(child);
         let text = wait_for(Duration::from_secs(30), "addresses.json", || {
@@ -212,6 +247,11 @@ impl World {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// The running server's process id (benchmarks sample its memory).
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(Child::id)
     }
 
     pub fn api_token(&self) -> &str {
@@ -384,6 +424,45 @@ impl World {
             .as_str()
             .ok_or_else(|| anyhow!("no lease in {v}"))?
             .to_string())
+    }
+
+    /// Runs `rakazo home checkpoint` or `restore` (`flow`) through the API; returns the NDJSON
+    /// lines, the last being `done` or `error`.
+    pub async fn home_flow(
+        &self,
+        computer: &str,
+        flow: &str,
+    ) -> Result<Vec<serde_json::Value>, ClientError> {
+        let resp = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/computers/{}/home/{flow}", q(computer)),
+                None,
+                None,
+                full_body(Bytes::new()),
+            )
+            .await?;
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::BadResponse(e.to_string()))?
+            .to_bytes();
+        Ok(body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap_or(serde_json::Value::Null))
+            .collect())
+    }
+
+    /// A checkpoint or restore that must succeed; returns its `done` line.
+    pub async fn home_ok(&self, computer: &str, flow: &str) -> Result<serde_json::Value> {
+        let lines = self.home_flow(computer, flow).await?;
+        match lines.last() {
+            Some(v) if v["type"] == "done" => Ok(v.clone()),
+            other => bail!("home {flow} of {computer} failed: {other:?}"),
+        }
     }
 
     /// Adds a secret the log must never contain (e.g. a capability URL's sealed token).

@@ -5,6 +5,7 @@
 mod cli;
 mod desktops;
 mod foundation;
+mod homes;
 mod live;
 mod page_browser;
 mod static_guest;

@@ -11,6 +11,7 @@ mod browser;
 mod computers;
 mod exec;
 mod files;
+mod homes;
 mod leases;
 mod live;
 mod screens;
@@ -172,6 +173,21 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::PUT, ["v1", "computers", id, "files", "content"]) => {
             files::write(api, id, &query, req).await
         }
+        (&Method::GET, ["v1", "computers", id, "home"]) => homes::show(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "home", "checkpoint"]) => {
+            homes::checkpoint(api, id, &query).await
+        }
+        (&Method::POST, ["v1", "computers", id, "home", "restore"]) => {
+            homes::restore(api, id).await
+        }
+        (&Method::GET, ["v1", "computers", id, "home", "entries"]) => {
+            homes::entries(api, id, &query).await
+        }
+        (&Method::GET, ["v1", "computers", id, "home", "content"]) => {
+            homes::content(api, id, &query).await
+        }
+        (&Method::POST, ["v1", "homes", "reconcile"]) => homes::reconcile(api).await,
+        (&Method::DELETE, ["v1", "homes", key]) => homes::purge(api, key).await,
         (&Method::GET, ["v1", "computers", id, "screens"]) => screens::list(api, id).await,
         (&Method::POST, ["v1", "computers", id, "screens", bot, action]) => match *action {
             "ensure" => screens::ensure(api, id, bot, req).await,
@@ -251,6 +267,7 @@ impl From<CoreError> for ApiError {
             CoreError::Tunnel(t) => t.into(),
             CoreError::Lease(other) => ApiError::internal(other),
             CoreError::Computer(other) => ApiError::internal(other),
+            CoreError::Home(h) => homes::home_error(h),
             CoreError::Provider(p) => {
                 ApiError::internal(format!("{p}: {:?}", std::error::Error::source(&p)))
             }

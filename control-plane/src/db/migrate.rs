@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "live",
         sql: include_str!("../../migrations/0002_live.sql"),
     },
+    Migration {
+        version: 3,
+        name: "homes",
+        sql: include_str!("../../migrations/0003_homes.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -104,13 +104,5 @@ impl Drop for S3sFs {
 }
 
 /// An error with its whole source chain, as a log line would show it.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}
+#[allow(unused_imports)] // reason: each test binary uses a different part of this module
+pub use homes::error_chain as chain;

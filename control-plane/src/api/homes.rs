@@ -1,0 +1,411 @@
+//! `/v1/computers/{id}/home…` and `/v1/homes…`: checkpoints, restores and browsing of stored
+//! homes (contracts.md §9).
+//!
+//! - `POST /v1/computers/{id}/home/checkpoint[?wait_ms=N]` and `POST …/home/restore` answer
+//!   NDJSON: `progress` lines (`phase`, `done`, `total` bytes) while the flow runs, then exactly one
+//!   `done` (with the revision) or `error` line. The flow runs to its end even if the client goes
+//!   away, so a checkpoint is never abandoned half-way by a dropped connection.
+//! - `GET /v1/computers/{id}/home`: the store, revision and whether a restore is pending.
+//! - `GET …/home/entries[?prefix=&limit=]` and `GET …/home/content?path=`: the latest checkpoint's
+//!   entries, and one file's bytes streamed out of it, without a guest (a stopped computer works).
+//! - `POST /v1/homes/reconcile`: run the reconciler now. `DELETE /v1/homes/{home_key}`: purge a
+//!   home no live computer holds (its objects become unreadable, then are deleted).
+
+use super::body::{json_response, ApiError, ChannelBody, RespBody};
+use super::Api;
+use crate::core::{Core, CoreError};
+use crate::homes::browse::{clean_path, Walker};
+use crate::homes::flow::DEFAULT_LEASE_WAIT;
+use crate::homes::{chain, HomeError, Progress, ProgressReport};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::{header, Response, StatusCode};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+/// Longest lease wait a caller may ask for: 10 minutes.
+const MAX_WAIT_MS: u64 = 10 * 60 * 1000;
+/// Entries listed when no limit is given, and the most a caller may ask for.
+const DEFAULT_LIST_LIMIT: usize = 10_000;
+const MAX_LIST_LIMIT: usize = 100_000;
+/// A progress line at least every this many bytes (and on every phase change).
+const PROGRESS_STEP: u64 = 8 << 20;
+
+type Out = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+fn line(value: serde_json::Value) -> Bytes {
+    let mut v = serde_json::to_vec(&value).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn progress_line(r: &ProgressReport) -> Bytes {
+    line(serde_json::json!({
+        "type": "progress", "phase": r.phase, "done": r.done, "total": r.total,
+    }))
+}
+
+/// The API shape of a home error. Store failures carry their cause chain: it names objects and
+/// checks (authentication failed, truncated), never keys or credentials.
+pub fn home_error(e: HomeError) -> ApiError {
+    let msg = chain(&e);
+    match e {
+        HomeError::PendingRestore(_) => {
+            ApiError::new(StatusCode::CONFLICT, "home_pending_restore", msg)
+        }
+        HomeError::LeasesHeld { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "home_leases_held", msg)
+        }
+        HomeError::Changed { .. } => ApiError::new(StatusCode::CONFLICT, "home_changed", msg),
+        HomeError::InUse(..) => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
+        HomeError::NoHome(_) | HomeError::NoSuchPath(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", msg)
+        }
+        HomeError::Db(_) | HomeError::BadKey(..) => ApiError::internal(msg),
+        HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "home_store_failed", msg)
+        }
+    }
+}
+
+fn error_line(e: ApiError) -> Bytes {
+    line(serde_json::json!({
+        "type": "error", "code": e.code, "message": e.message, "uncertain": e.uncertain,
+    }))
+}
+
+/// Runs a flow in its own task and answers NDJSON progress, then its outcome.
+fn ndjson_flow<F>(
+    progress: Progress,
+    flow: F,
+    done: impl FnOnce(F::Output) -> Bytes + Send + 'static,
+) -> Response<RespBody>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut rx = progress.subscribe();
+    let mut job = tokio::spawn(flow);
+    let (tx, body) = ChannelBody::new(16);
+    tokio::spawn(async move {
+        let out: Out = tx;
+        let mut last: Option<ProgressReport> = None;
+        let mut client = true;
+        loop {
+            tokio::select! {
+                result = &mut job => {
+                    let final_line = match result {
+                        Ok(v) => done(v),
+                        Err(e) => error_line(ApiError::internal(format!("home flow task failed: {e}"))),
+                    };
+                    if client {
+                        let r = *rx.borrow();
+                        let _ = out.send(Ok(progress_line(&r))).await;
+                        let _ = out.send(Ok(final_line)).await;
+                    }
+                    return;
+                }
+                changed = rx.changed(), if client => {
+                    if changed.is_err() {
+                        continue;
+                    }
+                    let r = *rx.borrow_and_update();
+                    let due = match last {
+                        None => true,
+                        Some(l) => l.phase != r.phase || r.done >= l.done.saturating_add(PROGRESS_STEP),
+                    };
+                    if due {
+                        last = Some(r);
+                        // A client that went away stops the lines, not the flow.
+                        client = out.send(Ok(progress_line(&r))).await.is_ok();
+                    }
+                }
+            }
+        }
+    });
+    let mut resp = Response::new(body.boxed());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    resp
+}
+
+fn wait_of(q: &HashMap<String, String>) -> Result<Duration, ApiError> {
+    match q.get("wait_ms") {
+        None => Ok(DEFAULT_LEASE_WAIT),
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) if ms <= MAX_WAIT_MS => Ok(Duration::from_millis(ms)),
+            _ => Err(ApiError::bad_request(format!(
+                "wait_ms must be 0..={MAX_WAIT_MS}"
+            ))),
+        },
+    }
+}
+
+fn outcome_line(r: Result<serde_json::Value, CoreError>) -> Bytes {
+    match r {
+        Ok(mut v) => {
+            v["type"] = serde_json::json!("done");
+            line(v)
+        }
+        Err(e) => error_line(e.into()),
+    }
+}
+
+pub async fn checkpoint(
+    api: &Arc<Api>,
+    id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let wait = wait_of(q)?;
+    let c = api.core.get(id).await?;
+    let core: Arc<Core> = api.core.clone();
+    let progress = Progress::new();
+    let p = progress.clone();
+    let flow = async move {
+        let r = core.checkpoint_home(&c, None, wait, &p).await;
+        if let Err(e) = &r {
+            warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
+        }
+        r.map(|d| serde_json::json!({ "revision": d.revision.get(), "bytes": d.bytes }))
+    };
+    Ok(ndjson_flow(progress, flow, outcome_line))
+}
+
+pub async fn restore(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let c = api.core.get(id).await?;
+    let core: Arc<Core> = api.core.clone();
+    let progress = Progress::new();
+    let p = progress.clone();
+    let flow = async move {
+        let r = core.restore_home(&c, &p).await;
+        if let Err(e) = &r {
+            warn!(computer_id = %c.id, error = %chain(e), "home restore failed; nothing was written");
+        }
+        r.map(|d| match d {
+            Some(d) => serde_json::json!({
+                "revision": d.revision.get(), "bytes": d.bytes,
+                "content_bytes": d.content_bytes, "entries": d.entries,
+            }),
+            None => serde_json::json!({ "revision": null }),
+        })
+    };
+    Ok(ndjson_flow(progress, flow, outcome_line))
+}
+
+pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let c = api.core.get(id).await?;
+    let homes = &api.core.homes;
+    let key = homes.existing_key(&c).await.map_err(home_error)?;
+    let revision = match &key {
+        Some(k) => homes.current_revision(k).await.map_err(home_error)?,
+        None => None,
+    };
+    let pending = homes
+        .ledger()
+        .pending_restore(&c.id)
+        .await
+        .map_err(|e| home_error(e.into()))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "computer": c.id.as_str(),
+            "home_key": c.home_key,
+            "store": homes.kind(),
+            "revision": revision.map(|r| r.get()),
+            "pending_restore": pending,
+        }),
+    ))
+}
+
+/// The walker over the latest checkpoint of `id`'s home.
+async fn open_walker(
+    api: &Arc<Api>,
+    id: &str,
+) -> Result<Walker<homes::store::ArchiveStream>, ApiError> {
+    let c = api.core.get(id).await?;
+    let homes = &api.core.homes;
+    let missing = || home_error(HomeError::NoHome(c.home_key.clone()));
+    let key = homes
+        .existing_key(&c)
+        .await
+        .map_err(home_error)?
+        .ok_or_else(missing)?;
+    let cp = homes
+        .open_latest(&key)
+        .await
+        .map_err(home_error)?
+        .ok_or_else(missing)?;
+    Walker::new(cp.archive).await.map_err(home_error)
+}
+
+pub async fn entries(
+    api: &Arc<Api>,
+    id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let prefix = clean_path(q.get("prefix").map(String::as_str).unwrap_or(""));
+    let limit = match q.get("limit") {
+        None => DEFAULT_LIST_LIMIT,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "limit must be 1..={MAX_LIST_LIMIT}"
+                )))
+            }
+        },
+    };
+    let mut walker = open_walker(api, id).await?;
+    let mut out = Vec::new();
+    let mut truncated = false;
+    while let Some(e) = walker.next().await.map_err(home_error)? {
+        let inside = prefix.is_empty()
+            || e.path == prefix
+            || e.path
+                .strip_prefix(prefix.as_str())
+                .is_some_and(|r| r.starts_with('/'));
+        if !inside {
+            continue;
+        }
+        if out.len() == limit {
+            truncated = true;
+            break;
+        }
+        out.push(serde_json::json!({
+            "path": e.path,
+            "kind": if e.dir { "dir" } else { "file" },
+            "size": e.size,
+            "executable": e.executable,
+        }));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "entries": out, "truncated": truncated }),
+    ))
+}
+
+pub async fn content(
+    api: &Arc<Api>,
+    id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let path = clean_path(q.get("path").map(String::as_str).unwrap_or(""));
+    if path.is_empty() {
+        return Err(ApiError::bad_request("path is required"));
+    }
+    let mut walker = open_walker(api, id).await?;
+    let size = loop {
+        match walker.next().await.map_err(home_error)? {
+            Some(e) if e.path == path && !e.dir => break e.size,
+            Some(e) if e.path == path => {
+                return Err(ApiError::bad_request(format!("{path:?} is a directory")))
+            }
+            Some(_) => continue,
+            None => return Err(home_error(HomeError::NoSuchPath(path))),
+        }
+    };
+    let (tx, body) = ChannelBody::new(8);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match walker.read_content(&mut buf).await {
+                Ok(0) => return,
+                Ok(n) => {
+                    if tx
+                        .send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(std::io::Error::other(chain(&e)))).await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut resp = Response::new(body.boxed());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+    Ok(resp)
+}
+
+pub async fn reconcile(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
+    let stats = api.core.homes.reconcile().await.map_err(home_error)?;
+    let body = match stats {
+        Some(s) => serde_json::json!({
+            "store": "object", "kept": s.kept, "deleted": s.deleted, "foreign": s.foreign,
+        }),
+        None => serde_json::json!({ "store": "local" }),
+    };
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+pub async fn purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody>, ApiError> {
+    let core = &api.core;
+    let Some(holder) = core
+        .homes
+        .ledger()
+        .holder_of(home_key)
+        .await
+        .map_err(|e| home_error(e.into()))?
+    else {
+        return local_purge(api, home_key).await;
+    };
+    let c = core
+        .computers
+        .get(&holder)
+        .await
+        .map_err(|e| ApiError::from(CoreError::from(e)))?
+        .ok_or_else(|| ApiError::not_found(format!("home {home_key} not found")))?;
+    if c.state != crate::computers::ComputerState::Destroyed {
+        return Err(home_error(HomeError::InUse(home_key.to_owned(), c.id)));
+    }
+    let key = core
+        .homes
+        .existing_key(&c)
+        .await
+        .map_err(home_error)?
+        .ok_or_else(|| ApiError::not_found(format!("home {home_key} not found")))?;
+    core.homes.purge(&key).await.map_err(home_error)?;
+    tracing::info!(home_key, "stored home purged");
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "purged": home_key }),
+    ))
+}
+
+/// The local store keys homes by home key; purging one needs no computer row.
+async fn local_purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody>, ApiError> {
+    let core = &api.core;
+    if core.homes.kind() != "local" {
+        return Err(ApiError::not_found(format!("home {home_key} not found")));
+    }
+    if core.list().await?.iter().any(|c| c.home_key == home_key) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "home_in_use",
+            format!("home {home_key} belongs to a live computer; destroy it first"),
+        ));
+    }
+    let key = homes::HomeKey::new(home_key)
+        .map_err(|e| ApiError::bad_request(format!("home key: {e}")))?;
+    core.homes.purge(&key).await.map_err(home_error)?;
+    tracing::info!(home_key, "stored home purged");
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "purged": home_key }),
+    ))
+}

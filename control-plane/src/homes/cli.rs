@@ -1,0 +1,268 @@
+//! `rakazo home …`: checkpoint, restore, show, ls and cat of a computer's stored home, and the
+//! operator's reconcile and purge. Checkpoints and restores show a progress bar on a terminal
+//! (stderr) and plain progress lines otherwise.
+
+use crate::client::{full_body, q, Client};
+use anyhow::{anyhow, bail, Result};
+use bytes::Bytes;
+use clap::Subcommand;
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::io::{IsTerminal, Write};
+
+#[derive(Subcommand)]
+pub enum HomeCmd {
+    /// Save the computer's home now (waits up to --wait-ms for other bots' leases).
+    Checkpoint {
+        computer: String,
+        #[arg(long)]
+        wait_ms: Option<u64>,
+    },
+    /// Import the latest stored home into the computer (replacing its home).
+    Restore { computer: String },
+    /// The store, revision and pending-restore state of the computer's home.
+    Show { computer: String },
+    /// List the entries of the latest checkpoint (no guest needed: works on a stopped computer).
+    Ls {
+        computer: String,
+        /// Only entries at or under this path.
+        prefix: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Write one file of the latest checkpoint to stdout.
+    Cat { computer: String, path: String },
+    /// Delete checkpoint objects no computer owns (object store).
+    Reconcile,
+    /// Forget and delete the stored home of a destroyed computer (by home key).
+    Purge { home_key: String },
+}
+
+/// Runs one `rakazo home` command; returns the exit code.
+pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
+    match cmd {
+        HomeCmd::Checkpoint { computer, wait_ms } => {
+            let mut path = format!("/v1/computers/{}/home/checkpoint", q(&computer));
+            if let Some(ms) = wait_ms {
+                path.push_str(&format!("?wait_ms={ms}"));
+            }
+            flow(&c, json, &path).await
+        }
+        HomeCmd::Restore { computer } => {
+            flow(
+                &c,
+                json,
+                &format!("/v1/computers/{}/home/restore", q(&computer)),
+            )
+            .await
+        }
+        HomeCmd::Show { computer } => {
+            let v = c
+                .json(
+                    Method::GET,
+                    &format!("/v1/computers/{}/home", q(&computer)),
+                    None,
+                )
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "{} home {} in the {} store: revision {}{}",
+                    v["computer"].as_str().unwrap_or("?"),
+                    v["home_key"].as_str().unwrap_or("?"),
+                    v["store"].as_str().unwrap_or("?"),
+                    v["revision"]
+                        .as_u64()
+                        .map_or("none".to_string(), |r| r.to_string()),
+                    if v["pending_restore"].as_bool() == Some(true) {
+                        " (restore pending)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(0)
+        }
+        HomeCmd::Ls {
+            computer,
+            prefix,
+            limit,
+        } => {
+            let mut path = format!("/v1/computers/{}/home/entries?", q(&computer));
+            if let Some(p) = prefix {
+                path.push_str(&format!("prefix={}&", q(&p)));
+            }
+            if let Some(l) = limit {
+                path.push_str(&format!("limit={l}"));
+            }
+            let v = c.json(Method::GET, &path, None).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(0);
+            }
+            crate::cli::print_entries(&v["entries"]);
+            if v["truncated"] == true {
+                eprintln!("rakazo: listing truncated; use --limit or a prefix");
+            }
+            Ok(0)
+        }
+        HomeCmd::Cat { computer, path } => {
+            let resp = c
+                .send(
+                    Method::GET,
+                    &format!(
+                        "/v1/computers/{}/home/content?path={}",
+                        q(&computer),
+                        q(&path)
+                    ),
+                    None,
+                    None,
+                    full_body(Bytes::new()),
+                )
+                .await?;
+            let mut body = resp.into_body();
+            let mut out = std::io::stdout().lock();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| anyhow!("reading {path:?} broke off: {e}"))?;
+                if let Ok(data) = frame.into_data() {
+                    out.write_all(&data)?;
+                }
+            }
+            out.flush()?;
+            Ok(0)
+        }
+        HomeCmd::Reconcile => {
+            let v = c.json(Method::POST, "/v1/homes/reconcile", None).await?;
+            if json || v["store"] != "object" {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "kept {}, deleted {}, left {} foreign objects",
+                    v["kept"], v["deleted"], v["foreign"]
+                );
+            }
+            Ok(0)
+        }
+        HomeCmd::Purge { home_key } => {
+            let v = c
+                .json(Method::DELETE, &format!("/v1/homes/{}", q(&home_key)), None)
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("purged home {home_key}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Follows an NDJSON checkpoint or restore: a bar on a terminal, lines otherwise.
+async fn flow(c: &Client, json: bool, path: &str) -> Result<i32> {
+    let resp = c
+        .send(Method::POST, path, None, None, full_body(Bytes::new()))
+        .await?;
+    let tty = !json && std::io::stderr().is_terminal();
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut shown_phase = String::new();
+    let mut last_tenth = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| anyhow!("progress stream broke: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            if json {
+                std::io::stdout().write_all(&line)?;
+                std::io::stdout().flush()?;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&line)?;
+            match v["type"].as_str() {
+                Some("progress") if !json => {
+                    let phase = v["phase"].as_str().unwrap_or("?").to_string();
+                    let done = v["done"].as_u64().unwrap_or(0);
+                    let total = v["total"].as_u64().unwrap_or(0);
+                    if tty {
+                        eprint!("\r\x1b[2K{}", bar(&phase, done, total));
+                    } else {
+                        // Plain lines: each phase, then every tenth of the total.
+                        let tenth = (total > 0).then(|| done.min(total) * 10 / total);
+                        if phase != shown_phase || tenth != last_tenth {
+                            eprintln!("{phase}: {} of {}", mib(done), mib(total));
+                        }
+                        last_tenth = tenth;
+                    }
+                    shown_phase = phase;
+                }
+                Some("done") => {
+                    if tty {
+                        eprintln!();
+                    }
+                    if !json {
+                        match v["revision"].as_u64() {
+                            Some(r) => {
+                                println!("revision {r} ({})", mib(v["bytes"].as_u64().unwrap_or(0)))
+                            }
+                            None => println!("no stored home: nothing to restore"),
+                        }
+                    }
+                    return Ok(0);
+                }
+                Some("error") => {
+                    if tty {
+                        eprintln!();
+                    }
+                    if !json {
+                        eprintln!(
+                            "rakazo: {} ({})",
+                            v["message"].as_str().unwrap_or("failed"),
+                            v["code"].as_str().unwrap_or("error")
+                        );
+                    }
+                    return Ok(1);
+                }
+                _ => {}
+            }
+        }
+    }
+    bail!("the control plane ended the stream without an outcome; check `rakazo home show`")
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// `exporting [#########-----------]  45%  123.0 MiB of 273.0 MiB`
+fn bar(phase: &str, done: u64, total: u64) -> String {
+    const WIDTH: u64 = 30;
+    if total == 0 {
+        return format!("{phase}: {}", mib(done));
+    }
+    let done_c = done.min(total);
+    let filled = (done_c * WIDTH / total) as usize;
+    format!(
+        "{phase:<10} [{}{}] {:>3}%  {} of {}",
+        "#".repeat(filled),
+        "-".repeat(WIDTH as usize - filled),
+        done_c * 100 / total,
+        mib(done),
+        mib(total)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_is_bounded_when_done_passes_the_estimate() {
+        let b = bar("exporting", 150, 100);
+        assert!(b.contains("100%"), "{b}");
+        assert!(b.contains(&"#".repeat(30)), "{b}");
+        assert_eq!(bar("verifying", 1 << 20, 0), "verifying: 1.0 MiB");
+    }
+}

@@ -1,0 +1,395 @@
+//! The home flows between a guest and the store, as methods of [`Core`]: checkpoint (guest
+//! export → seal → store commit) and restore (store → open → guest import), both streaming end
+//! to end with bounded memory, plus the rules the §9 triggers in `core` share.
+//!
+//! Checkpoint: the guest quiesces its browsers and streams its archive; the bytes go through the
+//! store's checker and sealer straight into the upload (the object store uploads parts of 8 MiB,
+//! two in flight). A tunnel failure mid-stream fails the commit, so the previous revision stays
+//! current: a checkpoint is either recorded whole or reported as failed, never lost silently.
+//!
+//! Restore: the guest protocol wants the archive's exact size first, which neither store knows
+//! without reading it, so the checkpoint is read twice: once to verify it end to end (every
+//! segment authenticated, the archive checked, the size counted) without touching the guest, then
+//! again into the guest's import. A tampered or truncated checkpoint therefore fails before the
+//! guest sees a byte; the guest's staging import covers anything that slips between the passes.
+
+use super::{chain, HomeError, Progress};
+use crate::computers::{Computer, ComputerState};
+use crate::core::{Core, CoreError, OPERATION_CONNECT_TIMEOUT};
+use crate::tunnel::{OpReceiver, TunnelError};
+use bytes::{Bytes, BytesMut};
+use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
+use gateway_proto::{BotId, Reply, Request};
+use homes::archive::{ArchiveChecker, Limits};
+use homes::Revision;
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::io::StreamReader;
+use tracing::{info, warn};
+
+/// Raw chunk size read from or written to the tunnel.
+const RAW_CHUNK: usize = 256 * 1024;
+/// How often a checkpoint re-checks other bots' leases while it waits.
+const LEASE_POLL: Duration = Duration::from_millis(500);
+/// How long an explicit checkpoint or a stop waits for other bots' leases by default.
+pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// A completed checkpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpointed {
+    pub revision: Revision,
+    /// Archive bytes received from the guest.
+    pub bytes: u64,
+}
+
+/// A completed restore.
+#[derive(Debug, Clone, Copy)]
+pub struct Restored {
+    pub revision: Revision,
+    /// Archive bytes sent to the guest.
+    pub bytes: u64,
+    pub content_bytes: u64,
+    pub entries: u64,
+}
+
+/// What the run-completion trigger did.
+#[derive(Debug)]
+pub enum RunCheckpoint {
+    Saved(Checkpointed),
+    /// Other bots still hold leases: the last run to finish saves the shared home.
+    Deferred(Vec<String>),
+    /// Nothing to save from (no connected guest, or the home was never restored).
+    Skipped(&'static str),
+    Failed(String),
+}
+
+fn protocol(c: &Computer, reply: &Reply) -> CoreError {
+    CoreError::Tunnel(TunnelError::Protocol {
+        computer: c.id.as_str().to_owned(),
+        detail: format!("unexpected reply {reply:?}"),
+    })
+}
+
+impl Core {
+    /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than `except` hold
+    /// execution leases, has the guest quiesce its browsers and export, and commits the stream.
+    pub async fn checkpoint_home(
+        &self,
+        c: &Computer,
+        except: Option<&BotId>,
+        lease_wait: Duration,
+        progress: &Progress,
+    ) -> Result<Checkpointed, CoreError> {
+        Self::require_running(c)?;
+        let _busy = self.homes.lock(&c.id).await;
+        if self.restore_pending(c).await? {
+            return Err(HomeError::PendingRestore(c.id.clone()).into());
+        }
+        self.wait_for_leases(c, except, lease_wait, progress)
+            .await?;
+        let key = self.homes.key_for(c).await?;
+        let guest = self
+            .registry
+            .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
+            .await?;
+        let req = Request::HomeExport(HomeExportRequest {
+            quiesce_browsers: true,
+        });
+        let mut op = guest.open(&req).await?;
+        match op.expect::<Reply>().await? {
+            Reply::ExportStart(s) => progress.phase("exporting", s.content_bytes),
+            Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
+            other => return Err(protocol(c, &other)),
+        }
+        op.rx.start_raw();
+        let (reader, counter) = export_reader(op.rx, progress.clone());
+        let revision = self.homes.commit(&key, reader).await?;
+        let bytes = counter.report().done;
+        info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(), bytes,
+            "home checkpointed");
+        Ok(Checkpointed { revision, bytes })
+    }
+
+    /// Restores the latest stored home of `c` into its guest; `None` when the store has none.
+    /// Clears the computer's pending-restore mark on success (or when there is nothing to
+    /// restore).
+    pub async fn restore_home(
+        &self,
+        c: &Computer,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
+        Self::require_running(c)?;
+        let _busy = self.homes.lock(&c.id).await;
+        let key = self.homes.key_for(c).await?;
+        let Some(first) = self.homes.open_latest(&key).await? else {
+            self.homes
+                .ledger()
+                .set_pending_restore(&c.id, false)
+                .await
+                .map_err(HomeError::from)?;
+            return Ok(None);
+        };
+        let revision = first.revision;
+        progress.phase("verifying", 0);
+        let size = drain(
+            ArchiveChecker::new(first.archive, Limits::default()),
+            progress,
+        )
+        .await
+        .map_err(HomeError::Read)?;
+        let Some(second) = self.homes.open_latest(&key).await? else {
+            return Err(HomeError::NoHome(c.home_key.clone()).into());
+        };
+        if second.revision != revision {
+            return Err(HomeError::Changed {
+                key: key.to_string(),
+                before: revision,
+                after: second.revision,
+            }
+            .into());
+        }
+        let guest = self
+            .registry
+            .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
+            .await?;
+        let mut op = guest
+            .open(&Request::HomeImport(HomeImportRequest { size }))
+            .await?;
+        progress.phase("importing", size);
+        let mut archive = second.archive;
+        let mut sent: u64 = 0;
+        loop {
+            let mut buf = BytesMut::with_capacity(RAW_CHUNK);
+            let n = match archive.read_buf(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => {
+                    // The guest sees the reset and writes nothing.
+                    op.abort();
+                    return Err(HomeError::Read(e).into());
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            sent += n as u64;
+            if sent > size {
+                op.abort();
+                return Err(HomeError::Read(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("checkpoint of {key} grew past the {size} bytes verified"),
+                ))
+                .into());
+            }
+            op.tx.write_raw(buf.freeze()).await?;
+            progress.add(n as u64);
+        }
+        if sent != size {
+            op.abort();
+            return Err(HomeError::Read(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("checkpoint of {key} ended after {sent} of {size} bytes verified"),
+            ))
+            .into());
+        }
+        op.tx.finish()?;
+        let imported = match op.rx.expect::<Reply>().await? {
+            Reply::Imported(i) => i,
+            Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
+            other => return Err(protocol(c, &other)),
+        };
+        self.homes
+            .ledger()
+            .set_pending_restore(&c.id, false)
+            .await
+            .map_err(HomeError::from)?;
+        info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(),
+            bytes = sent, "home restored");
+        Ok(Some(Restored {
+            revision,
+            bytes: sent,
+            content_bytes: imported.content_bytes,
+            entries: imported.entries,
+        }))
+    }
+
+    /// The run-completion trigger (§9): after `bot`'s lease is released, save the home unless
+    /// another bot still holds a lease (the last run to finish saves it).
+    pub(crate) async fn checkpoint_after_run(&self, c: &Computer, bot: &BotId) -> RunCheckpoint {
+        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+            return RunCheckpoint::Skipped("the guest is not connected");
+        }
+        match self.homes.ledger().pending_restore(&c.id).await {
+            Ok(false) => {}
+            Ok(true) => return RunCheckpoint::Skipped("the stored home was not restored yet"),
+            Err(e) => return RunCheckpoint::Failed(chain(&e)),
+        }
+        match self
+            .homes
+            .ledger()
+            .live_lease_holders(&c.id, Some(bot.as_str()), crate::clock::now_ms())
+            .await
+        {
+            Ok(bots) if !bots.is_empty() => return RunCheckpoint::Deferred(bots),
+            Ok(_) => {}
+            Err(e) => return RunCheckpoint::Failed(chain(&e)),
+        }
+        match self
+            .checkpoint_home(c, Some(bot), Duration::ZERO, &Progress::new())
+            .await
+        {
+            Ok(done) => RunCheckpoint::Saved(done),
+            Err(e) => RunCheckpoint::Failed(chain(&e)),
+        }
+    }
+
+    /// The before-stop trigger (§9). An error refuses the stop, so the machine keeps running
+    /// with its home and the previous checkpoint stays current. Without a connected guest (or
+    /// before the stored home was restored) there is nothing newer to save: the stop proceeds.
+    pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
+        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+            info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");
+            return Ok(());
+        }
+        if self.restore_pending(c).await? {
+            info!(computer_id = %c.id, "stopping without a checkpoint: the stored home was never restored");
+            return Ok(());
+        }
+        match self
+            .checkpoint_home(c, None, DEFAULT_LEASE_WAIT, &Progress::new())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                warn!(computer_id = %c.id, error = %chain(&e), "checkpoint before stop failed; not stopping");
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether `c`'s machine has not imported its stored home yet.
+    async fn restore_pending(&self, c: &Computer) -> Result<bool, CoreError> {
+        let pending = self.homes.ledger().pending_restore(&c.id).await;
+        Ok(pending.map_err(HomeError::from)?)
+    }
+
+    /// Checkpoints and restores need the computer's guest: refuse at once when it is not running.
+    fn require_running(c: &Computer) -> Result<(), CoreError> {
+        if c.state == ComputerState::Running {
+            Ok(())
+        } else {
+            Err(CoreError::NotRunning {
+                id: c.id.as_str().to_owned(),
+                state: c.state,
+            })
+        }
+    }
+
+    /// Waits while bots other than `except` hold execution leases on `c`, up to `wait`.
+    async fn wait_for_leases(
+        &self,
+        c: &Computer,
+        except: Option<&BotId>,
+        wait: Duration,
+        progress: &Progress,
+    ) -> Result<(), CoreError> {
+        let polls = wait.as_millis() / LEASE_POLL.as_millis();
+        let except = except.map(BotId::as_str);
+        for poll in 0..=polls {
+            let bots = self
+                .homes
+                .ledger()
+                .live_lease_holders(&c.id, except, crate::clock::now_ms())
+                .await
+                .map_err(HomeError::from)?;
+            if bots.is_empty() {
+                return Ok(());
+            }
+            if poll == polls {
+                return Err(HomeError::LeasesHeld {
+                    id: c.id.clone(),
+                    bots,
+                }
+                .into());
+            }
+            if poll == 0 {
+                progress.phase("waiting", 0);
+                info!(computer_id = %c.id, ?bots, "checkpoint waits for other bots' leases");
+            }
+            tokio::time::sleep(LEASE_POLL).await;
+        }
+        Ok(())
+    }
+}
+
+/// The raw bytes of an export as an `AsyncRead`, counted into `progress`. A tunnel failure is an
+/// `io::Error`, which fails the commit.
+fn export_reader(
+    rx: OpReceiver,
+    progress: Progress,
+) -> (impl AsyncRead + Send + Unpin + 'static, Progress) {
+    let counter = progress.clone();
+    let stream = futures_util::stream::unfold(Some(rx), move |state| {
+        let progress = progress.clone();
+        async move {
+            let mut rx = state?;
+            match rx.read_raw(RAW_CHUNK).await {
+                Ok(Some(b)) => {
+                    progress.add(b.len() as u64);
+                    Some((Ok::<Bytes, io::Error>(b), Some(rx)))
+                }
+                Ok(None) => None,
+                Err(e) => Some((Err(io::Error::other(e)), None)),
+            }
+        }
+    });
+    (StreamReader::new(Box::pin(stream)), counter)
+}
+
+/// Reads `r` to its end, counting bytes into `progress`; returns the count.
+async fn drain<R: AsyncRead + Unpin>(mut r: R, progress: &Progress) -> io::Result<u64> {
+    let mut buf = vec![0u8; RAW_CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+        progress.add(n as u64);
+    }
+}
+
+impl Core {
+    /// Logs what the run-completion trigger did: a failure is a WARN naming the computer, never
+    /// dropped; the previous revision stays current.
+    pub(crate) fn log_run_checkpoint(&self, c: &Computer, bot: &BotId, outcome: RunCheckpoint) {
+        match outcome {
+            RunCheckpoint::Saved(_) => {}
+            RunCheckpoint::Deferred(bots) => {
+                info!(computer_id = %c.id, bot = %bot, ?bots, "checkpoint deferred: other bots still hold leases")
+            }
+            RunCheckpoint::Skipped(why) => {
+                info!(computer_id = %c.id, bot = %bot, why, "checkpoint after the run skipped")
+            }
+            RunCheckpoint::Failed(error) => {
+                warn!(computer_id = %c.id, bot = %bot, error, "checkpoint after the run failed; the previous revision stays current")
+            }
+        }
+    }
+}
+
+/// Runs the reconciler once and logs what it did (an error is logged, not fatal: the next run
+/// retries, and unowned objects are only garbage).
+pub async fn reconcile_logged(core: &Core) {
+    match core.homes.reconcile().await {
+        Ok(Some(stats)) => info!(
+            kept = stats.kept,
+            deleted = stats.deleted,
+            foreign = stats.foreign,
+            "home reconciler ran"
+        ),
+        Ok(None) => {}
+        Err(e) => warn!(error = %chain(&e), "home reconciler failed"),
+    }
+}

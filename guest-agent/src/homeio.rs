@@ -1,0 +1,240 @@
+//! Home export and import over the tunnel (contracts.md §9).
+//!
+//! Export quiesces the bots' browsers when asked (so cookies and profile databases are flushed),
+//! estimates the archive's content from a walk, answers `ExportStart`, then streams the home as
+//! one archive (`homes::archive::pack_reader`) straight into the QUIC stream: the archive is never
+//! held in memory or on disk, and a failure resets the stream, which the control plane sees as a
+//! lost (never a complete) checkpoint.
+//!
+//! Import reads exactly the announced number of bytes from the stream into
+//! `homes::archive::restore`, which unpacks into a staging directory beside the home, checks the
+//! whole (untrusted) archive, and only then swaps it in; a bad archive writes nothing. Browsers are
+//! quiesced first so no Chrome keeps writing into the tree being replaced.
+//!
+//! The archive format, its limits and the skip list belong to the `homes` crate; sealing and
+//! storage to the control plane.
+
+use crate::home::Home;
+use crate::ops::{refuse, write_frame};
+use crate::screens::Screens;
+use bytes::Bytes;
+use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
+use gateway_proto::{ErrorCode, OpError, Reply};
+use homes::archive::{
+    pack_reader, restore_async, Limits, UnpackOptions, BROWSER_PROFILES_DIR, EXCLUDED_PROFILE_DIRS,
+    EXCLUDED_PROFILE_FILES,
+};
+use homes::error_chain as chain;
+use std::io;
+use std::path::Path;
+use tokio::io::AsyncReadExt;
+use tokio_util::io::StreamReader;
+use tracing::{info, warn};
+
+/// Stream reset code of an export that failed after `ExportStart` (the control plane's
+/// `tunnel::RESET_ABORTED`).
+const RESET_ABORTED: u32 = 4;
+/// Bytes moved per read from the archive writer or the stream.
+const CHUNK: usize = 256 * 1024;
+
+/// Streams the home out as one archive.
+pub async fn export(
+    home: &Home,
+    screens: &Screens,
+    mut send: quinn::SendStream,
+    req: HomeExportRequest,
+) {
+    if req.quiesce_browsers {
+        screens.quiesce_browsers().await;
+    }
+    let root = home.root().to_path_buf();
+    let walk_root = root.clone();
+    let estimate = tokio::task::spawn_blocking(move || estimate(&walk_root)).await;
+    let start = match estimate {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => {
+            let msg = format!("cannot walk the home for export: {e}");
+            return refuse(send, OpError::new(ErrorCode::Failed, msg)).await;
+        }
+        Err(e) => {
+            let msg = format!("home export walk ended abnormally: {e}");
+            return refuse(send, OpError::new(ErrorCode::Failed, msg)).await;
+        }
+    };
+    if write_frame(&mut send, &Reply::ExportStart(start))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let mut reader = pack_reader(root);
+    let mut buf = vec![0u8; CHUNK];
+    let mut sent: u64 = 0;
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => {
+                if send.write_all(&buf[..n]).await.is_err() {
+                    // The control plane went away or gave up; nothing to tell it.
+                    return;
+                }
+                sent += n as u64;
+            }
+            Err(e) => {
+                warn!(error = %chain(&e), sent, "home export failed; resetting the stream");
+                let _ = send.reset(RESET_ABORTED.into());
+                return;
+            }
+        }
+    }
+    let _ = send.finish();
+    let stats = reader.stats().unwrap_or_default();
+    info!(
+        bytes = sent,
+        files = stats.files,
+        dirs = stats.dirs,
+        skipped = stats.skipped_symlinks + stats.skipped_special,
+        excluded = stats.excluded,
+        "home exported"
+    );
+}
+
+/// Reads one archive into the home.
+pub async fn import(
+    home: &Home,
+    screens: &Screens,
+    mut send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    remainder: Vec<u8>,
+    req: HomeImportRequest,
+) {
+    let limits = Limits::default();
+    // The archive of a home within the limits is its content plus per-entry headers; anything
+    // announcing more than that cannot be a home we would accept.
+    let max_size = limits
+        .max_bytes
+        .saturating_add(limits.max_entries.saturating_mul(4096 + 16));
+    if req.size > max_size {
+        let msg = format!("home import of {} bytes exceeds {max_size}", req.size);
+        return refuse(send, OpError::new(ErrorCode::TooLarge, msg)).await;
+    }
+    screens.quiesce_browsers().await;
+    let input = StreamReader::new(Box::pin(exact_bytes(recv, remainder, req.size)));
+    let opts = UnpackOptions { limits, sync: true };
+    let reply = match restore_async(input, home.root().to_path_buf(), opts).await {
+        Ok(stats) => {
+            info!(
+                bytes = stats.bytes,
+                files = stats.files,
+                dirs = stats.dirs,
+                "home imported"
+            );
+            Reply::Imported(Imported {
+                content_bytes: stats.bytes,
+                entries: stats.files + stats.dirs,
+            })
+        }
+        Err(e) => {
+            let msg = format!("home import rejected, nothing written: {}", chain(&e));
+            warn!(error = %msg, "home import failed");
+            Reply::Error(OpError::new(ErrorCode::BadRequest, msg))
+        }
+    };
+    let _ = write_frame(&mut send, &reply).await;
+    let _ = send.finish();
+}
+
+/// The stream's next `size` bytes (the frame decoder's `remainder` first): an error if it ends
+/// early or carries more.
+fn exact_bytes(
+    recv: quinn::RecvStream,
+    remainder: Vec<u8>,
+    size: u64,
+) -> impl futures_util::Stream<Item = io::Result<Bytes>> + Send {
+    let first = (!remainder.is_empty()).then(|| Bytes::from(remainder));
+    futures_util::stream::unfold(
+        (recv, first, 0u64),
+        move |(mut recv, first, got)| async move {
+            let chunk = match first {
+                Some(b) => b,
+                None if got == size => return None,
+                None => match recv.read_chunk(CHUNK, true).await {
+                    Ok(Some(c)) => c.bytes,
+                    Ok(None) => {
+                        let e = io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("import stream ended after {got} of {size} bytes"),
+                        );
+                        return Some((Err(e), (recv, None, size)));
+                    }
+                    Err(e) => return Some((Err(io::Error::other(e)), (recv, None, size))),
+                },
+            };
+            let got = got + chunk.len() as u64;
+            if got > size {
+                let e = io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("import stream carries more than the announced {size} bytes"),
+                );
+                return Some((Err(e), (recv, None, size)));
+            }
+            Some((Ok(chunk), (recv, None, got)))
+        },
+    )
+}
+
+/// Content bytes and entries the archive of `root` will hold, from a walk that follows no
+/// symlink and applies the browser-profile skip list. An estimate for progress: files may change
+/// before they are packed.
+fn estimate(root: &Path) -> io::Result<ExportStart> {
+    let mut start = ExportStart {
+        content_bytes: 0,
+        entries: 0,
+    };
+    // (directory, whether it is inside the browser-profiles tree)
+    let mut stack = vec![(root.to_path_buf(), false)];
+    while let Some((dir, in_profiles)) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                // Removed while we walk: the writer will not see it either.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let name = name.as_encoded_bytes();
+            if meta.is_dir() {
+                if in_profiles && EXCLUDED_PROFILE_DIRS.iter().any(|d| d.as_bytes() == name) {
+                    continue;
+                }
+                let profiles =
+                    in_profiles || (dir == root && name == BROWSER_PROFILES_DIR.as_bytes());
+                start.entries += 1;
+                stack.push((entry.path(), profiles));
+            } else if meta.is_file() {
+                if in_profiles && EXCLUDED_PROFILE_FILES.iter().any(|f| f.as_bytes() == name) {
+                    continue;
+                }
+                start.entries += 1;
+                start.content_bytes += meta.len();
+            }
+        }
+    }
+    Ok(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimate_matches_what_pack_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        homes::testing::write_sample_home(dir.path()).unwrap();
+        let start = estimate(dir.path()).unwrap();
+        let stats = homes::archive::pack(dir.path(), io::sink()).unwrap();
+        assert_eq!(start.entries, stats.files + stats.dirs);
+        assert_eq!(start.content_bytes, stats.bytes);
+    }
+}

@@ -1,0 +1,226 @@
+//! Homes benchmark (issue 6): checkpoint and restore of a home of mixed file sizes (1 GiB by
+//! default; the first argument sets MiB) through the real control plane and guest to a local
+//! s3s-fs, against `tar -c | zstd -1 > file` of the same tree as the floor, plus raw AES-256-GCM
+//! sealing speed in this process. Reports MB/s of home content and the control plane's peak RSS
+//! growth over its idle RSS (sampled from /proc every 20 ms).
+//!
+//! Run in release, after building the binaries it starts:
+//! `cargo build --release --bins && cargo run --release -p tests --bin bench_homes`.
+
+use anyhow::{bail, Context, Result};
+use rand::RngCore;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tests::s3::S3Server;
+use tests::{ObjectStoreOptions, World, WorldOptions};
+
+#[allow(clippy::disallowed_methods)] // reason: a benchmark measures wall-clock time
+fn now() -> Instant {
+    Instant::now()
+}
+
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
+/// Writes `count` files of `size` bytes under `dir`; every other file is text-like (compressible),
+/// the rest random. Returns the bytes written.
+fn write_files(dir: &Path, count: usize, size: usize, rng: &mut impl RngCore) -> Result<u64> {
+    std::fs::create_dir_all(dir)?;
+    let text: Vec<u8> = b"the quick brown fox jumps over the lazy dog 0123456789\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(size)
+        .collect();
+    let mut random = vec![0u8; size];
+    for i in 0..count {
+        let content = if i % 2 == 0 {
+            rng.fill_bytes(&mut random);
+            &random
+        } else {
+            &text
+        };
+        // Spread small files over subdirectories, as a real home is.
+        let sub = dir.join(format!("d{:03}", i / 256));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(sub.join(format!("f{i:05}.bin")), content)?;
+    }
+    Ok((count * size) as u64)
+}
+
+/// A home of `mib` MiB: half in large files, a quarter in medium ones, the rest in small ones.
+fn write_home(root: &Path, mib: usize) -> Result<u64> {
+    let mut rng = rand::rng();
+    let mut total = 0;
+    let large = (mib / 2).max(1);
+    total += write_files(&root.join("large"), large.div_ceil(64), 64 << 20, &mut rng)?;
+    total += write_files(&root.join("medium"), (mib / 4) * 4, 256 << 10, &mut rng)?;
+    total += write_files(&root.join("small"), (mib / 4) * 256, 4 << 10, &mut rng)?;
+    Ok(total)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Samples a process's RSS until stopped; keeps the peak.
+struct RssPeak {
+    peak: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssPeak {
+    fn start(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(rss_kib(pid).unwrap_or(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                if let Some(kib) = rss_kib(pid) {
+                    p.fetch_max(kib, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Self { peak, stop, task }
+    }
+
+    async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+async fn timed_flow(w: &World, c: &str, flow: &str, pid: u32) -> Result<(Duration, u64, u64)> {
+    let idle = rss_kib(pid).context("server rss")?;
+    let sampler = RssPeak::start(pid);
+    let start = now();
+    let done = w.home_ok(c, flow).await?;
+    let elapsed = start.elapsed();
+    let peak = sampler.finish().await;
+    let bytes = done["bytes"].as_u64().unwrap_or(0);
+    Ok((elapsed, bytes, peak.saturating_sub(idle)))
+}
+
+fn sealing_speed(mib: usize) -> Result<f64> {
+    use homes::seal::{DataKey, SegmentSealer, SEGMENT_SIZE};
+    let total = mib << 20;
+    let segments = total.div_ceil(SEGMENT_SIZE);
+    let key = DataKey::generate();
+    let home = homes::HomeKey::new("bench")?;
+    let mut sealer = SegmentSealer::new(&key, &home, homes::Revision::FIRST);
+    let plain: Vec<u8> = (0..SEGMENT_SIZE).map(|i| (i * 31 % 251) as u8).collect();
+    let mut buf = Vec::with_capacity(SEGMENT_SIZE + 16);
+    let start = now();
+    for i in 0..segments {
+        buf.clear();
+        buf.extend_from_slice(&plain);
+        sealer.seal(&mut buf, i + 1 == segments)?;
+    }
+    Ok(mb_per_s(total as u64, start.elapsed()))
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let mib: usize = match std::env::args().nth(1) {
+        Some(a) => a.parse().context("size in MiB")?,
+        None => 1024,
+    };
+    let s3 = S3Server::start().await?;
+    let mut w = World::start_with(WorldOptions {
+        object_store: Some(ObjectStoreOptions::for_server(&s3)),
+        ..Default::default()
+    })
+    .await?;
+    let pid = w.server_pid().context("server pid")?;
+    let c = w.create_computer("ws-bench").await?;
+    let home = w.home_of(&c);
+    let content = write_home(&home, mib)?;
+    println!(
+        "home: {:.0} MiB of content in {} files",
+        content as f64 / f64::from(1u32 << 20),
+        walkdir_count(&home)?
+    );
+
+    // Floor: tar | zstd -1 of the same tree, to a file on the same disk.
+    let out = tempfile::tempdir()?;
+    let target = out.path().join("home.tar.zst");
+    let start = now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"tar -c -C "$1" . | zstd -1 -q -o "$2""#)
+        .arg("sh")
+        .arg(&home)
+        .arg(&target)
+        .status()
+        .context("run tar | zstd (install zstd: scripts/setup-debian.sh)")?;
+    if !status.success() {
+        bail!("tar | zstd failed");
+    }
+    let tar_time = start.elapsed();
+    let tar_mbs = mb_per_s(content, tar_time);
+    std::fs::remove_file(&target)?;
+
+    let (cp_time, cp_bytes, cp_rss) = timed_flow(&w, &c, "checkpoint", pid).await?;
+    let cp_mbs = mb_per_s(content, cp_time);
+    let (rs_time, _, rs_rss) = timed_flow(&w, &c, "restore", pid).await?;
+    let rs_mbs = mb_per_s(content, rs_time);
+    let seal_mbs = sealing_speed(512)?;
+
+    println!(
+        "floor  tar -c | zstd -1 > file: {tar_mbs:>7.0} MB/s ({:.2} s)",
+        tar_time.as_secs_f64()
+    );
+    println!(
+        "checkpoint (guest export -> seal -> s3s-fs): {cp_mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), \
+         {:.2}x the floor, control-plane RSS +{:.1} MiB",
+        cp_time.as_secs_f64(),
+        cp_bytes as f64 / f64::from(1u32 << 20),
+        cp_mbs / tar_mbs,
+        cp_rss as f64 / 1024.0
+    );
+    println!(
+        "restore (s3s-fs -> verify pass -> second pass -> guest import): {rs_mbs:>7.0} MB/s ({:.2} s), \
+         {:.2}x the floor, control-plane RSS +{:.1} MiB",
+        rs_time.as_secs_f64(),
+        rs_mbs / tar_mbs,
+        rs_rss as f64 / 1024.0
+    );
+    println!("raw AES-256-GCM sealing (64 KiB segments, this process): {seal_mbs:>7.0} MB/s");
+    println!(
+        "goals: checkpoint >= 200 MB/s: {}; RSS growth <= 64 MiB: {}",
+        if cp_mbs >= 200.0 { "met" } else { "missed" },
+        if cp_rss.max(rs_rss) <= 64 * 1024 {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+    drop(s3);
+    Ok(())
+}
+
+fn walkdir_count(root: &Path) -> Result<u64> {
+    let mut n = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                stack.push(e.path());
+            } else {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}

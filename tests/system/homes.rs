@@ -1,0 +1,470 @@
+//! Homes (issue 6, contracts.md §9): checkpoints and restores through the real control plane and
+//! guest, to the local store and to a real S3 server (s3s-fs) with sealed objects.
+//!
+//! Hostile archives (`..`, absolute paths, symlinks, devices and FIFOs, too many entries or
+//! bytes) are covered at crate level against the same reader the guest runs:
+//! `homes/src/archive/tests.rs` and `homes/tests/store_conformance.rs`; here the restore path
+//! refuses tampered objects before the guest sees a byte, and the guest's import is the same
+//! `homes::archive::restore`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use control_plane::client::{full_body, q};
+use homes::testing::{expected_after_restore, manifest, write_sample_home};
+use http_body_util::BodyExt;
+use hyper::Method;
+use sha2::{Digest, Sha256};
+use std::process::Stdio;
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::s3::S3Server;
+use tests::{wait_for, ObjectStoreOptions, World, WorldOptions};
+
+/// Segment size of the sealed format (homes `FORMAT.md`): 64 KiB of plaintext plus a 16-byte tag.
+const SEALED_SEGMENT: usize = 65536 + 16;
+
+fn profile_of(bot: &str) -> String {
+    format!(
+        ".browser-profiles/{}",
+        &hex::encode(Sha256::digest(bot.as_bytes()))[..32]
+    )
+}
+
+async fn object_world(s3: &S3Server, allow: &[&str]) -> Result<World> {
+    World::start_with(WorldOptions {
+        object_store: Some(ObjectStoreOptions::for_server(s3)),
+        allow_warn: allow.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+}
+
+async fn home_info(w: &World, c: &str) -> Result<serde_json::Value> {
+    Ok(w.client
+        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
+        .await?)
+}
+
+async fn release(w: &World, c: &str, bot: &str, lease: &str) -> Result<()> {
+    w.post(
+        &format!("/v1/computers/{c}/leases/{bot}/release"),
+        serde_json::json!({ "lease": lease, "outcome": "success" }),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn screen(
+    w: &World,
+    c: &str,
+    bot: &str,
+    lease: &str,
+    action: &str,
+    extra: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let mut body = serde_json::json!({ "lease": lease });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    Ok(
+        w.post(&format!("/v1/computers/{c}/screens/{bot}/{action}"), body)
+            .await?,
+    )
+}
+
+async fn open_url(w: &World, c: &str, bot: &str, lease: &str, url: &str) -> Result<()> {
+    screen(
+        w,
+        c,
+        bot,
+        lease,
+        "act",
+        serde_json::json!({ "actions": [{ "type": "open", "url": url }] }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The one checkpoint object of the world's bucket.
+async fn only_object(s3: &S3Server) -> Result<String> {
+    let keys = s3.keys("homes/").await?;
+    match keys.as_slice() {
+        [one] => Ok(one.clone()),
+        other => bail!("expected one checkpoint object, found {other:?}"),
+    }
+}
+
+/// Round trip: a home with nested dirs, binary files, exec bits, empty dirs and a bot's real
+/// browser profile → checkpoint (run completion, then explicit) into the object store →
+/// computer destroyed → a new computer with the same home key restores it before first use →
+/// same tree by hashes, exclusions absent, and the bot's cookie still valid on a local page.
+#[tokio::test(flavor = "multi_thread")]
+async fn round_trip_through_the_object_store_keeps_files_and_cookies() -> Result<()> {
+    let fx = Fixture::start().await?;
+    let s3 = S3Server::start().await?;
+    let mut w = object_world(&s3, &[]).await?;
+    let c1 = w.create_computer("ws-homes").await?;
+    let home1 = w.home_of(&c1);
+    write_sample_home(&home1)?;
+
+    let bot = "bot-home";
+    let lease = w.lease(&c1, bot, "run-1").await?;
+    screen(&w, &c1, bot, &lease, "ensure", serde_json::json!({})).await?;
+    open_url(&w, &c1, bot, &lease, &format!("{}/set?bot=kept", fx.base)).await?;
+    open_url(
+        &w,
+        &c1,
+        bot,
+        &lease,
+        &format!("{}/whoami?from=before", fx.base),
+    )
+    .await?;
+    let seen = wait_for(Duration::from_secs(20), "whoami before", || {
+        fx.cookies("before")
+    })
+    .await?;
+    assert_eq!(seen, vec!["bot=kept".to_string()]);
+
+    // Run completion checkpoints (and quiesces the browser, flushing its cookies).
+    release(&w, &c1, bot, &lease).await?;
+    assert_eq!(home_info(&w, &c1).await?["revision"], 1);
+    assert!(
+        !home1.join(profile_of(bot)).join("SingletonLock").exists(),
+        "the browser was stopped for the export"
+    );
+    let done = w.home_ok(&c1, "checkpoint").await?;
+    assert_eq!(done["revision"], 2);
+    let object = only_object(&s3).await?;
+    assert!(
+        object.ends_with("/2"),
+        "{object}: the previous object is deleted"
+    );
+    let before = manifest(&home1)?;
+    assert!(before.contains_key(&format!("{}/Default/Cookies", profile_of(bot))));
+
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c1}"), None)
+        .await?;
+    let c2 = w.create_computer("ws-homes").await?;
+    let info = home_info(&w, &c2).await?;
+    assert_eq!(info["revision"], 2, "{info}");
+    assert_eq!(info["pending_restore"], false, "{info}");
+    let home2 = w.home_of(&c2);
+    assert_eq!(manifest(&home2)?, expected_after_restore(&before));
+    let profile = home2.join(".browser-profiles/0123456789abcdef");
+    assert!(!profile.join("SingletonLock").exists());
+    assert!(!profile.join("Default/Cache").exists());
+    assert!(
+        home2.join("lock").exists(),
+        "look-alikes outside profiles are kept"
+    );
+
+    let lease = w.lease(&c2, bot, "run-2").await?;
+    screen(&w, &c2, bot, &lease, "ensure", serde_json::json!({})).await?;
+    open_url(
+        &w,
+        &c2,
+        bot,
+        &lease,
+        &format!("{}/whoami?from=after", fx.base),
+    )
+    .await?;
+    let seen = wait_for(Duration::from_secs(20), "whoami after", || {
+        fx.cookies("after")
+    })
+    .await?;
+    assert_eq!(
+        seen,
+        vec!["bot=kept".to_string()],
+        "the cookie survived the move"
+    );
+    release(&w, &c2, bot, &lease).await?;
+    w.check_log()
+}
+
+/// Tampering through the real bucket: a flipped bit, a truncated object, two swapped segments,
+/// an older revision's object presented as the current one, and another home's object → the
+/// restore fails with a clear error and the computer's home is untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn tampered_checkpoints_are_refused_and_write_nothing() -> Result<()> {
+    let s3 = S3Server::start().await?;
+    let mut w = object_world(&s3, &["home restore failed"]).await?;
+    let c = w.create_computer("ws-tamper").await?;
+    let home = w.home_of(&c);
+    std::fs::write(home.join("first.txt"), b"revision one")?;
+    w.home_ok(&c, "checkpoint").await?;
+    let rev1 = s3.get(&only_object(&s3).await?).await?;
+    // Three full segments and a last one, so two can be swapped.
+    std::fs::write(home.join("big.bin"), homes::testing::noise(200_000, 9))?;
+    w.home_ok(&c, "checkpoint").await?;
+    let key = only_object(&s3).await?;
+    let good = s3.get(&key).await?;
+
+    let other = w.create_computer("ws-other").await?;
+    std::fs::write(w.home_of(&other).join("x"), b"other home")?;
+    w.home_ok(&other, "checkpoint").await?;
+    let keys = s3.keys("homes/").await?;
+    let foreign_key = keys.iter().find(|k| **k != key).context("other object")?;
+    let foreign = s3.get(foreign_key).await?;
+
+    // The computer's home now differs from the checkpoint: a restore that wrote anything shows.
+    std::fs::write(home.join("unsaved.txt"), b"not in any checkpoint")?;
+    let untouched = manifest(&home)?;
+
+    // FORMAT.md: magic 8, version 2, segment size 4, revision 8, salt 32, id length 1, id.
+    let sid = key
+        .split('/')
+        .nth(1)
+        .context("storage id in the object key")?;
+    let header = 55 + sid.len();
+    assert!(
+        good.len() > header + 3 * SEALED_SEGMENT,
+        "at least three full segments"
+    );
+    let mut flipped = good.clone();
+    flipped[header + 1000] ^= 0x01;
+    // Cut at a segment boundary: what is left authenticates, but its last segment is not final.
+    let truncated = good[..header + 2 * SEALED_SEGMENT].to_vec();
+    let mut swapped = good.clone();
+    let (a, b) = (header, header + SEALED_SEGMENT);
+    let seg_a = good[a..a + SEALED_SEGMENT].to_vec();
+    swapped[a..a + SEALED_SEGMENT].copy_from_slice(&good[b..b + SEALED_SEGMENT]);
+    swapped[b..b + SEALED_SEGMENT].copy_from_slice(&seg_a);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("flipped bit", flipped, "failed authentication"),
+        ("truncated", truncated, "truncated"),
+        ("swapped segments", swapped, "failed authentication"),
+        ("older revision", rev1, "expected revision 2"),
+        ("another home", foreign, "expected home"),
+    ];
+    for (what, bytes, expect) in cases {
+        s3.put(&key, bytes).await?;
+        let lines = w.home_flow(&c, "restore").await?;
+        let last = lines.last().cloned().unwrap_or_default();
+        assert_eq!(last["type"], "error", "{what}: {lines:?}");
+        let msg = last["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(expect), "{what}: {msg}");
+        assert_eq!(manifest(&home)?, untouched, "{what}: nothing written");
+    }
+    // The untampered object restores, replacing the home with the checkpoint.
+    s3.put(&key, good).await?;
+    let done = w.home_ok(&c, "restore").await?;
+    assert_eq!(done["revision"], 2);
+    assert!(!home.join("unsaved.txt").exists());
+    assert_eq!(std::fs::read(home.join("first.txt"))?, b"revision one");
+    w.check_log()
+}
+
+/// Reads NDJSON progress of a checkpoint until `done` bytes reach `at`.
+async fn checkpoint_until(w: &World, c: &str, at: u64) -> Result<()> {
+    let resp = w
+        .client
+        .send(
+            Method::POST,
+            &format!("/v1/computers/{}/home/checkpoint", q(c)),
+            None,
+            None,
+            full_body(bytes::Bytes::new()),
+        )
+        .await?;
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let v: serde_json::Value = serde_json::from_slice(&line)?;
+            if v["type"] == "progress"
+                && v["phase"] == "exporting"
+                && v["done"].as_u64() >= Some(at)
+            {
+                return Ok(());
+            }
+            if v["type"] != "progress" {
+                bail!("checkpoint ended before {at} bytes: {v}");
+            }
+        }
+    }
+    bail!("checkpoint stream ended before {at} bytes")
+}
+
+/// kill -9 of the control plane in the middle of a multipart upload: after a restart the previous
+/// revision is still the current one and restores, and the reconciler deletes an orphaned
+/// object. S3 outages come back as errors (the checkpoint, and the stop it guards, fail) and
+/// never as a silently lost checkpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_mid_checkpoint_keeps_the_previous_revision() -> Result<()> {
+    let mut s3 = S3Server::start().await?;
+    let mut w = object_world(
+        &s3,
+        &[
+            "home checkpoint failed",
+            "checkpoint before stop failed",
+            "cannot abort a failed multipart upload",
+        ],
+    )
+    .await?;
+    let c = w.create_computer("ws-crash").await?;
+    let home = w.home_of(&c);
+    std::fs::write(home.join("small.txt"), b"revision one")?;
+    w.home_ok(&c, "checkpoint").await?;
+    let rev1_key = only_object(&s3).await?;
+    let saved = manifest(&home)?;
+
+    // A large home: the upload is multipart (8 MiB parts) and takes a while.
+    let status = std::process::Command::new("head")
+        .args(["-c", "400M", "/dev/urandom"])
+        .stdout(std::fs::File::create(home.join("large.bin"))?)
+        .stderr(Stdio::null())
+        .status()?;
+    assert!(status.success());
+    tokio::time::timeout(Duration::from_secs(120), checkpoint_until(&w, &c, 40 << 20))
+        .await
+        .map_err(|_| anyhow!("checkpoint made no progress"))??;
+    w.kill_server();
+
+    // An upload that completed but was never recorded (the crash came between the two).
+    let sid_prefix = rev1_key.trim_end_matches("/1");
+    let orphan = format!("{sid_prefix}/7");
+    s3.put(&orphan, s3.get(&rev1_key).await?).await?;
+
+    w.spawn_server().await?;
+    assert_eq!(home_info(&w, &c).await?["revision"], 1);
+    // The start-up reconciler deletes the orphan and keeps the live object.
+    let deadline = Duration::from_secs(30);
+    tokio::time::timeout(deadline, async {
+        loop {
+            if s3.keys("homes/").await.ok() == Some(vec![rev1_key.clone()]) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .map_err(|_| anyhow!("the reconciler did not delete {orphan}"))?;
+    let done = w.home_ok(&c, "restore").await?;
+    assert_eq!(done["revision"], 1);
+    assert_eq!(manifest(&home)?, saved, "the previous revision came back");
+
+    // S3 down: the checkpoint is an error, the revision stays, and the stop is refused.
+    std::fs::write(home.join("new.txt"), b"unsaved")?;
+    s3.kill();
+    let lines = w.home_flow(&c, "checkpoint").await?;
+    let last = lines.last().cloned().unwrap_or_default();
+    assert_eq!(last["type"], "error", "{lines:?}");
+    assert_eq!(last["code"], "home_store_failed", "{last}");
+    assert_eq!(home_info(&w, &c).await?["revision"], 1);
+    let stop = w
+        .client
+        .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)
+        .await;
+    assert!(stop.is_err(), "a stop whose checkpoint fails is refused");
+    let shown = w
+        .client
+        .json(Method::GET, &format!("/v1/computers/{c}"), None)
+        .await?;
+    assert_eq!(shown["state"], "running", "{shown}");
+    s3.restart().await?;
+    assert_eq!(w.home_ok(&c, "checkpoint").await?["revision"], 2);
+    w.check_log()
+}
+
+/// The local store (the default): a stop checkpoints first; the stopped computer's home is
+/// browsed and read through the CLI without a guest; a replacement computer with the same home
+/// key restores it; a purge forgets it.
+#[tokio::test(flavor = "multi_thread")]
+async fn local_store_checkpoints_on_stop_and_browses_a_stopped_home() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        allow_warn: vec!["home checkpoint failed".into()],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-local").await?;
+    let blob = homes::testing::noise(150_000, 4);
+    w.put_file(&c, "data/blob.bin", blob.clone(), false).await?;
+    w.put_file(&c, "bin/tool", b"#!/bin/sh\necho hi\n".to_vec(), true)
+        .await?;
+    w.client
+        .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)
+        .await?;
+    let info = home_info(&w, &c).await?;
+    assert_eq!(
+        (info["store"].as_str(), info["revision"].as_u64()),
+        (Some("local"), Some(1))
+    );
+
+    let (http, token) = (w.http.clone(), w.api_token().to_string());
+    let run = |args: Vec<String>| {
+        let mut cmd = std::process::Command::new(tests::bin("rakazo"));
+        cmd.args(&args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("RAKAZO_URL", &http)
+            .env("RAKAZO_TOKEN", &token)
+            .stdin(Stdio::null());
+        cmd.output()
+    };
+    let ls = run(vec!["home".into(), "ls".into(), c.clone()])?;
+    assert!(
+        ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    let listing = String::from_utf8(ls.stdout)?;
+    let rows: Vec<Vec<&str>> = listing
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["d", "0", "bin"]), "{listing}");
+    assert!(rows.contains(&vec!["x", "18", "bin/tool"]), "{listing}");
+    assert!(
+        rows.contains(&vec!["-", "150000", "data/blob.bin"]),
+        "{listing}"
+    );
+    let cat = run(vec![
+        "home".into(),
+        "cat".into(),
+        c.clone(),
+        "data/blob.bin".into(),
+    ])?;
+    assert!(
+        cat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cat.stderr)
+    );
+    assert_eq!(cat.stdout, blob);
+    let missing = run(vec!["home".into(), "cat".into(), c.clone(), "nope".into()])?;
+    assert!(!missing.status.success());
+    let cp = run(vec!["home".into(), "checkpoint".into(), c.clone()])?;
+    // Stopped: the guest is not there to export.
+    assert!(!cp.status.success());
+
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c}"), None)
+        .await?;
+    let c2 = w.create_computer("ws-local").await?;
+    assert_eq!(std::fs::read(w.home_of(&c2).join("data/blob.bin"))?, blob);
+    let restore = run(vec!["home".into(), "restore".into(), c2.clone()])?;
+    assert!(
+        restore.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+    let out = String::from_utf8(restore.stdout)?;
+    assert!(out.starts_with("revision 1"), "{out}");
+
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c2}"), None)
+        .await?;
+    w.client
+        .json(Method::DELETE, "/v1/homes/team-ws-local", None)
+        .await?;
+    let c3 = w.create_computer("ws-local").await?;
+    assert!(
+        !w.home_of(&c3).join("data").exists(),
+        "a purged home is gone"
+    );
+    w.check_log()
+}
