@@ -25,7 +25,7 @@ use gateway_proto::live::{
     valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
 };
 use gateway_proto::{BotId, ErrorCode, OpError, Reply};
-use rfb::{ClientFilter, Policy, RfbServer, RfbServerSpec};
+use rfb::{ClientFilter, Policy, RfbInput, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +41,8 @@ use tracing::{debug, info, warn};
 const DISCONNECT_LIMIT: Duration = Duration::from_secs(5);
 /// How long a connect retries a socket that refuses (a server that has bound but not listened).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most terminals one bot may have open at once (each is a shell and two threads).
+const MAX_TERMINALS_PER_BOT: usize = 16;
 /// Longest socket path a `sockaddr_un` holds (108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -246,6 +248,15 @@ impl Gateway {
                     .await?
             }
             CapabilityKind::Terminal => {
+                if table.terminals(&req.bot) >= MAX_TERMINALS_PER_BOT {
+                    return Err(OpError::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "bot {} already has {MAX_TERMINALS_PER_BOT} open terminals",
+                            req.bot
+                        ),
+                    ));
+                }
                 let (id, socket) = table.allocate(req.kind);
                 check_socket_path(&socket)?;
                 let plan = plan_shell(
@@ -335,6 +346,11 @@ impl Gateway {
             socket: &socket,
             log: &log,
             view_only: kind == CapabilityKind::View && self.cfg.view_server_flag,
+            input: if kind == CapabilityKind::View {
+                RfbInput::None
+            } else {
+                RfbInput::Full
+            },
         };
         let server = RfbServer::start(&spec).await.map_err(|e| {
             failed(format!(

@@ -186,6 +186,11 @@ impl<T> CapTable<T> {
         out
     }
 
+    /// How many terminal sessions the bot has open.
+    pub fn terminals(&self, bot: &BotId) -> usize {
+        self.bots.get(bot).map_or(0, |c| c.terminals.len())
+    }
+
     /// How many capabilities the bot has (tests, diagnostics).
     pub fn count(&self, bot: &BotId) -> usize {
         self.bots.get(bot).map_or(0, |c| {

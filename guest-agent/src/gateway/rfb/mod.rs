@@ -8,4 +8,4 @@ pub mod filter;
 pub mod x11vnc;
 
 pub use filter::{ClientFilter, FilterError, Policy};
-pub use x11vnc::{RfbServer, RfbServerError, RfbServerSpec};
+pub use x11vnc::{RfbInput, RfbServer, RfbServerError, RfbServerSpec};

@@ -64,6 +64,17 @@ pub struct RfbServerSpec<'a> {
     pub log: &'a Path,
     /// Pass `-viewonly` (defence in depth behind the gateway's filter).
     pub view_only: bool,
+    /// Whether its clients' input can reach it (after the gateway's filter).
+    pub input: RfbInput,
+}
+
+/// Whether a server's clients can send input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RfbInput {
+    /// View: the gateway drops every input message.
+    None,
+    /// Control.
+    Full,
 }
 
 /// A running x11vnc. Stop it with [`RfbServer::stop`]; dropping a running one kills its group.
@@ -117,6 +128,11 @@ impl RfbServer {
             .kill_on_drop(true);
         if spec.view_only {
             cmd.args(["-viewonly", "-nosetclipboard", "-nosetprimary"]);
+        }
+        if spec.input == RfbInput::None {
+            // x11vnc turns the X server's key autorepeat off while clients type (its workaround
+            // for laggy key-ups); a server nobody types into leaves the desktop as it is.
+            cmd.arg("-repeat");
         }
         let child = cmd.spawn().map_err(spawn_err)?;
         let pid = child.id().unwrap_or_default();
