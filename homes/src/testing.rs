@@ -231,3 +231,23 @@ impl RawArchive {
         self.bytes
     }
 }
+
+/// The s3s-fs binary the object-store tests run against, as `scripts/s3s-fs.sh path` reports it
+/// (that script honours `RAKAZO_S3S_FS`, so the environment is read there, not here). The error
+/// says how to install it.
+pub fn s3s_fs_binary() -> Result<std::path::PathBuf, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/s3s-fs.sh");
+    let out = std::process::Command::new("bash")
+        .args([script, "path"])
+        .output()
+        .map_err(|e| format!("cannot run scripts/s3s-fs.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the object-store tests need a real s3s-fs: run `bash scripts/s3s-fs.sh install` \
+             (about 3-4 minutes) or set RAKAZO_S3S_FS to its path ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let path = String::from_utf8(out.stdout).map_err(|e| e.to_string())?;
+    Ok(std::path::PathBuf::from(path.trim()))
+}

@@ -22,18 +22,7 @@ pub struct S3Server {
 }
 
 fn binary() -> Result<PathBuf> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/s3s-fs.sh");
-    let out = Command::new("bash")
-        .args([script, "path"])
-        .output()
-        .context("cannot run scripts/s3s-fs.sh")?;
-    if !out.status.success() {
-        bail!(
-            "the homes system tests need a real s3s-fs: run `bash scripts/s3s-fs.sh install` ({})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    homes::testing::s3s_fs_binary().map_err(anyhow::Error::msg)
 }
 
 fn free_port() -> Result<u16> {

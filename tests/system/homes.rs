@@ -468,3 +468,40 @@ async fn local_store_checkpoints_on_stop_and_browses_a_stopped_home() -> Result<
     );
     w.check_log()
 }
+
+/// §9: a checkpoint waits while another bot holds a lease (bounded, then a clear error); the
+/// run-completion checkpoint is deferred while another run is still going, and the last run to
+/// finish saves the shared home.
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoints_wait_for_other_bots_and_the_last_run_saves() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        allow_warn: vec!["home checkpoint failed".into()],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-leases").await?;
+    std::fs::write(w.home_of(&c).join("shared.txt"), b"team work")?;
+    let a = w.lease(&c, "bot-a", "run-a").await?;
+    let b = w.lease(&c, "bot-b", "run-b").await?;
+
+    let lines = w.home_flow(&c, "checkpoint?wait_ms=0").await?;
+    let last = lines.last().cloned().unwrap_or_default();
+    assert_eq!(last["code"], "home_leases_held", "{lines:?}");
+    let msg = last["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("bot-a") && msg.contains("bot-b"), "{msg}");
+
+    release(&w, &c, "bot-a", &a).await?;
+    assert_eq!(
+        home_info(&w, &c).await?["revision"],
+        serde_json::Value::Null,
+        "bot-b still runs: the checkpoint is deferred"
+    );
+    release(&w, &c, "bot-b", &b).await?;
+    assert_eq!(
+        home_info(&w, &c).await?["revision"],
+        1,
+        "the last run saved"
+    );
+    assert_eq!(w.home_ok(&c, "checkpoint?wait_ms=0").await?["revision"], 2);
+    w.check_log()
+}

@@ -21,22 +21,9 @@ pub struct S3sFs {
     _dir: tempfile::TempDir,
 }
 
-/// The s3s-fs binary, as `scripts/s3s-fs.sh path` reports it (that script honours
-/// `RAKAZO_S3S_FS`, so the environment is read there, not here).
+/// The s3s-fs binary (`homes::testing::s3s_fs_binary`).
 fn binary() -> anyhow::Result<PathBuf> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/s3s-fs.sh");
-    let out = Command::new("bash")
-        .args([script, "path"])
-        .output()
-        .context("cannot run scripts/s3s-fs.sh")?;
-    if !out.status.success() {
-        bail!(
-            "the object-store tests need a real s3s-fs: run `bash scripts/s3s-fs.sh install` \
-             (about 3-4 minutes) or set RAKAZO_S3S_FS to its path ({})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    homes::testing::s3s_fs_binary().map_err(anyhow::Error::msg)
 }
 
 fn free_port() -> anyhow::Result<u16> {
