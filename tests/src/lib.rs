@@ -21,10 +21,15 @@ pub mod s3;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {
-    // Test executables live in <target>/<profile>/deps; binaries one level up.
+    // Test executables live in <target>/<profile>/deps, binaries one level up; a bench binary
+    // (tests/src/bin) lives beside them.
     let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    deps.parent().expect("profile dir").to_path_buf()
+    let dir = exe.parent().expect("executable dir");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("profile dir").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// Path of a built binary, with a clear message when it was not built.

@@ -30,6 +30,8 @@ use tracing::{info, warn};
 
 /// Raw chunk size read from or written to the tunnel.
 const RAW_CHUNK: usize = 256 * 1024;
+/// Bytes between two progress updates of an export.
+const PROGRESS_BATCH: u64 = 1 << 20;
 /// How often a checkpoint re-checks other bots' leases while it waits.
 const LEASE_POLL: Duration = Duration::from_millis(500);
 /// How long an explicit checkpoint or a stop waits for other bots' leases by default.
@@ -329,17 +331,28 @@ fn export_reader(
     progress: Progress,
 ) -> (impl AsyncRead + Send + Unpin + 'static, Progress) {
     let counter = progress.clone();
-    let stream = futures_util::stream::unfold(Some(rx), move |state| {
+    // Progress is published per MiB, not per QUIC packet: every publish wakes the API's watcher.
+    let stream = futures_util::stream::unfold((Some(rx), 0u64), move |(state, unreported)| {
         let progress = progress.clone();
         async move {
             let mut rx = state?;
             match rx.read_raw(RAW_CHUNK).await {
                 Ok(Some(b)) => {
-                    progress.add(b.len() as u64);
-                    Some((Ok::<Bytes, io::Error>(b), Some(rx)))
+                    let mut unreported = unreported + b.len() as u64;
+                    if unreported >= PROGRESS_BATCH {
+                        progress.add(unreported);
+                        unreported = 0;
+                    }
+                    Some((Ok::<Bytes, io::Error>(b), (Some(rx), unreported)))
                 }
-                Ok(None) => None,
-                Err(e) => Some((Err(io::Error::other(e)), None)),
+                Ok(None) => {
+                    progress.add(unreported);
+                    None
+                }
+                Err(e) => {
+                    progress.add(unreported);
+                    Some((Err(io::Error::other(e)), (None, 0)))
+                }
             }
         }
     });

@@ -51,14 +51,13 @@ fn write_files(dir: &Path, count: usize, size: usize, rng: &mut impl RngCore) ->
     Ok((count * size) as u64)
 }
 
-/// A home of `mib` MiB: half in large files, a quarter in medium ones, the rest in small ones.
+/// A home of `mib` MiB: half in 16 MiB files, a quarter in 256 KiB ones, the rest in 16 KiB ones.
 fn write_home(root: &Path, mib: usize) -> Result<u64> {
     let mut rng = rand::rng();
     let mut total = 0;
-    let large = (mib / 2).max(1);
-    total += write_files(&root.join("large"), large.div_ceil(64), 64 << 20, &mut rng)?;
+    total += write_files(&root.join("large"), (mib / 32).max(1), 16 << 20, &mut rng)?;
     total += write_files(&root.join("medium"), (mib / 4) * 4, 256 << 10, &mut rng)?;
-    total += write_files(&root.join("small"), (mib / 4) * 256, 4 << 10, &mut rng)?;
+    total += write_files(&root.join("small"), (mib / 4) * 64, 16 << 10, &mut rng)?;
     Ok(total)
 }
 
