@@ -181,15 +181,22 @@ impl Core {
         self.computers
             .set_provider_ref(&c.id, Some(&r.0), now_ms())
             .await?;
-        self.computers
-            .set_state(&c.id, ComputerState::Running, now_ms())
-            .await?;
+        // A fresh machine is reported running only once its home is restored.
+        let state = if fresh {
+            ComputerState::Provisioning
+        } else {
+            ComputerState::Running
+        };
+        self.computers.set_state(&c.id, state, now_ms()).await?;
         self.registry
             .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
             .await?;
         if fresh {
-            let running = self.get(c.id.as_str()).await?;
-            self.restore_home(&running, &crate::homes::Progress::new())
+            let booting = self.get(c.id.as_str()).await?;
+            self.restore_into(&booting, &crate::homes::Progress::new())
+                .await?;
+            self.computers
+                .set_state(&c.id, ComputerState::Running, now_ms())
                 .await?;
         }
         self.get(c.id.as_str()).await

@@ -113,15 +113,25 @@ impl Core {
         Ok(Checkpointed { revision, bytes })
     }
 
-    /// Restores the latest stored home of `c` into its guest; `None` when the store has none.
-    /// Clears the computer's pending-restore mark on success (or when there is nothing to
-    /// restore).
+    /// Restores the latest stored home of the running computer `c` into its guest; `None` when
+    /// the store has none. Clears the computer's pending-restore mark on success (or when there
+    /// is nothing to restore).
     pub async fn restore_home(
         &self,
         c: &Computer,
         progress: &Progress,
     ) -> Result<Option<Restored>, CoreError> {
         Self::require_running(c)?;
+        self.restore_into(c, progress).await
+    }
+
+    /// [`Core::restore_home`] without the state check: `boot` restores a fresh machine while the
+    /// computer is still `provisioning`, so nothing else reaches its empty home first.
+    pub(crate) async fn restore_into(
+        &self,
+        c: &Computer,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
         let _busy = self.homes.lock(&c.id).await;
         let key = self.homes.key_for(c).await?;
         let Some(first) = self.homes.open_latest(&key).await? else {
