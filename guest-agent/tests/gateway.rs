@@ -10,8 +10,8 @@
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenRelease, ScreenRequest};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
-use gateway_proto::{encode, BotId, ErrorCode, FrameDecoder, LeaseToken, Reply, Request};
-use guest_agent::display::{Cookie, DisplayAccess};
+use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request};
+use guest_agent::gateway::capstream::{self, CapStream};
 use guest_agent::gateway::rfb::client::RfbClient;
 use guest_agent::gateway::terminal::frame::{encode_input, encode_resize};
 use guest_agent::gateway::GatewayConfig;
@@ -23,7 +23,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use x11rb::protocol::xproto::ConnectionExt as _;
 use x11rb::wrapper::ConnectionExt as _;
 
@@ -162,20 +162,7 @@ impl Guest {
 
     /// Sends `req` on a new stream; returns the first reply and the open stream.
     async fn request(&self, req: &Request) -> Result<(Reply, Stream)> {
-        let (mut send, mut recv) = within("a stream", self.conn.open_bi()).await??;
-        send.write_all(&encode(req)?).await?;
-        let mut decoder = FrameDecoder::new();
-        let reply = loop {
-            if let Some(r) = decoder.next_message::<Reply>()? {
-                break r;
-            }
-            let chunk = within("a reply", recv.read_chunk(64 * 1024, true))
-                .await??
-                .ok_or_else(|| anyhow!("stream ended before a reply"))?;
-            decoder.push(&chunk.bytes);
-        };
-        let rest = decoder.into_remainder();
-        Ok((reply, Stream::new(send, recv, rest)))
+        Ok(capstream::request(&self.conn, req, WAIT).await?)
     }
 
     async fn ensure_screen(&self, bot: &str) -> Result<()> {
@@ -252,9 +239,7 @@ impl Guest {
             .live(&BotId::new(bot)?)
             .await
             .ok_or_else(|| anyhow!("bot {bot} has no live desktop"))?;
-        let file = std::fs::read(live.xauthority())?;
-        let cookie: [u8; 16] = file[file.len() - 16..].try_into()?;
-        let access = DisplayAccess::new(live.display(), Cookie::from_bytes(cookie));
+        let access = live.access();
         drop(live);
         Ok(access.connect()?)
     }
@@ -274,99 +259,34 @@ impl Guest {
     }
 }
 
-/// A capability stream as one duplex byte stream (reply leftovers first).
-struct Stream {
-    send: quinn::SendStream,
-    recv: tokio::io::Chain<std::io::Cursor<Vec<u8>>, quinn::RecvStream>,
-}
+type Stream = CapStream;
 
-impl Stream {
-    fn new(send: quinn::SendStream, recv: quinn::RecvStream, rest: Vec<u8>) -> Self {
-        Self {
-            send,
-            recv: std::io::Cursor::new(rest).chain(recv),
-        }
-    }
-
-    /// Reads until the guest ends the stream: `Ok(reset code)` (`None` for a clean finish).
-    async fn read_to_end(&mut self) -> Result<(Vec<u8>, Option<u64>)> {
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
+/// Reads `term` until `pattern` holds for what was read (kept in `seen`).
+async fn read_until(
+    term: &mut Stream,
+    seen: &mut Vec<u8>,
+    pattern: impl Fn(&str) -> bool,
+) -> Result<String> {
+    let mut buf = vec![0u8; 64 * 1024];
+    within("terminal output", async {
         loop {
-            match within("the stream's end", self.recv.read(&mut buf)).await? {
-                Ok(0) => return Ok((out, None)),
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-                Err(e) => {
-                    let code = e
-                        .get_ref()
-                        .and_then(|inner| inner.downcast_ref::<quinn::ReadError>())
-                        .and_then(|r| match r {
-                            quinn::ReadError::Reset(code) => Some(code.into_inner()),
-                            _ => None,
-                        });
-                    return match code {
-                        Some(c) => Ok((out, Some(c))),
-                        None => Err(e).context("reading a capability stream"),
-                    };
-                }
+            let text = String::from_utf8_lossy(seen).into_owned();
+            if pattern(&text) {
+                return Ok(text);
             }
+            let n = term.read(&mut buf).await?;
+            if n == 0 {
+                bail!("the terminal ended; output so far: {text:?}");
+            }
+            seen.extend_from_slice(&buf[..n]);
         }
-    }
-
-    /// Reads until `pattern` appears in the output; returns everything read.
-    async fn read_until(
-        &mut self,
-        seen: &mut Vec<u8>,
-        pattern: impl Fn(&str) -> bool,
-    ) -> Result<String> {
-        let mut buf = vec![0u8; 64 * 1024];
-        within("terminal output", async {
-            loop {
-                let text = String::from_utf8_lossy(seen).into_owned();
-                if pattern(&text) {
-                    return Ok(text);
-                }
-                let n = self.recv.read(&mut buf).await?;
-                if n == 0 {
-                    bail!("the terminal ended; output so far: {text:?}");
-                }
-                seen.extend_from_slice(&buf[..n]);
-            }
-        })
-        .await?
-    }
+    })
+    .await?
 }
 
-impl AsyncRead for Stream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.recv).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        AsyncWrite::poll_write(std::pin::Pin::new(&mut self.send), cx, buf)
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        AsyncWrite::poll_flush(std::pin::Pin::new(&mut self.send), cx)
-    }
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        AsyncWrite::poll_shutdown(std::pin::Pin::new(&mut self.send), cx)
-    }
+/// Reads a stream to its end; returns the reset code (`None` for a clean finish).
+async fn stream_end(stream: &mut Stream) -> Result<Option<u64>> {
+    Ok(within("the stream's end", stream.read_to_end()).await??.1)
 }
 
 /// The X pointer's position on the root window.
@@ -451,8 +371,7 @@ async fn a_viewer_breaking_rfb_is_reset_and_bad_requests_are_refused() -> Result
     let mut view = guest.rfb("bot-bad", CapabilityKind::View).await?;
     // Message type 7 does not exist: its length is unknown, so the connection must end.
     view.send_raw(&[7, 0, 0, 0]).await?;
-    let mut stream = view.into_inner();
-    let (_, reset) = stream.read_to_end().await?;
+    let reset = stream_end(&mut view.into_inner()).await?;
     assert_eq!(
         reset,
         Some(guest_agent::gateway::relay::RESET_PROTOCOL.into())
@@ -472,7 +391,7 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
     assert_eq!(guest.ops.gateway().capability_count(&bot_a).await, 2);
 
     guest.revoke("bot-a", RevokeScope::Control).await?;
-    let (_, reset) = control.into_inner().read_to_end().await?;
+    let reset = stream_end(&mut control.into_inner()).await?;
     assert_eq!(
         reset,
         Some(guest_agent::gateway::relay::RESET_REVOKED.into())
@@ -491,12 +410,12 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
 
     // Releasing the screen revokes everything before Chrome and X stop.
     guest.release_screen("bot-a").await?;
-    let (_, reset) = view.into_inner().read_to_end().await?;
+    let reset = stream_end(&mut view.into_inner()).await?;
     assert_eq!(
         reset,
         Some(guest_agent::gateway::relay::RESET_REVOKED.into())
     );
-    let (_, reset) = control.into_inner().read_to_end().await?;
+    let reset = stream_end(&mut control.into_inner()).await?;
     assert_eq!(
         reset,
         Some(guest_agent::gateway::relay::RESET_REVOKED.into())
@@ -551,7 +470,7 @@ async fn probe_shell(term: &mut Stream) -> Result<(String, u32, u32, String)> {
             Some((size, uid, pid))
         })
     };
-    let text = match term.read_until(&mut seen, |t| re(t).is_some()).await {
+    let text = match read_until(term, &mut seen, |t| re(t).is_some()).await {
         Ok(t) => t,
         Err(e) => bail!("{e:#}; output: {:?}", String::from_utf8_lossy(&seen)),
     };
@@ -596,7 +515,7 @@ async fn terminals_resize_run_as_the_workspace_user_and_end_with_control() -> Re
     frame.extend_from_slice(&(2u32 * 1024 * 1024).to_be_bytes());
     frame.extend_from_slice(&vec![b'x'; 64 * 1024]);
     big.send.write_all(&frame).await?;
-    let (_, reset) = big.read_to_end().await?;
+    let reset = stream_end(&mut big).await?;
     assert_eq!(
         reset, None,
         "the guest finishes the stream when the terminal closes"
@@ -617,7 +536,7 @@ async fn terminals_resize_run_as_the_workspace_user_and_end_with_control() -> Re
     // Revoking control ends every shell, its processes and its socket.
     guest.revoke("bot-term", RevokeScope::Control).await?;
     for mut term in [first, second] {
-        let (_, reset) = term.read_to_end().await?;
+        let reset = stream_end(&mut term).await?;
         assert_eq!(
             reset,
             Some(guest_agent::gateway::relay::RESET_REVOKED.into())

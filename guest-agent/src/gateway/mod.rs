@@ -14,6 +14,7 @@
 //! It leaves to the control plane: who may open what (sealed URLs, the control lease's
 //! validity, generations), and websockets. It leaves to [`crate::screens`] the desktops.
 
+pub mod capstream;
 pub mod procs;
 pub mod relay;
 pub mod rfb;

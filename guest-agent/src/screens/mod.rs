@@ -78,6 +78,11 @@ impl LiveScreen {
         self.desktop.xvfb.xauthority()
     }
 
+    /// The display's number and cookie, for X connections of its own (tests, benchmarks).
+    pub fn access(&self) -> display::DisplayAccess {
+        self.desktop.xvfb.access().clone()
+    }
+
     /// Which start of the desktop this is (a restarted display gets a new epoch).
     pub fn epoch(&self) -> u64 {
         self.desktop.epoch
