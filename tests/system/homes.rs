@@ -3,9 +3,10 @@
 //!
 //! Hostile archives (`..`, absolute paths, symlinks, devices and FIFOs, too many entries or
 //! bytes) are covered at crate level against the same reader the guest runs:
-//! `homes/src/archive/tests.rs` and `homes/tests/store_conformance.rs`; here the restore path
-//! refuses tampered objects before the guest sees a byte, and the guest's import is the same
-//! `homes::archive::restore`.
+//! `homes/src/archive/tests.rs` and `homes/tests/store_conformance.rs`. Here tampered objects are
+//! refused before the guest sees a byte, and correctly sealed archives that only a reader with
+//! the tree can tell are hostile (an entry before its parent, a duplicate) reach the guest's
+//! import, which refuses them.
 
 use anyhow::{anyhow, bail, Context, Result};
 use control_plane::client::{full_body, q};
@@ -503,5 +504,103 @@ async fn checkpoints_wait_for_other_bots_and_the_last_run_saves() -> Result<()> 
         "the last run saved"
     );
     assert_eq!(w.home_ok(&c, "checkpoint?wait_ms=0").await?["revision"], 2);
+    w.check_log()
+}
+
+/// Seals `archive` as revision `rev` of the storage id `sid`, with the data key the server
+/// wrapped (read from its SQLite database) under the world's content key: what only someone
+/// holding the content key could write into the bucket.
+async fn forge(
+    w: &World,
+    content_key_hex: &str,
+    sid: &str,
+    rev: u64,
+    archive: &[u8],
+) -> Result<Vec<u8>> {
+    use homes::seal::{unwrap_data_key, ContentKey, SegmentSealer, WrappedKey, SEGMENT_SIZE};
+    use sqlx::{Connection, Row};
+    let db = w.data_dir.path().join("rakazo.db");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display())).await?;
+    let row = sqlx::query("SELECT home_wrapped_key FROM computers WHERE home_storage_id = ?")
+        .bind(sid)
+        .fetch_one(&mut conn)
+        .await?;
+    let wrapped = WrappedKey::from_bytes(hex::decode(row.try_get::<String, _>(0)?)?);
+    let ck: [u8; 32] = hex::decode(content_key_hex)?
+        .try_into()
+        .map_err(|_| anyhow!("content key length"))?;
+    let home = homes::HomeKey::new(sid)?;
+    let key = unwrap_data_key(&ContentKey::from_bytes(ck), &home, &wrapped)?;
+    let revision = homes::Revision::new(rev).context("revision")?;
+    let mut sealer = SegmentSealer::new(&key, &home, revision);
+    let mut out = sealer.header().to_vec();
+    let chunks: Vec<&[u8]> = archive.chunks(SEGMENT_SIZE).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let mut buf = chunk.to_vec();
+        sealer.seal(&mut buf, i + 1 == chunks.len())?;
+        out.extend_from_slice(&buf);
+    }
+    Ok(out)
+}
+
+/// A hostile archive that only the guest can see is hostile (the control plane's streaming check
+/// has no tree, so an entry before its parent or a duplicate passes it): correctly sealed into
+/// the bucket, it reaches the guest's import, which refuses it and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_archive_is_refused_by_the_guest_and_writes_nothing() -> Result<()> {
+    let s3 = S3Server::start().await?;
+    let opts = ObjectStoreOptions::for_server(&s3);
+    let mut w = World::start_with(WorldOptions {
+        object_store: Some(opts.clone()),
+        allow_warn: vec!["home restore failed".into()],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-hostile").await?;
+    let home = w.home_of(&c);
+    std::fs::write(home.join("keep.txt"), b"kept")?;
+    w.home_ok(&c, "checkpoint").await?;
+    let key = only_object(&s3).await?;
+    let sid = key.split('/').nth(1).context("storage id")?.to_string();
+    let untouched = manifest(&home)?;
+    let cases = [
+        (
+            "entry before its parent",
+            homes::testing::RawArchive::new()
+                .file(b"orphan/dir/file", false, b"x")
+                .end(),
+            "before its parent directory",
+        ),
+        (
+            "duplicate entry",
+            homes::testing::RawArchive::new()
+                .dir(b"d")
+                .file(b"d/f", false, b"1")
+                .file(b"d/f", false, b"2")
+                .end(),
+            "appears twice",
+        ),
+    ];
+    for (what, archive, expect) in cases {
+        s3.put(
+            &key,
+            forge(&w, &opts.content_key_hex, &sid, 1, &archive).await?,
+        )
+        .await?;
+        let lines = w.home_flow(&c, "restore").await?;
+        let last = lines.last().cloned().unwrap_or_default();
+        assert_eq!(last["type"], "error", "{what}: {lines:?}");
+        let msg = last["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(expect) && msg.contains("nothing written"),
+            "{what}: {msg}"
+        );
+        assert_eq!(manifest(&home)?, untouched, "{what}: nothing written");
+        let leftovers: Vec<_> = std::fs::read_dir(home.parent().context("parent")?)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains("rakazo-restore"))
+            .collect();
+        assert!(leftovers.is_empty(), "{what}: staging removed");
+    }
     w.check_log()
 }
