@@ -175,6 +175,8 @@ pub struct Rfb<I> {
     pub height: u16,
     /// Bytes of pixel data received in framebuffer updates.
     pub pixel_bytes: u64,
+    /// How many of those bytes were not zero (a black screen has none).
+    pub nonzero_bytes: u64,
 }
 
 impl<I: RfbIo> Rfb<I> {
@@ -217,6 +219,7 @@ impl<I: RfbIo> Rfb<I> {
             width,
             height,
             pixel_bytes: 0,
+            nonzero_bytes: 0,
         })
     }
 
@@ -261,7 +264,9 @@ impl<I: RfbIo> Rfb<I> {
                                 let mut left = n;
                                 while left > 0 {
                                     let take = left.min(1 << 20);
-                                    self.io.read_n(take).await?;
+                                    let px = self.io.read_n(take).await?;
+                                    self.nonzero_bytes +=
+                                        px.iter().filter(|b| **b != 0).count() as u64;
                                     left -= take;
                                 }
                                 self.pixel_bytes += n as u64;
@@ -312,7 +317,12 @@ pub fn term_resize(cols: u16, rows: u16) -> Vec<u8> {
 }
 
 /// Reads terminal output until it contains `needle` (or the deadline passes).
-pub async fn read_until(ws: &mut Ws, out: &mut Vec<u8>, needle: &str, within: Duration) -> Result<()> {
+pub async fn read_until(
+    ws: &mut Ws,
+    out: &mut Vec<u8>,
+    needle: &str,
+    within: Duration,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         if String::from_utf8_lossy(out).contains(needle) {

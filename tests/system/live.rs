@@ -57,12 +57,11 @@ impl Bot {
     }
 
     async fn end_run(&self, w: &World, lease: &str) -> Result<()> {
-        w
-            .post(
-                &format!("/v1/computers/{}/leases/{}/release", self.c, self.bot),
-                serde_json::json!({ "lease": lease, "outcome": "success" }),
-            )
-            .await?;
+        w.post(
+            &format!("/v1/computers/{}/leases/{}/release", self.c, self.bot),
+            serde_json::json!({ "lease": lease, "outcome": "success" }),
+        )
+        .await?;
         Ok(())
     }
 
@@ -84,8 +83,7 @@ impl Bot {
     }
 
     async fn release_control(&self, w: &World) -> Result<serde_json::Value, ClientError> {
-        w
-            .post(&self.path("release-control"), serde_json::json!({}))
+        w.post(&self.path("release-control"), serde_json::json!({}))
             .await
     }
 
@@ -171,7 +169,10 @@ async fn capability_urls_fail_closed() -> Result<()> {
     assert!(String::from_utf8_lossy(&reporter.body).contains("delete window.VideoDecoder"));
     assert_eq!(get(&w.http, "/assets/novnc/core/rfb.js").await?.status, 200);
     assert_eq!(get(&w.http, "/assets/xterm/xterm.js").await?.status, 200);
-    assert_eq!(get(&w.http, "/assets/novnc/../api-token").await?.status, 404);
+    assert_eq!(
+        get(&w.http, "/assets/novnc/../api-token").await?.status,
+        404
+    );
 
     // Expiry: the one-second URL dies (waiting past a deadline, not timing a result).
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -194,7 +195,10 @@ async fn capability_urls_fail_closed() -> Result<()> {
     }
 
     // Control and terminal URLs need the user's control lease.
-    for path in [bot.path("url"), format!("/v1/computers/{c}/terminals/bot-a/url")] {
+    for path in [
+        bot.path("url"),
+        format!("/v1/computers/{c}/terminals/bot-a/url"),
+    ] {
         let err = w
             .post(&path, serde_json::json!({ "policy": "control" }))
             .await;
@@ -237,9 +241,13 @@ async fn takeover_needs_a_stopped_or_waiting_bot() -> Result<()> {
         .await
         .expect_err("not the live lease");
     assert_eq!(api_status(&stale).map(|s| s.0), Some(409));
-    w.post(&waiting, serde_json::json!({ "lease": run })).await?;
+    w.post(&waiting, serde_json::json!({ "lease": run }))
+        .await?;
     let taken = bot.takeover(&w).await?;
-    let lease_id = taken["control_lease"].as_str().unwrap_or_default().to_string();
+    let lease_id = taken["control_lease"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(!lease_id.is_empty());
     let control = bot.url(&mut w, "control").await?;
     assert_eq!(get(&w.http, &control).await?.status, 200);
@@ -319,8 +327,9 @@ async fn a_generation_bump_closes_an_open_stream_within_two_seconds() -> Result<
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&url).await?;
     sqlx::query(
-        "UPDATE live_bots SET screen_generation = screen_generation + 1 \
-         WHERE computer_id = $1 AND bot = $2",
+        "INSERT INTO live_bots (computer_id, bot, screen_generation) VALUES ($1, $2, 1) \
+         ON CONFLICT (computer_id, bot) DO UPDATE SET screen_generation = \
+         live_bots.screen_generation + 1",
     )
     .bind(&c)
     .bind("bot-a")
@@ -363,7 +372,7 @@ async fn view_drops_input_and_control_passes_it() -> Result<()> {
     w.post(
         &a.path("act"),
         serde_json::json!({ "lease": lease, "actions": [
-            { "type": "click", "x": 40, "y": 120 }, { "type": "move", "x": 10, "y": 10 }
+            { "type": "click", "x": 640, "y": 400 }, { "type": "move", "x": 10, "y": 10 }
         ]}),
     )
     .await?;
@@ -381,6 +390,20 @@ async fn view_drops_input_and_control_passes_it() -> Result<()> {
     a.takeover(&w).await?;
     let control = a.url(&mut w, "control").await?;
     let mut driver = Rfb::handshake(WsBytes::new(connect(&w.http, &control).await?)).await?;
+    assert_eq!(
+        a.cursor(&w).await?,
+        (10, 10),
+        "the viewer's pointer never moved"
+    );
+    driver.pointer(222, 111, 0).await?;
+    driver.sync().await?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    while a.cursor(&w).await? != (222, 111) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the control pointer did not move the X pointer");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     driver.key(u32::from(b'c'), true).await?;
     driver.key(u32::from(b'c'), false).await?;
     driver.sync().await?;
@@ -394,18 +417,12 @@ async fn view_drops_input_and_control_passes_it() -> Result<()> {
         keys().contains(&"c".to_string()).then_some(())
     })
     .await?;
-    assert_eq!(keys(), vec!["c".to_string()], "the viewer's key never arrived");
-    assert_eq!(a.cursor(&w).await?, (10, 10), "the viewer's pointer never moved");
+    assert_eq!(
+        keys(),
+        vec!["c".to_string()],
+        "the viewer's key never arrived"
+    );
 
-    driver.pointer(222, 111, 0).await?;
-    driver.sync().await?;
-    let deadline = tokio::time::Instant::now() + LONG;
-    while a.cursor(&w).await? != (222, 111) {
-        if tokio::time::Instant::now() > deadline {
-            bail!("the control pointer did not move the X pointer");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     w.check_log()?;
     Ok(())
 }
@@ -415,6 +432,8 @@ async fn terminal_frames_resize_and_limits() -> Result<()> {
     let mut w = World::start().await?;
     let c = w.create_computer("ws-live-6").await?;
     let a = Bot::new(&c, "bot-a");
+    // Terminals live with the bot's desktop (its teardown stops them, contracts.md §7).
+    a.desktop(&w).await?;
     a.takeover(&w).await?;
     let term = a.terminal_url(&mut w).await?;
     let page = get(&w.http, &term).await?;
@@ -568,13 +587,30 @@ async fn the_viewer_page_shows_the_desktop_in_chromium() -> Result<()> {
         "magenta",
         "<html><body style='margin:0;background:rgb(255,0,200)'></body></html>",
     );
+    // The bot's own desktop tool opens the page; wait until the desktop shows it.
     let lease = w.lease(&c, "bot-a", "run-page").await?;
     w.post(
-        &format!("/v1/computers/{c}/browser/bot-a/navigate"),
-        serde_json::json!({ "lease": lease, "url": page }),
+        &a.path("act"),
+        serde_json::json!({ "lease": lease, "actions": [{ "type": "open", "url": page }] }),
     )
     .await?;
-    a.end_run(&w, &lease).await?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let v = w
+            .post(&a.path("observe"), serde_json::json!({ "lease": lease }))
+            .await?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v["image"].as_str().unwrap_or_default())
+            .unwrap_or_default();
+        if !png.is_empty() && count_colour(&png, [255, 0, 200])? > 100_000 {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the bot's desktop never showed the page");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The run stays on: a viewer watches a working bot.
     let view = a.url(&mut w, "view").await?;
 
     let (_chromium, devtools) = headless_chromium().await?;
@@ -619,7 +655,12 @@ async fn the_viewer_page_shows_the_desktop_in_chromium() -> Result<()> {
             break;
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("the desktop never showed in the viewer");
+            let keep = std::env::temp_dir().join("rakazo-live-viewer-failure.png");
+            let _ = std::fs::write(&keep, &shot);
+            bail!(
+                "the desktop never showed in the viewer (screenshot: {})",
+                keep.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
