@@ -20,3 +20,14 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
   || rustup target add x86_64-unknown-linux-musl >/dev/null
+# The live terminal page's xterm.js (contracts.md §7), pinned by the committed package-lock and
+# served from disk by `rakazo serve`: nothing is fetched at run time.
+web="$(cd "$(dirname "$0")/.." && pwd)/control-plane/web"
+if [ ! -f "$web/node_modules/@xterm/xterm/lib/xterm.js" ]; then
+  if ! command -v npm >/dev/null; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq npm >/dev/null
+  fi
+  (cd "$web" && npm ci --no-audit --no-fund --silent)
+fi
