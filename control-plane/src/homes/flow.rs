@@ -7,11 +7,12 @@
 //! two in flight). A tunnel failure mid-stream fails the commit, so the previous revision stays
 //! current: a checkpoint is either recorded whole or reported as failed, never lost silently.
 //!
-//! Restore: the guest protocol wants the archive's exact size first, which neither store knows
-//! without reading it, so the checkpoint is read twice: once to verify it end to end (every
-//! segment authenticated, the archive checked, the size counted) without touching the guest, then
-//! again into the guest's import. A tampered or truncated checkpoint therefore fails before the
-//! guest sees a byte; the guest's staging import covers anything that slips between the passes.
+//! Restore: the guest protocol wants the archive's exact size first. The object store derives it
+//! from the sealed object's length, so the object streams once, straight into the guest's import;
+//! a tampered object fails authentication on the way, the stream to the guest is reset, and the
+//! guest's staging import writes nothing. The local store packs its tree on the fly and cannot
+//! know the size, so its checkpoint is read twice: once to check and count it, then into the
+//! guest.
 
 use super::{chain, HomeError, Progress};
 use crate::computers::{Computer, ComputerState};
@@ -143,24 +144,31 @@ impl Core {
             return Ok(None);
         };
         let revision = first.revision;
-        progress.phase("verifying", 0);
-        let size = drain(
-            ArchiveChecker::new(first.archive, Limits::default()),
-            progress,
-        )
-        .await
-        .map_err(HomeError::Read)?;
-        let Some(second) = self.homes.open_latest(&key).await? else {
-            return Err(HomeError::NoHome(c.home_key.clone()).into());
-        };
-        if second.revision != revision {
-            return Err(HomeError::Changed {
-                key: key.to_string(),
-                before: revision,
-                after: second.revision,
+        let (size, archive) = match first.archive_len {
+            // The object store knows the length from the sealed object's: one pass.
+            Some(size) => (size, first.archive),
+            None => {
+                progress.phase("verifying", 0);
+                let size = drain(
+                    ArchiveChecker::new(first.archive, Limits::default()),
+                    progress,
+                )
+                .await
+                .map_err(HomeError::Read)?;
+                let Some(second) = self.homes.open_latest(&key).await? else {
+                    return Err(HomeError::NoHome(c.home_key.clone()).into());
+                };
+                if second.revision != revision {
+                    return Err(HomeError::Changed {
+                        key: key.to_string(),
+                        before: revision,
+                        after: second.revision,
+                    }
+                    .into());
+                }
+                (size, second.archive)
             }
-            .into());
-        }
+        };
         let guest = self
             .registry
             .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
@@ -169,7 +177,8 @@ impl Core {
             .open(&Request::HomeImport(HomeImportRequest { size }))
             .await?;
         progress.phase("importing", size);
-        let mut archive = second.archive;
+        // Checked on the way too, so a bad archive names its fault here and not only in the guest.
+        let mut archive = ArchiveChecker::new(archive, Limits::default());
         let mut sent: u64 = 0;
         loop {
             let mut buf = BytesMut::with_capacity(RAW_CHUNK);

@@ -37,6 +37,18 @@ pub const TAG_LEN: usize = 16;
 /// Bytes of the header before the storage id: magic, version, segment size, revision, salt and
 /// the id's length.
 pub const HEADER_FIXED_LEN: usize = 8 + 2 + 4 + 8 + 32 + 1;
+/// The archive length a sealed object of `sealed_len` bytes for storage id `home` decrypts to,
+/// from the format alone (`FORMAT.md`): the header, then segments of [`SEGMENT_SIZE`] plaintext
+/// bytes each followed by a [`TAG_LEN`]-byte tag, the last one possibly shorter. `None` if no
+/// well-formed object has that length.
+pub fn plaintext_len(sealed_len: u64, home: &HomeKey) -> Option<u64> {
+    let header = (HEADER_FIXED_LEN + home.as_str().len()) as u64;
+    let body = sealed_len.checked_sub(header)?;
+    let sealed_segment = (SEGMENT_SIZE + TAG_LEN) as u64;
+    let segments = body.div_ceil(sealed_segment).max(1);
+    body.checked_sub(segments * TAG_LEN as u64)
+}
+
 /// Version byte of a wrapped data key.
 pub const WRAP_VERSION: u8 = 1;
 /// Length of a wrapped data key: version, nonce, encrypted key, tag.

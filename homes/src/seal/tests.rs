@@ -263,3 +263,26 @@ fn data_keys_wrap_and_unwrap_for_their_home_only() {
     assert!(matches!(err, SealError::BadWrappedKey { .. }), "{err}");
     assert_eq!(format!("{data:?}"), "Key256(***)");
 }
+
+#[tokio::test]
+async fn plaintext_len_follows_from_the_sealed_length() {
+    let key = DataKey::generate();
+    let h = home("h-0123456789abcdef");
+    for len in [
+        0,
+        1,
+        SEGMENT_SIZE - 1,
+        SEGMENT_SIZE,
+        SEGMENT_SIZE + 1,
+        2 * SEGMENT_SIZE,
+        3 * SEGMENT_SIZE + 5,
+    ] {
+        let sealed = seal_bytes(&noise(len, 7), &key, &h, rev(3)).await;
+        assert_eq!(
+            plaintext_len(sealed.len() as u64, &h),
+            Some(len as u64),
+            "{len}"
+        );
+    }
+    assert_eq!(plaintext_len(header_len(&h) as u64 - 1, &h), None);
+}

@@ -176,6 +176,7 @@ impl HomeStore for LocalHomeStore {
                 inner: pack_reader(tree),
                 _guard: guard,
             }),
+            archive_len: None,
         }))
     }
 

@@ -40,6 +40,10 @@ pub type ArchiveStream = Pin<Box<dyn AsyncRead + Send>>;
 pub struct Checkpoint {
     pub revision: Revision,
     pub archive: ArchiveStream,
+    /// The archive stream's length if the store knows it without reading it (the object store,
+    /// from the sealed object's length). Untrusted until the stream has been read to its end:
+    /// a tampered object fails authentication whatever length it claims.
+    pub archive_len: Option<u64>,
 }
 
 impl std::fmt::Debug for Checkpoint {

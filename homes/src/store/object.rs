@@ -17,7 +17,9 @@ use super::ledger::{LedgerEntry, LedgerError, RevisionLedger};
 use super::locks::KeyLocks;
 use super::{Checkpoint, Guarded, HomeStore, HomeStoreError};
 use crate::archive::{ArchiveChecker, Limits};
-use crate::seal::{unwrap_data_key, wrap_data_key, ContentKey, DataKey, OpenReader, SealReader};
+use crate::seal::{
+    plaintext_len, unwrap_data_key, wrap_data_key, ContentKey, DataKey, OpenReader, SealReader,
+};
 use crate::{HomeKey, Revision};
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
@@ -552,6 +554,10 @@ impl<L: RevisionLedger> HomeStore for ObjectHomeStore<L> {
             }
             Err(e) => return Err(s3_err("get", &object, e)),
         };
+        let archive_len = out
+            .content_length()
+            .and_then(|n| u64::try_from(n).ok())
+            .and_then(|n| plaintext_len(n, home));
         let reader = OpenReader::new(out.body.into_async_read(), &key, home, revision);
         Ok(Some(Checkpoint {
             revision,
@@ -559,6 +565,7 @@ impl<L: RevisionLedger> HomeStore for ObjectHomeStore<L> {
                 inner: reader,
                 _guard: guard,
             }),
+            archive_len,
         }))
     }
 
