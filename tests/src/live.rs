@@ -177,6 +177,8 @@ pub struct Rfb<I> {
     pub pixel_bytes: u64,
     /// How many of those bytes were not zero (a black screen has none).
     pub nonzero_bytes: u64,
+    /// When the first byte of the latest framebuffer update arrived.
+    pub last_update_at: Option<tokio::time::Instant>,
 }
 
 impl<I: RfbIo> Rfb<I> {
@@ -220,6 +222,7 @@ impl<I: RfbIo> Rfb<I> {
             height,
             pixel_bytes: 0,
             nonzero_bytes: 0,
+            last_update_at: None,
         })
     }
 
@@ -247,10 +250,32 @@ impl<I: RfbIo> Rfb<I> {
     /// Reads server messages until one framebuffer update has been read whole; returns the
     /// number of rectangles in it.
     pub async fn read_update(&mut self) -> Result<u16> {
+        let first = self.io.read_n(1).await?[0];
+        self.read_update_from(first).await
+    }
+
+    /// Like [`Rfb::read_update`], but gives up (`None`) if no message starts before `deadline`.
+    /// Only the wait for a message's first byte is cut short, so the stream never loses sync.
+    pub async fn read_update_until(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<u16>> {
+        match tokio::time::timeout_at(deadline, self.io.read_n(1)).await {
+            Err(_) => Ok(None),
+            Ok(first) => Ok(Some(self.read_update_from(first?[0]).await?)),
+        }
+    }
+
+    async fn read_update_from(&mut self, first: u8) -> Result<u16> {
+        let mut next = Some(first);
         loop {
-            let kind = self.io.read_n(1).await?[0];
+            let kind = match next.take() {
+                Some(k) => k,
+                None => self.io.read_n(1).await?[0],
+            };
             match kind {
                 0 => {
+                    self.last_update_at = Some(tokio::time::Instant::now());
                     let h = self.io.read_n(3).await?;
                     let rects = u16::from_be_bytes([h[1], h[2]]);
                     for _ in 0..rects {

@@ -1,0 +1,572 @@
+//! `bench_live`: the live screen and terminal benchmarks of issue 5 ("Must show" 6), in one run.
+//!
+//! Each measurement has an anchor taken in the same run, and the ratio is printed:
+//!
+//! 1. live-view latency: a key injected into the bot's display (`xdotool key`, its exit taken
+//!    as the moment of the change) toggles the colour of the whole page; the time to the first
+//!    byte of the framebuffer update that carries it, at an RFB client through the control
+//!    plane's websocket and guest gateway (view capability), against an RFB client of an
+//!    x11vnc that the bench starts itself on the same display with the guest's flags, reached
+//!    over its unix socket. Both clients wait for the same change;
+//! 2. bytes per second of framebuffer updates (raw encoding, so the bytes count frames, not a
+//!    codec) while the page scrolls itself for a few seconds, gateway and direct alternating;
+//! 3. terminal throughput: `head -c 200M /dev/zero | base64` through the terminal websocket,
+//!    against the same pipeline through the exec API (NDJSON stream of the same computer);
+//! 4. keystroke echo latency: one key through the terminal websocket until its echo comes back,
+//!    against the same key into a local PTY running the same shell.
+//!
+//! Timings are printed, never asserted. Usage: `target/release/bench_live [--latency-runs N]
+//! [--scroll-secs S] [--terminal-mib M] [--echo-runs N]`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::process::Stdio;
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::live::{connect, read_until, term_frame, RawIo, Rfb, RfbIo, WsBytes};
+use tests::World;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+const PAGE: &str = r#"<html><head><style>
+body { margin: 0; }
+.row { height: 40px; font: 24px sans-serif; }
+</style></head><body>
+<div id="rows"></div>
+<script>
+const rows = document.getElementById('rows');
+for (let i = 0; i < 3000; i++) {
+  const d = document.createElement('div');
+  d.className = 'row';
+  d.style.background = `hsl(${(i * 37) % 360}, 70%, 60%)`;
+  d.textContent = 'row ' + i + ' '.repeat(4) + 'scrolling workload';
+  rows.appendChild(d);
+}
+let dark = false;
+document.addEventListener('keydown', (e) => {
+  if (e.key === 't') {
+    dark = !dark;
+    document.body.style.filter = dark ? 'invert(1)' : 'none';
+  }
+  if (e.key === 's') {
+    const until = performance.now() + Number(location.hash.slice(1) || 5000);
+    const step = () => { window.scrollBy(0, 23); if (performance.now() < until) requestAnimationFrame(step); };
+    requestAnimationFrame(step);
+  }
+});
+</script></body></html>"#;
+
+struct Args {
+    latency_runs: usize,
+    scroll_secs: u64,
+    terminal_mib: u64,
+    echo_runs: usize,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        latency_runs: 30,
+        scroll_secs: 5,
+        terminal_mib: 200,
+        echo_runs: 50,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--latency-runs" => a.latency_runs = v.parse()?,
+            "--scroll-secs" => a.scroll_secs = v.parse()?,
+            "--terminal-mib" => a.terminal_mib = v.parse()?,
+            "--echo-runs" => a.echo_runs = v.parse()?,
+            other => bail!("unknown flag {other}"),
+        }
+    }
+    Ok(a)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.9), v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The bot's display, reached like the guest reaches it.
+struct Display {
+    num: u64,
+    xauthority: String,
+}
+
+impl Display {
+    async fn key(&self, key: &str) -> Result<()> {
+        let status = tokio::process::Command::new("xdotool")
+            .args(["key", key])
+            .env("DISPLAY", format!(":{}", self.num))
+            .env("XAUTHORITY", &self.xauthority)
+            .status()
+            .await?;
+        if !status.success() {
+            bail!("xdotool key {key} failed");
+        }
+        Ok(())
+    }
+}
+
+/// An x11vnc of our own on the bot's display, with the guest's view flags.
+struct DirectVnc {
+    _child: tokio::process::Child,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl DirectVnc {
+    async fn start(d: &Display) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("direct.sock");
+        let child = tokio::process::Command::new("x11vnc")
+            .args(["-display", &format!(":{}", d.num), "-auth", &d.xauthority])
+            .arg("-unixsock")
+            .arg(&socket)
+            .args([
+                "-rfbport",
+                "0",
+                "-shared",
+                "-forever",
+                "-nopw",
+                "-noxdamage",
+                "-norc",
+                "-nolookup",
+                "-nobell",
+                "-noremote",
+                "-viewonly",
+                "-nosetclipboard",
+                "-nosetprimary",
+                "-repeat",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start x11vnc")?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::UnixStream::connect(&socket).await.is_err() {
+            if Instant::now() > deadline {
+                bail!("x11vnc did not listen");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            _child: child,
+            socket,
+            _dir: dir,
+        })
+    }
+
+    async fn client(&self) -> Result<Rfb<RawIo<tokio::net::UnixStream>>> {
+        let s = tokio::net::UnixStream::connect(&self.socket).await?;
+        Rfb::handshake(RawIo(s)).await
+    }
+}
+
+/// Waits for the first update of at least `min_bytes` of pixels; returns when its first byte
+/// arrived.
+async fn first_big_update<I: RfbIo>(rfb: &mut Rfb<I>, min_bytes: u64) -> Result<Instant> {
+    loop {
+        let before = rfb.pixel_bytes;
+        rfb.read_update().await?;
+        let at = rfb
+            .last_update_at
+            .ok_or_else(|| anyhow!("no update time"))?;
+        rfb.request_update(true).await?;
+        if rfb.pixel_bytes - before >= min_bytes {
+            return Ok(at);
+        }
+    }
+}
+
+/// Reads updates until `quiet` passes without one.
+async fn drain<I: RfbIo>(rfb: &mut Rfb<I>, quiet: Duration) -> Result<()> {
+    while rfb
+        .read_update_until(Instant::now() + quiet)
+        .await?
+        .is_some()
+    {
+        rfb.request_update(true).await?;
+    }
+    Ok(())
+}
+
+async fn latency(
+    d: &Display,
+    gw: &mut Rfb<WsBytes>,
+    direct: &mut Rfb<RawIo<tokio::net::UnixStream>>,
+    runs: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (mut g, mut x) = (Vec::new(), Vec::new());
+    gw.request_update(true).await?;
+    direct.request_update(true).await?;
+    for run in 0..runs + 2 {
+        drain(gw, Duration::from_millis(300)).await?;
+        drain(direct, Duration::from_millis(50)).await?;
+        d.key("t").await?;
+        let t0 = Instant::now();
+        // A toggled page repaints at least a quarter of the screen.
+        let min = 1280 * 200 * 4;
+        let (a, b) = tokio::join!(first_big_update(gw, min), first_big_update(direct, min));
+        let (a, b) = (a?, b?);
+        // The first two changes warm both paths up and are not counted.
+        if run >= 2 {
+            g.push(ms(a.saturating_duration_since(t0)));
+            x.push(ms(b.saturating_duration_since(t0)));
+        }
+    }
+    Ok((g, x))
+}
+
+async fn scroll_rate<I: RfbIo>(d: &Display, rfb: &mut Rfb<I>, secs: u64) -> Result<(f64, f64)> {
+    rfb.request_update(true).await?;
+    drain(rfb, Duration::from_millis(300)).await?;
+    let start_bytes = rfb.pixel_bytes;
+    let mut updates = 0u64;
+    d.key("s").await?;
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs(secs);
+    while rfb.read_update_until(end).await?.is_some() {
+        updates += 1;
+        rfb.request_update(true).await?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    // Let the page stop scrolling before the next run.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok((
+        (rfb.pixel_bytes - start_bytes) as f64 / secs,
+        updates as f64 / secs,
+    ))
+}
+
+async fn terminal_throughput(w: &World, term: &str, mib: u64) -> Result<(f64, u64)> {
+    let mut ws = connect(&w.http, term).await?;
+    let mut out = Vec::new();
+    ws.send(Message::Binary(
+        term_frame(0, b"stty -echo; echo READY-$((1+1))\r").into(),
+    ))
+    .await?;
+    read_until(&mut ws, &mut out, "READY-2", Duration::from_secs(30)).await?;
+    let cmd = format!("head -c {mib}M /dev/zero | base64; echo DONE-$((40+2))\r");
+    ws.send(Message::Binary(term_frame(0, cmd.as_bytes()).into()))
+        .await?;
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(600), ws.next()).await? {
+            Some(Ok(Message::Binary(b))) => {
+                bytes += b.len() as u64;
+                tail.extend_from_slice(&b);
+                if tail.len() > 64 {
+                    tail.drain(..tail.len() - 64);
+                }
+                if String::from_utf8_lossy(&tail).contains("DONE-42") {
+                    break;
+                }
+            }
+            Some(Ok(_)) => {}
+            other => bail!("terminal ended: {other:?}"),
+        }
+    }
+    Ok((bytes as f64 / t0.elapsed().as_secs_f64(), bytes))
+}
+
+async fn exec_throughput(w: &World, c: &str, mib: u64) -> Result<(f64, u64)> {
+    let spec = serde_json::json!({
+        "argv": ["sh", "-c", format!("head -c {mib}M /dev/zero | base64")],
+    });
+    let t0 = Instant::now();
+    let resp = w
+        .client
+        .send(
+            Method::POST,
+            &format!("/v1/computers/{c}/exec"),
+            Some("application/json"),
+            None,
+            control_plane::client::full_body(serde_json::to_vec(&spec)?),
+        )
+        .await?;
+    let mut body = resp.into_body();
+    let mut bytes = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            bytes += data.len() as u64;
+        }
+    }
+    Ok((bytes as f64 / t0.elapsed().as_secs_f64(), bytes))
+}
+
+async fn terminal_echo(w: &World, term: &str, runs: usize) -> Result<Vec<f64>> {
+    let mut ws = connect(&w.http, term).await?;
+    let mut out = Vec::new();
+    ws.send(Message::Binary(
+        term_frame(0, b"echo READY-$((1+1))\r").into(),
+    ))
+    .await?;
+    read_until(&mut ws, &mut out, "READY-2", Duration::from_secs(30)).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut v = Vec::new();
+    for i in 0..runs {
+        let ch = b'a' + (i % 26) as u8;
+        let t0 = Instant::now();
+        ws.send(Message::Binary(term_frame(0, &[ch]).into()))
+            .await?;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await? {
+                Some(Ok(Message::Binary(b))) if b.contains(&ch) => break,
+                Some(Ok(_)) => {}
+                other => bail!("terminal ended: {other:?}"),
+            }
+        }
+        v.push(ms(t0.elapsed()));
+        // Erase it again so the line does not grow.
+        ws.send(Message::Binary(term_frame(0, b"\x7f").into()))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drain_ws(&mut ws).await;
+    }
+    Ok(v)
+}
+
+async fn drain_ws(ws: &mut tests::live::Ws) {
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(30), ws.next()).await {}
+}
+
+/// The anchor of the echo: the same key into a local PTY (openpty) running the same shell.
+async fn local_echo(runs: usize) -> Result<Vec<f64>> {
+    let pty = nix::pty::openpty(None, None).context("openpty")?;
+    let slave = pty.slave;
+    let _child = tokio::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .stdin(Stdio::from(slave.try_clone()?))
+        .stdout(Stdio::from(slave.try_clone()?))
+        .stderr(Stdio::from(slave))
+        .kill_on_drop(true)
+        .spawn()
+        .context("start a local bash")?;
+    let master = std::fs::File::from(pty.master);
+    let mut stdin = tokio::fs::File::from_std(master.try_clone()?);
+    let mut stdout = tokio::fs::File::from_std(master);
+    let mut buf = vec![0u8; 65536];
+    stdin.write_all(b"echo READY-$((1+1))\n").await?;
+    stdin.flush().await?;
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("READY-2") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stdout.read(&mut buf)).await??;
+        if n == 0 {
+            bail!("local shell ended");
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut v = Vec::new();
+    for i in 0..runs {
+        let ch = b'a' + (i % 26) as u8;
+        let t0 = Instant::now();
+        stdin.write_all(&[ch]).await?;
+        stdin.flush().await?;
+        loop {
+            let n = tokio::time::timeout(Duration::from_secs(10), stdout.read(&mut buf)).await??;
+            if n == 0 {
+                bail!("local shell ended");
+            }
+            if buf[..n].contains(&ch) {
+                break;
+            }
+        }
+        v.push(ms(t0.elapsed()));
+        stdin.write_all(b"\x7f").await?;
+        stdin.flush().await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(30), stdout.read(&mut buf)).await
+        {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    Ok(v)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let a = args()?;
+    let mut w = World::start().await?;
+    let site = Fixture::start().await?;
+    let c = w.create_computer("ws-bench-live").await?;
+    let lease = w.lease(&c, "bot-a", "run-bench").await?;
+    let screen = w
+        .post(
+            &format!("/v1/computers/{c}/screens/bot-a/ensure"),
+            serde_json::json!({ "lease": lease }),
+        )
+        .await?;
+    let page = site.page("bench", PAGE);
+    w.post(
+        &format!("/v1/computers/{c}/screens/bot-a/act"),
+        serde_json::json!({ "lease": lease, "actions": [
+            { "type": "open", "url": format!("{page}#{}", a.scroll_secs * 1000 + 500) },
+            { "type": "wait", "ms": 2000 },
+            { "type": "click", "x": 640, "y": 400 }
+        ]}),
+    )
+    .await?;
+    let num = screen["display"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("no display in {screen}"))?;
+    let display = Display {
+        num,
+        xauthority: std::env::temp_dir()
+            .join(format!("rakazo-guest-{c}"))
+            .join(format!("xauth-{num}"))
+            .display()
+            .to_string(),
+    };
+    // The run asks for a takeover so that the user may drive the terminal while it stays on.
+    w.post(
+        &format!("/v1/computers/{c}/leases/bot-a/waiting_takeover"),
+        serde_json::json!({ "lease": lease }),
+    )
+    .await?;
+    w.post(
+        &format!("/v1/computers/{c}/screens/bot-a/takeover"),
+        serde_json::json!({}),
+    )
+    .await?;
+    let url = |policy: &'static str| {
+        let w = &w;
+        let c = c.clone();
+        async move {
+            let v = w
+                .post(
+                    &format!("/v1/computers/{c}/screens/bot-a/url"),
+                    serde_json::json!({ "policy": policy }),
+                )
+                .await?;
+            Ok::<_, anyhow::Error>(v["path"].as_str().unwrap_or_default().to_string())
+        }
+    };
+    let view = url("view").await?;
+    let term = url("terminal").await?;
+
+    let direct_vnc = DirectVnc::start(&display).await?;
+    let mut gw = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
+    let mut direct = direct_vnc.client().await?;
+    gw.sync().await?;
+    direct.sync().await?;
+
+    println!("## Live screen and terminal (issue 5): run of `bench_live`\n");
+    let (g, x) = latency(&display, &mut gw, &mut direct, a.latency_runs).await?;
+    let (gs, xs) = (stats(g), stats(x));
+    println!(
+        "### Live-view latency: injected change to the first update byte ({} runs, both clients on the same change)\n",
+        a.latency_runs
+    );
+    println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
+    println!(
+        "| gateway: websocket → control plane → QUIC → guest filter → x11vnc | {:.1} | {:.1} | {:.1} |",
+        gs.0, gs.1, gs.2
+    );
+    println!(
+        "| anchor: x11vnc over its unix socket (same flags, same display) | {:.1} | {:.1} | {:.1} |",
+        xs.0, xs.1, xs.2
+    );
+    println!(
+        "| ratio gateway / anchor | {:.2} | {:.2} | {:.2} |\n",
+        gs.0 / xs.0,
+        gs.1 / xs.1,
+        gs.2 / xs.2
+    );
+
+    let mut rates = Vec::new();
+    for round in 0..2 {
+        let gr = scroll_rate(&display, &mut gw, a.scroll_secs).await?;
+        let xr = scroll_rate(&display, &mut direct, a.scroll_secs).await?;
+        rates.push((round, gr, xr));
+    }
+    println!(
+        "### Scrolling workload: framebuffer bytes per second (raw encoding, {} s per run, alternating)\n",
+        a.scroll_secs
+    );
+    println!("| round | gateway MB/s | gateway updates/s | anchor MB/s | anchor updates/s | ratio (bytes) |\n|---|---|---|---|---|---|");
+    for (round, gr, xr) in &rates {
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            round + 1,
+            gr.0 / 1e6,
+            gr.1,
+            xr.0 / 1e6,
+            xr.1,
+            gr.0 / xr.0
+        );
+    }
+    println!();
+    drop(gw);
+    drop(direct);
+
+    let (trate, tbytes) = terminal_throughput(&w, &term, a.terminal_mib).await?;
+    let (erate, ebytes) = exec_throughput(&w, &c, a.terminal_mib).await?;
+    println!(
+        "### Terminal throughput: `head -c {}M /dev/zero | base64`\n",
+        a.terminal_mib
+    );
+    println!("| path | bytes | MB/s |\n|---|---|---|");
+    println!(
+        "| terminal websocket (PTY bytes) | {tbytes} | {:.1} |",
+        trate / 1e6
+    );
+    println!(
+        "| anchor: exec API, NDJSON stream (JSON-escaped, so more bytes) | {ebytes} | {:.1} |",
+        erate / 1e6
+    );
+    println!("| ratio terminal / exec | | {:.2} |\n", trate / erate);
+
+    let echo = stats(terminal_echo(&w, &term, a.echo_runs).await?);
+    let local = stats(local_echo(a.echo_runs).await?);
+    println!("### Keystroke echo ({} keys)\n", a.echo_runs);
+    println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
+    println!(
+        "| terminal websocket → guest PTY (bash) | {:.2} | {:.2} | {:.2} |",
+        echo.0, echo.1, echo.2
+    );
+    println!(
+        "| anchor: local PTY (openpty + bash) | {:.2} | {:.2} | {:.2} |",
+        local.0, local.1, local.2
+    );
+    println!(
+        "| ratio | {:.1} | {:.1} | {:.1} |",
+        echo.0 / local.0,
+        echo.1 / local.1,
+        echo.2 / local.2
+    );
+    drop(direct_vnc);
+    w.post(
+        &format!("/v1/computers/{c}/screens/bot-a/release-control"),
+        serde_json::json!({}),
+    )
+    .await?;
+    w.post(
+        &format!("/v1/computers/{c}/leases/bot-a/release"),
+        serde_json::json!({ "lease": lease, "outcome": "failed" }),
+    )
+    .await?;
+    let _ = w
+        .client
+        .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)
+        .await;
+    Ok(())
+}
