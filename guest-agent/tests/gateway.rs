@@ -8,7 +8,7 @@
 //! deadline, and absence is checked after a round trip through the same stream.
 
 use anyhow::{anyhow, bail, Context, Result};
-use gateway_proto::desktop::{ScreenRelease, ScreenRequest};
+use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request};
 use guest_agent::gateway::capstream::{self, CapStream};
@@ -165,13 +165,13 @@ impl Guest {
         Ok(capstream::request(&self.conn, req, WAIT).await?)
     }
 
-    async fn ensure_screen(&self, bot: &str) -> Result<()> {
+    async fn ensure_screen(&self, bot: &str) -> Result<ScreenInfo> {
         let req = Request::ScreenEnsure(ScreenRequest {
             bot: BotId::new(bot)?,
             lease: LeaseToken::parse(&format!("run-{bot}:1"))?,
         });
         match self.request(&req).await?.0 {
-            Reply::Screen(_) => Ok(()),
+            Reply::Screen(info) => Ok(info),
             other => bail!("screen ensure for {bot} answered {other:?}"),
         }
     }
@@ -572,6 +572,64 @@ async fn terminals_resize_run_as_the_workspace_user_and_end_with_control() -> Re
         Ok(sockets(&guest).is_empty())
     })
     .await?;
+
+    // A client that finishes its stream ends its shell too, and the guest finishes its side.
+    let mut fourth = guest
+        .open("bot-term", CapabilityKind::Terminal, Some("lease-2"))
+        .await?;
+    let (_, _, pid_4, _) = probe_shell(&mut fourth).await?;
+    fourth.send.finish()?;
+    assert_eq!(stream_end(&mut fourth).await?, None);
+    eventually("the finished terminal's shell to end", || {
+        Ok(!process_alive(pid_4))
+    })
+    .await?;
+    guest.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_display_is_served_by_a_new_server_never_the_old_one() -> Result<()> {
+    let guest = Guest::start(None).await?;
+    let info = guest.ensure_screen("bot-crash").await?;
+    let mut view = guest.rfb("bot-crash", CapabilityKind::View).await?;
+    view.request_update(false).await?;
+    within("an update", view.next_update()).await??;
+    let old_sockets = guest.gateway_files();
+
+    // The X server dies under the viewer: x11vnc loses its display and the stream ends.
+    let lock = std::fs::read_to_string(format!("/tmp/.X{}-lock", info.display))?;
+    let xvfb: i32 = lock.trim().parse()?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(xvfb),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
+    let reset = stream_end(&mut view.into_inner()).await?;
+    assert_eq!(
+        reset, None,
+        "the guest finishes a stream whose server went away"
+    );
+    match guest
+        .connect("bot-crash", CapabilityKind::View, None)
+        .await?
+    {
+        Reply::Error(e) => assert_eq!(e.code, ErrorCode::NotFound, "{e:?}"),
+        other => bail!("a view of a dead display answered {other:?}"),
+    }
+
+    // Repaired (a new desktop epoch): a new server on a new socket serves the new display.
+    let repaired = guest.ensure_screen("bot-crash").await?;
+    assert!(repaired.started, "{repaired:?}");
+    let mut view = guest.rfb("bot-crash", CapabilityKind::View).await?;
+    view.request_update(false).await?;
+    within("an update of the repaired display", view.next_update()).await??;
+    let new_sockets: Vec<_> = guest
+        .gateway_files()
+        .into_iter()
+        .filter(|f| f.ends_with(".sock"))
+        .collect();
+    assert_eq!(new_sockets.len(), 1, "{new_sockets:?}");
+    assert!(!old_sockets.contains(&new_sockets[0]), "{new_sockets:?}");
     guest.shutdown().await;
     Ok(())
 }
