@@ -42,6 +42,8 @@ use tracing::{debug, info, warn};
 const DISCONNECT_LIMIT: Duration = Duration::from_secs(5);
 /// How long a connect retries a socket that refuses (a server that has bound but not listened).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most clients one view or control server serves at once.
+const MAX_CLIENTS_PER_SERVER: usize = 32;
 /// Most terminals one bot may have open at once (each is a shell and two threads).
 const MAX_TERMINALS_PER_BOT: usize = 16;
 /// Longest socket path a `sockaddr_un` holds (108 bytes with the NUL).
@@ -326,6 +328,16 @@ impl Gateway {
     ) -> Result<(PathBuf, CancellationToken, ClientGuard, Option<u64>), OpError> {
         if let Some(cap) = table.rfb(bot, kind) {
             if cap.epoch == live.epoch && cap.serving.is_alive() {
+                if cap.connected() >= MAX_CLIENTS_PER_SERVER {
+                    return Err(OpError::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "the {} capability of bot {bot} already has \
+                             {MAX_CLIENTS_PER_SERVER} clients",
+                            kind.as_str()
+                        ),
+                    ));
+                }
                 let guard = cap
                     .client()
                     .ok_or_else(|| failed("capability is being revoked"))?;

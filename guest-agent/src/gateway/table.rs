@@ -63,6 +63,13 @@ impl<T> Capability<T> {
         self.clients.clone().map(ClientGuard)
     }
 
+    /// How many clients are connected now.
+    pub fn connected(&self) -> usize {
+        self.clients
+            .as_ref()
+            .map_or(0, |tx| tx.strong_count().saturating_sub(1))
+    }
+
     /// Disconnects every client and waits until their relays have let go (or `limit` passed).
     /// Returns whether they all did.
     pub async fn disconnect(&mut self, limit: std::time::Duration) -> bool {
@@ -276,6 +283,7 @@ mod tests {
             cancel.cancelled().await;
             drop(guard);
         });
+        assert_eq!(cap.connected(), 1);
         assert!(cap.disconnect(Duration::from_secs(30)).await);
         assert!(cap.client().is_none(), "no new client after a revocation");
         relay.await.unwrap();
