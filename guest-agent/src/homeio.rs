@@ -145,40 +145,49 @@ pub async fn import(
 }
 
 /// The stream's next `size` bytes (the frame decoder's `remainder` first): an error if it ends
-/// early or carries more.
+/// early or the remainder already carries more. QUIC hands over about one packet per read; they
+/// are gathered into chunks of up to [`CHUNK`] bytes, because the unpacker reads through a
+/// blocking bridge that costs one hand-off per chunk.
 fn exact_bytes(
     recv: quinn::RecvStream,
     remainder: Vec<u8>,
     size: u64,
 ) -> impl futures_util::Stream<Item = io::Result<Bytes>> + Send {
-    let first = (!remainder.is_empty()).then(|| Bytes::from(remainder));
     futures_util::stream::unfold(
-        (recv, first, 0u64),
-        move |(mut recv, first, got)| async move {
-            let chunk = match first {
-                Some(b) => b,
-                None if got == size => return None,
-                None => match recv.read_chunk(CHUNK, true).await {
-                    Ok(Some(c)) => c.bytes,
-                    Ok(None) => {
-                        let e = io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!("import stream ended after {got} of {size} bytes"),
-                        );
-                        return Some((Err(e), (recv, None, size)));
-                    }
-                    Err(e) => return Some((Err(io::Error::other(e)), (recv, None, size))),
-                },
-            };
-            let got = got + chunk.len() as u64;
-            if got > size {
-                let e = io::Error::new(
+        (Some(recv), remainder, 0u64),
+        move |(recv, first, got)| async move {
+            let mut recv = recv?;
+            let fail = |e: io::Error| Some((Err(e), (None, Vec::new(), got)));
+            let mut buf = bytes::BytesMut::with_capacity(CHUNK.max(first.len()));
+            buf.extend_from_slice(&first);
+            if got + buf.len() as u64 > size {
+                return fail(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("import stream carries more than the announced {size} bytes"),
-                );
-                return Some((Err(e), (recv, None, size)));
+                ));
             }
-            Some((Ok(chunk), (recv, None, got)))
+            while buf.len() < CHUNK && got + (buf.len() as u64) < size {
+                let left = size - got - buf.len() as u64;
+                let want = (CHUNK - buf.len()).min(usize::try_from(left).unwrap_or(CHUNK));
+                match recv.read_chunk(want, true).await {
+                    Ok(Some(c)) => buf.extend_from_slice(&c.bytes),
+                    Ok(None) => {
+                        return fail(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "import stream ended after {} of {size} bytes",
+                                got + buf.len() as u64
+                            ),
+                        ))
+                    }
+                    Err(e) => return fail(io::Error::other(e)),
+                }
+            }
+            if buf.is_empty() {
+                return None;
+            }
+            let got = got + buf.len() as u64;
+            Some((Ok(buf.freeze()), (Some(recv), Vec::new(), got)))
         },
     )
 }

@@ -49,8 +49,9 @@ pub struct HomeArgs {
     /// Path-style addressing (endpoint/bucket/key), which most S3-compatible servers need.
     #[arg(long, env = "RAKAZO_S3_PATH_STYLE")]
     pub s3_path_style: bool,
-    /// Multipart part size in MiB (at least 5).
-    #[arg(long, env = "RAKAZO_S3_PART_MIB", default_value_t = 8)]
+    /// Multipart part size in MiB (at least 5). Memory per checkpoint is about
+    /// (parts in flight + 1) × this, on top of the tunnel's 16 MiB stream window.
+    #[arg(long, env = "RAKAZO_S3_PART_MIB", default_value_t = 5)]
     pub s3_part_mib: usize,
     /// Parts uploading at once.
     #[arg(long, env = "RAKAZO_S3_PARTS_IN_FLIGHT", default_value_t = 2)]

@@ -350,29 +350,38 @@ fn export_reader(
     progress: Progress,
 ) -> (impl AsyncRead + Send + Unpin + 'static, Progress) {
     let counter = progress.clone();
-    // Progress is published per MiB, not per QUIC packet: every publish wakes the API's watcher.
+    // QUIC hands over about one packet per read: gather them into chunks of up to RAW_CHUNK, so
+    // the checker and sealer run on large buffers. Progress is published per MiB, not per packet:
+    // every publish wakes the API's watcher.
     let stream = futures_util::stream::unfold((Some(rx), 0u64), move |(state, unreported)| {
         let progress = progress.clone();
         async move {
             let mut rx = state?;
-            match rx.read_raw(RAW_CHUNK).await {
-                Ok(Some(b)) => {
-                    let mut unreported = unreported + b.len() as u64;
-                    if unreported >= PROGRESS_BATCH {
-                        progress.add(unreported);
-                        unreported = 0;
+            let mut buf = BytesMut::new();
+            let mut ended = false;
+            while buf.len() < RAW_CHUNK {
+                match rx.read_raw(RAW_CHUNK - buf.len()).await {
+                    Ok(Some(b)) => buf.extend_from_slice(&b),
+                    Ok(None) => {
+                        ended = true;
+                        break;
                     }
-                    Some((Ok::<Bytes, io::Error>(b), (Some(rx), unreported)))
-                }
-                Ok(None) => {
-                    progress.add(unreported);
-                    None
-                }
-                Err(e) => {
-                    progress.add(unreported);
-                    Some((Err(io::Error::other(e)), (None, 0)))
+                    Err(e) => {
+                        progress.add(unreported);
+                        return Some((Err(io::Error::other(e)), (None, 0)));
+                    }
                 }
             }
+            let mut unreported = unreported + buf.len() as u64;
+            if ended || unreported >= PROGRESS_BATCH {
+                progress.add(unreported);
+                unreported = 0;
+            }
+            if buf.is_empty() {
+                return None;
+            }
+            let next = (!ended).then_some(rx);
+            Some((Ok::<Bytes, io::Error>(buf.freeze()), (next, unreported)))
         }
     });
     (StreamReader::new(Box::pin(stream)), counter)
