@@ -785,6 +785,18 @@ async fn lease(g: &Global, cmd: LeaseCmd) -> Result<i32> {
     Ok(0)
 }
 
+/// `POST .../screens/{bot}/takeover` or `.../release-control`.
+async fn control_action(
+    c: &Client,
+    computer: &str,
+    bot: &str,
+    action: &str,
+) -> Result<serde_json::Value> {
+    let path = format!("/v1/computers/{}/screens/{}/{action}", q(computer), q(bot));
+    Ok(c.json(Method::POST, &path, Some(&serde_json::json!({})))
+        .await?)
+}
+
 /// Prints a capability URL: on stdout only, so it can be piped and never lands in a log.
 async fn live_url(g: &Global, computer: &str, bot: &str, policy: &str) -> Result<i32> {
     let c = g.client()?;
@@ -833,14 +845,7 @@ async fn screen(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             return live_url(g, &computer, &bot, policy).await;
         }
         ScreenCmd::Takeover { computer, bot } => {
-            let path = format!(
-                "/v1/computers/{}/screens/{}/takeover",
-                q(&computer),
-                q(&bot)
-            );
-            let v = c
-                .json(Method::POST, &path, Some(&serde_json::json!({})))
-                .await?;
+            let v = control_action(&c, &computer, &bot, "takeover").await?;
             if g.json {
                 print_json(&v);
             } else {
@@ -853,14 +858,7 @@ async fn screen(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             return Ok(0);
         }
         ScreenCmd::Release { computer, bot } => {
-            let path = format!(
-                "/v1/computers/{}/screens/{}/release-control",
-                q(&computer),
-                q(&bot)
-            );
-            let v = c
-                .json(Method::POST, &path, Some(&serde_json::json!({})))
-                .await?;
+            let v = control_action(&c, &computer, &bot, "release-control").await?;
             if g.json {
                 print_json(&v);
             } else {
