@@ -65,6 +65,11 @@ impl S3Server {
         }
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops the server (the bucket's files stay).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -99,15 +99,55 @@ impl RssPeak {
     }
 }
 
-async fn timed_flow(w: &World, c: &str, flow: &str, pid: u32) -> Result<(Duration, u64, u64)> {
-    let idle = rss_kib(pid).context("server rss")?;
-    let sampler = RssPeak::start(pid);
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// The guest serving `home` (its working directory).
+fn guest_pid(home: &Path) -> Option<u32> {
+    let home = std::fs::canonicalize(home).ok()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        (exe.file_name()? == "rakazo-guest" && cwd == home).then_some(pid)
+    })
+}
+
+struct Flow {
+    elapsed: Duration,
+    bytes: u64,
+    rss_growth_kib: u64,
+    /// CPU seconds of the control plane, the guest and s3s-fs.
+    cpu: [f64; 3],
+}
+
+async fn timed_flow(w: &World, c: &str, flow: &str, pids: [u32; 3]) -> Result<Flow> {
+    let idle = rss_kib(pids[0]).context("server rss")?;
+    let cpu0 = pids.map(cpu_s);
+    let sampler = RssPeak::start(pids[0]);
     let start = now();
     let done = w.home_ok(c, flow).await?;
     let elapsed = start.elapsed();
     let peak = sampler.finish().await;
-    let bytes = done["bytes"].as_u64().unwrap_or(0);
-    Ok((elapsed, bytes, peak.saturating_sub(idle)))
+    let cpu1 = pids.map(cpu_s);
+    Ok(Flow {
+        elapsed,
+        bytes: done["bytes"].as_u64().unwrap_or(0),
+        rss_growth_kib: peak.saturating_sub(idle),
+        cpu: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]],
+    })
 }
 
 fn sealing_speed(mib: usize) -> Result<f64> {
@@ -169,36 +209,42 @@ async fn main() -> Result<()> {
     let tar_mbs = mb_per_s(content, tar_time);
     std::fs::remove_file(&target)?;
 
-    let (cp_time, cp_bytes, cp_rss) = timed_flow(&w, &c, "checkpoint", pid).await?;
-    let cp_mbs = mb_per_s(content, cp_time);
-    let (rs_time, _, rs_rss) = timed_flow(&w, &c, "restore", pid).await?;
-    let rs_mbs = mb_per_s(content, rs_time);
+    let pids = [
+        pid,
+        guest_pid(&home).context("guest pid")?,
+        s3.pid().context("s3s-fs pid")?,
+    ];
+    let cp = timed_flow(&w, &c, "checkpoint", pids).await?;
+    let cp_mbs = mb_per_s(content, cp.elapsed);
+    let rs = timed_flow(&w, &c, "restore", pids).await?;
+    let rs_mbs = mb_per_s(content, rs.elapsed);
     let seal_mbs = sealing_speed(512)?;
 
     println!(
         "floor  tar -c | zstd -1 > file: {tar_mbs:>7.0} MB/s ({:.2} s)",
         tar_time.as_secs_f64()
     );
-    println!(
-        "checkpoint (guest export -> seal -> s3s-fs): {cp_mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), \
-         {:.2}x the floor, control-plane RSS +{:.1} MiB",
-        cp_time.as_secs_f64(),
-        cp_bytes as f64 / f64::from(1u32 << 20),
-        cp_mbs / tar_mbs,
-        cp_rss as f64 / 1024.0
-    );
-    println!(
-        "restore (s3s-fs -> verify pass -> second pass -> guest import): {rs_mbs:>7.0} MB/s ({:.2} s), \
-         {:.2}x the floor, control-plane RSS +{:.1} MiB",
-        rs_time.as_secs_f64(),
-        rs_mbs / tar_mbs,
-        rs_rss as f64 / 1024.0
-    );
+    for (name, f, mbs) in [
+        ("checkpoint (guest export -> check -> seal -> s3s-fs)", &cp, cp_mbs),
+        ("restore (s3s-fs -> open -> check -> guest import)", &rs, rs_mbs),
+    ] {
+        println!(
+            "{name}: {mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), {:.2}x the floor, \
+             control-plane RSS +{:.1} MiB; CPU s: control plane {:.1}, guest {:.1}, s3s-fs {:.1}",
+            f.elapsed.as_secs_f64(),
+            f.bytes as f64 / f64::from(1u32 << 20),
+            mbs / tar_mbs,
+            f.rss_growth_kib as f64 / 1024.0,
+            f.cpu[0],
+            f.cpu[1],
+            f.cpu[2]
+        );
+    }
     println!("raw AES-256-GCM sealing (64 KiB segments, this process): {seal_mbs:>7.0} MB/s");
     println!(
         "goals: checkpoint >= 200 MB/s: {}; RSS growth <= 64 MiB: {}",
         if cp_mbs >= 200.0 { "met" } else { "missed" },
-        if cp_rss.max(rs_rss) <= 64 * 1024 {
+        if cp.rss_growth_kib.max(rs.rss_growth_kib) <= 64 * 1024 {
             "met"
         } else {
             "missed"
