@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod home;
 pub mod homeio;
 pub mod ops;
+pub mod orphans;
 pub mod pagebrowser;
 pub mod screens;
 pub mod tunnel;

@@ -494,15 +494,27 @@ impl Drop for World {
     }
 }
 
-/// Kills the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME).
+/// Kills the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
+/// a SIGKILLed guest leaves behind: its Xvfb and x11vnc (their `-auth` file is in the guest's
+/// runtime dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the home), which
+/// run in their own process groups. Without this, every test that ends with a live desktop
+/// would leave one running for the rest of the suite.
 fn kill_guest_of(dir: &Path) {
     let home = dir.join("home");
-    for pid in pids_with_env("RAKAZO_HOME", &home.display().to_string()) {
+    let kill = |pid: i32| {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
         );
+    };
+    pids_with_env("RAKAZO_HOME", &home.display().to_string())
+        .into_iter()
+        .for_each(kill);
+    let mut leftovers = pids_with_cmdline(&format!("{}/", home.display()));
+    if let Some(id) = dir.file_name().and_then(|n| n.to_str()) {
+        leftovers.extend(pids_with_cmdline(&format!("/rakazo-guest-{id}/")));
     }
+    leftovers.into_iter().for_each(kill);
 }
 
 /// Processes whose environment has `key=value`.

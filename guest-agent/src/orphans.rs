@@ -1,0 +1,116 @@
+//! Stops what a previous run of this guest left behind.
+//!
+//! Xvfb, x11vnc and Chrome run in their own process groups so a signal to one desktop never
+//! reaches another; the price is that a guest killed with SIGKILL (OOM killer, a crashed host
+//! agent) leaves them running, holding X displays, profile locks and memory. A guest starting
+//! for the same computer finds them by what their command lines must contain (its runtime dir:
+//! the `-auth` file of Xvfb and x11vnc; its home's browser profiles: Chrome's `--user-data-dir`)
+//! and kills them before it serves anything. Other processes in the home (a user's commands)
+//! are left alone.
+
+use std::path::Path;
+use tracing::{info, warn};
+
+/// Kills processes of an earlier run of this guest; returns how many were signalled.
+pub fn reap(runtime_dir: &Path, home: &Path) -> usize {
+    let needles = [
+        format!("{}/", runtime_dir.display()),
+        format!("{}/.browser-profiles/", home.display()),
+    ];
+    let me = std::process::id();
+    let mut killed = 0;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if !matches(&cmdline, &needles) {
+            continue;
+        }
+        let Ok(raw) = i32::try_from(pid) else {
+            continue;
+        };
+        match nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGKILL,
+        ) {
+            Ok(()) => killed += 1,
+            Err(e) => warn!(pid, error = %e, "cannot stop a leftover process"),
+        }
+    }
+    if killed > 0 {
+        info!(killed, "stopped processes left by an earlier run of this guest");
+    }
+    killed
+}
+
+/// Whether a NUL-separated command line has an argument containing one of `needles`.
+fn matches(cmdline: &[u8], needles: &[String]) -> bool {
+    cmdline.split(|b| *b == 0).any(|arg| {
+        let arg = String::from_utf8_lossy(arg);
+        needles.iter().any(|n| arg.contains(n.as_str()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_only_arguments_naming_the_runtime_dir_or_profiles() {
+        let needles = [
+            "/tmp/rakazo-guest-c1/".to_string(),
+            "/h/.browser-profiles/".to_string(),
+        ];
+        let xvfb = b"Xvfb\0:1\0-auth\0/tmp/rakazo-guest-c1/xauth-1\0";
+        let chrome = b"chromium\0--user-data-dir=/h/.browser-profiles/abc\0";
+        let other_guest = b"Xvfb\0-auth\0/tmp/rakazo-guest-c10/xauth-1\0";
+        let user_cmd = b"python3\0/h/script.py\0";
+        assert!(matches(xvfb, &needles));
+        assert!(matches(chrome, &needles));
+        assert!(!matches(other_guest, &needles));
+        assert!(!matches(user_cmd, &needles));
+    }
+
+    #[test]
+    fn reaps_a_leftover_process_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path().join("rt");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&runtime).unwrap();
+        let marker = runtime.join("xauth-9");
+        // `sleep` with an argument naming the runtime dir stands in for a leftover Xvfb.
+        let mut leftover = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("exec sleep 600 \"$0\"")
+            .arg(&marker)
+            .spawn()
+            .unwrap();
+        let mut bystander = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+        // Give `sh` time to exec into `sleep` with the marker argument.
+        let deadline = std::time::Duration::from_secs(10);
+        let mut waited = std::time::Duration::ZERO;
+        while !std::fs::read(format!("/proc/{}/cmdline", leftover.id()))
+            .map(|c| matches(&c, &[format!("{}/", runtime.display())]))
+            .unwrap_or(false)
+        {
+            assert!(waited < deadline, "the stand-in never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            waited += std::time::Duration::from_millis(20);
+        }
+        assert_eq!(reap(&runtime, &home), 1);
+        let status = leftover.wait().unwrap();
+        assert!(!status.success(), "the leftover was killed");
+        assert!(bystander.try_wait().unwrap().is_none(), "the bystander still runs");
+        bystander.kill().unwrap();
+        bystander.wait().unwrap();
+    }
+}
