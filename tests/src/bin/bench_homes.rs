@@ -225,8 +225,16 @@ async fn main() -> Result<()> {
         tar_time.as_secs_f64()
     );
     for (name, f, mbs) in [
-        ("checkpoint (guest export -> check -> seal -> s3s-fs)", &cp, cp_mbs),
-        ("restore (s3s-fs -> open -> check -> guest import)", &rs, rs_mbs),
+        (
+            "checkpoint (guest export -> check -> seal -> s3s-fs)",
+            &cp,
+            cp_mbs,
+        ),
+        (
+            "restore (s3s-fs -> open -> check -> guest import)",
+            &rs,
+            rs_mbs,
+        ),
     ] {
         println!(
             "{name}: {mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), {:.2}x the floor, \
