@@ -344,7 +344,7 @@ mod tests {
 
     async fn ledger_rules(db: Db) {
         let store = ComputerStore::new(db.clone());
-        let ledger = HomeLedger::new(db);
+        let ledger = HomeLedger::new(db.clone());
         let a = computer(&store, "w1").await;
         let sid = ledger.storage_id(&a).await.unwrap();
         assert_eq!(ledger.storage_id(&a).await.unwrap(), sid, "stable");
@@ -387,6 +387,32 @@ mod tests {
         assert!(!ledger.pending_restore(&b.id).await.unwrap());
         ledger.set_pending_restore(&b.id, true).await.unwrap();
         assert!(ledger.pending_restore(&b.id).await.unwrap());
+
+        // Live execution leases (but the releasing bot's) and live control leases hold off a
+        // checkpoint; expired ones do not.
+        sqlx::query(
+            "INSERT INTO leases (computer_id, bot, owner, fence, expires_at) \
+             VALUES ($1, 'bot-x', 'run-1', 1, 100), ($1, 'bot-z', NULL, 3, 100)",
+        )
+        .bind(b.id.as_str())
+        .execute(db.pool())
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO live_bots (computer_id, bot, control_id, control_expires_at) \
+             VALUES ($1, 'bot-y', 'ctl-1', 100)",
+        )
+        .bind(b.id.as_str())
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let holders = |except: Option<&'static str>, now: i64| {
+            let (ledger, id) = (ledger.clone(), b.id.clone());
+            async move { ledger.live_lease_holders(&id, except, now).await.unwrap() }
+        };
+        assert_eq!(holders(None, 50).await, vec!["bot-x", "control:bot-y"]);
+        assert_eq!(holders(Some("bot-x"), 50).await, vec!["control:bot-y"]);
+        assert!(holders(None, 100).await.is_empty());
     }
 
     #[tokio::test]
