@@ -604,3 +604,36 @@ async fn a_hostile_archive_is_refused_by_the_guest_and_writes_nothing() -> Resul
     }
     w.check_log()
 }
+
+/// A machine that is gone (its provider no longer has it) is replaced on `start`, and the
+/// replacement imports the stored home before the computer is reported running again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replacement_machine_gets_the_stored_home_before_use() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-replace").await?;
+    w.put_file(
+        &c,
+        "work/report.txt",
+        b"saved before the stop".to_vec(),
+        false,
+    )
+    .await?;
+    w.client
+        .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)
+        .await?;
+    // The machine is lost: the local provider keeps each machine in its own directory.
+    let machine = w.home_of(&c).parent().context("machine dir")?.to_path_buf();
+    std::fs::remove_dir_all(&machine)?;
+    let started = w
+        .client
+        .json(Method::POST, &format!("/v1/computers/{c}/start"), None)
+        .await?;
+    assert_eq!(started["state"], "running", "{started}");
+    assert_eq!(
+        std::fs::read(w.home_of(&c).join("work/report.txt"))?,
+        b"saved before the stop"
+    );
+    let info = home_info(&w, &c).await?;
+    assert_eq!(info["pending_restore"], false, "{info}");
+    w.check_log()
+}
