@@ -637,3 +637,46 @@ async fn a_replacement_machine_gets_the_stored_home_before_use() -> Result<()> {
     assert_eq!(info["pending_restore"], false, "{info}");
     w.check_log()
 }
+
+/// Ownership in the object store: destroying a computer keeps its stored home (the next
+/// computer with the same home key adopts it); a purge forgets the home's key and revision,
+/// which makes its objects unreadable, and deletes them; a home a live computer holds cannot be
+/// purged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_forgets_a_destroyed_computers_home() -> Result<()> {
+    let s3 = S3Server::start().await?;
+    let mut w = object_world(&s3, &[]).await?;
+    let c1 = w.create_computer("ws-purge").await?;
+    std::fs::write(w.home_of(&c1).join("old.txt"), b"old")?;
+    w.home_ok(&c1, "checkpoint").await?;
+    assert_eq!(s3.keys("homes/").await?.len(), 1);
+    let refused = w
+        .client
+        .json(Method::DELETE, "/v1/homes/team-ws-purge", None)
+        .await;
+    assert!(refused.is_err(), "a live computer's home is not purged");
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c1}"), None)
+        .await?;
+    assert_eq!(
+        s3.keys("homes/").await?.len(),
+        1,
+        "destroy keeps the stored home"
+    );
+    w.client
+        .json(Method::DELETE, "/v1/homes/team-ws-purge", None)
+        .await?;
+    assert!(
+        s3.keys("homes/").await?.is_empty(),
+        "purge deletes the objects"
+    );
+    let c2 = w.create_computer("ws-purge").await?;
+    assert!(!w.home_of(&c2).join("old.txt").exists());
+    assert_eq!(
+        home_info(&w, &c2).await?["revision"],
+        serde_json::Value::Null
+    );
+    // The adopted storage id starts over with a fresh data key.
+    assert_eq!(w.home_ok(&c2, "checkpoint").await?["revision"], 1);
+    w.check_log()
+}
