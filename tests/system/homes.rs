@@ -455,6 +455,10 @@ async fn local_store_checkpoints_on_stop_and_browses_a_stopped_home() -> Result<
     );
     let out = String::from_utf8(restore.stdout)?;
     assert!(out.starts_with("revision 1"), "{out}");
+    // Not a terminal: progress comes as plain lines on stderr, one per phase at least.
+    let progress = String::from_utf8(restore.stderr)?;
+    assert!(progress.contains("verifying: "), "{progress}");
+    assert!(progress.contains("importing: "), "{progress}");
 
     w.client
         .json(Method::DELETE, &format!("/v1/computers/{c2}"), None)
