@@ -684,3 +684,24 @@ async fn a_purge_forgets_a_destroyed_computers_home() -> Result<()> {
     assert_eq!(w.home_ok(&c2, "checkpoint").await?["revision"], 1);
     w.check_log()
 }
+
+/// The static (musl) guest exports and imports homes too: its staging swap is two renames,
+/// where glibc's is one `renameat2` exchange.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_static_guest_exports_and_imports_a_home() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        guest_bin: Some(tests::static_guest()),
+        ..Default::default()
+    })
+    .await?;
+    let c1 = w.create_computer("ws-static").await?;
+    write_sample_home(&w.home_of(&c1))?;
+    let before = manifest(&w.home_of(&c1))?;
+    w.home_ok(&c1, "checkpoint").await?;
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c1}"), None)
+        .await?;
+    let c2 = w.create_computer("ws-static").await?;
+    assert_eq!(manifest(&w.home_of(&c2))?, expected_after_restore(&before));
+    w.check_log()
+}
