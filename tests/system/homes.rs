@@ -132,11 +132,31 @@ async fn round_trip_through_the_object_store_keeps_files_and_cookies() -> Result
         !home1.join(profile_of(bot)).join("SingletonLock").exists(),
         "the browser was stopped for the export"
     );
+    // The quiesced browser starts again on the bot's next graphical call, on the same profile,
+    // and the same desktop is reported (not a new one).
+    let lease = w.lease(&c1, bot, "run-1b").await?;
+    let again = screen(&w, &c1, bot, &lease, "ensure", serde_json::json!({})).await?;
+    assert_eq!(again["started"], false, "{again}");
+    open_url(
+        &w,
+        &c1,
+        bot,
+        &lease,
+        &format!("{}/whoami?from=between", fx.base),
+    )
+    .await?;
+    let seen = wait_for(Duration::from_secs(20), "whoami between", || {
+        fx.cookies("between")
+    })
+    .await?;
+    assert_eq!(seen, vec!["bot=kept".to_string()]);
+    release(&w, &c1, bot, &lease).await?;
+    assert_eq!(home_info(&w, &c1).await?["revision"], 2);
     let done = w.home_ok(&c1, "checkpoint").await?;
-    assert_eq!(done["revision"], 2);
+    assert_eq!(done["revision"], 3);
     let object = only_object(&s3).await?;
     assert!(
-        object.ends_with("/2"),
+        object.ends_with("/3"),
         "{object}: the previous object is deleted"
     );
     let before = manifest(&home1)?;
@@ -147,7 +167,7 @@ async fn round_trip_through_the_object_store_keeps_files_and_cookies() -> Result
         .await?;
     let c2 = w.create_computer("ws-homes").await?;
     let info = home_info(&w, &c2).await?;
-    assert_eq!(info["revision"], 2, "{info}");
+    assert_eq!(info["revision"], 3, "{info}");
     assert_eq!(info["pending_restore"], false, "{info}");
     let home2 = w.home_of(&c2);
     assert_eq!(manifest(&home2)?, expected_after_restore(&before));
