@@ -668,3 +668,74 @@ async fn the_viewer_page_shows_the_desktop_in_chromium() -> Result<()> {
     w.check_log()?;
     Ok(())
 }
+
+/// Runs the real `rakazo` CLI against the world; returns (exit code, stdout, stderr).
+async fn cli(w: &World, args: &[&str]) -> Result<(i32, String, String)> {
+    let out = tokio::time::timeout(
+        LONG,
+        tokio::process::Command::new(tests::bin("rakazo"))
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("RAKAZO_URL", &w.http)
+            .env("RAKAZO_TOKEN", w.api_token())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("rakazo did not finish")??;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    ))
+}
+
+#[tokio::test]
+async fn the_cli_issues_urls_and_takes_and_releases_control() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-9").await?;
+    let (code, view, err) = cli(&w, &["screen", "url", &c, "bot-a"]).await?;
+    assert_eq!(code, 0, "{err}");
+    let view = view.trim().to_string();
+    let path = view
+        .split_once("/cap/")
+        .map(|(_, t)| format!("/cap/{t}"))
+        .ok_or_else(|| anyhow!("no capability URL in {view:?}"))?;
+    w.add_secret(path.trim_start_matches("/cap/"));
+    assert_eq!(get(&w.http, &path).await?.status, 200);
+
+    // Control needs the takeover; a running bot refuses it with the contract's words.
+    let (code, _, err) = cli(&w, &["screen", "url", &c, "bot-a", "--control"]).await?;
+    assert_ne!(code, 0);
+    assert!(err.contains("take control"), "{err}");
+    let run = w.lease(&c, "bot-a", "run-cli").await?;
+    let (code, _, err) = cli(&w, &["screen", "takeover", &c, "bot-a"]).await?;
+    assert_ne!(code, 0);
+    assert!(err.contains("Stop the bot first"), "{err}");
+    Bot::new(&c, "bot-a").end_run(&w, &run).await?;
+    let (code, out, err) = cli(&w, &["screen", "takeover", &c, "bot-a"]).await?;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("control of bot-a taken"), "{out}");
+    for args in [
+        vec!["screen", "url", c.as_str(), "bot-a", "--control"],
+        vec!["terminal", "url", c.as_str(), "bot-a"],
+    ] {
+        let (code, url, err) = cli(&w, &args).await?;
+        assert_eq!(code, 0, "{err}");
+        let token = url
+            .trim()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        w.add_secret(&token);
+        assert_eq!(get(&w.http, &format!("/cap/{token}")).await?.status, 200);
+    }
+    let (code, out, err) = cli(&w, &["screen", "release", &c, "bot-a"]).await?;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("released"), "{out}");
+    w.check_log()?;
+    Ok(())
+}
