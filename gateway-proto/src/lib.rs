@@ -30,6 +30,7 @@ pub mod lease;
 pub mod live;
 pub mod msg;
 pub mod page;
+pub mod termframe;
 
 pub use frame::{decode, encode, encode_into, FrameDecoder, FrameError, MAX_CHUNK, MAX_FRAME_LEN};
 pub use handshake::{

@@ -10,10 +10,10 @@
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::termframe::{encode_input, encode_resize};
 use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request};
 use guest_agent::gateway::capstream::{self, CapStream};
 use guest_agent::gateway::rfb::client::RfbClient;
-use guest_agent::gateway::terminal::frame::{encode_input, encode_resize};
 use guest_agent::gateway::GatewayConfig;
 use guest_agent::home::Home;
 use guest_agent::ops::Ops;

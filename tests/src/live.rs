@@ -326,21 +326,6 @@ impl<I: RfbIo> Rfb<I> {
     }
 }
 
-/// A §7 client frame: `[kind][len u32 BE][payload]`.
-pub fn term_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![kind];
-    f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A resize frame.
-pub fn term_resize(cols: u16, rows: u16) -> Vec<u8> {
-    let mut p = cols.to_be_bytes().to_vec();
-    p.extend_from_slice(&rows.to_be_bytes());
-    term_frame(1, &p)
-}
-
 /// Reads terminal output until it contains `needle` (or the deadline passes).
 pub async fn read_until(
     ws: &mut Ws,

@@ -6,11 +6,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
 use control_plane::client::ClientError;
 use futures_util::{SinkExt, StreamExt};
+use gateway_proto::termframe::{encode_input, encode_resize};
 use std::time::Duration;
 use tests::fixture::Fixture;
-use tests::live::{
-    connect, get, read_until, term_frame, term_resize, upgrade_status, wait_closed, Rfb, WsBytes,
-};
+use tests::live::{connect, get, read_until, upgrade_status, wait_closed, Rfb, WsBytes};
 use tests::{wait_for, World};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -442,10 +441,10 @@ async fn terminal_frames_resize_and_limits() -> Result<()> {
 
     let mut ws = connect(&w.http, &term).await?;
     let mut out = Vec::new();
-    ws.send(Message::Binary(term_resize(123, 45).into()))
+    ws.send(Message::Binary(encode_resize(123, 45).into()))
         .await?;
     // One input frame split across three websocket messages.
-    let f = term_frame(0, b"stty size; echo WHO-$(whoami)-AMI\r");
+    let f = encode_input(b"stty size; echo WHO-$(whoami)-AMI\r");
     for part in [&f[..2], &f[2..9], &f[9..]] {
         ws.send(Message::Binary(part.to_vec().into())).await?;
     }
@@ -480,7 +479,7 @@ async fn releasing_control_closes_every_shell() -> Result<()> {
         let mut out = Vec::new();
         let marker = format!("shell-{i}-ready");
         ws.send(Message::Binary(
-            term_frame(0, format!("echo {marker}\r").as_bytes()).into(),
+            encode_input(format!("echo {marker}\r").as_bytes()).into(),
         ))
         .await?;
         read_until(&mut ws, &mut out, &marker, LONG).await?;

@@ -13,7 +13,6 @@ pub mod relay;
 pub mod seal;
 pub mod store;
 pub mod streams;
-pub mod termframe;
 
 use crate::db::Db;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! One live stream: a browser's websocket relayed to one QUIC operation stream of the guest.
 //!
 //! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the §7 client
-//! frames one way, checked by [`TermFrameCheck`] on the way, and raw PTY bytes the other). Once a
+//! frames one way, checked by [`FrameCheck`] on the way, and raw PTY bytes the other). Once a
 //! second the capability is checked against the database again, and the stream closes when it
 //! no longer holds (`initiator = revoked`); a decision elsewhere (release of control, a torn
 //! down desktop) closes it at once through its [`StreamGuard`]. Whoever ends the stream, the
@@ -10,12 +10,12 @@
 use super::authority::{check, Rejection};
 use super::seal::Capability;
 use super::streams::StreamGuard;
-use super::termframe::TermFrameCheck;
 use crate::clock::now_ms;
 use crate::core::Core;
 use crate::tunnel::OpStream;
 use futures_util::{SinkExt, StreamExt};
 use gateway_proto::live::CapabilityKind;
+use gateway_proto::termframe::FrameCheck;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -73,7 +73,7 @@ where
 {
     let started = tokio::time::Instant::now();
     let policy = ctx.cap.policy;
-    let mut frames = (policy == CapabilityKind::Terminal).then(TermFrameCheck::new);
+    let mut frames = (policy == CapabilityKind::Terminal).then(FrameCheck::new);
     let mut recheck = tokio::time::interval_at(started + RECHECK_EVERY, RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     op.rx.start_raw();

@@ -26,10 +26,10 @@
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::ScreenRequest;
 use gateway_proto::live::{CapabilityKind, ConnectRequest};
+use gateway_proto::termframe::encode_input;
 use gateway_proto::{BotId, LeaseToken, Reply, Request};
 use guest_agent::gateway::capstream;
 use guest_agent::gateway::rfb::client::RfbClient;
-use guest_agent::gateway::terminal::frame::encode_input;
 use guest_agent::gateway::GatewayConfig;
 use guest_agent::home::Home;
 use guest_agent::ops::Ops;

@@ -20,12 +20,13 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
+use gateway_proto::termframe::encode_input;
 use http_body_util::BodyExt;
 use hyper::Method;
 use std::process::Stdio;
 use std::time::Duration;
 use tests::fixture::Fixture;
-use tests::live::{connect, read_until, term_frame, RawIo, Rfb, RfbIo, WsBytes};
+use tests::live::{connect, read_until, RawIo, Rfb, RfbIo, WsBytes};
 use tests::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -191,12 +192,15 @@ async fn first_update<I: RfbIo>(rfb: &mut Rfb<I>, min_bytes: u64) -> Result<Inst
     first.ok_or_else(|| anyhow!("no update within 10 s of the change"))
 }
 
-/// Reads updates until `quiet` passes without one.
+/// Reads updates until `quiet` passes without one, for at most 3 s (a screen that never
+/// settles, say a blinking caret, must not stall the run).
 async fn drain<I: RfbIo>(rfb: &mut Rfb<I>, quiet: Duration) -> Result<()> {
-    while rfb
-        .read_update_until(Instant::now() + quiet)
-        .await?
-        .is_some()
+    let limit = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < limit
+        && rfb
+            .read_update_until((Instant::now() + quiet).min(limit))
+            .await?
+            .is_some()
     {
         rfb.request_update(true).await?;
     }
@@ -255,12 +259,12 @@ async fn terminal_throughput(w: &World, term: &str, mib: u64) -> Result<(f64, u6
     let mut ws = connect(&w.http, term).await?;
     let mut out = Vec::new();
     ws.send(Message::Binary(
-        term_frame(0, b"stty -echo; echo READY-$((1+1))\r").into(),
+        encode_input(b"stty -echo; echo READY-$((1+1))\r").into(),
     ))
     .await?;
     read_until(&mut ws, &mut out, "READY-2", Duration::from_secs(30)).await?;
     let cmd = format!("head -c {mib}M /dev/zero | base64; echo DONE-$((40+2))\r");
-    ws.send(Message::Binary(term_frame(0, cmd.as_bytes()).into()))
+    ws.send(Message::Binary(encode_input(cmd.as_bytes()).into()))
         .await?;
     let t0 = Instant::now();
     let mut bytes = 0u64;
@@ -313,7 +317,7 @@ async fn terminal_echo(w: &World, term: &str, runs: usize) -> Result<Vec<f64>> {
     let mut ws = connect(&w.http, term).await?;
     let mut out = Vec::new();
     ws.send(Message::Binary(
-        term_frame(0, b"echo READY-$((1+1))\r").into(),
+        encode_input(b"echo READY-$((1+1))\r").into(),
     ))
     .await?;
     read_until(&mut ws, &mut out, "READY-2", Duration::from_secs(30)).await?;
@@ -322,8 +326,7 @@ async fn terminal_echo(w: &World, term: &str, runs: usize) -> Result<Vec<f64>> {
     for i in 0..runs {
         let ch = b'a' + (i % 26) as u8;
         let t0 = Instant::now();
-        ws.send(Message::Binary(term_frame(0, &[ch]).into()))
-            .await?;
+        ws.send(Message::Binary(encode_input(&[ch]).into())).await?;
         loop {
             match tokio::time::timeout(Duration::from_secs(10), ws.next()).await? {
                 Some(Ok(Message::Binary(b))) if b.contains(&ch) => break,
@@ -333,7 +336,7 @@ async fn terminal_echo(w: &World, term: &str, runs: usize) -> Result<Vec<f64>> {
         }
         v.push(ms(t0.elapsed()));
         // Erase it again so the line does not grow.
-        ws.send(Message::Binary(term_frame(0, b"\x7f").into()))
+        ws.send(Message::Binary(encode_input(b"\x7f").into()))
             .await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
         drain_ws(&mut ws).await;

@@ -1,16 +1,16 @@
 //! Terminal sessions (contracts.md §7): one fresh shell on its own PTY per connection, served
 //! in-process on the session's own unix socket so the gateway relays it like the RFB sockets.
 //!
-//! The session's socket accepts one connection. Bytes from it are §7 frames ([`frame`]): input
+//! The session's socket accepts one connection. Bytes from it are §7 frames
+//! ([`gateway_proto::termframe`]): input
 //! goes to the PTY, resizes to the PTY's window size; the PTY's output goes back raw. A bad or
 //! oversized frame ends the session. Stopping a session hangs up the shell's process group,
 //! kills it, kills anything else still holding the PTY, and removes the socket. Who the shell
 //! runs as is decided by [`user`].
 
-pub mod frame;
 pub mod user;
 
-use frame::{FrameDecoder, TermFrame};
+use gateway_proto::termframe::{FrameDecoder, TermFrame};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use portable_pty::{CommandBuilder, MasterPty, PtySize};
