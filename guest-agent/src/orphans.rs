@@ -47,7 +47,10 @@ pub fn reap(runtime_dir: &Path, home: &Path) -> usize {
         }
     }
     if killed > 0 {
-        info!(killed, "stopped processes left by an earlier run of this guest");
+        info!(
+            killed,
+            "stopped processes left by an earlier run of this guest"
+        );
     }
     killed
 }
@@ -94,7 +97,10 @@ mod tests {
             .arg(&marker)
             .spawn()
             .unwrap();
-        let mut bystander = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+        let mut bystander = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
         // Give `sh` time to exec into `sleep` with the marker argument.
         let deadline = std::time::Duration::from_secs(10);
         let mut waited = std::time::Duration::ZERO;
@@ -109,7 +115,10 @@ mod tests {
         assert_eq!(reap(&runtime, &home), 1);
         let status = leftover.wait().unwrap();
         assert!(!status.success(), "the leftover was killed");
-        assert!(bystander.try_wait().unwrap().is_none(), "the bystander still runs");
+        assert!(
+            bystander.try_wait().unwrap().is_none(),
+            "the bystander still runs"
+        );
         bystander.kill().unwrap();
         bystander.wait().unwrap();
     }
