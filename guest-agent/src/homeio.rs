@@ -1,7 +1,7 @@
 //! Home export and import over the tunnel (contracts.md §9).
 //!
-//! Export quiesces the bots' browsers when asked (so cookies and profile databases are flushed),
-//! estimates the archive's content from a walk, answers `ExportStart`, then streams the home as
+//! Export quiesces the bots' browsers when asked (so cookies and profile databases are flushed;
+//! they start again, on their last session, once the archive is sent), estimates the archive's content from a walk, answers `ExportStart`, then streams the home as
 //! one archive (`homes::archive::pack_reader`) straight into the QUIC stream: the archive is never
 //! held in memory or on disk, and a failure resets the stream, which the control plane sees as a
 //! lost (never a complete) checkpoint.
@@ -41,12 +41,22 @@ const CHUNK: usize = 256 * 1024;
 pub async fn export(
     home: &Home,
     screens: &Screens,
-    mut send: quinn::SendStream,
+    send: quinn::SendStream,
     req: HomeExportRequest,
 ) {
     if req.quiesce_browsers {
         screens.quiesce_browsers().await;
     }
+    export_tree(home, send).await;
+    if req.quiesce_browsers {
+        // A checkpoint at a run's end must not take the bot's browser away (contracts.md §3:
+        // a successful run keeps it): Chrome reopens its last session on the same profile.
+        screens.resume_browsers().await;
+    }
+}
+
+/// Writes `ExportStart` and the archive of the home to `send`.
+async fn export_tree(home: &Home, mut send: quinn::SendStream) {
     let root = home.root().to_path_buf();
     let walk_root = root.clone();
     let estimate = tokio::task::spawn_blocking(move || estimate(&walk_root)).await;

@@ -388,6 +388,24 @@ impl Screens {
         }
     }
 
+    /// Starts again every browser [`Screens::quiesce_browsers`] closed (after an export), so
+    /// a person watching sees the bot's pages again without waiting for its next graphical call.
+    /// A browser that does not start is logged and left for that call to repair.
+    pub async fn resume_browsers(&self) {
+        let desktops: Vec<_> = self
+            .desktops
+            .lock()
+            .await
+            .iter()
+            .map(|(bot, d)| (bot.clone(), d.clone()))
+            .collect();
+        for (bot, desktop) in desktops {
+            if let Err(e) = self.repair(&bot, &desktop).await {
+                warn!(bot = %bot, error = %e, "browser did not start again after a quiesce");
+            }
+        }
+    }
+
     /// The CDP address of the bot's browser, started or repaired as needed.
     fn ws_of(d: &Desktop) -> Result<String, OpError> {
         d.browser
