@@ -34,23 +34,44 @@
     send(1, p);
   }
 
-  report("connecting");
-  var ws = new WebSocket(wsUrl);
-  ws.binaryType = "arraybuffer";
-  ws.onopen = function () {
-    connected = true;
-    report("connected");
-    fit.fit();
-    sendResize();
-    term.focus();
-  };
-  ws.onmessage = function (e) {
-    term.write(new Uint8Array(e.data));
-  };
-  ws.onclose = function () {
-    report(connected ? "disconnected" : "failed");
-    term.write("\r\n[connection closed]\r\n");
-  };
+  // A dropped connection reconnects to a fresh shell (contracts.md §7). A websocket that never
+  // opens (revoked or expired capability, control released) ends the retries.
+  var ws = null;
+  var retries = 0;
+  var MAX_RETRIES = 5;
+  function connect() {
+    report("connecting");
+    connected = false;
+    ws = new WebSocket(wsUrl);
+    ws.binaryType = "arraybuffer";
+    ws.onopen = function () {
+      connected = true;
+      retries = 0;
+      report("connected");
+      fit.fit();
+      sendResize();
+      term.focus();
+    };
+    ws.onmessage = function (e) {
+      term.write(new Uint8Array(e.data));
+    };
+    ws.onclose = function () {
+      if (!connected) {
+        report("failed");
+        term.write("\r\n[cannot connect: the terminal link may have been revoked]\r\n");
+        return;
+      }
+      report("disconnected");
+      if (retries >= MAX_RETRIES) {
+        term.write("\r\n[connection closed]\r\n");
+        return;
+      }
+      retries += 1;
+      term.write("\r\n[connection closed; opening a new shell]\r\n");
+      setTimeout(connect, 1000);
+    };
+  }
+  connect();
   term.onData(function (d) {
     send(0, encoder.encode(d));
   });

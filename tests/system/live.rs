@@ -738,3 +738,68 @@ async fn the_cli_issues_urls_and_takes_and_releases_control() -> Result<()> {
     w.check_log()?;
     Ok(())
 }
+
+/// Reads the reporter's state history of a page.
+async fn reporter_history(tab: &chromiumoxide::Page) -> Result<Vec<String>> {
+    Ok(tab
+        .evaluate("window.rakazoStatus || []")
+        .await?
+        .into_value()
+        .unwrap_or_default())
+}
+
+/// Waits until the page's reporter history satisfies `done`.
+async fn wait_history(
+    tab: &chromiumoxide::Page,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> Result<Vec<String>> {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let h = reporter_history(tab).await?;
+        if done(&h) {
+            return Ok(h);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {what}; reporter history {h:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_terminal_page_runs_a_shell_and_reconnects_to_a_fresh_one() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-10").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    a.takeover(&w).await?;
+    let term = a.terminal_url(&mut w).await?;
+
+    let (_chromium, devtools) = headless_chromium().await?;
+    let (browser, mut handler) = chromiumoxide::Browser::connect(devtools).await?;
+    tokio::spawn(async move { while handler.next().await.is_some() {} });
+    let tab = browser
+        .new_page(format!("{}{term}", w.http))
+        .await
+        .context("open the terminal page")?;
+    let count = |h: &[String], s: &str| h.iter().filter(|x| x.as_str() == s).count();
+    wait_history(&tab, "connected", |h| count(h, "connected") >= 1).await?;
+
+    // The shell exits: the page reconnects to a fresh shell by itself (contracts.md §7).
+    tab.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+        .await?;
+    let input = tab.find_element(".xterm-helper-textarea").await?;
+    input.type_str("exit").await?;
+    input.press_key("Enter").await?;
+    let h = wait_history(&tab, "a second connection", |h| count(h, "connected") >= 2).await?;
+    assert!(h.contains(&"disconnected".to_string()), "{h:?}");
+
+    // Releasing control ends the shell, and the page's retry is refused: it reports failure.
+    a.release_control(&w).await?;
+    let h = wait_history(&tab, "failed", |h| h.last().is_some_and(|s| s == "failed")).await?;
+    assert_eq!(count(&h, "connected"), 2, "{h:?}");
+    drop(browser);
+    w.check_log()?;
+    Ok(())
+}

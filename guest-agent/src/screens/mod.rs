@@ -400,8 +400,21 @@ impl Screens {
             .map(|(bot, d)| (bot.clone(), d.clone()))
             .collect();
         for (bot, desktop) in desktops {
-            if let Err(e) = self.repair(&bot, &desktop).await {
-                warn!(bot = %bot, error = %e, "browser did not start again after a quiesce");
+            let mut d = desktop.lock().await;
+            // Only a live desktop whose browser was closed for the quiesce: one released in the
+            // meantime must stay down (its slot may already be another bot's), and a dead
+            // display is left to the repair of the bot's next call.
+            if d.released || d.browser.is_some() || !d.xvfb.is_alive() {
+                continue;
+            }
+            match self.start_browser(&bot, &mut d).await {
+                Ok(()) => {
+                    d.page.browser_restarted();
+                    info!(bot = %bot, "browser started again after a quiesce");
+                }
+                Err(e) => {
+                    warn!(bot = %bot, error = %e, "browser did not start again after a quiesce")
+                }
             }
         }
     }
