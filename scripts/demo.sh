@@ -30,13 +30,18 @@ rk files ls "$ID" bin
 rk exec "$ID" -- bin/hello.sh one two
 LEASE=$(rk lease acquire "$ID" bot-1 --owner run-1 --json | sed -n 's/.*"lease": "\([^"]*\)".*/\1/p')
 rk exec "$ID" --bot bot-1 --lease "$LEASE" -- sh -c 'echo "running for bot-1 under lease $0"' "$LEASE"
-rk lease release "$ID" bot-1 "$LEASE"
+rk screen ensure "$ID" bot-1 --lease "$LEASE"        # bot-1's own X display and Chrome
+rk lease release "$ID" bot-1 "$LEASE"                # the run ends: its home is checkpointed
+rk home show "$ID"
+rk home ls "$ID" bin                                 # read from the stored checkpoint
+VIEW=$(rk screen url "$ID" bot-1 --json | sed -n 's/.*"url": "\([^"]*\)".*/\1/p')
 set +e
 rk exec "$ID" --timeout-ms 500 -- sh -c 'sleep 100 & sleep 100; echo never'
 echo "(exit $? : the whole process tree was killed)"
 set -e
 echo
 echo "The control plane is running: try  RAKAZO_DATA_DIR=$RAKAZO_DATA_DIR $BIN/rakazo exec $ID -- ls -la"
+[ -n "$VIEW" ] && echo "Watch bot-1's desktop in a browser (a view-only link, valid 60 minutes): $VIEW"
 if [ "${RAKAZO_DEMO_EXIT:-0}" = 1 ]; then exit 0; fi
 echo "Ctrl-C stops it."
 wait $SERVER

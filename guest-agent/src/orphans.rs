@@ -90,10 +90,11 @@ mod tests {
         let home = dir.path().join("home");
         std::fs::create_dir_all(&runtime).unwrap();
         let marker = runtime.join("xauth-9");
-        // `sleep` with an argument naming the runtime dir stands in for a leftover Xvfb.
-        let mut leftover = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("exec sleep 600 \"$0\"")
+        std::fs::write(&marker, b"").unwrap();
+        // `tail -f` on a file of the runtime dir stands in for a leftover Xvfb: it runs until
+        // killed, with the runtime dir in its arguments.
+        let mut leftover = std::process::Command::new("tail")
+            .arg("-f")
             .arg(&marker)
             .spawn()
             .unwrap();
@@ -101,7 +102,6 @@ mod tests {
             .arg("600")
             .spawn()
             .unwrap();
-        // Give `sh` time to exec into `sleep` with the marker argument.
         let deadline = std::time::Duration::from_secs(10);
         let mut waited = std::time::Duration::ZERO;
         while !std::fs::read(format!("/proc/{}/cmdline", leftover.id()))
