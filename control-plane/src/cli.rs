@@ -781,6 +781,18 @@ async fn lease(g: &Global, cmd: LeaseCmd) -> Result<i32> {
         println!("{l}\texpires_at_ms={}", v["expires_at_ms"]);
     } else {
         println!("released");
+        // The run-end checkpoint (contracts.md §9): a failure must reach the user, not only
+        // the server log; the release itself stands, and the previous revision stays current.
+        let cp = &v["checkpoint"];
+        match cp["status"].as_str() {
+            Some("saved") => println!("home checkpointed: revision {}", cp["revision"]),
+            Some("failed") => eprintln!(
+                "rakazo: the home checkpoint after this run failed (the previous revision stays current): {}",
+                cp["error"].as_str().unwrap_or("unknown error")
+            ),
+            Some(other) => println!("home checkpoint {other}"),
+            None => {}
+        }
     }
     Ok(0)
 }

@@ -10,6 +10,7 @@ use crate::computers::{
     ComputerStore, NewComputer, TokenHash,
 };
 use crate::db::Db;
+use crate::homes::flow::RunCheckpoint;
 use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
 use crate::tunnel::{GuestAuth, OpStream, Registry, TunnelError};
 use gateway_proto::{BotId, BotLease, ControlMsg, LeaseToken, Request, Secret};
@@ -365,15 +366,16 @@ impl Core {
         bot: &BotId,
         token: &LeaseToken,
         outcome: RunOutcome,
-    ) -> Result<(), CoreError> {
+    ) -> Result<RunCheckpoint, CoreError> {
         let c = self.get(id).await?;
         self.leases.release(&c.id, bot, token, now_ms()).await?;
         self.push_lease(&c, bot, None);
         if outcome != RunOutcome::Success {
             self.release_screen(&c, bot).await;
         }
-        self.log_run_checkpoint(&c, bot, self.checkpoint_after_run(&c, bot).await);
-        Ok(())
+        let checkpoint = self.checkpoint_after_run(&c, bot).await;
+        self.log_run_checkpoint(&c, bot, &checkpoint);
+        Ok(checkpoint)
     }
 
     /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.

@@ -45,13 +45,15 @@ async fn home_info(w: &World, c: &str) -> Result<serde_json::Value> {
         .await?)
 }
 
-async fn release(w: &World, c: &str, bot: &str, lease: &str) -> Result<()> {
-    w.post(
-        &format!("/v1/computers/{c}/leases/{bot}/release"),
-        serde_json::json!({ "lease": lease, "outcome": "success" }),
-    )
-    .await?;
-    Ok(())
+/// Ends a run successfully; returns what its run-end checkpoint did (the release's answer).
+async fn release(w: &World, c: &str, bot: &str, lease: &str) -> Result<serde_json::Value> {
+    let v = w
+        .post(
+            &format!("/v1/computers/{c}/leases/{bot}/release"),
+            serde_json::json!({ "lease": lease, "outcome": "success" }),
+        )
+        .await?;
+    Ok(v["checkpoint"].clone())
 }
 
 async fn screen(
@@ -530,13 +532,21 @@ async fn checkpoints_wait_for_other_bots_and_the_last_run_saves() -> Result<()> 
     let msg = last["message"].as_str().unwrap_or_default();
     assert!(msg.contains("bot-a") && msg.contains("bot-b"), "{msg}");
 
-    release(&w, &c, "bot-a", &a).await?;
+    let deferred = release(&w, &c, "bot-a", &a).await?;
+    assert_eq!(deferred["status"], "deferred", "{deferred}");
+    assert_eq!(
+        deferred["waiting_for"],
+        serde_json::json!(["bot-b"]),
+        "{deferred}"
+    );
     assert_eq!(
         home_info(&w, &c).await?["revision"],
         serde_json::Value::Null,
         "bot-b still runs: the checkpoint is deferred"
     );
-    release(&w, &c, "bot-b", &b).await?;
+    let saved = release(&w, &c, "bot-b", &b).await?;
+    assert_eq!(saved["status"], "saved", "{saved}");
+    assert_eq!(saved["revision"], 1, "{saved}");
     assert_eq!(
         home_info(&w, &c).await?["revision"],
         1,

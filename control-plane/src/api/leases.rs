@@ -92,12 +92,13 @@ pub async fn act(
                     )))
                 }
             };
-            api.core
+            let checkpoint = api
+                .core
                 .release_lease(id, &bot, &token(&body)?, outcome)
                 .await?;
             Ok(json_response(
                 StatusCode::OK,
-                &serde_json::json!({ "released": true }),
+                &serde_json::json!({ "released": true, "checkpoint": checkpoint.to_json() }),
             ))
         }
         other => Err(ApiError::not_found(format!(

@@ -67,6 +67,25 @@ pub enum RunCheckpoint {
     Failed(String),
 }
 
+impl RunCheckpoint {
+    /// The outcome as the lease release answers it: a failed checkpoint is reported to the run,
+    /// not only logged (the previous revision stays current either way).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Saved(done) => serde_json::json!({
+                "status": "saved",
+                "revision": done.revision.get(),
+                "bytes": done.bytes,
+            }),
+            Self::Deferred(bots) => {
+                serde_json::json!({ "status": "deferred", "waiting_for": bots })
+            }
+            Self::Skipped(why) => serde_json::json!({ "status": "skipped", "reason": why }),
+            Self::Failed(error) => serde_json::json!({ "status": "failed", "error": error }),
+        }
+    }
+}
+
 fn protocol(c: &Computer, reply: &Reply) -> CoreError {
     CoreError::Tunnel(TunnelError::Protocol {
         computer: c.id.as_str().to_owned(),
@@ -404,7 +423,7 @@ async fn drain<R: AsyncRead + Unpin>(mut r: R, progress: &Progress) -> io::Resul
 impl Core {
     /// Logs what the run-completion trigger did: a failure is a WARN naming the computer, never
     /// dropped; the previous revision stays current.
-    pub(crate) fn log_run_checkpoint(&self, c: &Computer, bot: &BotId, outcome: RunCheckpoint) {
+    pub(crate) fn log_run_checkpoint(&self, c: &Computer, bot: &BotId, outcome: &RunCheckpoint) {
         match outcome {
             RunCheckpoint::Saved(_) => {}
             RunCheckpoint::Deferred(bots) => {
