@@ -8,51 +8,74 @@
 //! and kills them before it serves anything. Other processes in the home (a user's commands)
 //! are left alone.
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use std::path::Path;
+use std::time::Duration;
 use tracing::{info, warn};
 
-/// Kills processes of an earlier run of this guest; returns how many were signalled.
+/// How long leftovers get to exit after SIGTERM. x11vnc removes its SysV shared-memory
+/// segments only when it exits cleanly: SIGKILLed, it leaks them until the host's limit
+/// (`kernel.shmmni`) is reached and no new x11vnc can start.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// Stops processes of an earlier run of this guest (SIGTERM, then SIGKILL after
+/// [`TERM_GRACE`]); returns how many were found.
 pub fn reap(runtime_dir: &Path, home: &Path) -> usize {
     let needles = [
         format!("{}/", runtime_dir.display()),
         format!("{}/.browser-profiles/", home.display()),
     ];
-    let me = std::process::id();
-    let mut killed = 0;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let found = leftovers(&needles);
+    if found.is_empty() {
         return 0;
+    }
+    for &pid in &found {
+        if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGTERM) {
+            warn!(pid, error = %e, "cannot stop a leftover process");
+        }
+    }
+    let step = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    while waited < TERM_GRACE && found.iter().any(|&p| alive(p)) {
+        std::thread::sleep(step);
+        waited += step;
+    }
+    for &pid in found.iter().filter(|&&p| alive(p)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    info!(
+        found = found.len(),
+        "stopped processes left by an earlier run of this guest"
+    );
+    found.len()
+}
+
+/// Pids (other than ours) whose command line has an argument containing one of `needles`.
+fn leftovers(needles: &[String]) -> Vec<i32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        if !matches(&cmdline, &needles) {
-            continue;
-        }
-        let Ok(raw) = i32::try_from(pid) else {
-            continue;
-        };
-        match nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(raw),
-            nix::sys::signal::Signal::SIGKILL,
-        ) {
-            Ok(()) => killed += 1,
-            Err(e) => warn!(pid, error = %e, "cannot stop a leftover process"),
-        }
-    }
-    if killed > 0 {
-        info!(
-            killed,
-            "stopped processes left by an earlier run of this guest"
-        );
-    }
-    killed
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| matches(&c, needles))
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie has exited).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the parenthesised command name, which may itself hold ") ".
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    })
 }
 
 /// Whether a NUL-separated command line has an argument containing one of `needles`.

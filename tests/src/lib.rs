@@ -494,27 +494,49 @@ impl Drop for World {
     }
 }
 
-/// Kills the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
-/// a SIGKILLed guest leaves behind: its Xvfb and x11vnc (their `-auth` file is in the guest's
-/// runtime dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the home), which
-/// run in their own process groups. Without this, every test that ends with a live desktop
-/// would leave one running for the rest of the suite.
+/// Stops the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
+/// a dead guest leaves behind: its Xvfb and x11vnc (their `-auth` file is in the guest's runtime
+/// dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the home), which run in
+/// their own process groups. SIGTERM first, so the guest tears its desktops down and x11vnc
+/// removes its SysV shared-memory segments (SIGKILLed, it leaks them until `kernel.shmmni` is
+/// exhausted and no x11vnc can start on the machine); SIGKILL for whatever is still there.
 fn kill_guest_of(dir: &Path) {
     let home = dir.join("home");
-    let kill = |pid: i32| {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    };
-    pids_with_env("RAKAZO_HOME", &home.display().to_string())
-        .into_iter()
-        .for_each(kill);
+    let guests = pids_with_env("RAKAZO_HOME", &home.display().to_string());
+    term_then_kill(&guests, Duration::from_secs(10));
     let mut leftovers = pids_with_cmdline(&format!("{}/", home.display()));
     if let Some(id) = dir.file_name().and_then(|n| n.to_str()) {
         leftovers.extend(pids_with_cmdline(&format!("/rakazo-guest-{id}/")));
     }
-    leftovers.into_iter().for_each(kill);
+    term_then_kill(&leftovers, Duration::from_secs(2));
+}
+
+/// SIGTERM to each of `pids`, up to `grace` for them to exit, then SIGKILL to the rest.
+fn term_then_kill(pids: &[i32], grace: Duration) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    if pids.is_empty() {
+        return;
+    }
+    for &pid in pids {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .is_some_and(|state| state != 'Z' && state != 'X')
+        })
+    };
+    let step = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    while waited < grace && pids.iter().any(|&p| alive(p)) {
+        std::thread::sleep(step);
+        waited += step;
+    }
+    for &pid in pids.iter().filter(|&&p| alive(p)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
 }
 
 /// Processes whose environment has `key=value`.

@@ -319,12 +319,13 @@ async fn act_clicks_and_types_unicode_the_page_reports_it() -> Result<()> {
             .then_some(())
     })
     .await?;
-    let last = wait_for(Duration::from_secs(10), "the typed text", || {
+    // Each input event is its own fetch, and fetches may reach the fixture out of order: look
+    // for the full text among them, not only in the last one to arrive.
+    let last = wait_for(Duration::from_secs(20), "the typed text", || {
         fx.events()
             .iter()
-            .rev()
-            .find_map(|e| e.get("value").cloned())
-            .filter(|v| v == text)
+            .filter_map(|e| e.get("value").cloned())
+            .find(|v| v == text)
     })
     .await?;
     assert_eq!(last, text);
@@ -363,7 +364,10 @@ async fn observe_returns_a_png_and_omits_an_identical_frame() -> Result<()> {
     // The page may still be painting: observe until two frames in a row are identical.
     let mut prev = first["frameId"].as_str().unwrap_or_default().to_string();
     let mut omitted = None;
-    for _ in 0..20 {
+    // Time-bound, not count-bound: on a loaded machine Chromium may keep painting for seconds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let next = bot.observe().await?;
         if next["frameId"].as_str() == Some(prev.as_str()) {
             omitted = Some(next);
@@ -387,21 +391,37 @@ async fn observe_returns_a_png_and_omits_an_identical_frame() -> Result<()> {
 }
 
 /// Processes, X locks and sockets of the displays this world used.
-fn leftovers(w: &World, displays: &[u64]) -> Vec<String> {
+/// What computer `c` of `w` left behind: its Chromes (profiles in the data dir), its Xvfbs (their
+/// `-auth` file is in the guest's runtime dir `/tmp/rakazo-guest-<c>`), and the X locks and
+/// sockets of `displays` that are still its own or stale. Display numbers are machine-wide and
+/// other tests run at the same time, so a lock held by another computer's live Xvfb is not ours.
+fn leftovers(w: &World, c: &str, displays: &[u64]) -> Vec<String> {
+    let cmdline = |pid: i32| {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd).replace('\0', " ")
+    };
+    let ours = format!("/rakazo-guest-{c}/");
     let mut found = Vec::new();
     let home = w.data_dir.path().display().to_string();
-    for pid in pids_with_cmdline(&home) {
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+    for pid in pids_with_cmdline(&home)
+        .into_iter()
+        .chain(pids_with_cmdline(&ours))
+    {
+        let cmd = cmdline(pid);
         if cmd.contains("chromium") || cmd.contains("Xvfb") {
             found.push(format!("process {pid}: {cmd}"));
         }
     }
     for d in displays {
-        for p in [format!("/tmp/.X{d}-lock"), format!("/tmp/.X11-unix/X{d}")] {
-            if std::path::Path::new(&p).exists() {
-                found.push(p);
-            }
+        let lock = format!("/tmp/.X{d}-lock");
+        let Ok(text) = std::fs::read_to_string(&lock) else {
+            continue;
+        };
+        let holder = text.trim().parse::<i32>().map(cmdline).unwrap_or_default();
+        // A dead holder (empty command line) is a stale lock: nobody cleaned it up.
+        if holder.is_empty() || holder.contains(&ours) {
+            found.push(format!("{lock} (held by {holder:?})"));
+            found.push(format!("/tmp/.X11-unix/X{d}"));
         }
     }
     found
@@ -443,7 +463,7 @@ async fn a_hundred_profiles_in_turn_and_ten_desktops_at_once_leak_nothing() -> R
     }
     displays.sort_unstable();
     displays.dedup();
-    let left = leftovers(&w, &displays);
+    let left = leftovers(&w, &c, &displays);
     assert!(left.is_empty(), "leaked after release: {left:#?}");
     w.check_log()
 }
