@@ -359,18 +359,22 @@ impl Screens {
         Ok(false)
     }
 
-    /// Closes every bot's Chrome with the contracts.md §3 stop (`Browser.close` first, which
-    /// flushes cookies and profile databases), keeping the X servers; each browser starts again on
-    /// its bot's next graphical call (see `repair`). Used before a home export or import.
-    pub async fn quiesce_browsers(&self) {
-        let desktops: Vec<_> = self
-            .desktops
+    /// Every live desktop, copied out so the map's lock is not held while each is worked on.
+    async fn all_desktops(&self) -> Vec<(BotId, Arc<Mutex<Desktop>>)> {
+        self.desktops
             .lock()
             .await
             .iter()
             .map(|(bot, d)| (bot.clone(), d.clone()))
-            .collect();
-        for (bot, desktop) in desktops {
+            .collect()
+    }
+
+    /// Closes every bot's Chrome with the contracts.md §3 stop (`Browser.close` first, which
+    /// flushes cookies and profile databases), keeping the X servers; each browser starts again on
+    /// [`Screens::resume_browsers`] (after an export) or its bot's next graphical call (see `repair`).
+    /// Used before a home export or import.
+    pub async fn quiesce_browsers(&self) {
+        for (bot, desktop) in self.all_desktops().await {
             let mut d = desktop.lock().await;
             let Some(mut browser) = d.browser.take() else {
                 continue;
@@ -392,14 +396,7 @@ impl Screens {
     /// a person watching sees the bot's pages again without waiting for its next graphical call.
     /// A browser that does not start is logged and left for that call to repair.
     pub async fn resume_browsers(&self) {
-        let desktops: Vec<_> = self
-            .desktops
-            .lock()
-            .await
-            .iter()
-            .map(|(bot, d)| (bot.clone(), d.clone()))
-            .collect();
-        for (bot, desktop) in desktops {
+        for (bot, desktop) in self.all_desktops().await {
             let mut d = desktop.lock().await;
             // Only a live desktop whose browser was closed for the quiesce: one released in the
             // meantime must stay down (its slot may already be another bot's), and a dead
