@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "homes",
         sql: include_str!("../../migrations/0003_homes.sql"),
     },
+    Migration {
+        version: 4,
+        name: "home_uploads",
+        sql: include_str!("../../migrations/0004_home_uploads.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).
