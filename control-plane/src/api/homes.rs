@@ -78,6 +78,40 @@ fn error_line(e: ApiError) -> Bytes {
     }))
 }
 
+/// Which progress lines a reader sends: the final reading of every phase that ended (even one
+/// that began and ended between two reads), the first reading of each new phase, and within a
+/// phase one every [`PROGRESS_STEP`] bytes.
+#[derive(Default)]
+struct ProgressLines {
+    last: Option<ProgressReport>,
+}
+
+impl ProgressLines {
+    fn next(&mut self, progress: &Progress, r: ProgressReport, last_word: bool) -> Vec<Bytes> {
+        let mut lines = Vec::new();
+        let seen = self.last.map_or(0, |l| l.seq);
+        if self.last.is_none_or(|l| l.seq != r.seq) {
+            lines.extend(
+                progress
+                    .ended_after(seen.saturating_sub(1))
+                    .iter()
+                    .filter(|e| e.seq < r.seq && Some(**e) != self.last)
+                    .map(progress_line),
+            );
+        }
+        let due = last_word
+            || match self.last {
+                None => true,
+                Some(l) => l.seq != r.seq || r.done >= l.done.saturating_add(PROGRESS_STEP),
+            };
+        if due {
+            self.last = Some(r);
+            lines.push(progress_line(&r));
+        }
+        lines
+    }
+}
+
 /// Runs a flow in its own task and answers NDJSON progress, then its outcome.
 fn ndjson_flow<F>(
     progress: Progress,
@@ -93,7 +127,7 @@ where
     let (tx, body) = ChannelBody::new(16);
     tokio::spawn(async move {
         let out: Out = tx;
-        let mut last: Option<ProgressReport> = None;
+        let mut lines = ProgressLines::default();
         let mut client = true;
         loop {
             tokio::select! {
@@ -104,7 +138,11 @@ where
                     };
                     if client {
                         let r = *rx.borrow();
-                        let _ = out.send(Ok(progress_line(&r))).await;
+                        for l in lines.next(&progress, r, true) {
+                            if out.send(Ok(l)).await.is_err() {
+                                return;
+                            }
+                        }
                         let _ = out.send(Ok(final_line)).await;
                     }
                     return;
@@ -114,14 +152,12 @@ where
                         continue;
                     }
                     let r = *rx.borrow_and_update();
-                    let due = match last {
-                        None => true,
-                        Some(l) => l.phase != r.phase || r.done >= l.done.saturating_add(PROGRESS_STEP),
-                    };
-                    if due {
-                        last = Some(r);
+                    for l in lines.next(&progress, r, false) {
                         // A client that went away stops the lines, not the flow.
-                        client = out.send(Ok(progress_line(&r))).await.is_ok();
+                        client = out.send(Ok(l)).await.is_ok();
+                        if !client {
+                            break;
+                        }
                     }
                 }
             }
@@ -408,4 +444,60 @@ async fn local_purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody
         StatusCode::OK,
         &serde_json::json!({ "purged": home_key }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phases(lines: &[Bytes]) -> Vec<(String, u64)> {
+        lines
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_slice(l).expect("json line");
+                (
+                    v["phase"].as_str().unwrap_or("").to_string(),
+                    v["done"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_phase_the_reader_never_saw_still_gets_its_line() {
+        let p = Progress::new();
+        let mut lines = ProgressLines::default();
+        p.phase("verifying", 0);
+        p.add(5);
+        p.phase("importing", 5);
+        p.add(5);
+        // The reader wakes up only now, when the flow is already importing.
+        let got = phases(&lines.next(&p, p.report(), false));
+        assert_eq!(got, [("verifying".into(), 5), ("importing".into(), 5)]);
+        // Ending: the last reading again, nothing repeated from before.
+        let got = phases(&lines.next(&p, p.report(), true));
+        assert_eq!(got, [("importing".into(), 5)]);
+    }
+
+    #[test]
+    fn within_a_phase_lines_come_every_step_and_the_phase_end_is_reported() {
+        let p = Progress::new();
+        let mut lines = ProgressLines::default();
+        p.phase("exporting", 0);
+        assert_eq!(lines.next(&p, p.report(), false).len(), 1);
+        p.add(1);
+        assert!(lines.next(&p, p.report(), false).is_empty());
+        p.add(PROGRESS_STEP);
+        assert_eq!(lines.next(&p, p.report(), false).len(), 1);
+        p.add(3);
+        p.phase("importing", 9);
+        let got = phases(&lines.next(&p, p.report(), false));
+        assert_eq!(
+            got,
+            [
+                ("exporting".into(), PROGRESS_STEP + 4),
+                ("importing".into(), 0)
+            ]
+        );
+    }
 }

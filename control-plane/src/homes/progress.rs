@@ -1,14 +1,26 @@
 //! Progress of a checkpoint or restore: the phase, bytes done and the total, published through a
 //! `watch` channel so the API can stream it while the flow runs (and a caller that went away
 //! costs nothing).
+//!
+//! A `watch` keeps only the latest value, so a phase that starts and ends between two reads of a
+//! slow reader would vanish. Each phase therefore carries a sequence number, and the final
+//! reading of every phase that ended is kept (a flow has a handful of phases), so a reader can
+//! still report each phase it missed: [`Progress::ended_after`].
 
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
+
+/// Most ended phases kept; a flow has three or four.
+const MAX_ENDED: usize = 16;
 
 /// One reading of a flow's progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProgressReport {
-    /// `waiting` (for other bots' leases), `exporting`, `verifying` or `importing`.
+    /// `waiting` (for other bots' leases), `exporting`, `verifying` or `importing`; `starting`
+    /// before the first phase.
     pub phase: &'static str,
+    /// Which phase of the flow this is: 0 for `starting`, then 1, 2, ...
+    pub seq: u32,
     /// Archive bytes moved so far in this phase.
     pub done: u64,
     /// Expected bytes of the phase (the guest's estimate for an export; exact for a restore);
@@ -20,6 +32,8 @@ pub struct ProgressReport {
 #[derive(Debug, Clone)]
 pub struct Progress {
     tx: watch::Sender<ProgressReport>,
+    /// The last reading of each phase that ended, oldest first.
+    ended: Arc<Mutex<Vec<ProgressReport>>>,
 }
 
 impl Default for Progress {
@@ -32,10 +46,14 @@ impl Progress {
     pub fn new() -> Self {
         let (tx, _rx) = watch::channel(ProgressReport {
             phase: "starting",
+            seq: 0,
             done: 0,
             total: 0,
         });
-        Self { tx }
+        Self {
+            tx,
+            ended: Arc::default(),
+        }
     }
 
     /// A receiver for the API.
@@ -43,12 +61,25 @@ impl Progress {
         self.tx.subscribe()
     }
 
+    /// Ends the current phase and starts `phase`.
     pub fn phase(&self, phase: &'static str, total: u64) {
-        self.tx.send_replace(ProgressReport {
-            phase,
-            done: 0,
-            total,
+        let mut previous = None;
+        self.tx.send_modify(|r| {
+            previous = Some(*r);
+            *r = ProgressReport {
+                phase,
+                seq: r.seq.saturating_add(1),
+                done: 0,
+                total,
+            };
         });
+        if let Some(previous) = previous.filter(|p| p.seq > 0) {
+            let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+            if ended.len() == MAX_ENDED {
+                ended.remove(0);
+            }
+            ended.push(previous);
+        }
     }
 
     pub fn add(&self, n: u64) {
@@ -57,5 +88,47 @@ impl Progress {
 
     pub fn report(&self) -> ProgressReport {
         *self.tx.borrow()
+    }
+
+    /// The final readings of the phases that ended after phase `seq`, oldest first.
+    pub fn ended_after(&self, seq: u32) -> Vec<ProgressReport> {
+        let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        ended.iter().filter(|r| r.seq > seq).copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_that_ended_unseen_is_still_reported() {
+        let p = Progress::new();
+        let rx = p.subscribe();
+        p.phase("verifying", 0);
+        p.add(100);
+        p.phase("importing", 100);
+        p.add(40);
+        // The reader saw nothing in between: the watch holds only `importing`.
+        let now = *rx.borrow();
+        assert_eq!((now.phase, now.seq, now.done), ("importing", 2, 40));
+        let missed = p.ended_after(0);
+        assert_eq!(missed.len(), 1);
+        assert_eq!(
+            (missed[0].phase, missed[0].seq, missed[0].done),
+            ("verifying", 1, 100)
+        );
+        assert!(p.ended_after(1).is_empty());
+    }
+
+    #[test]
+    fn ended_phases_are_bounded() {
+        let p = Progress::new();
+        for _ in 0..(MAX_ENDED + 5) {
+            p.phase("waiting", 0);
+        }
+        let ended = p.ended_after(0);
+        assert_eq!(ended.len(), MAX_ENDED);
+        assert_eq!(ended.last().map(|r| r.seq), Some(MAX_ENDED as u32 + 4));
     }
 }
