@@ -2,8 +2,9 @@
 //! dir, and the object store against a real s3s-fs started per test. Each case is written once
 //! in `cases` and turned into one `#[tokio::test]` per backend by `conformance!`.
 //!
-//! The object store adds the tampering cases of issue 6 "Must show" 2, the reconciler, and S3
-//! failures, in `object_only`.
+//! The object store adds the tampering cases of issue 6 "Must show" 2, the reconciler (orphaned
+//! objects, and the parts of multipart uploads whose commit died), and S3 failures, in
+//! `object_only`.
 
 mod support;
 
@@ -309,8 +310,8 @@ mod object_only {
     use super::*;
     use aws_sdk_s3::primitives::ByteStream;
     use homes::seal::{HEADER_FIXED_LEN, SEGMENT_SIZE, TAG_LEN};
-    use homes::store::object_key;
-    use homes::{LedgerEntry, RevisionLedger};
+    use homes::store::{object_key, PendingUpload};
+    use homes::{LedgerEntry, LedgerError, RevisionLedger};
     use std::collections::HashSet;
 
     const SEG: usize = SEGMENT_SIZE + TAG_LEN;
@@ -603,9 +604,262 @@ mod object_only {
             Some(Revision::FIRST)
         );
         assert_eq!(objects(&f).await, vec!["homes/bot-1/1"]);
+        // The failed commit aborted its upload itself: no parts, no record.
+        assert_eq!(f.s3.upload_files(), Vec::<String>::new());
+        assert_eq!(f.store.ledger().pending_uploads().await.unwrap(), vec![]);
         let tmp = tempfile::tempdir().unwrap();
         let cp = f.store.open_latest(&home).await.unwrap().unwrap();
         assert_eq!(restore_small(cp, &tmp.path().join("x")).await, b"good");
+    }
+
+    /// An archive stream that gives its first `stop_at` bytes, then waits for `gate` before the
+    /// rest: a guest still exporting (gate later opened) or a commit that never finishes.
+    struct Gated {
+        data: Cursor<Vec<u8>>,
+        stop_at: u64,
+        gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    }
+
+    impl Gated {
+        fn new(data: Vec<u8>, stop_at: usize) -> (Self, tokio::sync::oneshot::Sender<()>) {
+            let (open, gate) = tokio::sync::oneshot::channel();
+            let gated = Self {
+                data: Cursor::new(data),
+                stop_at: stop_at as u64,
+                gate: Some(gate),
+            };
+            (gated, open)
+        }
+    }
+
+    impl tokio::io::AsyncRead for Gated {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            use std::task::Poll;
+            let this = &mut *self;
+            if let Some(gate) = &mut this.gate {
+                let left = this.stop_at.saturating_sub(this.data.position());
+                if left == 0 {
+                    match std::pin::Pin::new(gate).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => this.gate = None,
+                        Poll::Ready(Err(_)) => {
+                            return Poll::Ready(Err(std::io::Error::other("gate dropped")))
+                        }
+                    }
+                } else {
+                    let n = buf
+                        .remaining()
+                        .min(usize::try_from(left).unwrap_or(usize::MAX));
+                    let mut limited = tokio::io::ReadBuf::new(buf.initialize_unfilled_to(n));
+                    std::task::ready!(
+                        std::pin::Pin::new(&mut this.data).poll_read(cx, &mut limited)
+                    )?;
+                    let filled = limited.filled().len();
+                    buf.advance(filled);
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            std::pin::Pin::new(&mut this.data).poll_read(cx, buf)
+        }
+    }
+
+    use std::future::Future as _;
+
+    /// A 16 MiB archive whose first 11 MiB seal into two full 5 MiB parts and part of a third.
+    fn three_part_archive() -> (Vec<u8>, usize) {
+        let bytes = RawArchive::new()
+            .file(b"big", false, &noise(16 << 20, 9))
+            .end();
+        (bytes, 11 << 20)
+    }
+
+    /// Waits until s3s-fs holds parts 1 and 2 of an upload: both written and renamed into place,
+    /// so no request of the upload is still in flight. Polls (readiness, not timing); the bound
+    /// only turns a hang into a failure.
+    async fn two_parts_stored(s3: &S3sFs) -> Vec<String> {
+        for _ in 0..3000 {
+            let files = s3.upload_files();
+            let has = |n: &str| files.iter().any(|f| f.ends_with(n));
+            if has(".part-1") && has(".part-2") {
+                return files;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("parts 1 and 2 never appeared: {:?}", s3.upload_files());
+    }
+
+    /// The crash case: a commit dropped in the middle of its multipart upload (what a SIGKILL
+    /// does to the process) leaves its parts on the server, invisible to object listings; the
+    /// ledger's record of the upload lets the reconciler abort it, which deletes them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reconciler_aborts_the_upload_of_a_commit_that_died() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("bot-1");
+        let rev1 = f.store.commit(&home, small(b"good")).await.unwrap();
+        assert_eq!(f.s3.upload_files(), Vec::<String>::new());
+
+        let (archive, stop_at) = three_part_archive();
+        let (reader, _never_opened) = Gated::new(archive, stop_at);
+        let store = f.store.clone();
+        let commit = tokio::spawn({
+            let home = home.clone();
+            async move { store.commit(&home, reader).await }
+        });
+        let during = two_parts_stored(&f.s3).await;
+        let recorded = f.store.ledger().pending_uploads().await.unwrap();
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert_eq!(recorded[0].object(), "homes/bot-1/2");
+        assert!(
+            during
+                .iter()
+                .any(|n| n.contains(recorded[0].upload_id().as_str())),
+            "the record names the upload on the server: {during:?}"
+        );
+        // The crash: the commit future is dropped between two parts.
+        commit.abort();
+        assert!(commit.await.unwrap_err().is_cancelled());
+        assert_eq!(
+            f.s3.upload_files(),
+            during,
+            "nothing cleans up a dead commit's parts by itself"
+        );
+        assert_eq!(
+            objects(&f).await,
+            vec!["homes/bot-1/1"],
+            "listings miss them"
+        );
+
+        let owned = f.store.ledger().owned();
+        let stats = f.store.reconcile(&owned).await.unwrap();
+        assert_eq!(
+            (stats.kept, stats.deleted, stats.aborted, stats.abort_failed),
+            (1, 0, 1, 0)
+        );
+        assert_eq!(f.s3.upload_files(), Vec::<String>::new(), "parts deleted");
+        assert_eq!(f.store.ledger().pending_uploads().await.unwrap(), vec![]);
+        assert_eq!(objects(&f).await, vec!["homes/bot-1/1"]);
+        let tmp = tempfile::tempdir().unwrap();
+        let cp = f.store.open_latest(&home).await.unwrap().unwrap();
+        assert_eq!(cp.revision, rev1);
+        assert_eq!(restore_small(cp, &tmp.path().join("x")).await, b"good");
+        // Nothing left to do on the next run, and the home commits as usual.
+        let again = f.store.reconcile(&owned).await.unwrap();
+        assert_eq!((again.aborted, again.abort_failed), (0, 0));
+        assert_eq!(
+            f.store.commit(&home, small(b"next")).await.unwrap(),
+            Revision::new(2).unwrap()
+        );
+    }
+
+    /// A recorded upload the server refuses to abort stays recorded (s3s-fs answers an id it
+    /// does not know with AccessDenied, not NoSuchUpload), is counted, and does not stop the
+    /// reconciler from deleting orphaned objects.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_abort_keeps_the_record_and_the_reconciler_goes_on() {
+        let f = ObjectFixture::start().await.unwrap();
+        let home = key("bot-1");
+        let unknown = homes::store::PendingUpload::new(
+            home.clone(),
+            "homes/bot-1/5",
+            homes::store::UploadId::new("0b5e2f6c-1d7a-4c3e-9f80-5a6b7c8d9e0f").unwrap(),
+        )
+        .unwrap();
+        f.store.ledger().record_upload(&unknown).await.unwrap();
+        put(&f, "homes/bot-1/4", b"orphan".to_vec()).await;
+        let stats = f.store.reconcile(&HashSet::new()).await.unwrap();
+        assert_eq!(
+            (stats.deleted, stats.aborted, stats.abort_failed),
+            (1, 0, 1)
+        );
+        assert_eq!(
+            f.store.ledger().pending_uploads().await.unwrap(),
+            vec![unknown]
+        );
+        assert_eq!(objects(&f).await, Vec::<String>::new());
+    }
+
+    /// A ledger that says when the reconciler has listed the recorded uploads.
+    #[derive(Default)]
+    struct Watched {
+        inner: MemRevisionLedger,
+        listed: tokio::sync::Notify,
+    }
+
+    impl RevisionLedger for Watched {
+        async fn load(&self, home: &HomeKey) -> Result<Option<LedgerEntry>, LedgerError> {
+            self.inner.load(home).await
+        }
+        async fn advance(
+            &self,
+            home: &HomeKey,
+            expected: Option<Revision>,
+            next: &LedgerEntry,
+        ) -> Result<(), LedgerError> {
+            self.inner.advance(home, expected, next).await
+        }
+        async fn forget(&self, home: &HomeKey) -> Result<(), LedgerError> {
+            self.inner.forget(home).await
+        }
+        async fn record_upload(&self, upload: &PendingUpload) -> Result<(), LedgerError> {
+            self.inner.record_upload(upload).await
+        }
+        async fn clear_upload(&self, upload: &PendingUpload) -> Result<(), LedgerError> {
+            self.inner.clear_upload(upload).await
+        }
+        async fn pending_uploads(&self) -> Result<Vec<PendingUpload>, LedgerError> {
+            let out = self.inner.pending_uploads().await;
+            self.listed.notify_one();
+            out
+        }
+    }
+
+    /// A reconciler that lists an upload while its commit is still writing parts waits for the
+    /// commit (its home's lock) and leaves the upload alone: the commit completes and records
+    /// the new revision.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reconciler_never_aborts_a_live_upload() {
+        let f = ObjectFixture::start().await.unwrap();
+        let store = Arc::new(ObjectHomeStore::new(
+            &object_config(&f.s3.endpoint),
+            ContentKey::generate(),
+            Watched::default(),
+        ));
+        let home = key("bot-1");
+        let (archive, stop_at) = three_part_archive();
+        let (reader, open) = Gated::new(archive.clone(), stop_at);
+        let commit = tokio::spawn({
+            let (store, home) = (store.clone(), home.clone());
+            async move { store.commit(&home, reader).await }
+        });
+        two_parts_stored(&f.s3).await;
+        // (Through the inner ledger: this look is not the reconciler's.)
+        let live = store.ledger().inner.pending_uploads().await.unwrap();
+        assert_eq!(live.len(), 1);
+        let listed = store.ledger().listed.notified();
+        let reconcile = tokio::spawn({
+            let store = store.clone();
+            async move { store.reconcile(&HashSet::new()).await }
+        });
+        // The reconciler has seen the live upload in the ledger before the guest goes on.
+        listed.await;
+        open.send(()).unwrap();
+        let rev = commit.await.unwrap().unwrap();
+        let stats = reconcile.await.unwrap().unwrap();
+        assert_eq!(rev, Revision::FIRST);
+        assert_eq!((stats.aborted, stats.abort_failed), (0, 0), "{stats:?}");
+        assert_eq!(stats.deleted, 0, "{stats:?}");
+        assert_eq!(store.ledger().pending_uploads().await.unwrap(), vec![]);
+        assert_eq!(f.s3.upload_files(), Vec::<String>::new());
+        let cp = store.open_latest(&home).await.unwrap().unwrap();
+        let mut restored = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut { cp.archive }, &mut restored)
+            .await
+            .unwrap();
+        assert_eq!(restored, archive, "the whole archive was stored");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

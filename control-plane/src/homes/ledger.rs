@@ -1,6 +1,8 @@
 //! The home columns of the computers table (migration 0003): the object store's
 //! [`RevisionLedger`] on the computer row, storage ids and their adoption by a replacement
-//! computer, the pending-restore guard, and the set of checkpoints the reconciler keeps.
+//! computer, the pending-restore guard, and the set of checkpoints the reconciler keeps. The
+//! multipart uploads a commit started and has not finished are rows of `home_uploads` (migration
+//! 0004), which the reconciler aborts once no commit is running them.
 //!
 //! Ownership rules (ARCHITECTURE.md, "homes"): a storage id belongs to at most one row (a unique
 //! index). Destroying a computer leaves its row holding the id, revision and wrapped key, so the
@@ -12,6 +14,7 @@
 use crate::computers::{Computer, ComputerId};
 use crate::db::{Db, DbError};
 use homes::seal::WrappedKey;
+use homes::store::{PendingUpload, UploadId};
 use homes::{HomeKey, LedgerEntry, LedgerError, Revision, RevisionLedger};
 use sqlx::Row;
 use std::collections::HashSet;
@@ -312,6 +315,55 @@ impl RevisionLedger for HomeLedger {
         .map_err(backend)?;
         Ok(())
     }
+
+    async fn record_upload(&self, upload: &PendingUpload) -> Result<(), LedgerError> {
+        // Idempotent: recording the same upload twice keeps one row.
+        sqlx::query(
+            "INSERT INTO home_uploads (storage_id, object_key, upload_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (storage_id, upload_id) DO NOTHING",
+        )
+        .bind(upload.home().as_str())
+        .bind(upload.object())
+        .bind(upload.upload_id().as_str())
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn clear_upload(&self, upload: &PendingUpload) -> Result<(), LedgerError> {
+        sqlx::query("DELETE FROM home_uploads WHERE storage_id = $1 AND upload_id = $2")
+            .bind(upload.home().as_str())
+            .bind(upload.upload_id().as_str())
+            .execute(self.db.pool())
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn pending_uploads(&self) -> Result<Vec<PendingUpload>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT storage_id, object_key, upload_id FROM home_uploads \
+             ORDER BY storage_id, upload_id",
+        )
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let sid: String = r.try_get("storage_id").map_err(backend)?;
+            let object: String = r.try_get("object_key").map_err(backend)?;
+            let id: String = r.try_get("upload_id").map_err(backend)?;
+            // Checked on the way in as well; a row that fails now was not written by us.
+            let corrupt = |what: &str| backend(DbError::corrupt("home_uploads", &sid, what));
+            let home = HomeKey::new(sid.clone()).map_err(|_| corrupt("bad storage_id"))?;
+            let id = UploadId::new(id).map_err(|e| corrupt(&e.to_string()))?;
+            let upload =
+                PendingUpload::new(home, object, id).map_err(|e| corrupt(&e.to_string()))?;
+            out.push(upload);
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -413,6 +465,88 @@ mod tests {
         assert_eq!(holders(None, 50).await, vec!["bot-x", "control:bot-y"]);
         assert_eq!(holders(Some("bot-x"), 50).await, vec!["control:bot-y"]);
         assert!(holders(None, 100).await.is_empty());
+    }
+
+    fn upload(sid: &HomeKey, rev: u64, id: &str) -> PendingUpload {
+        PendingUpload::new(
+            sid.clone(),
+            format!("homes/{sid}/{rev}"),
+            UploadId::new(id).unwrap(),
+        )
+        .unwrap()
+    }
+
+    async fn upload_records(db: Db) {
+        let store = ComputerStore::new(db.clone());
+        let ledger = HomeLedger::new(db.clone());
+        let a = ledger
+            .storage_id(&computer(&store, "w1").await)
+            .await
+            .unwrap();
+        let b = ledger
+            .storage_id(&computer(&store, "w2").await)
+            .await
+            .unwrap();
+        assert!(ledger.pending_uploads().await.unwrap().is_empty());
+        // The longest id S3 may hand us fits the column on both backends.
+        let long_id = "u".repeat(homes::store::MAX_UPLOAD_ID_LEN);
+        let (a1, a2, b1) = (
+            upload(&a, 1, "id-a1"),
+            upload(&a, 2, &long_id),
+            upload(&b, 4, "id-b1"),
+        );
+        for u in [&a1, &a2, &b1, &a1] {
+            ledger.record_upload(u).await.unwrap();
+        }
+        let mut want = vec![a1.clone(), a2.clone(), b1.clone()];
+        want.sort_by(|x, y| (x.home(), x.upload_id()).cmp(&(y.home(), y.upload_id())));
+        assert_eq!(ledger.pending_uploads().await.unwrap(), want, "idempotent");
+
+        // Forgetting a home's checkpoints keeps its uploads: they still need aborting.
+        ledger.forget(&a).await.unwrap();
+        assert_eq!(ledger.pending_uploads().await.unwrap().len(), 3);
+        ledger.clear_upload(&a1).await.unwrap();
+        ledger.clear_upload(&a1).await.unwrap();
+        want.retain(|u| u != &a1);
+        assert_eq!(ledger.pending_uploads().await.unwrap(), want);
+        ledger.clear_upload(&a2).await.unwrap();
+        ledger.clear_upload(&b1).await.unwrap();
+        assert!(ledger.pending_uploads().await.unwrap().is_empty());
+
+        // A row the store could not have written is reported, not passed to S3.
+        for (sid, object, id) in [
+            (a.as_str(), format!("homes/{a}/1"), "has space"),
+            (a.as_str(), format!("homes/{b}/1"), "id-x"),
+            ("../x", "homes/../x/1".to_owned(), "id-y"),
+        ] {
+            sqlx::query(
+                "INSERT INTO home_uploads (storage_id, object_key, upload_id) VALUES ($1, $2, $3)",
+            )
+            .bind(sid)
+            .bind(&object)
+            .bind(id)
+            .execute(db.pool())
+            .await
+            .unwrap();
+            let err = ledger.pending_uploads().await.unwrap_err();
+            let chain = homes::error_chain(&err);
+            assert!(chain.contains("home_uploads"), "{chain}");
+            sqlx::query("DELETE FROM home_uploads")
+                .execute(db.pool())
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn upload_records_on_sqlite() {
+        upload_records(testing::sqlite().await.unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn upload_records_on_postgres() {
+        let db = testing::postgres(testing::DEFAULT_PG_URL).await.unwrap();
+        upload_records(db).await;
     }
 
     #[tokio::test]

@@ -18,7 +18,10 @@ mod locks;
 mod object;
 
 #[cfg(feature = "object")]
-pub use ledger::{LedgerEntry, LedgerError, MemRevisionLedger, RevisionLedger};
+pub use ledger::{
+    BadUpload, LedgerEntry, LedgerError, MemRevisionLedger, PendingUpload, RevisionLedger,
+    UploadId, MAX_UPLOAD_ID_LEN,
+};
 pub use local::LocalHomeStore;
 #[cfg(feature = "object")]
 pub use object::{object_key, ObjectHomeStore, ObjectStoreConfig, ReconcileStats};
@@ -140,6 +143,9 @@ pub enum HomeStoreError {
         #[source]
         source: LedgerError,
     },
+    #[cfg(feature = "object")]
+    #[error("listing the recorded multipart uploads failed")]
+    PendingUploads(#[source] LedgerError),
     #[error("store task for home {home} ended abnormally")]
     Task {
         home: HomeKey,

@@ -10,10 +10,16 @@
 //! Every S3 failure is returned as an error: a commit that returns `Ok` is in the bucket and in the
 //! ledger.
 //!
+//! A multipart upload is recorded in the ledger ([`PendingUpload`]) before its first part goes out
+//! and cleared after it is completed or aborted. A commit that never gets to either (the process
+//! was killed, or the commit future dropped) leaves the record behind, and the reconciler aborts
+//! the upload, which deletes its parts: listing objects never shows parts, and S3-compatible
+//! servers need not list multipart uploads (s3s-fs does not).
+//!
 //! Configuration comes from the caller ([`ObjectStoreConfig`]); nothing here reads the
 //! environment. Credentials are static keys; there is no `aws-config` chain.
 
-use super::ledger::{LedgerEntry, LedgerError, RevisionLedger};
+use super::ledger::{LedgerEntry, LedgerError, PendingUpload, RevisionLedger, UploadId};
 use super::locks::KeyLocks;
 use super::{Checkpoint, Guarded, HomeStore, HomeStoreError};
 use crate::archive::{ArchiveChecker, Limits};
@@ -105,6 +111,11 @@ pub struct ReconcileStats {
     pub deleted: u64,
     /// Objects under `homes/` whose names this store never writes; left alone.
     pub foreign: u64,
+    /// Recorded multipart uploads of commits no longer running, aborted (or found already gone)
+    /// and forgotten.
+    pub aborted: u64,
+    /// Recorded uploads whose abort failed; they stay recorded for the next run.
+    pub abort_failed: u64,
 }
 
 /// Keeps each home's latest checkpoint sealed in an S3-compatible bucket.
@@ -125,7 +136,7 @@ pub fn object_key(home: &HomeKey, revision: Revision) -> String {
 }
 
 /// The (home, revision) an object name stands for, if this store could have written it.
-fn parse_object_key(key: &str) -> Option<(HomeKey, Revision)> {
+pub(crate) fn parse_object_key(key: &str) -> Option<(HomeKey, Revision)> {
     let rest = key.strip_prefix(OBJECT_PREFIX)?;
     let (home, rev) = rest.split_once('/')?;
     Some((HomeKey::new(home).ok()?, Revision::parse(rev).ok()?))
@@ -285,12 +296,45 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
             .send()
             .await
             .map_err(|e| s3_err("create multipart upload", object, e))?;
-        let upload_id = created
+        let raw_id = created
             .upload_id()
-            .ok_or_else(|| s3_err("create multipart upload", object, MissingField("UploadId")))?
-            .to_owned();
+            .ok_or_else(|| s3_err("create multipart upload", object, MissingField("UploadId")))?;
+        let pending = match UploadId::new(raw_id)
+            .and_then(|id| PendingUpload::new(home.clone(), object, id))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                // It cannot be recorded, so abort it now or never; S3 only reads the id back.
+                let abort = self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(object)
+                    .upload_id(raw_id)
+                    .send()
+                    .await;
+                if let Err(e) = abort {
+                    tracing::warn!(object, error = %aws_sdk_s3::error::DisplayErrorContext(&e),
+                        "cannot abort a failed multipart upload");
+                }
+                return Err(s3_err("create multipart upload", object, e));
+            }
+        };
+        // Recorded before the first part goes out: if this process dies from here on, the record
+        // is how the reconciler finds the parts.
+        if let Err(source) = self.ledger.record_upload(&pending).await {
+            if let Err(e) = self.abort_upload(&pending).await {
+                tracing::warn!(object, error = %crate::error_chain(&e),
+                    "cannot abort a failed multipart upload");
+            }
+            return Err(HomeStoreError::Ledger {
+                home: home.clone(),
+                source,
+            });
+        }
+        let upload_id = pending.upload_id().as_str();
         let result = match self
-            .upload_parts(home, &mut body, object, &upload_id, first)
+            .upload_parts(home, &mut body, object, upload_id, first)
             .await
         {
             Ok(parts) => self
@@ -298,7 +342,7 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                 .complete_multipart_upload()
                 .bucket(&self.bucket)
                 .key(object)
-                .upload_id(&upload_id)
+                .upload_id(upload_id)
                 .multipart_upload(
                     CompletedMultipartUpload::builder()
                         .set_parts(Some(parts))
@@ -310,21 +354,52 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                 .map_err(|e| s3_err("complete multipart upload", object, e)),
             Err(e) => Err(e),
         };
-        if result.is_err() {
-            let abort = self
-                .client
-                .abort_multipart_upload()
-                .bucket(&self.bucket)
-                .key(object)
-                .upload_id(&upload_id)
-                .send()
-                .await;
-            if let Err(e) = abort {
-                tracing::warn!(object, error = %aws_sdk_s3::error::DisplayErrorContext(&e),
-                    "cannot abort a failed multipart upload");
+        match &result {
+            Ok(()) => {
+                // Only bookkeeping: a record left behind makes the reconciler abort a completed
+                // upload, which S3 answers with NoSuchUpload and leaves the object alone.
+                if let Err(e) = self.ledger.clear_upload(&pending).await {
+                    tracing::warn!(object, error = %crate::error_chain(&e),
+                        "cannot clear the record of a completed multipart upload");
+                }
+            }
+            Err(_) => {
+                // On failure the record stays and the reconciler tries again.
+                if let Err(e) = self.abort_upload(&pending).await {
+                    tracing::warn!(object, error = %crate::error_chain(&e),
+                        "cannot abort a failed multipart upload");
+                }
             }
         }
         result
+    }
+
+    /// Aborts a recorded multipart upload, which deletes its parts, then forgets the record. An
+    /// upload S3 no longer knows (`NoSuchUpload`: completed or aborted already) counts as aborted.
+    /// S3 may still store a part that was uploading while the abort ran; callers make sure
+    /// nothing is (the home's lock, or the process that uploaded is gone).
+    async fn abort_upload(&self, upload: &PendingUpload) -> Result<(), HomeStoreError> {
+        let object = upload.object();
+        let aborted = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(object)
+            .upload_id(upload.upload_id().as_str())
+            .send()
+            .await;
+        match aborted {
+            Ok(_) => {}
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_upload()) => {
+                tracing::info!(object, upload_id = %upload.upload_id(),
+                    "multipart upload was already gone");
+            }
+            Err(e) => return Err(s3_err("abort multipart upload", object, e)),
+        }
+        self.ledger
+            .clear_upload(upload)
+            .await
+            .map_err(Self::ledger_err(upload.home()))
     }
 
     async fn upload_parts<R>(
@@ -390,16 +465,22 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
         Ok(parts)
     }
 
-    /// Deletes every object under `homes/` that neither `owned` nor the ledger (checked again
-    /// under the home's lock, so a commit that advanced after `owned` was taken is safe) says is
-    /// a home's current checkpoint. Objects whose names this store never writes are left alone.
-    /// Commits in other processes are not locked out: run the reconciler where the commits run,
-    /// or with `owned` read after any commit that could still be uploading has finished.
+    /// Aborts every multipart upload the ledger records that no commit of this process is
+    /// running, then deletes every object under `homes/` that neither `owned` nor the ledger
+    /// (checked again under the home's lock, so a commit that advanced after `owned` was taken is
+    /// safe) says is a home's current checkpoint. Objects whose names this store never writes are
+    /// left alone. A failed abort is logged and counted (`abort_failed`), and the record kept for
+    /// the next run; any other failure ends the run with an error.
+    ///
+    /// Commits in other processes are not locked out: run the reconciler where the commits run
+    /// (it would abort another process's live upload and delete its finished, not yet recorded
+    /// object), or only while no other process can be committing.
     pub async fn reconcile(
         &self,
         owned: &HashSet<(HomeKey, Revision)>,
     ) -> Result<ReconcileStats, HomeStoreError> {
         let mut stats = ReconcileStats::default();
+        self.abort_abandoned_uploads(&mut stats).await?;
         let mut token: Option<String> = None;
         loop {
             let page = self
@@ -440,6 +521,47 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                 _ => return Ok(stats),
             }
         }
+    }
+}
+
+impl<L: RevisionLedger> ObjectHomeStore<L> {
+    /// The reconciler's first half: aborts recorded uploads whose commit is not running.
+    async fn abort_abandoned_uploads(
+        &self,
+        stats: &mut ReconcileStats,
+    ) -> Result<(), HomeStoreError> {
+        let recorded = self
+            .ledger
+            .pending_uploads()
+            .await
+            .map_err(HomeStoreError::PendingUploads)?;
+        for upload in recorded {
+            // A commit holds its home's write lock from before it records its upload until after
+            // it has cleared it. Under the lock, an upload still recorded belongs to no running
+            // commit of this process: it is what a killed process or a dropped commit left.
+            let _guard = self.locks.write(upload.home()).await;
+            let still = self
+                .ledger
+                .pending_uploads()
+                .await
+                .map_err(HomeStoreError::PendingUploads)?
+                .contains(&upload);
+            if !still {
+                continue;
+            }
+            tracing::info!(object = upload.object(), upload_id = %upload.upload_id(),
+                "aborting an abandoned multipart upload");
+            match self.abort_upload(&upload).await {
+                Ok(()) => stats.aborted += 1,
+                Err(e) => {
+                    tracing::warn!(object = upload.object(), upload_id = %upload.upload_id(),
+                        error = %crate::error_chain(&e),
+                        "cannot abort an abandoned multipart upload; it stays recorded");
+                    stats.abort_failed += 1;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

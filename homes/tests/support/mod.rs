@@ -77,6 +77,24 @@ impl S3sFs {
         bail!("s3s-fs did not start")
     }
 
+    /// The directory the server serves: a directory per bucket, and at its top the files of
+    /// unfinished multipart uploads (`.upload-<id>.json` and one `.upload_id-<id>.part-<n>` per
+    /// uploaded part).
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
+    /// The names of the files unfinished multipart uploads keep in [`dir`](Self::dir), sorted.
+    pub fn upload_files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir())
+            .expect("read the s3s-fs dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(".upload"))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Kills the server now (to test what the store does without it).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
