@@ -204,6 +204,8 @@ pub struct ServeArgs {
     pub web_dir: Option<PathBuf>,
     #[command(flatten)]
     pub homes: crate::homes::HomeArgs,
+    #[command(flatten)]
+    pub idle: crate::idle::IdleArgs,
 }
 
 #[derive(Subcommand)]
@@ -447,6 +449,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                         .unwrap_or_else(|| crate::live::pages::PagesConfig::defaults().web_dir),
                 },
                 homes: args.homes.resolve(&crate::homes::config::process_env)?,
+                idle: args.idle.resolve()?,
             })
             .await?;
             Ok(0)

@@ -75,6 +75,8 @@ pub struct Core {
     pub live: crate::live::LiveState,
     /// Home checkpoints and restores (contracts.md §9; flows in `homes::flow`).
     pub homes: Arc<crate::homes::HomeService>,
+    /// Idle suspension: the claim, operations in flight, last use (contracts.md §8, §9).
+    pub idle: crate::idle::Idle,
     provider: AnyProvider,
     enrollment: Enrollment,
 }
@@ -86,9 +88,11 @@ impl Core {
         provider: AnyProvider,
         enrollment: Enrollment,
         homes: Arc<crate::homes::HomeService>,
+        idle: crate::idle::IdleConfig,
     ) -> Self {
         Self {
             homes,
+            idle: crate::idle::Idle::new(idle, db.clone(), provider.bills_while_running()),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -108,6 +112,11 @@ impl Core {
                 token: providers::Secret(token.expose().to_string()),
             },
         }
+    }
+
+    /// The kind of the configured provider (`local`, ...).
+    pub fn provider_kind(&self) -> &'static str {
+        self.provider.kind()
     }
 
     fn parse_id(id: &str) -> Result<ComputerId, CoreError> {
@@ -200,6 +209,11 @@ impl Core {
                 .set_state(&c.id, ComputerState::Running, now_ms())
                 .await?;
         }
+        // A booted computer starts its idle timer afresh.
+        self.idle
+            .booted(&c.id)
+            .await
+            .map_err(crate::computers::ComputerError::from)?;
         self.get(c.id.as_str()).await
     }
 
@@ -226,6 +240,13 @@ impl Core {
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         self.checkpoint_before_stop(&c).await?;
+        self.stop_machine(&c).await
+    }
+
+    /// Stops `c`'s machine without a checkpoint: the second half of [`Core::stop`], and what
+    /// idle suspension does once it has checkpointed under its claim.
+    pub(crate) async fn stop_machine(&self, c: &Computer) -> Result<Computer, CoreError> {
+        let id = c.id.as_str();
         if let Some(r) = &c.provider_ref {
             self.provider.stop(&ProviderRef(r.clone())).await?;
         }

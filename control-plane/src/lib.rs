@@ -11,6 +11,7 @@ pub mod computers;
 pub mod core;
 pub mod db;
 pub mod homes;
+pub mod idle;
 pub mod lease;
 pub mod live;
 pub mod serve;

@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub pages: crate::live::pages::PagesConfig,
     /// Where home checkpoints go (local by default).
     pub homes: crate::homes::HomeStoreConfig,
+    /// Idle suspension (timeout, takeover keep-awake).
+    pub idle: crate::idle::IdleConfig,
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -124,6 +126,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         AnyProvider::Local(local),
         enrollment,
         homes,
+        cfg.idle,
     ));
 
     tokio::spawn(tunnel::serve(
@@ -149,6 +152,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         if let Err(e) = recover.recover().await {
             tracing::error!(error = %e, "recovering computers failed");
         }
+        // After recovery, so a computer restarted by it is not judged on its stale state.
+        crate::idle::spawn(recover);
     });
     // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
     let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;

@@ -104,6 +104,12 @@ pub trait SandboxProvider: Send + Sync {
     /// The provider kind stored beside references (`local`, `docker`, ...).
     fn kind(&self) -> &'static str;
 
+    /// Whether a running machine costs money while it runs (a metered cloud sandbox). The
+    /// control plane's idle policy reads it: a takeover request keeps a non-billing machine
+    /// awake for a fixed window, while on a billed one it only restarts the idle timer
+    /// (contracts.md §8).
+    fn bills_while_running(&self) -> bool;
+
     /// Creates a machine for `spec` and starts its guest, which dials home on its own.
     fn provision(
         &self,
@@ -147,6 +153,10 @@ macro_rules! dispatch {
 impl SandboxProvider for AnyProvider {
     fn kind(&self) -> &'static str {
         dispatch!(self, p => p.kind())
+    }
+
+    fn bills_while_running(&self) -> bool {
+        dispatch!(self, p => p.bills_while_running())
     }
 
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {

@@ -255,6 +255,11 @@ impl SandboxProvider for LocalProvider {
         "local"
     }
 
+    /// A child process of the control plane's host costs nothing extra while it runs.
+    fn bills_while_running(&self) -> bool {
+        false
+    }
+
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         if !valid_id(&spec.computer_id) {
             return Err(ProviderError::BadSpec(format!(

@@ -78,6 +78,10 @@ pub struct WorldOptions {
     pub screen_limit: Option<u32>,
     /// Keep homes in this S3 bucket instead of the local store.
     pub object_store: Option<ObjectStoreOptions>,
+    /// Idle suspension: `RAKAZO_IDLE_TIMEOUT_SECS` (unset: the server's default, 15 minutes).
+    pub idle_timeout_secs: Option<u64>,
+    /// `RAKAZO_TAKEOVER_KEEP_AWAKE_SECS` (unset: the server's default, 30 minutes).
+    pub takeover_keep_awake_secs: Option<u64>,
 }
 
 /// How a [`World`] reaches its object store (an [`s3::S3Server`]).
@@ -207,6 +211,12 @@ impl World {
         }
         if let Some(limit) = self.opts.screen_limit {
             cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
+        }
+        if let Some(secs) = self.opts.idle_timeout_secs {
+            cmd.env("RAKAZO_IDLE_TIMEOUT_SECS", secs.to_string());
+        }
+        if let Some(secs) = self.opts.takeover_keep_awake_secs {
+            cmd.env("RAKAZO_TAKEOVER_KEEP_AWAKE_SECS", secs.to_string());
         }
         if let Some(o) = &self.opts.object_store {
             cmd.env("RAKAZO_HOME_STORE", "object")

@@ -6,6 +6,7 @@ mod cli;
 mod desktops;
 mod foundation;
 mod homes;
+mod idle;
 mod live;
 mod page_browser;
 mod static_guest;

@@ -33,6 +33,16 @@ pub struct ComputerView {
     connected: bool,
     created_at_ms: i64,
     updated_at_ms: i64,
+    /// What idle suspension last decided about it (running computers; see `crate::idle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle: Option<serde_json::Value>,
+}
+
+impl ComputerView {
+    fn with_idle(mut self, api: &Api) -> Self {
+        self.idle = api.core.idle.report(&self.id).map(|r| r.to_json());
+        self
+    }
 }
 
 impl From<&Computer> for ComputerView {
@@ -54,6 +64,7 @@ impl From<&Computer> for ComputerView {
             connected: c.connected,
             created_at_ms: c.created_at_ms,
             updated_at_ms: c.updated_at_ms,
+            idle: None,
         }
     }
 }
@@ -82,7 +93,10 @@ pub async fn create(
 
 pub async fn list(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
     let all = api.core.list().await?;
-    let views: Vec<ComputerView> = all.iter().map(ComputerView::from).collect();
+    let views: Vec<ComputerView> = all
+        .iter()
+        .map(|c| ComputerView::from(c).with_idle(api))
+        .collect();
     Ok(json_response(
         StatusCode::OK,
         &serde_json::json!({ "computers": views }),
@@ -91,7 +105,10 @@ pub async fn list(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
 
 pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
     let c = api.core.get(id).await?;
-    Ok(json_response(StatusCode::OK, &ComputerView::from(&c)))
+    Ok(json_response(
+        StatusCode::OK,
+        &ComputerView::from(&c).with_idle(api),
+    ))
 }
 
 pub async fn start(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {

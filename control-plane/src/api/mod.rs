@@ -23,6 +23,7 @@ use crate::core::{Core, CoreError};
 use crate::tunnel::TunnelError;
 use body::json_response;
 use gateway_proto::{ErrorCode, Secret};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
@@ -157,8 +158,80 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
             "missing or wrong API token",
         ));
     }
+    // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
+    // counted while they run (until their response is sent), and recorded as a use.
+    let operation = match idle_use(&method, &segments) {
+        Some((id, refuse)) => Some(api.core.idle.enter(id, refuse).map_err(|_| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "computer_suspending",
+                format!(
+                    "computer {id} is being suspended after being idle (home checkpoint, then \
+                     stop); once it is stopped, start it again"
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let resp = dispatch(api, req, &method, &path, &segments).await?;
+    Ok(match operation {
+        Some(op) => resp.map(|body| BodyExt::boxed(Operating { body, _op: op })),
+        None => resp,
+    })
+}
+
+/// Whether a request is an operation on one computer for idle suspension (`crate::idle`), and
+/// whether its claim refuses it: `Some((id, refuse))`. Not operations: showing the computer,
+/// reading or renewing a lease (renewals keep a lease, not the computer, alive), browsing the
+/// stored home (no guest involved). Ending a run and releasing control count as uses but are
+/// never refused.
+fn idle_use<'a>(method: &Method, segments: &[&'a str]) -> Option<(&'a str, bool)> {
+    let ["v1", "computers", id, rest @ ..] = segments else {
+        return None;
+    };
+    match (method, rest) {
+        (&Method::GET, [] | ["leases", _] | ["home", ..]) => None,
+        (_, ["leases", _, "renew"]) => None,
+        (_, ["leases", _, "release"] | ["screens", _, "release-control"]) => Some((id, false)),
+        _ => Some((id, true)),
+    }
+}
+
+/// A response body that keeps its operation counted until it is fully sent (or dropped).
+struct Operating {
+    body: RespBody,
+    _op: crate::idle::Operation,
+}
+
+impl hyper::body::Body for Operating {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+async fn dispatch(
+    api: &Arc<Api>,
+    req: Request<Incoming>,
+    method: &Method,
+    path: &str,
+    segments: &[&str],
+) -> Result<Response<RespBody>, ApiError> {
     let query = query_map(&req);
-    match (&method, segments.as_slice()) {
+    match (method, segments) {
         (&Method::POST, ["v1", "computers"]) => computers::create(api, req).await,
         (&Method::GET, ["v1", "computers"]) => computers::list(api).await,
         (&Method::GET, ["v1", "computers", id]) => computers::show(api, id).await,
@@ -252,6 +325,18 @@ impl From<CoreError> for ApiError {
         let msg = e.to_string();
         match e {
             CoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
+            // A stopped computer (by hand or after being idle) stays stopped until started.
+            CoreError::NotRunning {
+                id,
+                state: crate::computers::ComputerState::Stopped,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "computer_not_running",
+                format!(
+                    "{msg}: start it first (POST /v1/computers/{id}/start, \
+                     `rakazo computer start {id}`)"
+                ),
+            ),
             CoreError::NotRunning { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "computer_not_running", msg)
             }

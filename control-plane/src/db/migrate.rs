@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "home_uploads",
         sql: include_str!("../../migrations/0004_home_uploads.sql"),
     },
+    Migration {
+        version: 5,
+        name: "idle",
+        sql: include_str!("../../migrations/0005_idle.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -211,6 +211,13 @@ pub async fn set_waiting_takeover(
         .store
         .set_waiting_takeover(&c.id, bot, waiting.then_some(lease))
         .await?;
+    if waiting {
+        // Keeps the computer awake for the takeover, or restarts its idle timer (§8).
+        core.idle
+            .takeover_requested(&c.id, now_ms)
+            .await
+            .map_err(LiveStoreError::from)?;
+    }
     info!(computer_id = %id, bot = %bot, waiting, "run waiting_takeover changed");
     Ok(())
 }

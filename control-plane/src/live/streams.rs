@@ -99,6 +99,14 @@ impl Streams {
         self.close_where(|e| e.computer == computer)
     }
 
+    /// How many streams are open on `computer` (an open stream keeps it from idling).
+    pub fn open_on(&self, computer: &str) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.computer == computer)
+            .count()
+    }
+
     /// How many streams are open.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -1,0 +1,426 @@
+//! Idle suspension (contracts.md §8, §9): a running computer that nobody uses for the idle
+//! timeout is claimed, its home checkpointed, and its machine stopped like `computer stop` does.
+//!
+//! "Used" means any of: an API operation on it in flight or within the timeout (exec, files,
+//! screens, browser, terminals, live URLs, takeover, home checkpoint or restore, start/stop/
+//! destroy), a live execution lease, a live user control lease, an open live stream. Lease
+//! renewals are not uses (they only keep a lease alive, and the lease is looked at directly);
+//! ending a run and releasing control are. A run that marked itself `waiting_takeover` does not
+//! keep the computer awake by its lease: its request keeps a non-billing computer awake for the
+//! keep-awake window (§8: 30 minutes), and restarts the idle timer on a billed one. After that the
+//! computer suspends while the run keeps waiting: its lease stays, and its next operation gets
+//! the stopped computer's 409 until someone starts it again.
+//!
+//! Parts: [`rules`] decides (pure), [`gate`] holds the claim and the operations in flight (the
+//! API router enters it for every operation on a computer), [`store`] keeps when each computer
+//! was last used and its keep-awake window on the computer row (migration 0005), and [`spawn`]
+//! runs the job that looks at every running computer each [`IdleConfig::period`]. The checkpoint
+//! is the homes flow's (`Core::checkpoint_home`), the stop is `Core::stop_machine`.
+//!
+//! A suspended computer is `stopped`, like one stopped by hand: its operations answer 409
+//! `computer_not_running` (the message says how to start it), `POST /v1/computers/{id}/start`
+//! (`rakazo computer start`) starts it again with its home in place.
+
+pub mod gate;
+pub mod rules;
+pub mod store;
+
+use crate::clock::now_ms;
+use crate::computers::{Computer, ComputerId, ComputerState};
+use crate::core::Core;
+use crate::db::Db;
+use clap::Args;
+use gate::{Claim, Claimed, Entered, Gate};
+use rules::{Decision, Observed};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+/// Default idle timeout: 15 minutes. Long enough that a person reading a run's result, or a bot
+/// between two runs of a schedule, finds the computer warm (each suspension costs a checkpoint
+/// and, later, a start); short enough that a forgotten computer is not kept up for hours. It
+/// matches the user control lease's TTL (§8): a person who walks away loses control after 15
+/// minutes, and the computer suspends 15 minutes after its last use.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long a takeover request keeps a non-billing computer awake (contracts.md §8).
+pub const TAKEOVER_KEEP_AWAKE: Duration = Duration::from_secs(30 * 60);
+/// Longest idle timeout or keep-awake window accepted: a week.
+const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `rakazo serve` flags of idle suspension.
+#[derive(Debug, Clone, Args)]
+pub struct IdleArgs {
+    /// Suspend a running computer unused for this many seconds (checkpoint its home, then stop
+    /// it); 0 disables idle suspension.
+    #[arg(long, env = "RAKAZO_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_secs: u64,
+    /// How long a run's takeover request keeps a computer of a non-billing provider awake.
+    #[arg(long, env = "RAKAZO_TAKEOVER_KEEP_AWAKE_SECS",
+          default_value_t = TAKEOVER_KEEP_AWAKE.as_secs())]
+    pub takeover_keep_awake_secs: u64,
+}
+
+impl IdleArgs {
+    /// Range-checks the flags.
+    pub fn resolve(&self) -> anyhow::Result<IdleConfig> {
+        let max = MAX_WINDOW.as_secs();
+        if self.idle_timeout_secs > max || self.takeover_keep_awake_secs > max {
+            anyhow::bail!("idle timeout and takeover keep-awake must be at most {max} seconds");
+        }
+        Ok(IdleConfig {
+            timeout: (self.idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.idle_timeout_secs)),
+            keep_awake: Duration::from_secs(self.takeover_keep_awake_secs),
+        })
+    }
+}
+
+/// Idle suspension's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleConfig {
+    /// `None`: disabled.
+    pub timeout: Option<Duration>,
+    pub keep_awake: Duration,
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            keep_awake: TAKEOVER_KEEP_AWAKE,
+        }
+    }
+}
+
+impl IdleConfig {
+    /// How often the job looks: a quarter of the timeout, between 200 ms and 30 s, so a computer
+    /// is suspended at most that late.
+    pub fn period(&self) -> Duration {
+        let t = self.timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        (t / 4).clamp(Duration::from_millis(200), Duration::from_secs(30))
+    }
+
+    /// How often a computer's last use is written to its row while it is being used: a tenth
+    /// of the timeout, at most 10 s. Between writes the gate's in-memory mark is newer; a
+    /// restart loses at most this much of a computer's recent use.
+    fn write_every_ms(&self) -> i64 {
+        let t = self.timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        let every = (t / 10).min(Duration::from_secs(10));
+        i64::try_from(every.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// What the job last decided about a computer, shown by `GET /v1/computers/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub at_ms: i64,
+    /// `awake`, `busy`, `blocked`, `suspending`, `failed`, `suspended`.
+    pub decision: &'static str,
+    pub reason: String,
+    /// `awake`: not idle before then.
+    pub until_ms: Option<i64>,
+}
+
+impl Report {
+    fn of(d: &Decision, at_ms: i64) -> Self {
+        let (decision, reason, until_ms) = match d {
+            Decision::Awake {
+                until_ms,
+                keep_awake,
+            } => (
+                "awake",
+                if *keep_awake {
+                    "a takeover request keeps it awake".to_string()
+                } else {
+                    "used within the idle timeout".to_string()
+                },
+                Some(*until_ms),
+            ),
+            Decision::Busy(why) => ("busy", why.clone(), None),
+            Decision::Blocked(why) => ("blocked", why.clone(), None),
+            Decision::Suspend { .. } => ("suspending", "idle: checkpoint, then stop".into(), None),
+        };
+        Self {
+            at_ms,
+            decision,
+            reason,
+            until_ms,
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "decision": self.decision,
+            "reason": self.reason,
+            "at_ms": self.at_ms,
+        });
+        if let (Some(until), Some(map)) = (self.until_ms, v.as_object_mut()) {
+            map.insert("until_ms".into(), until.into());
+        }
+        v
+    }
+}
+
+/// Idle suspension's state in the core: settings, the gate, the row store.
+pub struct Idle {
+    pub config: IdleConfig,
+    gate: Arc<Gate>,
+    store: store::IdleStore,
+    /// The provider bills running machines (`SandboxProvider::bills_while_running`).
+    billed: bool,
+}
+
+/// One API operation on a computer; when it drops (its response is fully sent) the computer
+/// counts as used then.
+pub struct Operation {
+    entered: Option<Entered>,
+    store: store::IdleStore,
+    write_every_ms: i64,
+}
+
+impl Drop for Operation {
+    fn drop(&mut self) {
+        let Some(entered) = self.entered.take() else {
+            return;
+        };
+        let gate = entered.gate().clone();
+        let computer = entered.computer().to_owned();
+        drop(entered);
+        persist(&gate, &self.store, &computer, self.write_every_ms);
+    }
+}
+
+/// Writes the computer's last use to its row if due, in the background (a drop cannot wait).
+fn persist(gate: &Gate, store: &store::IdleStore, computer: &str, every_ms: i64) {
+    let Some(at) = gate.due_for_write(computer, every_ms) else {
+        return;
+    };
+    let (Ok(id), Ok(rt)) = (
+        ComputerId::new(computer),
+        tokio::runtime::Handle::try_current(),
+    ) else {
+        return;
+    };
+    let store = store.clone();
+    rt.spawn(async move {
+        if let Err(e) = store.used(&id, at).await {
+            warn!(computer_id = %id, error = %crate::homes::chain(&e), "recording a computer's last use failed");
+        }
+    });
+}
+
+impl Idle {
+    pub fn new(config: IdleConfig, db: Db, billed: bool) -> Self {
+        Self {
+            config,
+            gate: Gate::new(),
+            store: store::IdleStore::new(db),
+            billed,
+        }
+    }
+
+    /// An API operation on `computer` begins (see the module doc for which count). With
+    /// `refuse`, it is refused while idle suspension holds its claim.
+    pub fn enter(&self, computer: &str, refuse: bool) -> Result<Operation, Claimed> {
+        // Ids that cannot name a computer get no slot; their handler answers 404.
+        if ComputerId::new(computer).is_err() {
+            return Ok(Operation {
+                entered: None,
+                store: self.store.clone(),
+                write_every_ms: 0,
+            });
+        }
+        let entered = self.gate.enter(computer, refuse, now_ms())?;
+        let every = self.config.write_every_ms();
+        persist(&self.gate, &self.store, computer, every);
+        Ok(Operation {
+            entered: Some(entered),
+            store: self.store.clone(),
+            write_every_ms: every,
+        })
+    }
+
+    /// The computer booted (created, started, restarted): it counts as used now.
+    pub async fn booted(&self, id: &ComputerId) -> Result<(), crate::db::DbError> {
+        let now = now_ms();
+        self.gate.touch(id.as_str(), now);
+        self.store.used(id, now).await?;
+        self.gate.written(id.as_str(), now);
+        Ok(())
+    }
+
+    /// A run asked for a takeover (§8): a non-billing computer stays awake for the keep-awake
+    /// window; on a billed one the idle timer restarts.
+    pub async fn takeover_requested(
+        &self,
+        id: &ComputerId,
+        now_ms: i64,
+    ) -> Result<(), crate::db::DbError> {
+        self.gate.touch(id.as_str(), now_ms);
+        self.store.used(id, now_ms).await?;
+        self.gate.written(id.as_str(), now_ms);
+        if !self.billed {
+            let window = i64::try_from(self.config.keep_awake.as_millis()).unwrap_or(i64::MAX);
+            self.store
+                .keep_awake(id, now_ms.saturating_add(window))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// What the job last decided about `computer`.
+    pub fn report(&self, computer: &str) -> Option<Report> {
+        self.gate.report(computer)
+    }
+}
+
+/// Starts the idle job (nothing when disabled).
+pub fn spawn(core: Arc<Core>) {
+    let Some(timeout) = core.idle.config.timeout else {
+        info!("idle suspension disabled");
+        return;
+    };
+    let period = core.idle.config.period();
+    info!(
+        timeout_secs = timeout.as_secs_f64(),
+        keep_awake_secs = core.idle.config.keep_awake.as_secs_f64(),
+        "idle suspension on"
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            scan(&core, timeout).await;
+        }
+    });
+}
+
+/// Looks at every running computer once, one after the other: at most one idle checkpoint runs
+/// at a time, which bounds the load a wave of idle computers puts on the store.
+async fn scan(core: &Arc<Core>, timeout: Duration) {
+    let list = match core.computers.list().await {
+        Ok(list) => list,
+        Err(e) => {
+            warn!(error = %crate::homes::chain(&e), "idle job could not list computers");
+            return;
+        }
+    };
+    let live: std::collections::HashSet<&str> = list
+        .iter()
+        .filter(|c| c.state != ComputerState::Destroyed)
+        .map(|c| c.id.as_str())
+        .collect();
+    core.idle.gate.retain(&live);
+    for c in &list {
+        if c.state != ComputerState::Running || c.provider != core.provider_kind() {
+            continue;
+        }
+        if let Err(e) = consider(core, c, timeout).await {
+            warn!(computer_id = %c.id, error = %crate::homes::chain(e.as_ref()), "idle check failed");
+        }
+    }
+}
+
+type DynError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Decides about one running computer and, if it is idle, suspends it.
+async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(), DynError> {
+    let idle = &core.idle;
+    let id = c.id.as_str();
+    let seen = idle.gate.snapshot(id);
+    let now = now_ms();
+    let Some(stored) = idle.store.observe(&c.id, now).await? else {
+        return Ok(());
+    };
+    let observed = Observed {
+        connected: core.registry.get(id).is_some(),
+        pending_restore: core.homes.ledger().pending_restore(&c.id).await?,
+        in_flight: seen.in_flight,
+        streams: core.live.streams.open_on(id),
+        control: stored.control,
+        runs: stored.runs,
+        active_at_ms: stored.active_at_ms.max(seen.last_used_ms),
+        awake_until_ms: stored.awake_until_ms,
+    };
+    let decision = rules::decide(&observed, timeout, now);
+    let Decision::Suspend { except } = &decision else {
+        debug!(computer_id = %id, ?decision, "not idle");
+        idle.gate.set_report(id, Report::of(&decision, now));
+        return Ok(());
+    };
+    // Used since the look (an operation began or ended): look again next time.
+    let Some(claim) = idle.gate.try_claim(id, &seen) else {
+        return Ok(());
+    };
+    // Reported only once claimed: whoever sees `suspending` is refused.
+    idle.gate.set_report(id, Report::of(&decision, now));
+    let except = except.clone();
+    suspend(core, c, except.as_ref(), claim).await
+}
+
+/// Holding the claim: checkpoint, then stop. A failed checkpoint stops nothing.
+async fn suspend(
+    core: &Arc<Core>,
+    c: &Computer,
+    except: Option<&gateway_proto::BotId>,
+    claim: Claim,
+) -> Result<(), DynError> {
+    let id = c.id.as_str();
+    // A viewer may have opened a stream between the look and the claim (capability routes do
+    // not pass the gate); it keeps the computer up.
+    if core.live.streams.open_on(id) > 0 {
+        return Ok(());
+    }
+    // State as of now, under the claim: nothing else changes it until the claim drops.
+    let c = core.get(id).await?;
+    if c.state != ComputerState::Running {
+        return Ok(());
+    }
+    info!(computer_id = %id, waiting_run = ?except.map(|b| b.as_str()), "computer idle: checkpointing its home, then stopping it");
+    let progress = crate::homes::Progress::new();
+    // The lease wait is zero: under the claim no lease can be taken, so a holder other than
+    // `except` means the computer is in use after all.
+    if let Err(e) = core
+        .checkpoint_home(&c, except, Duration::ZERO, &progress)
+        .await
+    {
+        let error = crate::homes::chain(&e);
+        warn!(computer_id = %id, error, "idle checkpoint failed; the computer keeps running and suspension is retried after another idle timeout");
+        let now = now_ms();
+        core.idle.gate.set_report(
+            id,
+            Report {
+                at_ms: now,
+                decision: "failed",
+                reason: format!("checkpoint failed: {error}"),
+                until_ms: None,
+            },
+        );
+        // Restarting the idle timer spaces the retries one timeout apart.
+        core.idle.gate.touch(id, now);
+        core.idle.store.used(&c.id, now).await?;
+        drop(claim);
+        return Ok(());
+    }
+    match core.stop_machine(&c).await {
+        Ok(_) => {
+            info!(computer_id = %id, "computer suspended after being idle");
+            core.idle.gate.set_report(
+                id,
+                Report {
+                    at_ms: now_ms(),
+                    decision: "suspended",
+                    reason: "idle: home checkpointed, machine stopped".into(),
+                    until_ms: None,
+                },
+            );
+        }
+        Err(e) => {
+            warn!(computer_id = %id, error = %crate::homes::chain(&e), "stopping an idle computer failed after its checkpoint; retried after another idle timeout");
+            let now = now_ms();
+            core.idle.gate.touch(id, now);
+            core.idle.store.used(&c.id, now).await?;
+        }
+    }
+    drop(claim);
+    Ok(())
+}
