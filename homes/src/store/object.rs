@@ -414,6 +414,30 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
         R: AsyncRead + Unpin,
     {
         let mut tasks: JoinSet<Result<CompletedPart, HomeStoreError>> = JoinSet::new();
+        let result = self
+            .send_parts(home, body, object, upload_id, first, &mut tasks)
+            .await;
+        if result.is_err() {
+            // Let the parts already on their way finish (at most `parts_in_flight`), so that the
+            // abort which follows finds every part S3 will store: a part still uploading while
+            // an upload is aborted may be stored after it.
+            while tasks.join_next().await.is_some() {}
+        }
+        result
+    }
+
+    async fn send_parts<R>(
+        &self,
+        home: &HomeKey,
+        body: &mut R,
+        object: &str,
+        upload_id: &str,
+        first: Vec<u8>,
+        tasks: &mut JoinSet<Result<CompletedPart, HomeStoreError>>,
+    ) -> Result<Vec<CompletedPart>, HomeStoreError>
+    where
+        R: AsyncRead + Unpin,
+    {
         let mut parts = Vec::new();
         let mut next = first;
         let mut number: i32 = 0;
@@ -423,7 +447,7 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                 return Err(s3_err("upload part", object, MissingField("part budget")));
             }
             while tasks.len() >= self.parts_in_flight {
-                parts.push(join_part(home, &mut tasks).await?);
+                parts.push(join_part(home, tasks).await?);
             }
             let request = self
                 .client
@@ -459,7 +483,7 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                     })?;
         }
         while !tasks.is_empty() {
-            parts.push(join_part(home, &mut tasks).await?);
+            parts.push(join_part(home, tasks).await?);
         }
         parts.sort_by_key(|p| p.part_number());
         Ok(parts)
