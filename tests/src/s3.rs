@@ -65,6 +65,12 @@ impl S3Server {
         }
     }
 
+    /// The directory the server serves: a directory per bucket, and at its top the files of
+    /// unfinished multipart uploads (`.upload-<id>.json`, `.upload_id-<id>.part-<n>`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

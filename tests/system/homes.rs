@@ -292,46 +292,27 @@ async fn tampered_checkpoints_are_refused_and_write_nothing() -> Result<()> {
     w.check_log()
 }
 
-/// Reads NDJSON progress of a checkpoint until `done` bytes reach `at`.
-async fn checkpoint_until(w: &World, c: &str, at: u64) -> Result<()> {
-    let resp = w
-        .client
-        .send(
-            Method::POST,
-            &format!("/v1/computers/{}/home/checkpoint", q(c)),
-            None,
-            None,
-            full_body(bytes::Bytes::new()),
-        )
-        .await?;
-    let mut body = resp.into_body();
-    let mut buf = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue;
-        };
-        buf.extend_from_slice(&data);
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            let v: serde_json::Value = serde_json::from_slice(&line)?;
-            if v["type"] == "progress"
-                && v["phase"] == "exporting"
-                && v["done"].as_u64() >= Some(at)
-            {
-                return Ok(());
-            }
-            if v["type"] != "progress" {
-                bail!("checkpoint ended before {at} bytes: {v}");
-            }
+/// The files s3s-fs keeps for unfinished multipart uploads (`.upload-<id>.json` and a
+/// `.upload_id-<id>.part-<n>` per stored part), at the top of its directory. Object listings never
+/// show them.
+fn upload_files(s3: &S3Server) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(s3.dir())? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".upload") {
+            names.push(name);
         }
     }
-    bail!("checkpoint stream ended before {at} bytes")
+    names.sort();
+    Ok(names)
 }
 
-/// kill -9 of the control plane in the middle of a multipart upload: after a restart the previous
-/// revision is still the current one and restores, and the reconciler deletes an orphaned
-/// object. S3 outages come back as errors (the checkpoint, and the stop it guards, fail) and
-/// never as a silently lost checkpoint.
+/// kill -9 of the control plane in the middle of a multipart upload (a home of several parts,
+/// killed once s3s-fs holds at least one part): after a restart the previous revision is still
+/// the current one and restores, and the start-up reconciler aborts the dead upload (its parts
+/// are gone from the server's directory) and deletes an orphaned object (an upload that completed
+/// but was never recorded: the other crash window). S3 outages come back as errors (the
+/// checkpoint, and the stop it guards, fail) and never as a silently lost checkpoint.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_mid_checkpoint_keeps_the_previous_revision() -> Result<()> {
     let mut s3 = S3Server::start().await?;
@@ -350,18 +331,54 @@ async fn a_crash_mid_checkpoint_keeps_the_previous_revision() -> Result<()> {
     w.home_ok(&c, "checkpoint").await?;
     let rev1_key = only_object(&s3).await?;
     let saved = manifest(&home)?;
+    assert_eq!(upload_files(&s3)?, Vec::<String>::new());
 
-    // A large home: the upload is multipart (8 MiB parts) and takes a while.
+    // A large home: the upload is multipart (5 MiB parts, the default) and takes a while.
     let status = std::process::Command::new("head")
         .args(["-c", "400M", "/dev/urandom"])
         .stdout(std::fs::File::create(home.join("large.bin"))?)
         .stderr(Stdio::null())
         .status()?;
     assert!(status.success());
-    tokio::time::timeout(Duration::from_secs(120), checkpoint_until(&w, &c, 40 << 20))
-        .await
-        .map_err(|_| anyhow!("checkpoint made no progress"))??;
+    let client = w.client.clone();
+    let path = format!("/v1/computers/{}/home/checkpoint", q(&c));
+    let checkpoint = tokio::spawn(async move {
+        // Read the progress stream until it breaks (the server is killed under it).
+        let resp = client
+            .send(
+                Method::POST,
+                &path,
+                None,
+                None,
+                full_body(bytes::Bytes::new()),
+            )
+            .await?;
+        let mut body = resp.into_body();
+        while let Some(frame) = body.frame().await {
+            frame?;
+        }
+        anyhow::Ok(())
+    });
+    // Readiness, polled: the kill comes once a part is stored, mid-upload.
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let files = upload_files(&s3)?;
+            if files.iter().any(|f| f.contains(".part-")) {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .map_err(|_| anyhow!("no part of the checkpoint reached the object store"))??;
     w.kill_server();
+    let _ = checkpoint.await;
+    let left = upload_files(&s3)?;
+    assert!(
+        left.iter().any(|f| f.contains(".part-")),
+        "the killed upload left its parts: {left:?}"
+    );
+    assert_eq!(s3.keys("homes/").await?, vec![rev1_key.clone()]);
 
     // An upload that completed but was never recorded (the crash came between the two).
     let sid_prefix = rev1_key.trim_end_matches("/1");
@@ -370,18 +387,40 @@ async fn a_crash_mid_checkpoint_keeps_the_previous_revision() -> Result<()> {
 
     w.spawn_server().await?;
     assert_eq!(home_info(&w, &c).await?["revision"], 1);
-    // The start-up reconciler deletes the orphan and keeps the live object.
+    // The start-up reconciler aborts the dead upload (its parts go) and deletes the orphan.
     let deadline = Duration::from_secs(30);
     tokio::time::timeout(deadline, async {
         loop {
-            if s3.keys("homes/").await.ok() == Some(vec![rev1_key.clone()]) {
+            let parts = upload_files(&s3).ok();
+            let keys = s3.keys("homes/").await.ok();
+            if parts == Some(vec![]) && keys == Some(vec![rev1_key.clone()]) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
     .await
-    .map_err(|_| anyhow!("the reconciler did not delete {orphan}"))?;
+    .map_err(|_| {
+        anyhow!(
+            "the reconciler left parts {:?} or the orphan {orphan}",
+            upload_files(&s3)
+        )
+    })?;
+    assert!(
+        w.log().contains("aborting an abandoned multipart upload"),
+        "the reconciler, not something else, removed the parts"
+    );
+    // A reconcile on request finds nothing more to do.
+    let again = w
+        .client
+        .json(Method::POST, "/v1/homes/reconcile", None)
+        .await?;
+    assert_eq!(
+        (again["kept"].as_u64(), again["deleted"].as_u64()),
+        (Some(1), Some(0)),
+        "{again}"
+    );
+    assert_eq!(upload_files(&s3)?, Vec::<String>::new());
     let done = w.home_ok(&c, "restore").await?;
     assert_eq!(done["revision"], 1);
     assert_eq!(manifest(&home)?, saved, "the previous revision came back");
@@ -406,6 +445,7 @@ async fn a_crash_mid_checkpoint_keeps_the_previous_revision() -> Result<()> {
     assert_eq!(shown["state"], "running", "{shown}");
     s3.restart().await?;
     assert_eq!(w.home_ok(&c, "checkpoint").await?["revision"], 2);
+    assert_eq!(upload_files(&s3)?, Vec::<String>::new());
     w.check_log()
 }
 
