@@ -21,94 +21,22 @@
 //! `computer_not_running` (the message says how to start it), `POST /v1/computers/{id}/start`
 //! (`rakazo computer start`) starts it again with its home in place.
 
+pub mod config;
 pub mod gate;
 pub mod rules;
 pub mod store;
+
+pub use config::{IdleArgs, IdleConfig, DEFAULT_IDLE_TIMEOUT, TAKEOVER_KEEP_AWAKE};
 
 use crate::clock::now_ms;
 use crate::computers::{Computer, ComputerId, ComputerState};
 use crate::core::Core;
 use crate::db::Db;
-use clap::Args;
 use gate::{Claim, Claimed, Entered, Gate};
 use rules::{Decision, Observed};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
-
-/// Default idle timeout: 15 minutes. Long enough that a person reading a run's result, or a bot
-/// between two runs of a schedule, finds the computer warm (each suspension costs a checkpoint
-/// and, later, a start); short enough that a forgotten computer is not kept up for hours. It
-/// matches the user control lease's TTL (§8): a person who walks away loses control after 15
-/// minutes, and the computer suspends 15 minutes after its last use.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// How long a takeover request keeps a non-billing computer awake (contracts.md §8).
-pub const TAKEOVER_KEEP_AWAKE: Duration = Duration::from_secs(30 * 60);
-/// Longest idle timeout or keep-awake window accepted: a week.
-const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// `rakazo serve` flags of idle suspension.
-#[derive(Debug, Clone, Args)]
-pub struct IdleArgs {
-    /// Suspend a running computer unused for this many seconds (checkpoint its home, then stop
-    /// it); 0 disables idle suspension.
-    #[arg(long, env = "RAKAZO_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
-    pub idle_timeout_secs: u64,
-    /// How long a run's takeover request keeps a computer of a non-billing provider awake.
-    #[arg(long, env = "RAKAZO_TAKEOVER_KEEP_AWAKE_SECS",
-          default_value_t = TAKEOVER_KEEP_AWAKE.as_secs())]
-    pub takeover_keep_awake_secs: u64,
-}
-
-impl IdleArgs {
-    /// Range-checks the flags.
-    pub fn resolve(&self) -> anyhow::Result<IdleConfig> {
-        let max = MAX_WINDOW.as_secs();
-        if self.idle_timeout_secs > max || self.takeover_keep_awake_secs > max {
-            anyhow::bail!("idle timeout and takeover keep-awake must be at most {max} seconds");
-        }
-        Ok(IdleConfig {
-            timeout: (self.idle_timeout_secs > 0)
-                .then(|| Duration::from_secs(self.idle_timeout_secs)),
-            keep_awake: Duration::from_secs(self.takeover_keep_awake_secs),
-        })
-    }
-}
-
-/// Idle suspension's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdleConfig {
-    /// `None`: disabled.
-    pub timeout: Option<Duration>,
-    pub keep_awake: Duration,
-}
-
-impl Default for IdleConfig {
-    fn default() -> Self {
-        Self {
-            timeout: Some(DEFAULT_IDLE_TIMEOUT),
-            keep_awake: TAKEOVER_KEEP_AWAKE,
-        }
-    }
-}
-
-impl IdleConfig {
-    /// How often the job looks: a quarter of the timeout, between 200 ms and 30 s, so a computer
-    /// is suspended at most that late.
-    pub fn period(&self) -> Duration {
-        let t = self.timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
-        (t / 4).clamp(Duration::from_millis(200), Duration::from_secs(30))
-    }
-
-    /// How often a computer's last use is written to its row while it is being used: a tenth
-    /// of the timeout, at most 10 s. Between writes the gate's in-memory mark is newer; a
-    /// restart loses at most this much of a computer's recent use.
-    fn write_every_ms(&self) -> i64 {
-        let t = self.timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
-        let every = (t / 10).min(Duration::from_secs(10));
-        i64::try_from(every.as_millis()).unwrap_or(i64::MAX)
-    }
-}
 
 /// What the job last decided about a computer, shown by `GET /v1/computers/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
