@@ -229,7 +229,24 @@ async fn tampered_checkpoints_are_refused_and_write_nothing() -> Result<()> {
     let c = w.create_computer("ws-tamper").await?;
     let home = w.home_of(&c);
     std::fs::write(home.join("first.txt"), b"revision one")?;
-    w.home_ok(&c, "checkpoint").await?;
+    // Every phase of the checkpoint gets its line, however quick: the export, then the store's
+    // commit of the whole archive.
+    let lines = w.home_flow(&c, "checkpoint").await?;
+    let phases: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "progress")
+        .filter_map(|l| l["phase"].as_str())
+        .collect();
+    let first = |p: &str| phases.iter().position(|x| *x == p);
+    assert!(
+        first("exporting").is_some() && first("exporting") < first("committing"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.last().map(|l| l["type"].clone()),
+        Some("done".into()),
+        "{lines:?}"
+    );
     let rev1 = s3.get(&only_object(&s3).await?).await?;
     // Three full segments and a last one, so two can be swapped.
     std::fs::write(home.join("big.bin"), homes::testing::noise(200_000, 9))?;

@@ -383,6 +383,7 @@ pub async fn reconcile(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
     let body = match stats {
         Some(s) => serde_json::json!({
             "store": "object", "kept": s.kept, "deleted": s.deleted, "foreign": s.foreign,
+            "aborted_uploads": s.aborted, "abort_failed": s.abort_failed,
         }),
         None => serde_json::json!({ "store": "local" }),
     };

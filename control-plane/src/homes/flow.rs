@@ -200,15 +200,15 @@ impl Core {
         let mut archive = ArchiveChecker::new(archive, Limits::default());
         let mut sent: u64 = 0;
         loop {
-            let mut buf = BytesMut::with_capacity(RAW_CHUNK);
-            let n = match archive.read_buf(&mut buf).await {
-                Ok(n) => n,
+            let buf = match read_chunk(&mut archive).await {
+                Ok(buf) => buf,
                 Err(e) => {
                     // The guest sees the reset and writes nothing.
                     op.abort();
                     return Err(HomeError::Read(e).into());
                 }
             };
+            let n = buf.len();
             if n == 0 {
                 break;
             }
@@ -396,6 +396,13 @@ fn export_reader(
                 progress.add(unreported);
                 unreported = 0;
             }
+            if ended {
+                // The whole archive is in hand: what remains is the store's (the last parts,
+                // completing the upload, advancing the revision).
+                let exported = progress.report().done;
+                progress.phase("committing", exported);
+                progress.add(exported);
+            }
             if buf.is_empty() {
                 return None;
             }
@@ -404,6 +411,19 @@ fn export_reader(
         }
     });
     (StreamReader::new(Box::pin(stream)), counter)
+}
+
+/// Up to [`RAW_CHUNK`] bytes of `r`, as many as it has: a short chunk only at its end. quinn
+/// keeps each chunk it was handed, allocation and all, until the guest acknowledges it, so a
+/// half-empty buffer would cost its whole capacity for up to a stream window of data.
+async fn read_chunk<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<BytesMut> {
+    let mut buf = BytesMut::with_capacity(RAW_CHUNK);
+    while buf.len() < RAW_CHUNK {
+        if r.read_buf(&mut buf).await? == 0 {
+            break;
+        }
+    }
+    Ok(buf)
 }
 
 /// Reads `r` to its end, counting bytes into `progress`; returns the count.
@@ -447,6 +467,8 @@ pub async fn reconcile_logged(core: &Core) {
             kept = stats.kept,
             deleted = stats.deleted,
             foreign = stats.foreign,
+            aborted_uploads = stats.aborted,
+            abort_failed = stats.abort_failed,
             "home reconciler ran"
         ),
         Ok(None) => {}

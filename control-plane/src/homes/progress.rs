@@ -16,8 +16,10 @@ const MAX_ENDED: usize = 16;
 /// One reading of a flow's progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProgressReport {
-    /// `waiting` (for other bots' leases), `exporting`, `verifying` or `importing`; `starting`
-    /// before the first phase.
+    /// A checkpoint's `waiting` (for other bots' leases), `exporting` and `committing` (the
+    /// archive is all read; the store completes it and advances the revision); a restore's
+    /// `verifying` (a local store's copy is checked before the guest sees a byte) and
+    /// `importing`; `starting` before the first phase.
     pub phase: &'static str,
     /// Which phase of the flow this is: 0 for `starting`, then 1, 2, ...
     pub seq: u32,
