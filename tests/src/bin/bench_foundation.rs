@@ -23,7 +23,8 @@
 //! It owns its processes: the server and its guests are killed when it ends.
 //!
 //! Usage: `target/release/bench_foundation [--exec-runs N] [--warmups N] [--mib N]
-//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR]`.
+//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only]`; `--quic-only`
+//! measures only the tunnel's ceiling (and its TCP anchor).
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use bytes::Bytes;
@@ -60,6 +61,8 @@ struct Options {
     transfer_runs: usize,
     home_parents: Vec<PathBuf>,
     bin_dir: PathBuf,
+    /// Only the tunnel's ceiling (QUIC alone, with its TCP anchor).
+    quic_only: bool,
 }
 
 impl Options {
@@ -76,6 +79,7 @@ impl Options {
                 .parent()
                 .ok_or_else(|| anyhow!("executable has no directory"))?
                 .to_path_buf(),
+            quic_only: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -87,6 +91,7 @@ impl Options {
                 "--transfer-runs" => o.transfer_runs = value()?.parse()?,
                 "--home-parent" => o.home_parents.push(value()?.into()),
                 "--bin-dir" => o.bin_dir = value()?.into(),
+                "--quic-only" => o.quic_only = true,
                 other => bail!("unknown argument {other:?}"),
             }
         }
@@ -1180,6 +1185,17 @@ async fn main() -> Result<()> {
     println!("- binaries: `{}`", opts.bin_dir.display());
     println!("- load average at start: {}", loadavg());
 
+    if opts.quic_only {
+        let data = pseudo_random(opts.mib << 20);
+        let mut tcp = Vec::new();
+        for _ in 0..opts.transfer_runs {
+            tcp.push(tcp_copy(&data).await?);
+        }
+        let quic = measure_quic(&data, opts.transfer_runs).await?;
+        print_quic(&quic, &tcp, data.len());
+        println!("- load average at end: {}", loadavg());
+        return Ok(());
+    }
     let first = opts
         .home_parents
         .first()
