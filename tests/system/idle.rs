@@ -372,27 +372,33 @@ async fn a_takeover_request_keeps_the_computer_awake_on_postgres() -> Result<()>
 async fn takeover_window(opts: WorldOptions) -> Result<()> {
     let mut w = World::start_with(opts).await?;
     let c = w.create_computer("ws-idle-takeover").await?;
-    // The request comes after the acquire, which the lease's expiry dates (server clock).
+    // The request comes after the acquire, which the lease's expiry dates (server clock). Two
+    // runs wait for a takeover: neither keeps the computer up past the window.
     let ttl_ms = 300_000;
-    let acquired = w
-        .post(
-            &format!("/v1/computers/{c}/leases/asker/acquire"),
-            serde_json::json!({ "owner": "run-2fa", "ttl_ms": ttl_ms }),
+    let mut leases = Vec::new();
+    for bot in ["asker", "asker-2"] {
+        let acquired = w
+            .post(
+                &format!("/v1/computers/{c}/leases/{bot}/acquire"),
+                serde_json::json!({ "owner": format!("run-2fa-{bot}"), "ttl_ms": ttl_ms }),
+            )
+            .await?;
+        let lease = acquired["lease"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no lease in {acquired}"))?
+            .to_string();
+        let requested_after = acquired["expires_at_ms"]
+            .as_i64()
+            .ok_or_else(|| anyhow!("no expiry in {acquired}"))?
+            - ttl_ms;
+        w.post(
+            &format!("/v1/computers/{c}/leases/{bot}/waiting_takeover"),
+            serde_json::json!({ "lease": lease }),
         )
         .await?;
-    let lease = acquired["lease"]
-        .as_str()
-        .ok_or_else(|| anyhow!("no lease in {acquired}"))?
-        .to_string();
-    let requested_after = acquired["expires_at_ms"]
-        .as_i64()
-        .ok_or_else(|| anyhow!("no expiry in {acquired}"))?
-        - ttl_ms;
-    w.post(
-        &format!("/v1/computers/{c}/leases/asker/waiting_takeover"),
-        serde_json::json!({ "lease": lease }),
-    )
-    .await?;
+        leases.push((bot, lease, requested_after));
+    }
+    let requested_after = leases.iter().map(|l| l.2).max().unwrap_or(0);
     let awake = wait_view(&w, &c, "the keep-awake window", |v| {
         decision(v) == "awake" && reason(v).contains("takeover")
     })
@@ -415,13 +421,15 @@ async fn takeover_window(opts: WorldOptions) -> Result<()> {
         stopped_at >= until,
         "not suspended inside the window: stopped at {stopped_at}, window until {until}"
     );
-    // The run keeps waiting: its lease is still live and renewable.
-    let renewed = w
-        .post(
-            &format!("/v1/computers/{c}/leases/asker/renew"),
-            serde_json::json!({ "lease": lease }),
-        )
-        .await?;
-    assert_eq!(renewed["lease"], lease.as_str());
+    // The runs keep waiting: their leases are still live and renewable.
+    for (bot, lease, _) in &leases {
+        let renewed = w
+            .post(
+                &format!("/v1/computers/{c}/leases/{bot}/renew"),
+                serde_json::json!({ "lease": lease }),
+            )
+            .await?;
+        assert_eq!(renewed["lease"], lease.as_str());
+    }
     w.check_log()
 }

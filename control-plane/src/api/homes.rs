@@ -204,7 +204,7 @@ pub async fn checkpoint(
     let progress = Progress::new();
     let p = progress.clone();
     let flow = async move {
-        let r = core.checkpoint_home(&c, None, wait, &p).await;
+        let r = core.checkpoint_home(&c, &[], wait, &p).await;
         if let Err(e) = &r {
             warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
         }
@@ -348,25 +348,11 @@ pub async fn content(
     };
     let (tx, body) = ChannelBody::new(8);
     tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match walker.read_content(&mut buf).await {
-                Ok(0) => return,
-                Ok(n) => {
-                    if tx
-                        .send(Ok(Bytes::copy_from_slice(&buf[..n])))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(chain(&e)))).await;
-                    return;
-                }
-            }
-        }
+        pump(&tx, async |buf| {
+            let read = walker.read_content(buf).await;
+            read.map_err(|e| std::io::Error::other(chain(&e)))
+        })
+        .await;
     });
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(

@@ -94,12 +94,13 @@ fn protocol(c: &Computer, reply: &Reply) -> CoreError {
 }
 
 impl Core {
-    /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than `except` hold
-    /// execution leases, has the guest quiesce its browsers and export, and commits the stream.
+    /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than those in
+    /// `except` hold execution leases, has the guest quiesce its browsers and export, and
+    /// commits the stream.
     pub async fn checkpoint_home(
         &self,
         c: &Computer,
-        except: Option<&BotId>,
+        except: &[BotId],
         lease_wait: Duration,
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
@@ -267,7 +268,7 @@ impl Core {
         match self
             .homes
             .ledger()
-            .live_lease_holders(&c.id, Some(bot.as_str()), crate::clock::now_ms())
+            .live_lease_holders(&c.id, &[bot.as_str()], crate::clock::now_ms())
             .await
         {
             Ok(bots) if !bots.is_empty() => return RunCheckpoint::Deferred(bots),
@@ -275,7 +276,12 @@ impl Core {
             Err(e) => return RunCheckpoint::Failed(chain(&e)),
         }
         match self
-            .checkpoint_home(c, Some(bot), Duration::ZERO, &Progress::new())
+            .checkpoint_home(
+                c,
+                std::slice::from_ref(bot),
+                Duration::ZERO,
+                &Progress::new(),
+            )
             .await
         {
             Ok(done) => RunCheckpoint::Saved(done),
@@ -296,7 +302,7 @@ impl Core {
             return Ok(());
         }
         match self
-            .checkpoint_home(c, None, DEFAULT_LEASE_WAIT, &Progress::new())
+            .checkpoint_home(c, &[], DEFAULT_LEASE_WAIT, &Progress::new())
             .await
         {
             Ok(_) => Ok(()),
@@ -329,17 +335,17 @@ impl Core {
     async fn wait_for_leases(
         &self,
         c: &Computer,
-        except: Option<&BotId>,
+        except: &[BotId],
         wait: Duration,
         progress: &Progress,
     ) -> Result<(), CoreError> {
         let polls = wait.as_millis() / LEASE_POLL.as_millis();
-        let except = except.map(BotId::as_str);
+        let except: Vec<&str> = except.iter().map(BotId::as_str).collect();
         for poll in 0..=polls {
             let bots = self
                 .homes
                 .ledger()
-                .live_lease_holders(&c.id, except, crate::clock::now_ms())
+                .live_lease_holders(&c.id, &except, crate::clock::now_ms())
                 .await
                 .map_err(HomeError::from)?;
             if bots.is_empty() {

@@ -159,7 +159,7 @@ impl HomeLedger {
     pub async fn live_lease_holders(
         &self,
         id: &ComputerId,
-        except: Option<&str>,
+        except: &[&str],
         now_ms: i64,
     ) -> Result<Vec<String>, DbError> {
         let rows = sqlx::query(
@@ -178,7 +178,7 @@ impl HomeLedger {
             let control: i64 = r.try_get("control")?;
             if control != 0 {
                 bots.push(format!("control:{bot}"));
-            } else if Some(bot.as_str()) != except {
+            } else if !except.contains(&bot.as_str()) {
                 bots.push(bot);
             }
         }
@@ -458,13 +458,17 @@ mod tests {
         .execute(db.pool())
         .await
         .unwrap();
-        let holders = |except: Option<&'static str>, now: i64| {
+        let holders = |except: &'static [&'static str], now: i64| {
             let (ledger, id) = (ledger.clone(), b.id.clone());
             async move { ledger.live_lease_holders(&id, except, now).await.unwrap() }
         };
-        assert_eq!(holders(None, 50).await, vec!["bot-x", "control:bot-y"]);
-        assert_eq!(holders(Some("bot-x"), 50).await, vec!["control:bot-y"]);
-        assert!(holders(None, 100).await.is_empty());
+        assert_eq!(holders(&[], 50).await, vec!["bot-x", "control:bot-y"]);
+        assert_eq!(holders(&["bot-x"], 50).await, vec!["control:bot-y"]);
+        assert_eq!(
+            holders(&["bot-w", "bot-x"], 50).await,
+            vec!["control:bot-y"]
+        );
+        assert!(holders(&[], 100).await.is_empty());
     }
 
     fn upload(sid: &HomeKey, rev: u64, id: &str) -> PendingUpload {

@@ -282,14 +282,14 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
     // Reported only once claimed: whoever sees `suspending` is refused.
     idle.gate.set_report(id, Report::of(&decision, now));
     let except = except.clone();
-    suspend(core, c, except.as_ref(), claim).await
+    suspend(core, c, &except, claim).await
 }
 
 /// Holding the claim: checkpoint, then stop. A failed checkpoint stops nothing.
 async fn suspend(
     core: &Arc<Core>,
     c: &Computer,
-    except: Option<&gateway_proto::BotId>,
+    except: &[gateway_proto::BotId],
     claim: Claim,
 ) -> Result<(), DynError> {
     let id = c.id.as_str();
@@ -303,10 +303,10 @@ async fn suspend(
     if c.state != ComputerState::Running {
         return Ok(());
     }
-    info!(computer_id = %id, waiting_run = ?except.map(|b| b.as_str()), "computer idle: checkpointing its home, then stopping it");
+    info!(computer_id = %id, waiting_runs = ?except.iter().map(|b| b.as_str()).collect::<Vec<_>>(), "computer idle: checkpointing its home, then stopping it");
     let progress = crate::homes::Progress::new();
     // The lease wait is zero: under the claim no lease can be taken, so a holder other than
-    // `except` means the computer is in use after all.
+    // those in `except` means the computer is in use after all.
     if let Err(e) = core
         .checkpoint_home(&c, except, Duration::ZERO, &progress)
         .await

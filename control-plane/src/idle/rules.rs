@@ -44,9 +44,9 @@ pub enum Decision {
     Busy(String),
     /// Idle and unused, but a checkpoint is impossible now; nothing is stopped without one.
     Blocked(String),
-    /// Claim it, checkpoint its home (passing over `except`, a run waiting for a takeover whose
-    /// keep-awake window is over), then stop it.
-    Suspend { except: Option<BotId> },
+    /// Claim it, checkpoint its home (passing over `except`, the runs waiting for a takeover
+    /// whose keep-awake window is over), then stop it.
+    Suspend { except: Vec<BotId> },
 }
 
 fn ms(d: Duration) -> i64 {
@@ -90,17 +90,9 @@ pub fn decide(o: &Observed, timeout: Duration, now_ms: i64) -> Decision {
     if o.pending_restore {
         return Decision::Blocked("its stored home was not restored yet".into());
     }
-    // The checkpoint passes over one bot's lease (`checkpoint_home`'s `except`); with several
-    // waiting runs it would refuse, so the computer stays up rather than stop without one.
-    match o.runs.as_slice() {
-        [] => Decision::Suspend { except: None },
-        [waiting] => Decision::Suspend {
-            except: Some(waiting.bot.clone()),
-        },
-        several => Decision::Blocked(format!(
-            "{} runs wait for a takeover; a checkpoint passes over only one",
-            several.len()
-        )),
+    // Every run left is waiting for a takeover: the checkpoint passes over their leases.
+    Decision::Suspend {
+        except: o.runs.iter().map(|r| r.bot.clone()).collect(),
     }
 }
 
@@ -132,7 +124,7 @@ mod tests {
                 keep_awake: false
             }
         );
-        assert_eq!(decide(&o, T, 61_000), Decision::Suspend { except: None });
+        assert_eq!(decide(&o, T, 61_000), Decision::Suspend { except: vec![] });
     }
 
     #[test]
@@ -173,8 +165,14 @@ mod tests {
             bot: bot(b),
             waiting_takeover: true,
         };
+        // Several runs waiting for a takeover do not keep it up: all are passed over.
         o.runs = vec![waiting("w1"), waiting("w2")];
-        assert!(matches!(decide(&o, T, now), Decision::Blocked(r) if r.contains("2 runs")));
+        assert_eq!(
+            decide(&o, T, now),
+            Decision::Suspend {
+                except: vec![bot("w1"), bot("w2")]
+            }
+        );
     }
 
     /// Non-billing provider: the request opened a window longer than the idle timeout; the
@@ -197,7 +195,7 @@ mod tests {
         assert_eq!(
             decide(&o, T, o.awake_until_ms),
             Decision::Suspend {
-                except: Some(bot("w"))
+                except: vec![bot("w")]
             }
         );
     }
@@ -221,7 +219,7 @@ mod tests {
         assert_eq!(
             decide(&o, T, 110_000),
             Decision::Suspend {
-                except: Some(bot("w"))
+                except: vec![bot("w")]
             }
         );
     }
