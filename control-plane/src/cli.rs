@@ -1117,25 +1117,8 @@ fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
             return;
         }
         let mut stdin = tokio::io::stdin();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match stdin.read(&mut buf).await {
-                Ok(0) => return,
-                Ok(n) => {
-                    if tx
-                        .send(Ok(Bytes::copy_from_slice(&buf[..n])))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-        }
+        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
+        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()

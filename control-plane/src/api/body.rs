@@ -134,6 +134,27 @@ pub fn too_large(max: usize) -> ApiError {
     )
 }
 
+/// How much a reader that feeds a [`ChannelBody`] with [`forward`] reads at a time.
+pub const PUMP_CHUNK: usize = 64 * 1024;
+
+/// Sends the outcome of one read into `buf` down `tx`: the bytes read, or the error as the last
+/// message. Returns whether to read again: not at the end (a read of 0 bytes), not after an
+/// error, not once the receiver is gone.
+pub async fn forward(
+    tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    read: std::io::Result<usize>,
+    buf: &[u8],
+) -> bool {
+    match read {
+        Ok(0) => false,
+        Ok(n) => tx.send(Ok(Bytes::copy_from_slice(&buf[..n]))).await.is_ok(),
+        Err(e) => {
+            let _ = tx.send(Err(e)).await;
+            false
+        }
+    }
+}
+
 /// A response body fed from a channel; the sender learns through `closed()` that the client
 /// went away (hyper drops the body when the connection ends).
 pub struct ChannelBody {
@@ -158,5 +179,29 @@ impl Body for ChannelBody {
         self.rx
             .poll_recv(cx)
             .map(|item| item.map(|r| r.map(Frame::data)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn forward_sends_what_was_read_and_says_when_to_stop() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let buf = b"abcdef";
+        assert!(forward(&tx, Ok(3), buf).await, "more to read");
+        assert_eq!(
+            rx.recv().await.unwrap().unwrap(),
+            Bytes::from_static(b"abc")
+        );
+        assert!(!forward(&tx, Ok(0), buf).await, "the end");
+        assert!(rx.try_recv().is_err(), "the end sends nothing");
+        let err = std::io::Error::other("disk gone");
+        assert!(!forward(&tx, Err(err), buf).await, "an error ends it");
+        let sent = rx.recv().await.unwrap().unwrap_err();
+        assert_eq!(sent.to_string(), "disk gone");
+        drop(rx);
+        assert!(!forward(&tx, Ok(6), buf).await, "the receiver is gone");
     }
 }

@@ -11,7 +11,7 @@
 //! - `POST /v1/homes/reconcile`: run the reconciler now. `DELETE /v1/homes/{home_key}`: purge a
 //!   home no live computer holds (its objects become unreadable, then are deleted).
 
-use super::body::{json_response, ApiError, ChannelBody, RespBody};
+use super::body::{forward, json_response, ApiError, ChannelBody, RespBody, PUMP_CHUNK};
 use super::Api;
 use crate::core::{Core, CoreError};
 use crate::homes::browse::{clean_path, Walker};
@@ -348,11 +348,14 @@ pub async fn content(
     };
     let (tx, body) = ChannelBody::new(8);
     tokio::spawn(async move {
-        pump(&tx, async |buf| {
-            let read = walker.read_content(buf).await;
-            read.map_err(|e| std::io::Error::other(chain(&e)))
-        })
-        .await;
+        let mut buf = vec![0u8; PUMP_CHUNK];
+        loop {
+            let read = walker.read_content(&mut buf).await;
+            let read = read.map_err(|e| std::io::Error::other(chain(&e)));
+            if !forward(&tx, read, &buf).await {
+                return;
+            }
+        }
     });
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(

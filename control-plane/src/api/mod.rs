@@ -16,6 +16,7 @@ mod leases;
 mod live;
 mod screens;
 
+pub(crate) use body::{forward, PUMP_CHUNK};
 pub use body::{ApiError, RespBody};
 pub use exec::EXEC_STREAM_CONTENT_TYPE;
 
