@@ -286,3 +286,70 @@ async fn plaintext_len_follows_from_the_sealed_length() {
     }
     assert_eq!(plaintext_len(header_len(&h) as u64 - 1, &h), None);
 }
+
+/// The sealed format is plain AES-256-GCM as FORMAT.md describes it: an independent
+/// implementation (the RustCrypto `aes-gcm` crate), given only the documented key derivation,
+/// nonce and AAD, opens what the sealer wrote, and the wrapped data key too.
+#[tokio::test]
+async fn an_independent_aes_gcm_opens_the_documented_format() {
+    use aes_gcm::aead::{Aead, KeyInit, Payload};
+    use aes_gcm::{Aes256Gcm, Nonce as GcmNonce};
+    use hkdf::Hkdf;
+    use sha2::Sha256;
+
+    let key = DataKey::generate();
+    let h = home("team-format");
+    let r = rev(7);
+    let plain = noise(SEGMENT_SIZE + 1000, 3);
+    let sealed = seal_bytes(&plain, &key, &h, r).await;
+    let hl = header_len(&h);
+    let header = &sealed[..hl];
+    assert_eq!(&header[..8], b"RKZHSEAL");
+    assert_eq!(&header[14..22], &7u64.to_be_bytes());
+    let salt = &header[22..54];
+    assert_eq!(usize::from(header[54]), h.as_str().len());
+
+    let mut info = b"rakazo home segment key v1\0".to_vec();
+    info.extend_from_slice(&7u64.to_be_bytes());
+    info.extend_from_slice(h.as_str().as_bytes());
+    let mut seg_key = [0u8; 32];
+    Hkdf::<Sha256>::new(Some(salt), key.as_bytes())
+        .expand(&info, &mut seg_key)
+        .unwrap();
+    let cipher = Aes256Gcm::new((&seg_key).into());
+    let segments = [
+        (0u64, &sealed[hl..hl + SEG], false),
+        (1u64, &sealed[hl + SEG..], true),
+    ];
+    let mut opened = Vec::new();
+    for (i, body, last) in segments {
+        let mut nonce = [0u8; 12];
+        nonce[4..].copy_from_slice(&i.to_be_bytes());
+        let mut aad = header.to_vec();
+        aad.extend_from_slice(&i.to_be_bytes());
+        aad.push(u8::from(last));
+        let msg = Payload {
+            msg: body,
+            aad: &aad,
+        };
+        opened.extend(cipher.decrypt(GcmNonce::from_slice(&nonce), msg).unwrap());
+    }
+    assert_eq!(opened, plain);
+
+    let content = ContentKey::generate();
+    let wrapped = wrap_data_key(&content, &h, &key);
+    let w = wrapped.as_bytes();
+    assert_eq!((w.len(), w[0]), (WRAPPED_LEN, 1));
+    let mut aad = b"rakazo home data key v1\0".to_vec();
+    aad.extend_from_slice(h.as_str().as_bytes());
+    let unwrapped = Aes256Gcm::new(content.as_bytes().into())
+        .decrypt(
+            GcmNonce::from_slice(&w[1..13]),
+            Payload {
+                msg: &w[13..],
+                aad: &aad,
+            },
+        )
+        .unwrap();
+    assert_eq!(unwrapped, key.as_bytes());
+}
