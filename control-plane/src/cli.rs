@@ -206,6 +206,8 @@ pub struct ServeArgs {
     pub homes: crate::homes::HomeArgs,
     #[command(flatten)]
     pub idle: crate::idle::IdleArgs,
+    #[command(flatten)]
+    pub live: crate::live::LiveArgs,
 }
 
 #[derive(Subcommand)]
@@ -450,6 +452,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 },
                 homes: args.homes.resolve(&crate::homes::config::process_env)?,
                 idle: args.idle.resolve()?,
+                live: args.live.resolve()?,
             })
             .await?;
             Ok(0)

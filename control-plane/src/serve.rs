@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub homes: crate::homes::HomeStoreConfig,
     /// Idle suspension (timeout, takeover keep-awake).
     pub idle: crate::idle::IdleConfig,
+    /// Live screens (the control lease's TTL).
+    pub live: crate::live::LiveConfig,
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -157,7 +159,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     });
     // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
     let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
-    let live = crate::live::LiveHttp::new(&capability_key, cfg.pages);
+    let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);
     api::serve(listener, Arc::new(Api::new(core, &token, cfg.limits, live))).await;
     Ok(())
 }

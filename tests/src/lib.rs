@@ -82,6 +82,8 @@ pub struct WorldOptions {
     pub idle_timeout_secs: Option<u64>,
     /// `RAKAZO_TAKEOVER_KEEP_AWAKE_SECS` (unset: the server's default, 30 minutes).
     pub takeover_keep_awake_secs: Option<u64>,
+    /// `RAKAZO_CONTROL_LEASE_TTL_SECS` (unset: the server's default, 15 minutes).
+    pub control_lease_ttl_secs: Option<u64>,
 }
 
 /// How a [`World`] reaches its object store (an [`s3::S3Server`]).
@@ -217,6 +219,9 @@ impl World {
         }
         if let Some(secs) = self.opts.takeover_keep_awake_secs {
             cmd.env("RAKAZO_TAKEOVER_KEEP_AWAKE_SECS", secs.to_string());
+        }
+        if let Some(secs) = self.opts.control_lease_ttl_secs {
+            cmd.env("RAKAZO_CONTROL_LEASE_TTL_SECS", secs.to_string());
         }
         if let Some(o) = &self.opts.object_store {
             cmd.env("RAKAZO_HOME_STORE", "object")

@@ -10,7 +10,7 @@ use gateway_proto::termframe::{encode_input, encode_resize};
 use std::time::Duration;
 use tests::fixture::Fixture;
 use tests::live::{connect, get, read_until, upgrade_status, wait_closed, Rfb, WsBytes};
-use tests::{wait_for, World};
+use tests::{wait_for, World, WorldOptions};
 use tokio_tungstenite::tungstenite::Message;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -500,6 +500,165 @@ async fn releasing_control_closes_every_shell() -> Result<()> {
     assert_eq!(get(&w.http, &term).await?.status, 403);
     assert_eq!(upgrade_status(&w.http, &control).await?, Some(403));
     drop(viewer.io.ws.next());
+    w.check_log()?;
+    Ok(())
+}
+
+/// The pid a shell prints for `echo PID-$$-$((6*7))` (the typed command's echo has no digits).
+fn shell_pid(out: &[u8]) -> Option<u32> {
+    let text = String::from_utf8_lossy(out);
+    text.match_indices("PID-").find_map(|(i, _)| {
+        let rest = &text[i + 4..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        rest[digits.len()..]
+            .starts_with("-42")
+            .then(|| digits.parse().ok())
+            .flatten()
+    })
+}
+
+/// Whether the log has a `screen.proxy.websocket_closed` event of `policy` ended by revocation.
+fn closed_revoked(log: &str, policy: &str) -> bool {
+    log.lines().any(|l| {
+        l.contains("screen.proxy.websocket_closed")
+            && (l.contains(&format!("policy=\"{policy}\""))
+                || l.contains(&format!("policy={policy} ")))
+            && (l.contains("initiator=\"revoked\"") || l.contains("initiator=revoked"))
+    })
+}
+
+/// The control lease's TTL end to end, with `RAKAZO_CONTROL_LEASE_TTL_SECS` short: while the
+/// user keeps taking control the lease is renewed under the same id and its control stream and
+/// terminal outlive the TTL; once nobody renews it, both close (revoked, the shell gone), the
+/// view stays, and URLs of the lapsed lease are refused, also after control is taken anew.
+#[tokio::test]
+async fn a_lapsed_control_lease_closes_control_and_terminals() -> Result<()> {
+    const TTL: Duration = Duration::from_secs(4);
+    let mut w = World::start_with(WorldOptions {
+        control_lease_ttl_secs: Some(TTL.as_secs()),
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-live-11").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let view = a.url(&mut w, "view").await?;
+
+    let first = a.takeover(&w).await?;
+    let granted_by = tokio::time::Instant::now();
+    let lease_id = first["control_lease"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no control_lease in {first}"))?
+        .to_string();
+    let first_expiry = first["expires_at_ms"].as_i64().unwrap_or(i64::MAX);
+    // Renew (take control again) every half second until told to stop; each answer is kept.
+    let (renewed_tx, mut renewed) = tokio::sync::mpsc::unbounded_channel();
+    let renewer = {
+        let client = w.client.clone();
+        let path = a.path("takeover");
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let r = client
+                    .json(hyper::Method::POST, &path, Some(&serde_json::json!({})))
+                    .await
+                    .map_err(|e| e.to_string());
+                if renewed_tx.send(r).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+
+    let control = a.url(&mut w, "control").await?;
+    let term = a.terminal_url(&mut w).await?;
+    // Issued under the lease, opened only after it lapsed.
+    let unopened = a.url(&mut w, "control").await?;
+    let mut shell = connect(&w.http, &term).await?;
+    let mut out = Vec::new();
+    shell
+        .send(Message::Binary(
+            encode_input(b"echo PID-$$-$((6*7))\r").into(),
+        ))
+        .await?;
+    read_until(&mut shell, &mut out, "-42", LONG).await?;
+    let pid = shell_pid(&out).ok_or_else(|| {
+        anyhow!(
+            "no shell pid in {:?}",
+            String::from_utf8_lossy(&out).to_string()
+        )
+    })?;
+    let mut driver = Rfb::handshake(WsBytes::new(connect(&w.http, &control).await?)).await?;
+    driver.sync().await?;
+    let mut viewer = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
+    viewer.sync().await?;
+
+    // Renewed, the streams outlive the first grant's expiry (which was before granted_by + TTL).
+    while granted_by.elapsed() < TTL + Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut still = Vec::new();
+    shell
+        .send(Message::Binary(
+            encode_input(b"echo STILL-$((2+3))\r").into(),
+        ))
+        .await?;
+    read_until(&mut shell, &mut still, "STILL-5", LONG).await?;
+    driver.sync().await?;
+    renewer.abort();
+    let _ = renewer.await;
+    let mut renewals = 0;
+    let mut last_expiry = first_expiry;
+    while let Ok(r) = renewed.try_recv() {
+        let v = r.map_err(|e| anyhow!("renewing the control lease failed: {e}"))?;
+        assert_eq!(
+            v["control_lease"].as_str(),
+            Some(lease_id.as_str()),
+            "a renewal keeps the lease's id: {v}"
+        );
+        last_expiry = last_expiry.max(v["expires_at_ms"].as_i64().unwrap_or(0));
+        renewals += 1;
+    }
+    assert!(renewals > 0, "the lease was renewed");
+    assert!(last_expiry > first_expiry, "renewals moved the expiry");
+
+    // Nobody renews it now: the control stream and the terminal close when it lapses.
+    wait_closed(&mut shell, LONG).await?;
+    wait_closed(&mut driver.io.ws, LONG).await?;
+    wait_for(LONG, "the revoked close events", || {
+        let log = w.log();
+        (closed_revoked(&log, "terminal") && closed_revoked(&log, "control")).then_some(())
+    })
+    .await?;
+    wait_for(LONG, "the shell to be gone", || {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
+    .await?;
+    // The view stays.
+    viewer.sync().await?;
+    assert!(!closed_revoked(&w.log(), "view"), "the view was not closed");
+    // Every URL of the lapsed lease is refused, including one never opened before.
+    for path in [&control, &term, &unopened] {
+        assert_eq!(get(&w.http, path).await?.status, 403, "page of {path}");
+        assert_eq!(upgrade_status(&w.http, path).await?, Some(403));
+    }
+    // No new control or terminal URL without taking control again.
+    for policy in ["control", "terminal"] {
+        let e = w
+            .post(&a.path("url"), serde_json::json!({ "policy": policy }))
+            .await
+            .expect_err("no control lease, no URL");
+        let (status, code, _) = api_status(&e).ok_or_else(|| anyhow!("{e}"))?;
+        assert_eq!((status, code.as_str()), (409, "no_control"));
+    }
+    // Taking control again is a new lease: the lapsed one's URLs stay refused.
+    let again = a.takeover(&w).await?;
+    assert_ne!(again["control_lease"].as_str(), Some(lease_id.as_str()));
+    assert_eq!(upgrade_status(&w.http, &unopened).await?, Some(403));
+    let fresh = a.url(&mut w, "control").await?;
+    let mut driver = Rfb::handshake(WsBytes::new(connect(&w.http, &fresh).await?)).await?;
+    driver.sync().await?;
+    a.release_control(&w).await?;
     w.check_log()?;
     Ok(())
 }

@@ -143,7 +143,8 @@ pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), 
 /// `POST .../screens/{bot}/takeover`.
 pub async fn takeover(api: &Arc<Api>, id: &str, bot: &str) -> Result<Response<RespBody>, ApiError> {
     let bot = parse_bot(bot)?;
-    let lease = authority::take_control(&api.core, id, &bot, now_ms()).await?;
+    let ttl = api.live.config.control_lease_ttl;
+    let lease = authority::take_control(&api.core, id, &bot, ttl, now_ms()).await?;
     Ok(json_response(
         StatusCode::OK,
         &serde_json::json!({

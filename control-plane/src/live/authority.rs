@@ -7,7 +7,7 @@
 //! live one. The same [`check`] runs when a websocket opens and once a second while it is open.
 
 use super::seal::{Capability, Scope, SealError, Sealer};
-use super::store::{ControlLease, LiveStoreError, CONTROL_LEASE_TTL};
+use super::store::{ControlLease, LiveStoreError};
 use super::streams::CloseScope;
 use crate::computers::{ComputerId, ComputerState};
 use crate::core::{Core, CoreError};
@@ -149,19 +149,21 @@ pub async fn check(core: &Core, cap: &Capability, now_ms: i64) -> Result<(), Rej
     }
 }
 
-/// Takes (or extends) the user's control of `bot`: refused while a run holds the bot's lease
-/// unless it is `waiting_takeover` (contracts.md §8).
+/// Takes (or extends to `ttl` from `now_ms`) the user's control of `bot`: refused while a run
+/// holds the bot's lease unless it is `waiting_takeover` (contracts.md §8). Taking it again
+/// while it is live renews it under the same id, so URLs and streams issued under it stay valid.
 pub async fn take_control(
     core: &Core,
     id: &str,
     bot: &BotId,
+    ttl: Duration,
     now_ms: i64,
 ) -> Result<ControlLease, LiveError> {
     let c = core.get(id).await?;
     let lease = core
         .live
         .store
-        .take_control(&c.id, bot, CONTROL_LEASE_TTL, now_ms)
+        .take_control(&c.id, bot, ttl, now_ms)
         .await?;
     info!(computer_id = %id, bot = %bot, "user took control");
     Ok(lease)

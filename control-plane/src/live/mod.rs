@@ -8,6 +8,7 @@
 //! view-only filter and the shells; this module never sees a display or a PTY.
 
 pub mod authority;
+pub mod config;
 pub mod pages;
 pub mod relay;
 pub mod seal;
@@ -32,18 +33,23 @@ impl LiveState {
     }
 }
 
-/// What the HTTP side of live screens needs: the sealing key and where the page assets are.
+pub use config::{LiveArgs, LiveConfig};
+
+/// What the HTTP side of live screens needs: the sealing key, where the page assets are, and
+/// the settings (the control lease's TTL).
 #[derive(Debug, Clone)]
 pub struct LiveHttp {
     pub sealer: seal::Sealer,
     pub pages: pages::PagesConfig,
+    pub config: LiveConfig,
 }
 
 impl LiveHttp {
-    pub fn new(key: &[u8; 32], pages: pages::PagesConfig) -> Self {
+    pub fn new(key: &[u8; 32], pages: pages::PagesConfig, config: LiveConfig) -> Self {
         Self {
             sealer: seal::Sealer::new(key),
             pages,
+            config,
         }
     }
 }

@@ -12,8 +12,9 @@ use crate::lease::{rules::holder, LeaseState};
 use gateway_proto::{BotId, LeaseToken};
 use std::time::Duration;
 
-/// How long a user's control lease lives (contracts.md §8: 15 minutes).
-pub const CONTROL_LEASE_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a user's control lease lives by default (contracts.md §8: 15 minutes); `rakazo
+/// serve` takes it from [`super::config::LiveArgs`].
+pub const CONTROL_LEASE_TTL: Duration = super::config::DEFAULT_CONTROL_LEASE_TTL;
 
 const TABLE: &str = "live_bots";
 

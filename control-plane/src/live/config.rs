@@ -1,0 +1,109 @@
+//! `rakazo serve` configuration of live screens: the flag (clap, with its environment variable)
+//! of the user's control-lease TTL and its range check. Nothing else in the module reads
+//! configuration.
+
+use clap::Args;
+use std::time::Duration;
+
+/// Default TTL of a user's control lease (contracts.md §8: 15 minutes). Taking control again
+/// while it is live renews it; when it lapses, the control and terminal streams issued under it
+/// close at their next once-per-second re-check.
+pub const DEFAULT_CONTROL_LEASE_TTL: Duration = Duration::from_secs(15 * 60);
+/// Shortest TTL accepted: the open streams are re-checked once a second, a shorter lease could
+/// not be told apart from that.
+const MIN_TTL: Duration = Duration::from_secs(1);
+/// Longest TTL accepted: a day. A forgotten control lease keeps runs from starting on the bot
+/// and the computer awake; longer than that is a lease nobody renews on purpose.
+const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// `rakazo serve` flags of live screens.
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// How long a user's control lease (takeover) lives unless taken again; control and
+    /// terminal streams close when it lapses.
+    #[arg(long, env = "RAKAZO_CONTROL_LEASE_TTL_SECS",
+          default_value_t = DEFAULT_CONTROL_LEASE_TTL.as_secs())]
+    pub control_lease_ttl_secs: u64,
+}
+
+impl LiveArgs {
+    /// Range-checks the flags.
+    pub fn resolve(&self) -> anyhow::Result<LiveConfig> {
+        let ttl = Duration::from_secs(self.control_lease_ttl_secs);
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            anyhow::bail!(
+                "the control lease TTL must be {}..={} seconds, got {}",
+                MIN_TTL.as_secs(),
+                MAX_TTL.as_secs(),
+                self.control_lease_ttl_secs
+            );
+        }
+        Ok(LiveConfig {
+            control_lease_ttl: ttl,
+        })
+    }
+}
+
+/// Live screens' settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveConfig {
+    pub control_lease_ttl: Duration,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        Self {
+            control_lease_ttl: DEFAULT_CONTROL_LEASE_TTL,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ttl(secs: u64) -> anyhow::Result<LiveConfig> {
+        LiveArgs {
+            control_lease_ttl_secs: secs,
+        }
+        .resolve()
+    }
+
+    #[test]
+    fn the_ttl_is_bounded() {
+        assert_eq!(
+            ttl(900).unwrap(),
+            LiveConfig::default(),
+            "the default is §8's 15 minutes"
+        );
+        assert_eq!(
+            ttl(1).unwrap().control_lease_ttl,
+            Duration::from_secs(1),
+            "the shortest"
+        );
+        assert_eq!(
+            ttl(24 * 3600).unwrap().control_lease_ttl,
+            Duration::from_secs(24 * 3600)
+        );
+        assert!(ttl(0).is_err());
+        assert!(ttl(24 * 3600 + 1).is_err());
+        assert!(ttl(u64::MAX).is_err());
+    }
+
+    #[test]
+    fn the_flag_defaults_to_fifteen_minutes() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            live: LiveArgs,
+        }
+        let cli = Cli::try_parse_from(["rakazo"]).unwrap();
+        assert_eq!(cli.live.resolve().unwrap(), LiveConfig::default());
+        let cli = Cli::try_parse_from(["rakazo", "--control-lease-ttl-secs", "3"]).unwrap();
+        assert_eq!(
+            cli.live.resolve().unwrap().control_lease_ttl,
+            Duration::from_secs(3)
+        );
+    }
+}
