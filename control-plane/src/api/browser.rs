@@ -5,14 +5,14 @@
 //! `{ok: false, completed, uncertain, error, fallback: "computer_act"}`. Step texts (a fill may
 //! carry a saved login's secret) are never logged: only the request path is.
 
-use super::body::{json_response, read_json, ApiError, RespBody};
-use super::{parse_bot, Api};
+use super::body::{json_response, ApiError, RespBody};
+use super::{bot_json, open_leased, parse_lease, Api};
 use crate::tunnel::TunnelError;
 use gateway_proto::page::{
     validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, Snapshot,
     SnapshotRequest, FALLBACK,
 };
-use gateway_proto::{BotLease, LeaseToken, Reply, Request};
+use gateway_proto::{Reply, Request};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde::Deserialize;
@@ -110,10 +110,8 @@ pub async fn handle(
     action: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: Body = read_json(req.into_body()).await?;
-    let lease =
-        LeaseToken::parse(&body.lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))?;
+    let (bot, body): (_, Body) = bot_json(bot, req).await?;
+    let lease = parse_lease(&body.lease)?;
     let request = match action {
         "navigate" => {
             let url = body
@@ -150,8 +148,7 @@ pub async fn handle(
             )))
         }
     };
-    let bl = BotLease { bot, token: lease };
-    let mut op = api.core.open(id, Some(&bl), &request).await?;
+    let mut op = open_leased(api, id, &bot, &lease, &request).await?;
     match op.expect::<Reply>().await? {
         Reply::Snapshot(s) => {
             let mut v = serde_json::json!({ "ok": true, "snapshot": snapshot_json(&s) });

@@ -6,8 +6,7 @@
 //! body to the guest, which commits the file only when every byte arrived.
 
 use super::body::{json_response, too_large, ApiError, ChannelBody, RespBody};
-use super::{bot_lease, Api};
-use crate::tunnel::TunnelError;
+use super::{bot_lease, reply_error, Api};
 use gateway_proto::{FileKind, ListFiles, ReadFile, Reply, Request, WriteFile};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -29,14 +28,6 @@ fn lease_of(q: &HashMap<String, String>) -> Result<Option<gateway_proto::BotLeas
 
 fn path_of(q: &HashMap<String, String>) -> String {
     q.get("path").cloned().unwrap_or_default()
-}
-
-fn unexpected(computer: &str, reply: &Reply) -> ApiError {
-    TunnelError::Protocol {
-        computer: computer.to_string(),
-        detail: format!("unexpected reply {reply:?}"),
-    }
-    .into()
 }
 
 pub async fn list(
@@ -68,8 +59,7 @@ pub async fn list(
                 &serde_json::json!({ "entries": entries }),
             ))
         }
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(reply_error(id, other)),
     }
 }
 
@@ -94,8 +84,7 @@ pub async fn read(
     let mut op = api.core.open(id, lease.as_ref(), &req).await?;
     let size = match op.expect::<Reply>().await? {
         Reply::ReadStart { size } if size <= max_bytes => size,
-        Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
-        other => return Err(unexpected(id, &other)),
+        other => return Err(reply_error(id, other)),
     };
     let (tx, body) = ChannelBody::new(8);
     let computer = id.to_string();
@@ -219,7 +208,6 @@ pub async fn write(
             StatusCode::OK,
             &serde_json::json!({ "written": size }),
         )),
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(reply_error(id, other)),
     }
 }

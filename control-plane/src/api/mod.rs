@@ -21,12 +21,15 @@ pub use body::{ApiError, RespBody};
 pub use exec::EXEC_STREAM_CONTENT_TYPE;
 
 use crate::core::{Core, CoreError};
-use crate::tunnel::TunnelError;
-use body::json_response;
-use gateway_proto::{ErrorCode, Secret};
+use crate::tunnel::{OpStream, TunnelError};
+use body::{json_response, read_json};
+use gateway_proto::{
+    BotId, BotLease, ErrorCode, LeaseToken, Reply, Request as GuestRequest, Secret,
+};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
+use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -394,21 +397,66 @@ impl From<TunnelError> for ApiError {
 }
 
 /// Parses the optional `bot` + `lease` pair of a request into a lease to check.
-fn bot_lease(
-    bot: Option<&str>,
-    lease: Option<&str>,
-) -> Result<Option<gateway_proto::BotLease>, ApiError> {
+fn bot_lease(bot: Option<&str>, lease: Option<&str>) -> Result<Option<BotLease>, ApiError> {
     match (bot, lease) {
         (None, None) => Ok(None),
-        (Some(bot), Some(lease)) => Ok(Some(gateway_proto::BotLease {
+        (Some(bot), Some(lease)) => Ok(Some(BotLease {
             bot: parse_bot(bot)?,
-            token: gateway_proto::LeaseToken::parse(lease)
-                .map_err(|e| ApiError::bad_request(format!("lease: {e}")))?,
+            token: parse_lease(lease)?,
         })),
         _ => Err(ApiError::bad_request("bot and lease go together")),
     }
 }
 
-fn parse_bot(bot: &str) -> Result<gateway_proto::BotId, ApiError> {
-    gateway_proto::BotId::new(bot).map_err(|e| ApiError::bad_request(format!("bot: {e}")))
+fn parse_bot(bot: &str) -> Result<BotId, ApiError> {
+    BotId::new(bot).map_err(|e| ApiError::bad_request(format!("bot: {e}")))
+}
+
+fn parse_lease(lease: &str) -> Result<LeaseToken, ApiError> {
+    LeaseToken::parse(lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))
+}
+
+/// The start of a bot's request: the bot named in the path, then the JSON body (bounded by
+/// [`read_json`]).
+async fn bot_json<T: DeserializeOwned>(
+    bot: &str,
+    req: Request<Incoming>,
+) -> Result<(BotId, T), ApiError> {
+    let bot = parse_bot(bot)?;
+    let body = read_json(req.into_body()).await?;
+    Ok((bot, body))
+}
+
+/// Opens `request` on computer `id` for `bot` holding `lease`: the core checks the lease against
+/// the database, the guest checks it again against its fence.
+async fn open_leased(
+    api: &Api,
+    id: &str,
+    bot: &BotId,
+    lease: &LeaseToken,
+    request: &GuestRequest,
+) -> Result<OpStream, ApiError> {
+    let held = BotLease {
+        bot: bot.clone(),
+        token: lease.clone(),
+    };
+    Ok(api.core.open(id, Some(&held), request).await?)
+}
+
+/// The error for a reply a handler does not take: the guest's own refusal as it is, anything
+/// else as a protocol error naming the reply.
+fn reply_error(id: &str, reply: Reply) -> ApiError {
+    match reply {
+        Reply::Error(e) => TunnelError::Guest(e).into(),
+        other => unexpected(id, &other),
+    }
+}
+
+/// A protocol error: the guest sent `reply` where it had no business to.
+fn unexpected(id: &str, reply: &Reply) -> ApiError {
+    TunnelError::Protocol {
+        computer: id.to_string(),
+        detail: format!("unexpected reply {reply:?}"),
+    }
+    .into()
 }

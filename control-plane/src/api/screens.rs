@@ -5,15 +5,15 @@
 //! validated before it is sent; the guest validates it again before anything runs. Every call
 //! carries the bot's lease, checked against the database here and against the fence on the guest.
 
-use super::body::{json_response, read_json, ApiError, RespBody};
-use super::{parse_bot, Api};
-use crate::tunnel::{OpReceiver, TunnelError};
+use super::body::{json_response, ApiError, RespBody};
+use super::{bot_json, open_leased, parse_lease, reply_error, unexpected, Api};
+use crate::tunnel::{OpReceiver, OpStream, TunnelError};
 use base64::Engine;
 use gateway_proto::desktop::{
     validate_actions, ActRequest, Action, MouseButton, ObservationMeta, ObserveRequest, ScreenInfo,
     ScreenRelease, ScreenRequest, ScrollDirection, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
 };
-use gateway_proto::{BotLease, LeaseToken, Reply, Request};
+use gateway_proto::{BotId, BotLease, LeaseToken, Reply, Request};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde::Deserialize;
@@ -39,8 +39,7 @@ struct ActBody {
 }
 
 fn lease_of(raw: Option<&str>) -> Result<LeaseToken, ApiError> {
-    let raw = raw.ok_or_else(|| ApiError::bad_request("lease is required"))?;
-    LeaseToken::parse(raw).map_err(|e| ApiError::bad_request(format!("lease: {e}")))
+    parse_lease(raw.ok_or_else(|| ApiError::bad_request("lease is required"))?)
 }
 
 fn screen_view(s: &ScreenInfo) -> serde_json::Value {
@@ -50,12 +49,18 @@ fn screen_view(s: &ScreenInfo) -> serde_json::Value {
     })
 }
 
-fn unexpected(id: &str, reply: &Reply) -> ApiError {
-    TunnelError::Protocol {
-        computer: id.to_string(),
-        detail: format!("unexpected reply {reply:?}"),
-    }
-    .into()
+/// Opens the request `make` builds for a bot whose body holds only its lease, which it needs.
+async fn open_with_lease(
+    api: &Api,
+    id: &str,
+    bot: &str,
+    req: hyper::Request<Incoming>,
+    make: impl FnOnce(BotId, LeaseToken) -> Request,
+) -> Result<OpStream, ApiError> {
+    let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
+    let lease = lease_of(body.lease.as_deref())?;
+    let request = make(bot.clone(), lease.clone());
+    open_leased(api, id, &bot, &lease, &request).await
 }
 
 pub async fn ensure(
@@ -64,25 +69,13 @@ pub async fn ensure(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: LeaseOnly = read_json(req.into_body()).await?;
-    let lease = lease_of(body.lease.as_deref())?;
-    let bl = BotLease {
-        bot: bot.clone(),
-        token: lease.clone(),
-    };
-    let mut op = api
-        .core
-        .open(
-            id,
-            Some(&bl),
-            &Request::ScreenEnsure(ScreenRequest { bot, lease }),
-        )
-        .await?;
+    let mut op = open_with_lease(api, id, bot, req, |bot, lease| {
+        Request::ScreenEnsure(ScreenRequest { bot, lease })
+    })
+    .await?;
     match op.expect::<Reply>().await? {
         Reply::Screen(s) => Ok(json_response(StatusCode::OK, &screen_view(&s))),
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(reply_error(id, other)),
     }
 }
 
@@ -92,13 +85,8 @@ pub async fn release(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: LeaseOnly = read_json(req.into_body()).await?;
-    let lease = body
-        .lease
-        .as_deref()
-        .map(|l| lease_of(Some(l)))
-        .transpose()?;
+    let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
+    let lease = body.lease.as_deref().map(parse_lease).transpose()?;
     let bl = lease.clone().map(|token| BotLease {
         bot: bot.clone(),
         token,
@@ -116,8 +104,7 @@ pub async fn release(
             StatusCode::OK,
             &serde_json::json!({ "released": true }),
         )),
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(reply_error(id, other)),
     }
 }
 
@@ -131,8 +118,7 @@ pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
                 &serde_json::json!({ "screens": v }),
             ))
         }
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(reply_error(id, other)),
     }
 }
 
@@ -140,8 +126,7 @@ pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
 async fn read_observation(id: &str, rx: &mut OpReceiver) -> Result<serde_json::Value, ApiError> {
     let meta = match rx.expect::<Reply>().await? {
         Reply::Observation(m) => m,
-        Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
-        other => return Err(unexpected(id, &other)),
+        other => return Err(reply_error(id, other)),
     };
     if meta.png_len > MAX_PNG || (meta.unchanged && meta.png_len != 0) {
         return Err(unexpected(id, &Reply::Observation(meta)));
@@ -186,21 +171,10 @@ pub async fn observe(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: LeaseOnly = read_json(req.into_body()).await?;
-    let lease = lease_of(body.lease.as_deref())?;
-    let bl = BotLease {
-        bot: bot.clone(),
-        token: lease.clone(),
-    };
-    let mut op = api
-        .core
-        .open(
-            id,
-            Some(&bl),
-            &Request::Observe(ObserveRequest { bot, lease }),
-        )
-        .await?;
+    let mut op = open_with_lease(api, id, bot, req, |bot, lease| {
+        Request::Observe(ObserveRequest { bot, lease })
+    })
+    .await?;
     let v = read_observation(id, &mut op.rx).await?;
     Ok(json_response(StatusCode::OK, &v))
 }
@@ -211,9 +185,8 @@ pub async fn act(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: ActBody = read_json(req.into_body()).await?;
-    let lease = lease_of(Some(&body.lease))?;
+    let (bot, body): (_, ActBody) = bot_json(bot, req).await?;
+    let lease = parse_lease(&body.lease)?;
     let actions = body
         .actions
         .iter()
@@ -223,22 +196,17 @@ pub async fn act(
         })
         .collect::<Result<Vec<_>, _>>()?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
-    let bl = BotLease {
-        bot: bot.clone(),
-        token: lease.clone(),
-    };
     let request = Request::Act(ActRequest {
-        bot,
-        lease,
+        bot: bot.clone(),
+        lease: lease.clone(),
         actions,
         observe: body.observe,
         settle_ms: body.settle_ms,
     });
-    let mut op = api.core.open(id, Some(&bl), &request).await?;
+    let mut op = open_leased(api, id, &bot, &lease, &request).await?;
     let outcome = match op.expect::<Reply>().await? {
         Reply::Acted(o) => o,
-        Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
-        other => return Err(unexpected(id, &other)),
+        other => return Err(reply_error(id, other)),
     };
     let mut v = serde_json::json!({
         "ok": true,
