@@ -67,67 +67,54 @@ fn is_id(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-/// A computer id, validated like a bot id (it ends up in paths, URLs and keys).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ComputerId(String);
+/// Declares a string newtype whose `new` accepts only [`is_id`] strings and refuses the rest
+/// with `$bad`; it shows as itself and debugs as `Name(value)`.
+macro_rules! id_newtype {
+    ($(#[$doc:meta])* $name:ident, $bad:path) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
 
-impl ComputerId {
-    pub fn new(s: impl Into<String>) -> Result<Self, ComputerError> {
-        let s = s.into();
-        if is_id(&s) {
-            Ok(Self(s))
-        } else {
-            Err(ComputerError::BadId(s))
+        impl $name {
+            pub fn new(s: impl Into<String>) -> Result<Self, ComputerError> {
+                let s = s.into();
+                if is_id(&s) {
+                    Ok(Self(s))
+                } else {
+                    Err($bad(s))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
         }
-    }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for ComputerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for ComputerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ComputerId({})", self.0)
-    }
-}
-
-/// A workspace id, validated like a bot id.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkspaceId(String);
-
-impl WorkspaceId {
-    pub fn new(s: impl Into<String>) -> Result<Self, ComputerError> {
-        let s = s.into();
-        if is_id(&s) {
-            Ok(Self(s))
-        } else {
-            Err(ComputerError::BadWorkspace(s))
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
         }
-    }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.0)
+            }
+        }
+    };
 }
 
-impl fmt::Display for WorkspaceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+id_newtype!(
+    /// A computer id, validated like a bot id (it ends up in paths, URLs and keys).
+    ComputerId,
+    ComputerError::BadId
+);
 
-impl fmt::Debug for WorkspaceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "WorkspaceId({})", self.0)
-    }
-}
+id_newtype!(
+    /// A workspace id, validated like a bot id.
+    WorkspaceId,
+    ComputerError::BadWorkspace
+);
 
 /// Whose computer it is: a workspace's shared Team computer or one bot's Private computer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -531,6 +518,38 @@ mod tests {
             assert!(ComputerId::new(bad).is_err(), "{bad:?} accepted");
             assert!(WorkspaceId::new(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn ids_show_and_fail_under_their_own_names() {
+        let c = ComputerId::new("c-1").unwrap();
+        let w = WorkspaceId::new("ws-1").unwrap();
+        assert_eq!(
+            (c.to_string(), format!("{c:?}")),
+            ("c-1".into(), "ComputerId(c-1)".into())
+        );
+        assert_eq!(
+            (w.as_str(), format!("{w:?}")),
+            ("ws-1", "WorkspaceId(ws-1)".into())
+        );
+        let err = ComputerId::new("a b").unwrap_err();
+        assert!(
+            matches!(&err, ComputerError::BadId(s) if s == "a b"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "computer id \"a b\" must be 1..=128 characters of [A-Za-z0-9._-]"
+        );
+        let err = WorkspaceId::new("").unwrap_err();
+        assert!(
+            matches!(&err, ComputerError::BadWorkspace(s) if s.is_empty()),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "workspace id \"\" must be 1..=128 characters of [A-Za-z0-9._-]"
+        );
     }
 
     #[test]
