@@ -7,25 +7,11 @@ use control_plane::computers::{
     new_computer_id, new_token, Computer, ComputerError, ComputerId, ComputerKind, ComputerState,
     ComputerStore, NewComputer, TokenHash, WorkspaceId,
 };
-use control_plane::db::{testing, Db, DbError};
+use control_plane::db::{Db, DbError};
 use gateway_proto::BotId;
 
-// Tests may read their environment; this names the PostgreSQL the CI script starts.
-#[allow(clippy::disallowed_methods)]
-fn pg_url() -> String {
-    std::env::var("RAKAZO_TEST_PG_URL").unwrap_or_else(|_| testing::DEFAULT_PG_URL.to_owned())
-}
-
-async fn postgres() -> Db {
-    let url = pg_url();
-    testing::postgres(&url).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL at {url} (RAKAZO_TEST_PG_URL) is required and unreachable: {e:?}")
-    })
-}
-
-async fn sqlite() -> Db {
-    testing::sqlite().await.expect("sqlite fixture")
-}
+#[macro_use]
+mod common;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -437,28 +423,7 @@ async fn futures_are_send(db: Db) {
     assert!(task.await.unwrap().unwrap());
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite_backend {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::sqlite().await).await;
-                }
-            )*
-        }
-        mod postgres_backend {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::postgres().await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+on_both_databases!(
     create_and_get,
     duplicate_id_is_refused,
     one_live_computer_per_home,

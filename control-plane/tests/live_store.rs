@@ -3,7 +3,7 @@
 //! `postgres://postgres@127.0.0.1:5432/test`), each case in a fresh schema or file.
 
 use control_plane::computers::ComputerId;
-use control_plane::db::{testing, Db};
+use control_plane::db::Db;
 use control_plane::lease::{LeaseStore, SqlLeaseStore, EXEC_LEASE_TTL};
 use control_plane::live::store::{LiveStore, LiveStoreError, CONTROL_LEASE_TTL};
 use gateway_proto::BotId;
@@ -11,22 +11,8 @@ use gateway_proto::BotId;
 const T0: i64 = 1_800_000_000_000;
 const CONTROL_MS: i64 = 15 * 60 * 1000;
 
-// Tests may read their environment; this names the PostgreSQL the CI script starts.
-#[allow(clippy::disallowed_methods)]
-fn pg_url() -> String {
-    std::env::var("RAKAZO_TEST_PG_URL").unwrap_or_else(|_| testing::DEFAULT_PG_URL.to_owned())
-}
-
-async fn postgres() -> Db {
-    let url = pg_url();
-    testing::postgres(&url).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL at {url} (RAKAZO_TEST_PG_URL) is required and unreachable: {e:?}")
-    })
-}
-
-async fn sqlite() -> Db {
-    testing::sqlite().await.expect("sqlite fixture")
-}
+#[macro_use]
+mod common;
 
 fn ids() -> (ComputerId, BotId) {
     (
@@ -129,24 +115,8 @@ async fn takeover_refused_while_a_run_holds_the_lease(db: Db) {
         .expect("a lapsed lease does not block");
 }
 
-macro_rules! cases {
-    ($backend:ident) => {
-        mod $backend {
-            #[tokio::test]
-            async fn generations_only_go_up() {
-                super::generations_only_go_up(super::$backend().await).await;
-            }
-            #[tokio::test]
-            async fn control_lease_lifecycle() {
-                super::control_lease_lifecycle(super::$backend().await).await;
-            }
-            #[tokio::test]
-            async fn takeover_refused_while_a_run_holds_the_lease() {
-                super::takeover_refused_while_a_run_holds_the_lease(super::$backend().await).await;
-            }
-        }
-    };
-}
-
-cases!(sqlite);
-cases!(postgres);
+on_both_databases!(
+    generations_only_go_up,
+    control_lease_lifecycle,
+    takeover_refused_while_a_run_holds_the_lease,
+);
