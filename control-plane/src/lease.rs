@@ -568,36 +568,41 @@ pub mod conformance {
     }
 
     async fn fence_now<S: LeaseStore>(store: &S, now_ms: i64) -> Option<u64> {
-        let lease = store.get(&computer(), &bot(), now_ms).await.expect("get");
-        lease.map(|l| l.token.fence())
+        get(store, now_ms).await.map(|l| l.token.fence())
+    }
+
+    /// The suite's lease at `now_ms`.
+    async fn get<S: LeaseStore>(store: &S, now_ms: i64) -> Option<Lease> {
+        store.get(&computer(), &bot(), now_ms).await.expect("get")
+    }
+
+    /// `owner` takes the suite's lease at `now_ms`, which must be granted.
+    async fn acquire<S: LeaseStore>(store: &S, owner: &str, now_ms: i64) -> Lease {
+        let granted = store.acquire(&computer(), &bot(), owner, TTL, now_ms).await;
+        granted.unwrap_or_else(|e| panic!("{owner} acquires at {now_ms}: {e:?}"))
+    }
+
+    /// `token` gives the suite's lease back at `now_ms`, which must succeed.
+    async fn release<S: LeaseStore>(store: &S, token: &LeaseToken, now_ms: i64) {
+        let released = store.release(&computer(), &bot(), token, now_ms).await;
+        released.unwrap_or_else(|e| panic!("{token} releases at {now_ms}: {e:?}"));
     }
 
     pub async fn acquire_free<S: LeaseStore>(store: Arc<S>) {
-        assert_eq!(store.get(&computer(), &bot(), T0).await.expect("get"), None);
-        let lease = store
-            .acquire(&computer(), &bot(), "run-a", TTL, T0)
-            .await
-            .expect("a free lease is granted");
+        assert_eq!(get(&*store, T0).await, None);
+        let lease = acquire(&*store, "run-a", T0).await;
         assert_eq!(lease.computer, computer());
         assert_eq!(lease.bot, bot());
         assert_eq!(lease.token, token("run-a", 1));
         assert_eq!(lease.expires_at_ms, T0 + TTL_MS);
-        let got = store.get(&computer(), &bot(), T0 + 1).await.expect("get");
-        assert_eq!(got, Some(lease));
+        assert_eq!(get(&*store, T0 + 1).await, Some(lease));
     }
 
     pub async fn fence_increments_across_acquires<S: LeaseStore>(store: Arc<S>) {
-        let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         assert_eq!(a.token.fence(), 1);
-        store
-            .release(&c, &b, &a.token, T0 + 1)
-            .await
-            .expect("release a");
-        let b2 = store
-            .acquire(&c, &b, "run-b", TTL, T0 + 2)
-            .await
-            .expect("b");
+        release(&*store, &a.token, T0 + 1).await;
+        let b2 = acquire(&*store, "run-b", T0 + 2).await;
         assert_eq!(
             b2.token.fence(),
             2,
@@ -605,29 +610,17 @@ pub mod conformance {
         );
         // b's claim lapses and c takes over.
         let t = T0 + 2 + TTL_MS;
-        let c3 = store.acquire(&c, &b, "run-c", TTL, t).await.expect("c");
+        let c3 = acquire(&*store, "run-c", t).await;
         assert_eq!(c3.token.fence(), 3);
-        store
-            .release(&c, &b, &c3.token, t + 1)
-            .await
-            .expect("release c");
-        let a4 = store
-            .acquire(&c, &b, "run-a", TTL, t + 2)
-            .await
-            .expect("a again");
+        release(&*store, &c3.token, t + 1).await;
+        let a4 = acquire(&*store, "run-a", t + 2).await;
         assert_eq!(a4.token, token("run-a", 4));
     }
 
     pub async fn same_owner_reacquire_bumps_fence<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let first = store
-            .acquire(&c, &b, "run-a", TTL, T0)
-            .await
-            .expect("first");
-        let second = store
-            .acquire(&c, &b, "run-a", TTL, T0 + 10)
-            .await
-            .expect("second");
+        let first = acquire(&*store, "run-a", T0).await;
+        let second = acquire(&*store, "run-a", T0 + 10).await;
         assert_eq!(second.token, token("run-a", first.token.fence() + 1));
         assert_eq!(second.expires_at_ms, T0 + 10 + TTL_MS);
         // The earlier grant is now stale.
@@ -640,7 +633,7 @@ pub mod conformance {
 
     pub async fn held_by_other_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         // Still live one millisecond before expiry.
         let err = store
             .acquire(&c, &b, "run-b", TTL, a.expires_at_ms - 1)
@@ -660,18 +653,15 @@ pub mod conformance {
             other => panic!("expected Held, got {other:?}"),
         }
         // The refusal changed nothing.
-        assert_eq!(store.get(&c, &b, T0 + 1).await.expect("get"), Some(a));
+        assert_eq!(get(&*store, T0 + 1).await, Some(a));
     }
 
     pub async fn expired_lease_is_taken_with_higher_fence<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         // Expiry is exclusive: at expires_at the claim has lapsed.
         assert_eq!(fence_now(&*store, a.expires_at_ms).await, None);
-        let taken = store
-            .acquire(&c, &b, "run-b", TTL, a.expires_at_ms)
-            .await
-            .expect("a lapsed lease is taken");
+        let taken = acquire(&*store, "run-b", a.expires_at_ms).await;
         assert_eq!(taken.token, token("run-b", a.token.fence() + 1));
         let err = store
             .renew(&c, &b, &a.token, TTL, a.expires_at_ms + 1)
@@ -690,7 +680,7 @@ pub mod conformance {
 
     pub async fn renew_by_holder_extends<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         let renewed = store
             .renew(&c, &b, &a.token, TTL, T0 + 60_000)
             .await
@@ -703,7 +693,7 @@ pub mod conformance {
 
     pub async fn renew_with_wrong_owner_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         let forged = token("run-b", a.token.fence());
         let err = store.renew(&c, &b, &forged, TTL, T0 + 1).await.unwrap_err();
         match err {
@@ -719,20 +709,14 @@ pub mod conformance {
             }
             other => panic!("expected Mismatch, got {other:?}"),
         }
-        assert_eq!(store.get(&c, &b, T0 + 2).await.expect("get"), Some(a));
+        assert_eq!(get(&*store, T0 + 2).await, Some(a));
     }
 
     pub async fn renew_with_old_fence_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a1 = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a1");
-        store
-            .release(&c, &b, &a1.token, T0 + 1)
-            .await
-            .expect("release");
-        let a2 = store
-            .acquire(&c, &b, "run-a", TTL, T0 + 2)
-            .await
-            .expect("a2");
+        let a1 = acquire(&*store, "run-a", T0).await;
+        release(&*store, &a1.token, T0 + 1).await;
+        let a2 = acquire(&*store, "run-a", T0 + 2).await;
         let err = store
             .renew(&c, &b, &a1.token, TTL, T0 + 3)
             .await
@@ -746,7 +730,7 @@ pub mod conformance {
 
     pub async fn renew_after_expiry_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         let err = store
             .renew(&c, &b, &a.token, TTL, a.expires_at_ms)
             .await
@@ -769,32 +753,22 @@ pub mod conformance {
     }
 
     pub async fn release_by_owner_frees<S: LeaseStore>(store: Arc<S>) {
-        let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
-        store
-            .release(&c, &b, &a.token, T0 + 1)
-            .await
-            .expect("release");
-        assert_eq!(store.get(&c, &b, T0 + 2).await.expect("get"), None);
-        let next = store
-            .acquire(&c, &b, "run-b", TTL, T0 + 3)
-            .await
-            .expect("b");
+        let a = acquire(&*store, "run-a", T0).await;
+        release(&*store, &a.token, T0 + 1).await;
+        assert_eq!(get(&*store, T0 + 2).await, None);
+        let next = acquire(&*store, "run-b", T0 + 3).await;
         assert_eq!(next.token.fence(), 2);
     }
 
     pub async fn release_of_lapsed_claim_by_owner_frees<S: LeaseStore>(store: Arc<S>) {
-        let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
-        store
-            .release(&c, &b, &a.token, a.expires_at_ms + 10)
-            .await
-            .expect("the owner may release a lapsed claim nobody took");
+        let a = acquire(&*store, "run-a", T0).await;
+        // The owner may release a lapsed claim nobody took.
+        release(&*store, &a.token, a.expires_at_ms + 10).await;
     }
 
     pub async fn release_by_other_owner_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         for fence in [0, a.token.fence(), a.token.fence() + 5] {
             let other = token("run-b", fence);
             let err = store.release(&c, &b, &other, T0 + 1).await.unwrap_err();
@@ -803,32 +777,23 @@ pub mod conformance {
                 "{other}: {err:?}"
             );
         }
-        assert_eq!(store.get(&c, &b, T0 + 2).await.expect("get"), Some(a));
+        assert_eq!(get(&*store, T0 + 2).await, Some(a));
     }
 
     pub async fn release_with_lower_fence_is_refused<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a1 = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a1");
-        let a2 = store
-            .acquire(&c, &b, "run-a", TTL, T0 + 1)
-            .await
-            .expect("a2");
+        let a1 = acquire(&*store, "run-a", T0).await;
+        let a2 = acquire(&*store, "run-a", T0 + 1).await;
         let err = store.release(&c, &b, &a1.token, T0 + 2).await.unwrap_err();
         match err {
             LeaseError::Mismatch { holder, .. } => assert_eq!(holder, Some(a2.token.clone())),
             other => panic!("expected Mismatch, got {other:?}"),
         }
-        assert_eq!(
-            store.get(&c, &b, T0 + 3).await.expect("get"),
-            Some(a2.clone())
-        );
+        assert_eq!(get(&*store, T0 + 3).await, Some(a2.clone()));
         // A fence at or above the holder's, same owner, releases.
         let higher = token("run-a", a2.token.fence() + 1);
-        store
-            .release(&c, &b, &higher, T0 + 4)
-            .await
-            .expect("higher fence");
-        assert_eq!(store.get(&c, &b, T0 + 5).await.expect("get"), None);
+        release(&*store, &higher, T0 + 4).await;
+        assert_eq!(get(&*store, T0 + 5).await, None);
     }
 
     pub async fn viewer_token_cannot_release<S: LeaseStore>(store: Arc<S>) {
@@ -837,7 +802,7 @@ pub mod conformance {
         // Not a run's live claim, not a lapsed one, not a released one, not even nothing.
         let err = store.release(&c, &b, &viewer, T0).await.unwrap_err();
         assert!(matches!(err, LeaseError::Mismatch { .. }), "{err:?}");
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         let err = store.release(&c, &b, &viewer, T0 + 1).await.unwrap_err();
         assert!(matches!(err, LeaseError::Mismatch { .. }), "{err:?}");
         let err = store
@@ -845,45 +810,30 @@ pub mod conformance {
             .await
             .unwrap_err();
         assert!(matches!(err, LeaseError::Mismatch { .. }), "{err:?}");
-        assert_eq!(
-            store.get(&c, &b, T0 + 2).await.expect("get"),
-            Some(a.clone())
-        );
-        store
-            .release(&c, &b, &a.token, T0 + 3)
-            .await
-            .expect("release");
+        assert_eq!(get(&*store, T0 + 2).await, Some(a.clone()));
+        release(&*store, &a.token, T0 + 3).await;
         let err = store.release(&c, &b, &viewer, T0 + 4).await.unwrap_err();
         assert!(matches!(err, LeaseError::Mismatch { .. }), "{err:?}");
     }
 
     pub async fn release_is_idempotent<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
-        store
-            .release(&c, &b, &a.token, T0 + 1)
-            .await
-            .expect("first release");
-        store
-            .release(&c, &b, &a.token, T0 + 2)
-            .await
-            .expect("second release");
-        assert_eq!(store.get(&c, &b, T0 + 3).await.expect("get"), None);
+        let a = acquire(&*store, "run-a", T0).await;
+        release(&*store, &a.token, T0 + 1).await;
+        release(&*store, &a.token, T0 + 2).await;
+        assert_eq!(get(&*store, T0 + 3).await, None);
         // Once someone else holds it again, the old token releases nothing.
-        let b2 = store
-            .acquire(&c, &b, "run-b", TTL, T0 + 4)
-            .await
-            .expect("b");
+        let b2 = acquire(&*store, "run-b", T0 + 4).await;
         let err = store.release(&c, &b, &a.token, T0 + 5).await.unwrap_err();
         assert!(matches!(err, LeaseError::Mismatch { .. }), "{err:?}");
-        assert_eq!(store.get(&c, &b, T0 + 6).await.expect("get"), Some(b2));
+        assert_eq!(get(&*store, T0 + 6).await, Some(b2));
     }
 
     pub async fn leases_are_per_computer_and_bot<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
         let c2 = ComputerId::new("c-other").expect("valid computer id");
         let b2 = BotId::new("bot-2").expect("valid bot id");
-        let a = store.acquire(&c, &b, "run-a", TTL, T0).await.expect("a");
+        let a = acquire(&*store, "run-a", T0).await;
         let x = store
             .acquire(&c, &b2, "run-x", TTL, T0)
             .await
@@ -900,7 +850,7 @@ pub mod conformance {
             .release(&c, &b2, &x.token, T0 + 1)
             .await
             .expect("release x");
-        assert_eq!(store.get(&c, &b, T0 + 2).await.expect("get"), Some(a));
+        assert_eq!(get(&*store, T0 + 2).await, Some(a));
         assert_eq!(store.get(&c2, &b, T0 + 2).await.expect("get"), Some(y));
     }
 
@@ -915,7 +865,7 @@ pub mod conformance {
                 "{bad:?}: {err:?}"
             );
         }
-        assert_eq!(store.get(&computer(), &bot(), T0).await.expect("get"), None);
+        assert_eq!(get(&*store, T0).await, None);
     }
 
     /// How many owners race in the `concurrent_*` cases.
@@ -969,16 +919,10 @@ pub mod conformance {
     pub async fn concurrent_acquire_of_released_has_one_winner<S: LeaseStore + 'static>(
         store: Arc<S>,
     ) {
-        let mut held = store
-            .acquire(&computer(), &bot(), "run-a", TTL, T0)
-            .await
-            .expect("a");
+        let mut held = acquire(&*store, "run-a", T0).await;
         for round in 1..=ROUNDS {
             let now = T0 + 10 * round as i64;
-            store
-                .release(&computer(), &bot(), &held.token, now)
-                .await
-                .expect("release");
+            release(&*store, &held.token, now).await;
             held = race(&store, now + 1, round + 1).await;
         }
     }
@@ -987,10 +931,7 @@ pub mod conformance {
     pub async fn concurrent_acquire_of_lapsed_has_one_winner<S: LeaseStore + 'static>(
         store: Arc<S>,
     ) {
-        let mut held = store
-            .acquire(&computer(), &bot(), "run-a", TTL, T0)
-            .await
-            .expect("a");
+        let mut held = acquire(&*store, "run-a", T0).await;
         for round in 1..=ROUNDS {
             held = race(&store, held.expires_at_ms, round + 1).await;
         }
