@@ -40,12 +40,30 @@ fn id(s: &str) -> ComputerId {
     ComputerId::new(s).unwrap()
 }
 
+/// Creates computer `id`, which must be accepted.
+async fn create(
+    store: &ComputerStore,
+    id: &str,
+    kind: ComputerKind,
+    token: &str,
+    now_ms: i64,
+) -> Computer {
+    store.create(new(id, kind, token), now_ms).await.unwrap()
+}
+
+/// Moves computer `id` to `state`, which must be accepted.
+async fn set_state(
+    store: &ComputerStore,
+    id: &ComputerId,
+    state: ComputerState,
+    now_ms: i64,
+) -> Computer {
+    store.set_state(id, state, now_ms).await.unwrap()
+}
+
 async fn create_and_get(db: Db) {
     let store = ComputerStore::new(db);
-    let created = store
-        .create(new("c-1", team("ws-1"), "tok"), T0)
-        .await
-        .unwrap();
+    let created = create(&store, "c-1", team("ws-1"), "tok", T0).await;
     assert_eq!(
         created,
         Computer {
@@ -64,10 +82,7 @@ async fn create_and_get(db: Db) {
     );
     assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(created));
 
-    let p = store
-        .create(new("c-2", private("bot.a"), "tok2"), T0 + 1)
-        .await
-        .unwrap();
+    let p = create(&store, "c-2", private("bot.a"), "tok2", T0 + 1).await;
     assert_eq!(p.kind, private("bot.a"));
     assert_eq!(p.home_key, "bot.a");
     assert_eq!(store.get(&id("c-2")).await.unwrap(), Some(p));
@@ -76,10 +91,7 @@ async fn create_and_get(db: Db) {
 
 async fn duplicate_id_is_refused(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
     let err = store
         .create(new("c-1", team("ws-2"), "b"), T0)
         .await
@@ -93,10 +105,7 @@ async fn duplicate_id_is_refused(db: Db) {
 
 async fn one_live_computer_per_home(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
     let err = store
         .create(new("c-2", team("ws-1"), "b"), T0)
         .await
@@ -105,24 +114,15 @@ async fn one_live_computer_per_home(db: Db) {
         matches!(&err, ComputerError::HomeInUse { home_key, .. } if home_key == "team-ws-1"),
         "{err:?}"
     );
-    store
-        .create(new("c-3", private("bot-1"), "c"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-3", private("bot-1"), "c", T0).await;
     let err = store
         .create(new("c-4", private("bot-1"), "d"), T0)
         .await
         .unwrap_err();
     assert!(matches!(err, ComputerError::HomeInUse { .. }), "{err:?}");
     // A replacement may be created once the old computer is destroyed.
-    store
-        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 1)
-        .await
-        .unwrap();
-    store
-        .create(new("c-2", team("ws-1"), "b"), T0 + 2)
-        .await
-        .unwrap();
+    set_state(&store, &id("c-1"), ComputerState::Destroyed, T0 + 1).await;
+    create(&store, "c-2", team("ws-1"), "b", T0 + 2).await;
 }
 
 async fn invalid_inputs_are_refused(db: Db) {
@@ -141,26 +141,11 @@ async fn invalid_inputs_are_refused(db: Db) {
 
 async fn list_skips_destroyed_oldest_first(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-b", team("ws-b"), "b"), T0 + 30)
-        .await
-        .unwrap();
-    store
-        .create(new("c-a", team("ws-a"), "a"), T0 + 10)
-        .await
-        .unwrap();
-    store
-        .create(new("c-c", team("ws-c"), "c"), T0 + 20)
-        .await
-        .unwrap();
-    store
-        .create(new("c-d", team("ws-d"), "d"), T0 + 5)
-        .await
-        .unwrap();
-    store
-        .set_state(&id("c-d"), ComputerState::Destroyed, T0 + 40)
-        .await
-        .unwrap();
+    create(&store, "c-b", team("ws-b"), "b", T0 + 30).await;
+    create(&store, "c-a", team("ws-a"), "a", T0 + 10).await;
+    create(&store, "c-c", team("ws-c"), "c", T0 + 20).await;
+    create(&store, "c-d", team("ws-d"), "d", T0 + 5).await;
+    set_state(&store, &id("c-d"), ComputerState::Destroyed, T0 + 40).await;
     let ids: Vec<_> = store
         .list()
         .await
@@ -173,31 +158,19 @@ async fn list_skips_destroyed_oldest_first(db: Db) {
 
 async fn set_state_bumps_generation_on_change(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
-    let c = store
-        .set_state(&id("c-1"), ComputerState::Running, T0 + 1)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
+    let c = set_state(&store, &id("c-1"), ComputerState::Running, T0 + 1).await;
     assert_eq!(
         (c.state, c.screen_generation, c.updated_at_ms),
         (ComputerState::Running, 1, T0 + 1)
     );
-    let c = store
-        .set_state(&id("c-1"), ComputerState::Running, T0 + 2)
-        .await
-        .unwrap();
+    let c = set_state(&store, &id("c-1"), ComputerState::Running, T0 + 2).await;
     assert_eq!(
         (c.screen_generation, c.updated_at_ms),
         (1, T0 + 2),
         "no change, no bump"
     );
-    let c = store
-        .set_state(&id("c-1"), ComputerState::Stopped, T0 + 3)
-        .await
-        .unwrap();
+    let c = set_state(&store, &id("c-1"), ComputerState::Stopped, T0 + 3).await;
     assert_eq!((c.state, c.screen_generation), (ComputerState::Stopped, 2));
     assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(c));
 
@@ -211,22 +184,13 @@ async fn set_state_bumps_generation_on_change(db: Db) {
 
 async fn destroyed_is_terminal(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
-    let gone = store
-        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 1)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
+    let gone = set_state(&store, &id("c-1"), ComputerState::Destroyed, T0 + 1).await;
     assert_eq!(
         (gone.state, gone.screen_generation),
         (ComputerState::Destroyed, 1)
     );
-    let again = store
-        .set_state(&id("c-1"), ComputerState::Destroyed, T0 + 2)
-        .await
-        .unwrap();
+    let again = set_state(&store, &id("c-1"), ComputerState::Destroyed, T0 + 2).await;
     assert_eq!(again, gone, "destroying again is a no-op");
     let err = store
         .set_state(&id("c-1"), ComputerState::Running, T0 + 3)
@@ -239,10 +203,7 @@ async fn destroyed_is_terminal(db: Db) {
 
 async fn set_provider_ref_bumps_generation_on_change(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
     let c = store
         .set_provider_ref(&id("c-1"), Some("ctr-1"), T0 + 1)
         .await
@@ -283,18 +244,9 @@ async fn set_provider_ref_bumps_generation_on_change(db: Db) {
 
 async fn connection_tracking(db: Db) {
     let store = ComputerStore::new(db);
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
-    store
-        .create(new("c-2", team("ws-2"), "b"), T0)
-        .await
-        .unwrap();
-    store
-        .create(new("c-3", team("ws-3"), "c"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
+    create(&store, "c-2", team("ws-2"), "b", T0).await;
+    create(&store, "c-3", team("ws-3"), "c", T0).await;
     store.set_connected(&id("c-1"), true, T0 + 1).await.unwrap();
     store.set_connected(&id("c-2"), true, T0 + 2).await.unwrap();
     let c1 = store.get(&id("c-1")).await.unwrap().unwrap();
@@ -376,10 +328,7 @@ async fn verify_token_checks_the_hash(db: Db) {
         .unwrap_err();
     assert!(matches!(err, ComputerError::NotFound(_)), "{err:?}");
 
-    store
-        .set_state(&cid, ComputerState::Destroyed, T0 + 2)
-        .await
-        .unwrap();
+    set_state(&store, &cid, ComputerState::Destroyed, T0 + 2).await;
     assert!(
         !store.verify_token(&cid, reissued.expose()).await.unwrap(),
         "destroyed"
@@ -388,10 +337,7 @@ async fn verify_token_checks_the_hash(db: Db) {
 
 async fn corrupt_rows_are_errors(db: Db) {
     let store = ComputerStore::new(db.clone());
-    store
-        .create(new("c-1", team("ws-1"), "a"), T0)
-        .await
-        .unwrap();
+    create(&store, "c-1", team("ws-1"), "a", T0).await;
     sqlx::query("UPDATE computers SET connected = 7 WHERE id = 'c-1'")
         .execute(db.pool())
         .await
