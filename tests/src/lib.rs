@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub mod fixture;
+pub mod garage;
 pub mod live;
 pub mod s3;
 
@@ -91,6 +92,11 @@ pub struct WorldOptions {
 pub struct ObjectStoreOptions {
     pub endpoint: String,
     pub bucket: String,
+    pub access_key_id: String,
+    /// Handed over by environment, never argv.
+    pub secret_access_key: String,
+    /// `RAKAZO_S3_PARTS_IN_FLIGHT` (unset: the server's default).
+    pub parts_in_flight: Option<usize>,
     /// The space's content key, 64 hex characters; handed over by environment, never argv.
     pub content_key_hex: String,
 }
@@ -101,6 +107,9 @@ impl ObjectStoreOptions {
         Self {
             endpoint: server.endpoint.clone(),
             bucket: s3::BUCKET.to_string(),
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+            parts_in_flight: None,
             content_key_hex: hex::encode(rand::random::<[u8; 32]>()),
         }
     }
@@ -227,12 +236,17 @@ impl World {
             cmd.env("RAKAZO_HOME_STORE", "object")
                 .env("RAKAZO_S3_ENDPOINT", &o.endpoint)
                 .env("RAKAZO_S3_BUCKET", &o.bucket)
-                .env("RAKAZO_S3_ACCESS_KEY_ID", "test")
-                .env("RAKAZO_S3_SECRET_ACCESS_KEY", "test")
+                .env("RAKAZO_S3_ACCESS_KEY_ID", &o.access_key_id)
+                .env("RAKAZO_S3_SECRET_ACCESS_KEY", &o.secret_access_key)
                 .env("RAKAZO_S3_PATH_STYLE", "true")
                 .env("RAKAZO_HOME_CONTENT_KEY", &o.content_key_hex);
-            if !self.secrets.contains(&o.content_key_hex) {
-                self.secrets.push(o.content_key_hex.clone());
+            if let Some(n) = o.parts_in_flight {
+                cmd.env("RAKAZO_S3_PARTS_IN_FLIGHT", n.to_string());
+            }
+            for secret in [&o.content_key_hex, &o.secret_access_key] {
+                if !self.secrets.contains(secret) {
+                    self.secrets.push(secret.clone());
+                }
             }
         }
         let child = cmd.spawn().context("start rakazo serve")?;

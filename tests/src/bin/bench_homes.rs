@@ -1,19 +1,28 @@
 //! Homes benchmark (issue 6): checkpoint and restore of a home of mixed file sizes (1 GiB by
-//! default; the first argument sets MiB) through the real control plane and guest to a local
-//! s3s-fs, against `tar -c | zstd -1 > file` of the same tree as the floor, plus raw AES-256-GCM
+//! default; a number argument sets MiB) through the real control plane and guest to a local
+//! s3s-fs (or, with `--garage PATH`, a single-node Garage; `--parts-in-flight N` sets the
+//! control plane's multipart concurrency), against `tar -c | zstd -1 > file` of the same tree as the floor, plus raw AES-256-GCM
 //! sealing speed from `homes`' `bench_seal`. Reports MB/s of home content, the control plane's
 //! peak RSS growth over its idle RSS (sampled from /proc every 20 ms) and CPU seconds per process.
+//! A checkpoint is also split at its `committing` progress line: the pipeline's own rate, then
+//! the store's completion of the multipart upload (s3s-fs reads, concatenates and MD5s every part
+//! again there; Garage and AWS S3 complete in metadata).
 //!
 //! Run in release, after building the binaries it starts:
 //! `cargo build --release -p control-plane -p guest-agent -p homes -p tests --bin rakazo
 //! --bin rakazo-guest --bin bench_seal --bin bench_homes && ./target/release/bench_homes`.
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use control_plane::client::full_body;
+use http_body_util::BodyExt;
+use hyper::Method;
 use rand::RngCore;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tests::garage::Garage;
 use tests::s3::S3Server;
 use tests::{ObjectStoreOptions, World, WorldOptions};
 
@@ -128,23 +137,59 @@ fn guest_pid(home: &Path) -> Option<u32> {
 
 struct Flow {
     elapsed: Duration,
+    /// From the request to the first `committing` progress line (a checkpoint only): the export,
+    /// checking, sealing and every part but the last few in flight; the rest is completing the
+    /// upload in the store and advancing the revision.
+    until_committing: Option<Duration>,
     bytes: u64,
     rss_growth_kib: u64,
-    /// CPU seconds of the control plane, the guest and s3s-fs.
+    /// CPU seconds of the control plane, the guest and the store.
     cpu: [f64; 3],
 }
 
+/// Runs one flow through the API, reading its NDJSON progress as it arrives.
 async fn timed_flow(w: &World, c: &str, flow: &str, pids: [u32; 3]) -> Result<Flow> {
     let idle = rss_kib(pids[0]).context("server rss")?;
     let cpu0 = pids.map(cpu_s);
     let sampler = RssPeak::start(pids[0]);
     let start = now();
-    let done = w.home_ok(c, flow).await?;
+    let resp = w
+        .client
+        .send(
+            Method::POST,
+            &format!("/v1/computers/{c}/home/{flow}"),
+            None,
+            None,
+            full_body(Bytes::new()),
+        )
+        .await?;
+    let mut body = resp.into_body();
+    let (mut pending, mut until_committing, mut done) = (Vec::new(), None, None);
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        pending.extend_from_slice(&data);
+        while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+            let line: serde_json::Value = serde_json::from_slice(&pending[..i])?;
+            pending.drain(..=i);
+            match line["type"].as_str() {
+                Some("progress") if line["phase"] == "committing" => {
+                    until_committing.get_or_insert_with(|| start.elapsed());
+                }
+                Some("done") => done = Some(line),
+                Some("error") => bail!("{flow} failed: {line}"),
+                _ => {}
+            }
+        }
+    }
     let elapsed = start.elapsed();
+    let done = done.with_context(|| format!("{flow} answered no done line"))?;
     let peak = sampler.finish().await;
     let cpu1 = pids.map(cpu_s);
     Ok(Flow {
         elapsed,
+        until_committing,
         bytes: done["bytes"].as_u64().unwrap_or(0),
         rss_growth_kib: peak.saturating_sub(idle),
         cpu: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]],
@@ -165,13 +210,52 @@ fn sealing_speed() -> String {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
-    let mib: usize = match std::env::args().nth(1) {
-        Some(a) => a.parse().context("size in MiB")?,
-        None => 1024,
+    let (mut mib, mut garage_bin, mut parts) = (1024usize, None::<std::path::PathBuf>, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--garage" => garage_bin = Some(args.next().context("--garage needs a path")?.into()),
+            "--parts-in-flight" => {
+                parts = Some(args.next().context("--parts-in-flight needs N")?.parse()?);
+            }
+            other => mib = other.parse().context("size in MiB")?,
+        }
+    }
+    // The store: s3s-fs (the test suite's server), or Garage when its binary is given.
+    let (s3, garage, store, store_name) = match &garage_bin {
+        None => {
+            let s3 = S3Server::start().await?;
+            let o = ObjectStoreOptions::for_server(&s3);
+            (Some(s3), None, o, "s3s-fs")
+        }
+        Some(bin) => {
+            let g = Garage::start(bin, &std::env::temp_dir(), tests::s3::BUCKET).await?;
+            let o = ObjectStoreOptions {
+                endpoint: g.endpoint.clone(),
+                bucket: g.bucket.clone(),
+                access_key_id: g.access_key_id.clone(),
+                secret_access_key: g.secret_access_key.clone(),
+                parts_in_flight: None,
+                content_key_hex: hex::encode(rand::random::<[u8; 32]>()),
+            };
+            (None, Some(g), o, "Garage")
+        }
     };
-    let s3 = S3Server::start().await?;
+    let store_pid = match (&s3, &garage) {
+        (Some(s3), _) => s3.pid().context("s3s-fs pid")?,
+        (_, Some(g)) => g.pid(),
+        _ => bail!("no store"),
+    };
+    let store = ObjectStoreOptions {
+        parts_in_flight: parts,
+        ..store
+    };
+    println!(
+        "store: {store_name}, parts in flight: {}",
+        parts.map_or("default (2)".to_string(), |n| n.to_string())
+    );
     let mut w = World::start_with(WorldOptions {
-        object_store: Some(ObjectStoreOptions::for_server(&s3)),
+        object_store: Some(store),
         ..Default::default()
     })
     .await?;
@@ -204,11 +288,7 @@ async fn main() -> Result<()> {
     let tar_mbs = mb_per_s(content, tar_time);
     std::fs::remove_file(&target)?;
 
-    let pids = [
-        pid,
-        guest_pid(&home).context("guest pid")?,
-        s3.pid().context("s3s-fs pid")?,
-    ];
+    let pids = [pid, guest_pid(&home).context("guest pid")?, store_pid];
     let cp = timed_flow(&w, &c, "checkpoint", pids).await?;
     let cp_mbs = mb_per_s(content, cp.elapsed);
     let rs = timed_flow(&w, &c, "restore", pids).await?;
@@ -221,19 +301,19 @@ async fn main() -> Result<()> {
     );
     for (name, f, mbs) in [
         (
-            "checkpoint (guest export -> check -> seal -> s3s-fs)",
+            "checkpoint (guest export -> check -> seal -> store)",
             &cp,
             cp_mbs,
         ),
         (
-            "restore (s3s-fs -> open -> check -> guest import)",
+            "restore (store -> open -> check -> guest import)",
             &rs,
             rs_mbs,
         ),
     ] {
         println!(
             "{name}: {mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), {:.2}x the floor, \
-             control-plane RSS +{:.1} MiB; CPU s: control plane {:.1}, guest {:.1}, s3s-fs {:.1}",
+             control-plane RSS +{:.1} MiB; CPU s: control plane {:.1}, guest {:.1}, {store_name} {:.1}",
             f.elapsed.as_secs_f64(),
             f.bytes as f64 / f64::from(1u32 << 20),
             mbs / tar_mbs,
@@ -241,6 +321,16 @@ async fn main() -> Result<()> {
             f.cpu[0],
             f.cpu[1],
             f.cpu[2]
+        );
+    }
+    if let Some(t) = cp.until_committing {
+        let rest = cp.elapsed.saturating_sub(t);
+        println!(
+            "checkpoint split: {:>7.0} MB/s until the archive was all read and sealed ({:.2} s), \
+             then {:.2} s completing the multipart upload and advancing the revision",
+            mb_per_s(content, t),
+            t.as_secs_f64(),
+            rest.as_secs_f64()
         );
     }
     println!("raw AES-256-GCM sealing and opening (bench_seal, 512 MiB, one core):\n{seal}");
@@ -253,7 +343,7 @@ async fn main() -> Result<()> {
             "missed"
         }
     );
-    drop(s3);
+    drop((s3, garage));
     Ok(())
 }
 
