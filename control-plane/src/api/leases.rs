@@ -1,7 +1,7 @@
 //! `/v1/computers/{id}/leases/{bot}`: acquire, renew, release and inspect execution leases.
 
-use super::body::{json_response, read_json, ApiError, RespBody};
-use super::{parse_bot, Api};
+use super::body::{json_response, ApiError, RespBody};
+use super::{bot_json, parse_bot, parse_lease, Api};
 use crate::core::RunOutcome;
 use crate::lease::{Lease, EXEC_LEASE_TTL};
 use gateway_proto::LeaseToken;
@@ -53,7 +53,7 @@ fn token(body: &LeaseBody) -> Result<LeaseToken, ApiError> {
         .lease
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("lease is required"))?;
-    LeaseToken::parse(raw).map_err(|e| ApiError::bad_request(format!("lease: {e}")))
+    parse_lease(raw)
 }
 
 pub async fn act(
@@ -63,8 +63,7 @@ pub async fn act(
     action: &str,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let body: LeaseBody = read_json(req.into_body()).await?;
+    let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
     match action {
         "acquire" => {
             let owner = body
