@@ -463,6 +463,46 @@ async fn terminal_frames_resize_and_limits() -> Result<()> {
     Ok(())
 }
 
+/// A burst of terminal output (many QUIC packets, gathered into fewer websocket messages)
+/// arrives whole and in order, and output written just before the shell exits arrives before
+/// the close.
+#[tokio::test]
+async fn terminal_output_arrives_whole_and_in_order() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-12").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    a.takeover(&w).await?;
+    let term = a.terminal_url(&mut w).await?;
+    let mut ws = connect(&w.http, &term).await?;
+    let mut out = Vec::new();
+    ws.send(Message::Binary(
+        encode_input(b"stty -echo; seq -f N%g 1 200000; echo END-$((1+1))\r").into(),
+    ))
+    .await?;
+    read_until(&mut ws, &mut out, "END-2", LONG).await?;
+    // Every line `N<k>` of seq's output, in order (the echoed command line has none).
+    let text = String::from_utf8_lossy(&out).to_string();
+    let numbers: Vec<&str> = text
+        .split(['\r', '\n'])
+        .filter(|l| l.len() > 1 && l.starts_with('N') && l[1..].bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    assert_eq!(numbers.len(), 200_000, "lines of seq");
+    for (i, n) in numbers.iter().enumerate() {
+        assert_eq!(n[1..], (i + 1).to_string(), "line {} of seq", i + 1);
+    }
+    // The last bytes before the shell exits come before the close.
+    let mut last = Vec::new();
+    ws.send(Message::Binary(
+        encode_input(b"printf 'LAST-%s' $((3*3)); exit\r").into(),
+    ))
+    .await?;
+    read_until(&mut ws, &mut last, "LAST-9", LONG).await?;
+    wait_closed(&mut ws, LONG).await?;
+    w.check_log()?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn releasing_control_closes_every_shell() -> Result<()> {
     let mut w = World::start().await?;

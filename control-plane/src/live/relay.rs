@@ -1,7 +1,11 @@
 //! One live stream: a browser's websocket relayed to one QUIC operation stream of the guest.
 //!
 //! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the §7 client
-//! frames one way, checked by [`FrameCheck`] on the way, and raw PTY bytes the other). Once a
+//! frames one way, checked by [`FrameCheck`] on the way, and raw PTY bytes the other). Towards
+//! the browser, what the guest has already sent is gathered into one websocket message
+//! ([`gather`]): QUIC hands its data over packet by packet (about 1.2 KiB each), and a message,
+//! with its flush, per packet cost more CPU than the bytes themselves. Nothing waits to fill a
+//! message, so a keystroke's echo still leaves at once. Once a
 //! second the capability is checked against the database again, and the stream closes when it
 //! no longer holds (`initiator = revoked`); a decision elsewhere (release of control, a torn
 //! down desktop) closes it at once through its [`StreamGuard`]. Whoever ends the stream, the
@@ -12,8 +16,8 @@ use super::seal::Capability;
 use super::streams::StreamGuard;
 use crate::clock::now_ms;
 use crate::core::Core;
-use crate::tunnel::OpStream;
-use futures_util::{SinkExt, StreamExt};
+use crate::tunnel::{OpReceiver, OpStream};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use gateway_proto::live::CapabilityKind;
 use gateway_proto::termframe::FrameCheck;
 use std::sync::Arc;
@@ -30,7 +34,7 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// Largest websocket message accepted from a browser: RFB client messages are tiny, terminal
 /// frames are at most 1 MiB (a larger one is refused by the frame check, not here).
 const MAX_WS_MESSAGE: usize = 4 << 20;
-/// Largest read from the guest per websocket message.
+/// Largest websocket message towards the browser (what [`gather`] stops at).
 const GUEST_CHUNK: usize = 256 * 1024;
 
 /// The websocket settings of a live stream.
@@ -96,9 +100,13 @@ where
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (Initiator::Client, None),
             },
             chunk = op.rx.read_raw(GUEST_CHUNK) => match chunk {
-                Ok(Some(bytes)) => {
+                Ok(Some(first)) => {
+                    let (bytes, ended) = gather(&mut op.rx, first);
                     if ws.send(Message::Binary(bytes)).await.is_err() {
                         break (Initiator::Client, None);
+                    }
+                    if ended {
+                        break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
                     }
                 }
                 Ok(None) | Err(_) => {
@@ -139,6 +147,43 @@ where
         initiator = initiator.as_str(),
         "screen.proxy.websocket_closed"
     );
+}
+
+/// `first` and whatever else the guest's side already holds, up to [`GUEST_CHUNK`], without
+/// waiting for more; `true` if the guest's side ended (or failed) meanwhile, after these bytes.
+fn gather(rx: &mut OpReceiver, first: bytes::Bytes) -> (bytes::Bytes, bool) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut ended = false;
+    loop {
+        let have = if buf.is_empty() {
+            first.len()
+        } else {
+            buf.len()
+        };
+        if have >= GUEST_CHUNK {
+            break;
+        }
+        // Polled once: ready data only. Dropping a pending read loses nothing (the relay's
+        // select drops it the same way), and the next poll registers the real waker.
+        match rx.read_raw(GUEST_CHUNK - have).now_or_never() {
+            None => break,
+            Some(Ok(Some(more))) => {
+                if buf.is_empty() {
+                    buf.extend_from_slice(&first);
+                }
+                buf.extend_from_slice(&more);
+            }
+            Some(Ok(None) | Err(_)) => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    if buf.is_empty() {
+        (first, ended)
+    } else {
+        (buf.into(), ended)
+    }
 }
 
 fn close_frame(code: CloseCode, reason: &'static str) -> CloseFrame {

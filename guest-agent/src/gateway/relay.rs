@@ -72,14 +72,15 @@ pub async fn relay(
         }
     };
     let down = async {
+        let mut buf = vec![0u8; CHUNK];
         loop {
-            let mut buf = vec![0u8; CHUNK];
             match unix_rx.read(&mut buf).await {
                 Ok(0) | Err(_) => return RelayEnd::ServerClosed,
                 Ok(n) => {
-                    buf.truncate(n);
-                    // Handed to quinn whole, without a copy.
-                    if send.write_chunk(bytes::Bytes::from(buf)).await.is_err() {
+                    // Copied at its length: quinn keeps a chunk until it is acknowledged, and a
+                    // short read must not hold (nor zero) a whole 64 KiB buffer each time.
+                    let chunk = bytes::Bytes::copy_from_slice(&buf[..n]);
+                    if send.write_chunk(chunk).await.is_err() {
                         return RelayEnd::ClientGone;
                     }
                 }

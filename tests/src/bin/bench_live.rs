@@ -11,12 +11,15 @@
 //! 2. bytes per second of framebuffer updates (raw encoding, so the bytes count frames, not a
 //!    codec) while the page scrolls itself for a few seconds, gateway and direct alternating;
 //! 3. terminal throughput: `head -c 200M /dev/zero | base64` through the terminal websocket,
-//!    against the same pipeline through the exec API (NDJSON stream of the same computer);
+//!    against the same pipeline through the exec API (NDJSON stream of the same computer) and on
+//!    a local PTY read by a tight loop (the PTY's own ceiling on this machine), with the number
+//!    of websocket messages and the CPU seconds of the control plane, the guest and the bench;
 //! 4. keystroke echo latency: one key through the terminal websocket until its echo comes back,
 //!    against the same key into a local PTY running the same shell.
 //!
 //! Timings are printed, never asserted. Usage: `target/release/bench_live [--latency-runs N]
-//! [--scroll-secs S] [--terminal-mib M] [--echo-runs N]`.
+//! [--scroll-secs S] [--terminal-mib M] [--echo-runs N] [--terminal-only 1]` (the last skips
+//! 1 and 2).
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -65,6 +68,7 @@ struct Args {
     scroll_secs: u64,
     terminal_mib: u64,
     echo_runs: usize,
+    terminal_only: bool,
 }
 
 fn args() -> Result<Args> {
@@ -73,6 +77,7 @@ fn args() -> Result<Args> {
         scroll_secs: 5,
         terminal_mib: 200,
         echo_runs: 50,
+        terminal_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -82,6 +87,7 @@ fn args() -> Result<Args> {
             "--scroll-secs" => a.scroll_secs = v.parse()?,
             "--terminal-mib" => a.terminal_mib = v.parse()?,
             "--echo-runs" => a.echo_runs = v.parse()?,
+            "--terminal-only" => a.terminal_only = v != "0",
             other => bail!("unknown flag {other}"),
         }
     }
@@ -255,7 +261,67 @@ async fn scroll_rate<I: RfbIo>(d: &Display, rfb: &mut Rfb<I>, secs: u64) -> Resu
     ))
 }
 
-async fn terminal_throughput(w: &World, term: &str, mib: u64) -> Result<(f64, u64)> {
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// The processes whose CPU time a throughput run reports: control plane, guest, this bench.
+#[derive(Clone, Copy)]
+struct Pids([u32; 3]);
+
+impl Pids {
+    fn cpu(&self) -> [f64; 3] {
+        self.0.map(cpu_s)
+    }
+}
+
+/// One throughput run.
+struct Throughput {
+    bytes: u64,
+    secs: f64,
+    /// Websocket messages or PTY reads that carried the bytes (None: not counted).
+    pieces: Option<u64>,
+    /// CPU seconds of the control plane, the guest and the bench during the run.
+    cpu: [f64; 3],
+}
+
+impl Throughput {
+    fn mb_s(&self) -> f64 {
+        self.bytes as f64 / self.secs / 1e6
+    }
+
+    fn row(&self, path: &str) -> String {
+        let pieces = self.pieces.map_or("".to_string(), |n| {
+            format!("{n} ({:.0} B)", self.bytes as f64 / n.max(1) as f64)
+        });
+        format!(
+            "| {path} | {} | {pieces} | {:.1} | {:.1} / {:.1} / {:.1} |",
+            self.bytes,
+            self.mb_s(),
+            self.cpu[0],
+            self.cpu[1],
+            self.cpu[2]
+        )
+    }
+}
+
+fn cpu_since(pids: Pids, before: [f64; 3]) -> [f64; 3] {
+    let after = pids.cpu();
+    [0, 1, 2].map(|i| after[i] - before[i])
+}
+
+async fn terminal_throughput(w: &World, term: &str, mib: u64, pids: Pids) -> Result<Throughput> {
     let mut ws = connect(&w.http, term).await?;
     let mut out = Vec::new();
     ws.send(Message::Binary(
@@ -264,15 +330,18 @@ async fn terminal_throughput(w: &World, term: &str, mib: u64) -> Result<(f64, u6
     .await?;
     read_until(&mut ws, &mut out, "READY-2", Duration::from_secs(30)).await?;
     let cmd = format!("head -c {mib}M /dev/zero | base64; echo DONE-$((40+2))\r");
+    let cpu0 = pids.cpu();
     ws.send(Message::Binary(encode_input(cmd.as_bytes()).into()))
         .await?;
     let t0 = Instant::now();
     let mut bytes = 0u64;
+    let mut messages = 0u64;
     let mut tail: Vec<u8> = Vec::new();
     loop {
         match tokio::time::timeout(Duration::from_secs(600), ws.next()).await? {
             Some(Ok(Message::Binary(b))) => {
                 bytes += b.len() as u64;
+                messages += 1;
                 tail.extend_from_slice(&b);
                 if tail.len() > 64 {
                     tail.drain(..tail.len() - 64);
@@ -285,13 +354,19 @@ async fn terminal_throughput(w: &World, term: &str, mib: u64) -> Result<(f64, u6
             other => bail!("terminal ended: {other:?}"),
         }
     }
-    Ok((bytes as f64 / t0.elapsed().as_secs_f64(), bytes))
+    Ok(Throughput {
+        bytes,
+        secs: t0.elapsed().as_secs_f64(),
+        pieces: Some(messages),
+        cpu: cpu_since(pids, cpu0),
+    })
 }
 
-async fn exec_throughput(w: &World, c: &str, mib: u64) -> Result<(f64, u64)> {
+async fn exec_throughput(w: &World, c: &str, mib: u64, pids: Pids) -> Result<Throughput> {
     let spec = serde_json::json!({
         "argv": ["sh", "-c", format!("head -c {mib}M /dev/zero | base64")],
     });
+    let cpu0 = pids.cpu();
     let t0 = Instant::now();
     let resp = w
         .client
@@ -310,7 +385,54 @@ async fn exec_throughput(w: &World, c: &str, mib: u64) -> Result<(f64, u64)> {
             bytes += data.len() as u64;
         }
     }
-    Ok((bytes as f64 / t0.elapsed().as_secs_f64(), bytes))
+    Ok(Throughput {
+        bytes,
+        secs: t0.elapsed().as_secs_f64(),
+        pieces: None,
+        cpu: cpu_since(pids, cpu0),
+    })
+}
+
+/// The PTY's own ceiling: the same pipeline on a local PTY (openpty, default line discipline,
+/// so newlines become CRLF as in the guest's terminal), its master read by a thread in a tight
+/// loop with a 64 KiB buffer, as the guest's terminal reads its PTY.
+async fn local_pty_throughput(mib: u64, pids: Pids) -> Result<Throughput> {
+    use std::io::Read;
+    let pty = nix::pty::openpty(None, None).context("openpty")?;
+    let slave = pty.slave;
+    let cpu0 = pids.cpu();
+    let t0 = Instant::now();
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", &format!("head -c {mib}M /dev/zero | base64")])
+        .stdin(Stdio::from(slave.try_clone()?))
+        .stdout(Stdio::from(slave.try_clone()?))
+        .stderr(Stdio::from(slave))
+        .kill_on_drop(true)
+        .spawn()
+        .context("start the local pipeline")?;
+    let mut master = std::fs::File::from(pty.master);
+    let (bytes, reads) = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut bytes, mut reads) = (0u64, 0u64);
+        // EIO once the pipeline (the slave's last holder) is gone.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            bytes += n as u64;
+            reads += 1;
+        }
+        (bytes, reads)
+    })
+    .await?;
+    let secs = t0.elapsed().as_secs_f64();
+    child.wait().await?;
+    Ok(Throughput {
+        bytes,
+        secs,
+        pieces: Some(reads),
+        cpu: cpu_since(pids, cpu0),
+    })
 }
 
 async fn terminal_echo(w: &World, term: &str, runs: usize) -> Result<Vec<f64>> {
@@ -467,62 +589,69 @@ async fn main() -> Result<()> {
     let view = url("view").await?;
     let term = url("terminal").await?;
 
-    let direct_vnc = DirectVnc::start(&display).await?;
-    let mut gw = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
-    let mut direct = direct_vnc.client().await?;
-    gw.sync().await?;
-    direct.sync().await?;
-
     println!("## Live screen and terminal (issue 5): run of `bench_live`\n");
-    let (g, x) = latency(&display, &mut gw, &mut direct, a.latency_runs).await?;
-    let (gs, xs) = (stats(g), stats(x));
-    println!(
-        "### Live-view latency: injected change to the first update byte ({} runs, both clients on the same change)\n",
-        a.latency_runs
-    );
-    println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
-    println!(
-        "| gateway: websocket → control plane → QUIC → guest filter → x11vnc | {:.1} | {:.1} | {:.1} |",
-        gs.0, gs.1, gs.2
-    );
-    println!(
-        "| anchor: x11vnc over its unix socket (same flags, same display) | {:.1} | {:.1} | {:.1} |",
-        xs.0, xs.1, xs.2
-    );
-    println!(
-        "| ratio gateway / anchor | {:.2} | {:.2} | {:.2} |\n",
-        gs.0 / xs.0,
-        gs.1 / xs.1,
-        gs.2 / xs.2
-    );
+    if !a.terminal_only {
+        let direct_vnc = DirectVnc::start(&display).await?;
+        let mut gw = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
+        let mut direct = direct_vnc.client().await?;
+        gw.sync().await?;
+        direct.sync().await?;
 
-    let mut rates = Vec::new();
-    for round in 0..2 {
-        let gr = scroll_rate(&display, &mut gw, a.scroll_secs).await?;
-        let xr = scroll_rate(&display, &mut direct, a.scroll_secs).await?;
-        rates.push((round, gr, xr));
-    }
-    println!(
-        "### Scrolling workload: framebuffer bytes per second (raw encoding, {} s per run, alternating)\n",
-        a.scroll_secs
-    );
-    println!("| round | gateway MB/s | gateway updates/s | anchor MB/s | anchor updates/s | ratio (bytes) |\n|---|---|---|---|---|---|");
-    for (round, gr, xr) in &rates {
+        let (g, x) = latency(&display, &mut gw, &mut direct, a.latency_runs).await?;
+        let (gs, xs) = (stats(g), stats(x));
         println!(
-            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
-            round + 1,
-            gr.0 / 1e6,
-            gr.1,
-            xr.0 / 1e6,
-            xr.1,
-            gr.0 / xr.0
+            "### Live-view latency: injected change to the first update byte ({} runs, both clients on the same change)\n",
+            a.latency_runs
         );
-    }
-    println!();
-    drop(gw);
-    drop(direct);
+        println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
+        println!(
+            "| gateway: websocket → control plane → QUIC → guest filter → x11vnc | {:.1} | {:.1} | {:.1} |",
+            gs.0, gs.1, gs.2
+        );
+        println!(
+            "| anchor: x11vnc over its unix socket (same flags, same display) | {:.1} | {:.1} | {:.1} |",
+            xs.0, xs.1, xs.2
+        );
+        println!(
+            "| ratio gateway / anchor | {:.2} | {:.2} | {:.2} |\n",
+            gs.0 / xs.0,
+            gs.1 / xs.1,
+            gs.2 / xs.2
+        );
 
-    let (trate, tbytes) = match terminal_throughput(&w, &term, a.terminal_mib).await {
+        let mut rates = Vec::new();
+        for round in 0..2 {
+            let gr = scroll_rate(&display, &mut gw, a.scroll_secs).await?;
+            let xr = scroll_rate(&display, &mut direct, a.scroll_secs).await?;
+            rates.push((round, gr, xr));
+        }
+        println!(
+            "### Scrolling workload: framebuffer bytes per second (raw encoding, {} s per run, alternating)\n",
+            a.scroll_secs
+        );
+        println!("| round | gateway MB/s | gateway updates/s | anchor MB/s | anchor updates/s | ratio (bytes) |\n|---|---|---|---|---|---|");
+        for (round, gr, xr) in &rates {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                round + 1,
+                gr.0 / 1e6,
+                gr.1,
+                xr.0 / 1e6,
+                xr.1,
+                gr.0 / xr.0
+            );
+        }
+        println!();
+        drop(gw);
+        drop(direct);
+    }
+
+    let guest = tests::pids_with_env("RAKAZO_COMPUTER_ID", &c)
+        .first()
+        .and_then(|p| u32::try_from(*p).ok())
+        .unwrap_or(0);
+    let pids = Pids([w.server_pid().unwrap_or(0), guest, std::process::id()]);
+    let term_run = match terminal_throughput(&w, &term, a.terminal_mib, pids).await {
         Ok(v) => v,
         Err(e) => {
             // The server's reason (a rejected capability names it) helps more than a status.
@@ -540,21 +669,29 @@ async fn main() -> Result<()> {
             return Err(e);
         }
     };
-    let (erate, ebytes) = exec_throughput(&w, &c, a.terminal_mib).await?;
+    let exec_run = exec_throughput(&w, &c, a.terminal_mib, pids).await?;
+    let pty_run = local_pty_throughput(a.terminal_mib, pids).await?;
     println!(
         "### Terminal throughput: `head -c {}M /dev/zero | base64`\n",
         a.terminal_mib
     );
-    println!("| path | bytes | MB/s |\n|---|---|---|");
     println!(
-        "| terminal websocket (PTY bytes) | {tbytes} | {:.1} |",
-        trate / 1e6
+        "| path | bytes | messages or reads (mean size) | MB/s | CPU s: control plane / guest / bench |\n|---|---|---|---|---|"
+    );
+    println!("{}", term_run.row("terminal websocket (PTY bytes)"));
+    println!(
+        "{}",
+        exec_run.row("anchor: exec API of the same computer (NDJSON events over HTTP)")
     );
     println!(
-        "| anchor: exec API of the same computer (NDJSON events over HTTP) | {ebytes} | {:.1} |",
-        erate / 1e6
+        "{}",
+        pty_run.row("anchor: local PTY read in a tight loop (the PTY's ceiling)")
     );
-    println!("| ratio terminal / exec | | {:.2} |\n", trate / erate);
+    println!(
+        "| ratio terminal / exec; terminal / local PTY | | | {:.2}; {:.2} | |\n",
+        term_run.mb_s() / exec_run.mb_s(),
+        term_run.mb_s() / pty_run.mb_s()
+    );
 
     let echo = stats(terminal_echo(&w, &term, a.echo_runs).await?);
     let local = stats(local_echo(a.echo_runs).await?);
@@ -574,7 +711,6 @@ async fn main() -> Result<()> {
         echo.1 / local.1,
         echo.2 / local.2
     );
-    drop(direct_vnc);
     w.post(
         &format!("/v1/computers/{c}/screens/bot-a/release-control"),
         serde_json::json!({}),

@@ -37,6 +37,9 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 const HANGUP_GRACE: Duration = Duration::from_secs(1);
 /// Largest read from the client or the PTY.
 const CHUNK: usize = 64 * 1024;
+/// Largest write of PTY output to the connection: what the PTY reader already queued is written
+/// together (a PTY read returns at most about 4 KiB), never waiting for more.
+const OUT_BATCH: usize = 256 * 1024;
 
 /// Why a terminal session could not start.
 #[derive(Debug, thiserror::Error)]
@@ -262,7 +265,13 @@ async fn serve(
                 return;
             }
         }
-        while let Some(bytes) = out_rx.recv().await {
+        while let Some(mut bytes) = out_rx.recv().await {
+            while bytes.len() < OUT_BATCH {
+                match out_rx.try_recv() {
+                    Ok(more) => bytes.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
             if conn_tx.write_all(&bytes).await.is_err() {
                 return;
             }
