@@ -18,6 +18,7 @@ use std::time::Duration;
 pub mod fixture;
 pub mod garage;
 pub mod live;
+pub mod procstat;
 pub mod s3;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tests::garage::Garage;
+use tests::procstat::cpu_s;
 use tests::s3::S3Server;
 use tests::{ObjectStoreOptions, World, WorldOptions};
 
@@ -107,21 +108,6 @@ impl RssPeak {
         let _ = self.task.await;
         self.peak.load(Ordering::Relaxed)
     }
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_s(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
-        .sum();
-    ticks as f64 / 100.0
 }
 
 /// The guest serving `home` (its working directory).

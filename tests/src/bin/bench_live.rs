@@ -30,6 +30,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, RawIo, Rfb, RfbIo, WsBytes};
+use tests::procstat::cpu_s;
 use tests::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -259,21 +260,6 @@ async fn scroll_rate<I: RfbIo>(d: &Display, rfb: &mut Rfb<I>, secs: u64) -> Resu
         (rfb.pixel_bytes - start_bytes) as f64 / secs,
         updates as f64 / secs,
     ))
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_s(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
-        .sum();
-    ticks as f64 / 100.0
 }
 
 /// The processes whose CPU time a throughput run reports: control plane, guest, this bench.
