@@ -9,6 +9,10 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// Longest a framebuffer update that has started may take to arrive whole (x11vnc has been seen
+/// to pause a few seconds mid-stream; far longer means the stream is stuck or out of sync).
+pub const UPDATE_STALL: Duration = Duration::from_secs(30);
+
 /// A websocket to a capability.
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -255,14 +259,25 @@ impl<I: RfbIo> Rfb<I> {
     }
 
     /// Like [`Rfb::read_update`], but gives up (`None`) if no message starts before `deadline`.
-    /// Only the wait for a message's first byte is cut short, so the stream never loses sync.
+    /// Only the wait for a message's first byte is cut short, so the stream never loses sync;
+    /// an update that has started but stalls for [`UPDATE_STALL`] is an error (the stream is then
+    /// out of sync), not a hang.
     pub async fn read_update_until(
         &mut self,
         deadline: tokio::time::Instant,
     ) -> Result<Option<u16>> {
         match tokio::time::timeout_at(deadline, self.io.read_n(1)).await {
             Err(_) => Ok(None),
-            Ok(first) => Ok(Some(self.read_update_from(first?[0]).await?)),
+            Ok(first) => {
+                let first = first?[0];
+                match tokio::time::timeout(UPDATE_STALL, self.read_update_from(first)).await {
+                    Ok(rects) => Ok(Some(rects?)),
+                    Err(_) => bail!(
+                        "a framebuffer update stopped mid-message for {} s",
+                        UPDATE_STALL.as_secs()
+                    ),
+                }
+            }
         }
     }
 
