@@ -3,6 +3,7 @@
 //! when a multipart upload completes, Garage completes it in metadata, as AWS S3 does. Not used
 //! by the test suite (it takes tens of minutes to build here); the bench takes its binary path.
 
+use crate::s3::free_port;
 use anyhow::{bail, ensure, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,12 +19,6 @@ pub struct Garage {
     bin: PathBuf,
     config: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 impl Garage {

@@ -1,19 +1,26 @@
 //! What the benches read about a process from /proc.
 
-/// CPU seconds (user + system) process `pid` has used so far; 0 if it is gone.
-pub fn cpu_s(pid: u32) -> f64 {
+/// Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux).
+pub const TICKS_PER_SEC: f64 = 100.0;
+
+/// User plus system CPU time of process `pid` (all threads; `"self"` for this one), in clock
+/// ticks; 0 if it is gone.
+pub fn cpu_ticks(pid: &str) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return 0;
     };
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    // Fields after `(comm)`, which may hold spaces: state is field 3, utime 14 and stime 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0;
+    };
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<u64>().ok()))
-        .sum();
-    // USER_HZ is 100 on Linux.
-    ticks as f64 / 100.0
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
+/// [`cpu_ticks`] in seconds.
+pub fn cpu_s(pid: u32) -> f64 {
+    cpu_ticks(&pid.to_string()) as f64 / TICKS_PER_SEC
 }
 
 #[cfg(test)]
@@ -26,6 +33,7 @@ mod tests {
         }
         assert!(x != 1);
         assert!(super::cpu_s(std::process::id()) > 0.0);
+        assert!(super::cpu_ticks("self") > 0);
         assert_eq!(super::cpu_s(u32::MAX), 0.0);
     }
 }

@@ -25,7 +25,8 @@ fn binary() -> Result<PathBuf> {
     homes::testing::s3s_fs_binary().map_err(anyhow::Error::msg)
 }
 
-fn free_port() -> Result<u16> {
+/// A loopback TCP port that was free when asked; it may be taken before the caller binds it.
+pub(crate) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -42,6 +42,7 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
+use tests::procstat::{cpu_ticks, TICKS_PER_SEC};
 use tests::{pids_with_env, wait_for, ExecOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -236,20 +237,6 @@ impl Drop for Server {
     }
 }
 
-/// User plus system CPU time of a process (all threads), in clock ticks; 0 if it is gone.
-fn cpu_ticks(pid: &str) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // Fields after `(comm)`: state is field 3, utime 14 and stime 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
-}
-
 /// The host's UDP counters from `/proc/net/snmp`: datagrams received, and datagrams dropped
 /// because a socket's receive buffer was full. They count every UDP socket of the host, but
 /// the tunnel is by far the busiest while a transfer runs.
@@ -307,9 +294,6 @@ impl Cpu {
         }
     }
 }
-
-/// Linux reports CPU time in USER_HZ ticks, 100 per second on every mainstream architecture.
-const TICKS_PER_SEC: f64 = 100.0;
 
 // ---------------------------------------------------------------------------------------------
 // Exec round trip.
