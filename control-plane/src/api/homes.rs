@@ -89,11 +89,13 @@ struct ProgressLines {
 impl ProgressLines {
     fn next(&mut self, progress: &Progress, r: ProgressReport, last_word: bool) -> Vec<Bytes> {
         let mut lines = Vec::new();
-        let seen = self.last.map_or(0, |l| l.seq);
         if self.last.is_none_or(|l| l.seq != r.seq) {
+            // The final reading of the phase last reported (unless that very reading was sent)
+            // and of every later phase that ended before `r`'s.
+            let seen = self.last.map_or(0, |l| l.seq);
             lines.extend(
                 progress
-                    .ended_after(seen.saturating_sub(1))
+                    .ended_since(seen)
                     .iter()
                     .filter(|e| e.seq < r.seq && Some(**e) != self.last)
                     .map(progress_line),

@@ -5,7 +5,7 @@
 //! A `watch` keeps only the latest value, so a phase that starts and ends between two reads of a
 //! slow reader would vanish. Each phase therefore carries a sequence number, and the final
 //! reading of every phase that ended is kept (a flow has a handful of phases), so a reader can
-//! still report each phase it missed: [`Progress::ended_after`].
+//! still report each phase it missed: [`Progress::ended_since`].
 
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -92,10 +92,10 @@ impl Progress {
         *self.tx.borrow()
     }
 
-    /// The final readings of the phases that ended after phase `seq`, oldest first.
-    pub fn ended_after(&self, seq: u32) -> Vec<ProgressReport> {
+    /// The final readings of phase `seq` and of those after it that ended, oldest first.
+    pub fn ended_since(&self, seq: u32) -> Vec<ProgressReport> {
         let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        ended.iter().filter(|r| r.seq > seq).copied().collect()
+        ended.iter().filter(|r| r.seq >= seq).copied().collect()
     }
 }
 
@@ -114,13 +114,13 @@ mod tests {
         // The reader saw nothing in between: the watch holds only `importing`.
         let now = *rx.borrow();
         assert_eq!((now.phase, now.seq, now.done), ("importing", 2, 40));
-        let missed = p.ended_after(0);
+        let missed = p.ended_since(0);
         assert_eq!(missed.len(), 1);
         assert_eq!(
             (missed[0].phase, missed[0].seq, missed[0].done),
             ("verifying", 1, 100)
         );
-        assert!(p.ended_after(1).is_empty());
+        assert!(p.ended_since(2).is_empty());
     }
 
     #[test]
@@ -129,7 +129,7 @@ mod tests {
         for _ in 0..(MAX_ENDED + 5) {
             p.phase("waiting", 0);
         }
-        let ended = p.ended_after(0);
+        let ended = p.ended_since(0);
         assert_eq!(ended.len(), MAX_ENDED);
         assert_eq!(ended.last().map(|r| r.seq), Some(MAX_ENDED as u32 + 4));
     }
