@@ -305,28 +305,14 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
             Ok(p) => p,
             Err(e) => {
                 // It cannot be recorded, so abort it now or never; S3 only reads the id back.
-                let abort = self
-                    .client
-                    .abort_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(object)
-                    .upload_id(raw_id)
-                    .send()
-                    .await;
-                if let Err(e) = abort {
-                    tracing::warn!(object, error = %aws_sdk_s3::error::DisplayErrorContext(&e),
-                        "cannot abort a failed multipart upload");
-                }
+                warn_unaborted(object, self.abort_raw(object, raw_id).await.map(drop));
                 return Err(s3_err("create multipart upload", object, e));
             }
         };
         // Recorded before the first part goes out: if this process dies from here on, the record
         // is how the reconciler finds the parts.
         if let Err(source) = self.ledger.record_upload(&pending).await {
-            if let Err(e) = self.abort_upload(&pending).await {
-                tracing::warn!(object, error = %crate::error_chain(&e),
-                    "cannot abort a failed multipart upload");
-            }
+            warn_unaborted(object, self.abort_upload(&pending).await);
             return Err(HomeStoreError::Ledger {
                 home: home.clone(),
                 source,
@@ -363,13 +349,8 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                         "cannot clear the record of a completed multipart upload");
                 }
             }
-            Err(_) => {
-                // On failure the record stays and the reconciler tries again.
-                if let Err(e) = self.abort_upload(&pending).await {
-                    tracing::warn!(object, error = %crate::error_chain(&e),
-                        "cannot abort a failed multipart upload");
-                }
-            }
+            // On failure the record stays and the reconciler tries again.
+            Err(_) => warn_unaborted(object, self.abort_upload(&pending).await),
         }
         result
     }
@@ -380,26 +361,32 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
     /// nothing is (the home's lock, or the process that uploaded is gone).
     async fn abort_upload(&self, upload: &PendingUpload) -> Result<(), HomeStoreError> {
         let object = upload.object();
-        let aborted = self
-            .client
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(object)
-            .upload_id(upload.upload_id().as_str())
-            .send()
-            .await;
-        match aborted {
-            Ok(_) => {}
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_upload()) => {
-                tracing::info!(object, upload_id = %upload.upload_id(),
-                    "multipart upload was already gone");
-            }
-            Err(e) => return Err(s3_err("abort multipart upload", object, e)),
+        if self.abort_raw(object, upload.upload_id().as_str()).await? {
+            tracing::info!(object, upload_id = %upload.upload_id(),
+                "multipart upload was already gone");
         }
         self.ledger
             .clear_upload(upload)
             .await
             .map_err(Self::ledger_err(upload.home()))
+    }
+
+    /// Aborts the multipart upload `upload_id` of `object`; `NoSuchUpload` counts as aborted and
+    /// answers `true`. The id is not logged here: it may be one S3 sent that failed validation.
+    async fn abort_raw(&self, object: &str, upload_id: &str) -> Result<bool, HomeStoreError> {
+        let aborted = self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(object)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        match aborted {
+            Ok(_) => Ok(false),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_upload()) => Ok(true),
+            Err(e) => Err(s3_err("abort multipart upload", object, e)),
+        }
     }
 
     async fn upload_parts<R>(
@@ -586,6 +573,15 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
             }
         }
         Ok(())
+    }
+}
+
+/// Logs an abort of a failed upload that did not go through (the reconciler tries again when the
+/// upload is recorded).
+fn warn_unaborted(object: &str, aborted: Result<(), HomeStoreError>) {
+    if let Err(e) = aborted {
+        tracing::warn!(object, error = %crate::error_chain(&e),
+            "cannot abort a failed multipart upload");
     }
 }
 
