@@ -111,6 +111,7 @@ impl Core {
                 cert_sha256: self.enrollment.cert_sha256.clone(),
                 token: providers::Secret(token.expose().to_string()),
             },
+            limits: providers::MachineLimits::default(),
         }
     }
 

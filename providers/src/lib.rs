@@ -14,8 +14,13 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 
+pub mod docker;
+pub mod fake;
 pub mod local;
+mod process;
 
+pub use docker::DockerProvider;
+pub use fake::FakeProvider;
 pub use local::LocalProvider;
 
 /// Opaque provider-specific reference to a machine. An acceleration path, not durable data: a
@@ -54,6 +59,49 @@ pub struct SandboxSpec {
     pub home_key: String,
     /// How the guest dials home.
     pub guest: GuestEnrollment,
+    /// Resource limits for the machine; providers that cannot enforce one ignore it.
+    pub limits: MachineLimits,
+}
+
+/// Per-computer resource limits. `None` leaves the provider's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineLimits {
+    /// Memory limit in MiB (16..=1048576).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// CPU limit in thousandths of a CPU (100..=256000, i.e. 0.1 to 256 CPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
+    /// Maximum number of processes (16..=1000000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+    /// Size of `/dev/shm` in MiB (1..=65536). Chrome needs it; 256 is a sensible value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_mb: Option<u64>,
+}
+
+impl MachineLimits {
+    /// Checks every set limit against its bounds; the message names the limit and its range.
+    pub fn validate(&self) -> Result<(), String> {
+        fn check<T: PartialOrd + fmt::Display + Copy>(
+            name: &str,
+            v: Option<T>,
+            lo: T,
+            hi: T,
+        ) -> Result<(), String> {
+            match v {
+                Some(v) if v < lo || v > hi => {
+                    Err(format!("{name} must be between {lo} and {hi}, got {v}"))
+                }
+                _ => Ok(()),
+            }
+        }
+        check("memory_mb", self.memory_mb, 16, 1 << 20)?;
+        check("cpu_millis", self.cpu_millis, 100, 256_000)?;
+        check("pids", self.pids, 16, 1_000_000)?;
+        check("shm_mb", self.shm_mb, 1, 65_536)
+    }
 }
 
 /// The guest's enrollment: where to dial, which certificate to pin, which token to present.
@@ -76,12 +124,24 @@ pub enum MachineState {
 /// Why a provider operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
+    /// The machine no longer exists: a replacement is provisioned (class `Gone`).
     #[error("machine {0} not found")]
     NotFound(ProviderRef),
+    /// The reference does not parse (class `Invalid`).
     #[error("provider reference {0:?} is malformed")]
     BadRef(String),
+    /// The request cannot succeed as asked: bad spec, missing image, refused options (class
+    /// `Invalid`).
     #[error("invalid sandbox spec: {0}")]
     BadSpec(String),
+    /// Out of quota or capacity: retrying later or elsewhere may work (class `Capacity`).
+    #[error("provider has no capacity: {0}")]
+    Capacity(String),
+    /// The provider or its engine could not be reached or failed on its side (class
+    /// `Transient`): the same call may succeed later.
+    #[error("provider unavailable: {context}: {message}")]
+    Unavailable { context: String, message: String },
+    /// A local i/o failure (class `Transient`).
     #[error("provider i/o failed: {context}")]
     Io {
         context: String,
@@ -90,11 +150,45 @@ pub enum ProviderError {
     },
 }
 
+/// What the control plane does about a [`ProviderError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The machine is gone: provision a replacement and restore its home.
+    Gone,
+    /// Quota or capacity: report it; a later try may work.
+    Capacity,
+    /// A passing failure: the same call may work later.
+    Transient,
+    /// The request is wrong: report it; retrying cannot help.
+    Invalid,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gone => "gone",
+            Self::Capacity => "capacity",
+            Self::Transient => "transient",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
 impl ProviderError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {
             context: context.into(),
             source,
+        }
+    }
+
+    /// The class `core` decides on: retry, replace or report.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::NotFound(_) => ErrorClass::Gone,
+            Self::BadRef(_) | Self::BadSpec(_) => ErrorClass::Invalid,
+            Self::Capacity(_) => ErrorClass::Capacity,
+            Self::Unavailable { .. } | Self::Io { .. } => ErrorClass::Transient,
         }
     }
 }
@@ -140,12 +234,16 @@ pub trait SandboxProvider: Send + Sync {
 /// The backends, picked at run time.
 pub enum AnyProvider {
     Local(LocalProvider),
+    Docker(DockerProvider),
+    Fake(FakeProvider),
 }
 
 macro_rules! dispatch {
     ($self:ident, $p:ident => $e:expr) => {
         match $self {
             AnyProvider::Local($p) => $e,
+            AnyProvider::Docker($p) => $e,
+            AnyProvider::Fake($p) => $e,
         }
     };
 }

@@ -6,11 +6,10 @@
 //! and simply dials back. A reference is `<computer id>:<pid>:<start time>`; the start time (from
 //! `/proc/<pid>/stat`) tells a live guest from a recycled pid.
 
+use crate::process::{self, start_time};
 use crate::{MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
 use std::time::Duration;
 use tracing::info;
 
@@ -101,53 +100,12 @@ impl LocalProvider {
             .mode(0o700)
             .create(&home)
             .map_err(|e| ProviderError::io(format!("create {}", home.display()), e))?;
-        let token_path = dir.join("token");
-        write_token(&token_path, &spec.guest.token.0)?;
-        let log_path = dir.join("guest.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&log_path)
-            .map_err(|e| ProviderError::io(format!("open {}", log_path.display()), e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| ProviderError::io("duplicate guest log handle", e))?;
-        let mut cmd = std::process::Command::new(&self.guest_bin);
-        cmd.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("LANG", "C.UTF-8")
-            .env("RAKAZO_CONTROL_ADDR", spec.guest.control_addr.to_string())
-            .env("RAKAZO_CONTROL_CERT_SHA256", &spec.guest.cert_sha256)
-            .env("RAKAZO_COMPUTER_ID", &spec.computer_id)
-            .env("RAKAZO_ENROLL_TOKEN_FILE", &token_path)
-            .env("RAKAZO_HOME", &home)
-            .envs(self.guest_env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&home)
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            // Its own process group: a signal to the control plane's group does not reach it,
-            // so it survives a control-plane restart and dials back.
-            .process_group(0);
-        let child = cmd.spawn().map_err(|e| {
-            ProviderError::io(format!("start guest {}", self.guest_bin.display()), e)
-        })?;
-        let pid = i32::try_from(child.id())
-            .map_err(|_| ProviderError::BadSpec("pid out of range".into()))?;
-        // The child is reaped by a thread so it never lingers as a zombie while we run.
-        std::thread::spawn(move || {
-            let mut child = child;
-            let _ = child.wait();
-        });
-        let start = start_time(pid).ok_or_else(|| {
-            ProviderError::io(
-                "read guest start time",
-                std::io::Error::other("guest exited at once"),
-            )
+        let (pid, start) = process::spawn_guest(&process::GuestLaunch {
+            bin: &self.guest_bin,
+            spec,
+            dir: &dir,
+            home: &home,
+            extra_env: &self.guest_env,
         })?;
         info!(computer_id = %spec.computer_id, pid, "local guest started");
         Ok(LocalRef {
@@ -162,92 +120,8 @@ impl LocalProvider {
     }
 
     async fn kill_tree(r: &LocalRef) {
-        if !Self::is_running(r) {
-            return;
-        }
-        let pid = r.pid;
-        let start = r.start;
-        // SIGTERM lets the guest end its commands itself; SIGKILL whatever is left.
-        let mut tree = descendants(pid);
-        signal(pid, libc::SIGTERM);
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while start_time(pid) == Some(start) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tree.extend(descendants(pid));
-        if start_time(pid) == Some(start) {
-            signal(pid, libc::SIGKILL);
-        }
-        for p in tree {
-            signal(p, libc::SIGKILL);
-        }
+        process::kill_tree(r.pid, r.start, STOP_GRACE).await;
     }
-}
-
-fn write_token(path: &Path, token: &str) -> Result<(), ProviderError> {
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| ProviderError::io(format!("create {}", path.display()), e))?;
-    f.write_all(token.as_bytes())
-        .map_err(|e| ProviderError::io(format!("write {}", path.display()), e))
-}
-
-fn signal(pid: i32, sig: i32) {
-    let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
-        return;
-    };
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-}
-
-/// The start time of a process in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // After the comm field: state is field 3, so start time (22) is index 19 here.
-    if fields.first() == Some(&"Z") {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
-}
-
-/// All descendants of `root`, found through the parent links in `/proc`.
-fn descendants(root: i32) -> Vec<i32> {
-    let mut parents = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rsplit_once(')')?
-                        .1
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse::<i32>()
-                        .ok()
-                });
-            if let Some(ppid) = ppid {
-                parents.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(child, parent) in &parents {
-            if parent == p && !out.contains(&child) {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out
 }
 
 impl SandboxProvider for LocalProvider {
@@ -305,12 +179,7 @@ impl SandboxProvider for LocalProvider {
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
         Self::kill_tree(&local).await;
-        let dir = self.dir(&local.computer);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProviderError::io(format!("remove {}", dir.display()), e)),
-        }
+        process::remove_dir(&self.dir(&local.computer))
     }
 }
 
@@ -329,13 +198,5 @@ mod tests {
                 "{bad:?}"
             );
         }
-    }
-
-    #[test]
-    fn start_time_identifies_this_process() {
-        let me = std::process::id() as i32;
-        assert!(start_time(me).is_some());
-        assert_eq!(start_time(me), start_time(me));
-        assert!(start_time(i32::MAX).is_none());
     }
 }

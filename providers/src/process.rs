@@ -1,0 +1,182 @@
+//! Child processes of this host: starting guests' bookkeeping, telling a live process from a
+//! recycled pid, and killing a whole tree. Shared by the `local` and `fake` providers.
+
+use crate::{ProviderError, SandboxSpec};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::Duration;
+
+/// Removes a machine's directory; one that is already gone is fine.
+pub(crate) fn remove_dir(dir: &Path) -> Result<(), ProviderError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ProviderError::io(format!("remove {}", dir.display()), e)),
+    }
+}
+
+/// What a host-process guest is started with.
+pub(crate) struct GuestLaunch<'a> {
+    pub bin: &'a Path,
+    pub spec: &'a SandboxSpec,
+    /// The machine's directory: holds `token` (0600) and `guest.log`.
+    pub dir: &'a Path,
+    pub home: &'a Path,
+    /// Extra environment (log filter, screen limit, the workspace user); never secrets.
+    pub extra_env: &'a [(String, String)],
+}
+
+/// Starts a guest as a child of this host in its own process group (so it outlives a
+/// control-plane restart and dials back), with a cleared environment and the enrollment token
+/// in a 0600 file, never in argv or the environment. Returns its pid and start time.
+pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderError> {
+    let token_path = l.dir.join("token");
+    write_token(&token_path, &l.spec.guest.token.0)?;
+    let log_path = l.dir.join("guest.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| ProviderError::io(format!("open {}", log_path.display()), e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| ProviderError::io("duplicate guest log handle", e))?;
+    let mut cmd = std::process::Command::new(l.bin);
+    cmd.env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("LANG", "C.UTF-8")
+        .env("RAKAZO_CONTROL_ADDR", l.spec.guest.control_addr.to_string())
+        .env("RAKAZO_CONTROL_CERT_SHA256", &l.spec.guest.cert_sha256)
+        .env("RAKAZO_COMPUTER_ID", &l.spec.computer_id)
+        .env("RAKAZO_ENROLL_TOKEN_FILE", &token_path)
+        .env("RAKAZO_HOME", l.home)
+        .envs(l.extra_env.iter().map(|(k, v)| (k, v)))
+        .current_dir(l.home)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .process_group(0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| ProviderError::io(format!("start guest {}", l.bin.display()), e))?;
+    let pid =
+        i32::try_from(child.id()).map_err(|_| ProviderError::BadSpec("pid out of range".into()))?;
+    // The child is reaped by a thread so it never lingers as a zombie while we run.
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = child.wait();
+    });
+    let start = start_time(pid).ok_or_else(|| {
+        ProviderError::io(
+            "read guest start time",
+            std::io::Error::other("guest exited at once"),
+        )
+    })?;
+    Ok((pid, start))
+}
+
+/// Kills `pid` (if it is still the process that started at `start`) and every descendant:
+/// SIGTERM first so the guest can end its commands and browsers itself, SIGKILL after `grace`.
+pub(crate) async fn kill_tree(pid: i32, start: u64, grace: Duration) {
+    if start_time(pid) != Some(start) {
+        return;
+    }
+    let mut tree = descendants(pid);
+    signal(pid, libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while start_time(pid) == Some(start) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tree.extend(descendants(pid));
+    if start_time(pid) == Some(start) {
+        signal(pid, libc::SIGKILL);
+    }
+    for p in tree {
+        signal(p, libc::SIGKILL);
+    }
+}
+
+pub(crate) fn write_token(path: &Path, token: &str) -> Result<(), ProviderError> {
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ProviderError::io(format!("create {}", path.display()), e))?;
+    f.write_all(token.as_bytes())
+        .map_err(|e| ProviderError::io(format!("write {}", path.display()), e))
+}
+
+pub(crate) fn signal(pid: i32, sig: i32) {
+    let Ok(sig) = nix::sys::signal::Signal::try_from(sig) else {
+        return;
+    };
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
+/// The start time of a process in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // After the comm field: state is field 3, so start time (22) is index 19 here.
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// All descendants of `root`, found through the parent links in `/proc`.
+pub(crate) fn descendants(root: i32) -> Vec<i32> {
+    let mut parents = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse::<i32>()
+                        .ok()
+                });
+            if let Some(ppid) = ppid {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(child, parent) in &parents {
+            if parent == p && !out.contains(&child) {
+                out.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_identifies_this_process() {
+        let me = std::process::id() as i32;
+        assert!(start_time(me).is_some());
+        assert_eq!(start_time(me), start_time(me));
+        assert!(start_time(i32::MAX).is_none());
+    }
+}
