@@ -3,8 +3,13 @@
 //! The enrollment token comes from `RAKAZO_ENROLL_TOKEN` or from a file named by
 //! `RAKAZO_ENROLL_TOKEN_FILE` that only its owner may read; it never comes from argv. Library code
 //! receives the parsed [`Config`] and never reads the environment itself.
+//!
+//! `RAKAZO_RUN_AS` (a passwd name, or `uid:gid`) is the user a root guest becomes once this
+//! configuration is read (`privilege`); it is never root. After reading, `main` calls
+//! [`Env::settle`], which removes every `RAKAZO_*` variable from the guest's own environment.
 
 use crate::gateway::terminal::user::WorkspaceUser;
+use crate::privilege::RunAs;
 use gateway_proto::Secret;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,6 +34,35 @@ impl Env {
     /// The log filter (`RAKAZO_LOG`), read before the rest of the configuration.
     pub fn log_filter() -> Option<String> {
         Env.get("RAKAZO_LOG")
+    }
+}
+
+impl Env {
+    /// Removes every `RAKAZO_*` variable from the guest's own environment, and, for a guest
+    /// that became `run_as`, sets `HOME` (the computer's home), `USER` and `LOGNAME` for what it
+    /// starts. Called once by `main` right after the configuration is read, while the guest still
+    /// has a single thread (the environment is not safe to change once others may read it).
+    ///
+    /// The kernel's copy of the initial environment (`/proc/<pid>/environ`) is not rewritten by
+    /// this; it is readable only by root once the guest is non-dumpable (`privilege`).
+    pub fn settle(run_as: Option<&RunAs>, home: &std::path::Path) {
+        let guest_vars: Vec<std::ffi::OsString> = std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| k.as_encoded_bytes().starts_with(b"RAKAZO_"))
+            .collect();
+        for key in guest_vars {
+            std::env::remove_var(key);
+        }
+        if let Some(user) = run_as {
+            // The one mutation of the environment: single-threaded start-up, so no reader races
+            // it, and commands inherit these as a login would set them.
+            #[allow(clippy::disallowed_methods)]
+            {
+                std::env::set_var("HOME", home);
+                std::env::set_var("USER", user.user_name());
+                std::env::set_var("LOGNAME", user.user_name());
+            }
+        }
     }
 }
 
@@ -70,6 +104,9 @@ pub struct Config {
     /// `RAKAZO_WORKSPACE_GID`, default the uid's passwd group, else the uid). `None`: the
     /// home's owner, else 1000:1000 (see `gateway::terminal::user`).
     pub workspace_user: Option<WorkspaceUser>,
+    /// `RAKAZO_RUN_AS`: the user a root guest drops to for good at start (`privilege`); a
+    /// non-root guest must already be it. Never root.
+    pub run_as: Option<RunAs>,
 }
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -128,6 +165,21 @@ impl Config {
                 .unwrap_or_else(|| "/usr/bin/chromium".into()),
         );
         let workspace_user = workspace_user(src)?;
+        let run_as = src
+            .get(RUN_AS)
+            .map(|v| parse_run_as(&v).map_err(|reason| invalid(RUN_AS, reason)))
+            .transpose()?;
+        if let (Some(r), Some(w)) = (&run_as, &workspace_user) {
+            if r.uid != w.uid {
+                return Err(invalid(
+                    "RAKAZO_WORKSPACE_UID",
+                    format!(
+                        "{} differs from {RUN_AS} (uid {}): a dropped guest runs everything as itself",
+                        w.uid, r.uid
+                    ),
+                ));
+            }
+        }
         Ok(Self {
             control_addr,
             cert_sha256,
@@ -138,8 +190,76 @@ impl Config {
             screen_limit,
             chromium,
             workspace_user,
+            run_as,
         })
     }
+}
+
+const RUN_AS: &str = "RAKAZO_RUN_AS";
+
+/// `RAKAZO_RUN_AS`: a user name from the passwd database (its uid, primary gid and groups), or
+/// `uid:gid` (groups: just the gid). Root (uid or gid 0) is refused.
+pub fn parse_run_as(value: &str) -> Result<RunAs, String> {
+    let value = value.trim();
+    let run_as = if let Some((uid, gid)) = value.split_once(':') {
+        let id = |what: &str, v: &str| -> Result<u32, String> {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| *n != u32::MAX)
+                .ok_or_else(|| {
+                    format!("{what} {v:?} is not a numeric id (expected a user name or uid:gid)")
+                })
+        };
+        let (uid, gid) = (id("uid", uid)?, id("gid", gid)?);
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name);
+        RunAs {
+            uid,
+            gid,
+            name,
+            groups: vec![gid],
+        }
+    } else {
+        let valid_name = !value.is_empty()
+            && value.len() <= 32
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !valid_name {
+            return Err(format!("{value:?} is neither a user name nor uid:gid"));
+        }
+        let user = nix::unistd::User::from_name(value)
+            .map_err(|e| format!("cannot look up user {value:?}: {e}"))?
+            .ok_or_else(|| format!("no user {value:?} in the passwd database"))?;
+        let gid = user.gid;
+        let mut groups: Vec<u32> = std::ffi::CString::new(value)
+            .ok()
+            .and_then(|c| nix::unistd::getgrouplist(&c, gid).ok())
+            .map(|g| g.into_iter().map(nix::unistd::Gid::as_raw).collect())
+            .unwrap_or_default();
+        if !groups.contains(&gid.as_raw()) {
+            groups.insert(0, gid.as_raw());
+        }
+        RunAs {
+            uid: user.uid.as_raw(),
+            gid: gid.as_raw(),
+            name: Some(user.name),
+            groups,
+        }
+    };
+    if run_as.uid == 0 {
+        return Err(format!(
+            "{value:?} is root (uid 0); the guest only ever drops to an unprivileged user"
+        ));
+    }
+    if run_as.gid == 0 || run_as.groups.contains(&0) {
+        return Err(format!(
+            "{value:?} has the root group (gid 0); the guest only ever drops to an unprivileged user"
+        ));
+    }
+    Ok(run_as)
 }
 
 /// `RAKAZO_WORKSPACE_UID` / `RAKAZO_WORKSPACE_GID`: never root.
@@ -258,6 +378,43 @@ mod tests {
         env.remove("RAKAZO_WORKSPACE_UID");
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("needs RAKAZO_WORKSPACE_UID"), "{err}");
+    }
+
+    #[test]
+    fn run_as_parses_names_and_ids_and_never_root() {
+        let ok = parse_run_as("4242:4343").unwrap();
+        assert_eq!(
+            (ok.uid, ok.gid, ok.groups.clone()),
+            (4242, 4343, vec![4343])
+        );
+        // `nobody` is in every Debian passwd database.
+        let nobody = parse_run_as("nobody").unwrap();
+        assert_eq!(nobody.name.as_deref(), Some("nobody"));
+        assert_eq!(nobody.uid, 65534);
+        assert!(nobody.groups.contains(&nobody.gid));
+        for root in ["root", "0:0", "0:100", "4242:0", " 0:1 "] {
+            let err = parse_run_as(root).unwrap_err();
+            assert!(err.contains("root"), "{root}: {err}");
+        }
+        for bad in ["", "x:1", "1:", ":1", "no-such-user-rkz", "a b", "1:2:3"] {
+            assert!(parse_run_as(bad).is_err(), "{bad:?}");
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        assert_eq!(Config::from_source(&env).unwrap().run_as, None);
+        env.insert("RAKAZO_RUN_AS".into(), "root".into());
+        let err = Config::from_source(&env).unwrap_err().to_string();
+        assert!(
+            err.starts_with("RAKAZO_RUN_AS is invalid") && err.contains("uid 0"),
+            "{err}"
+        );
+        env.insert("RAKAZO_RUN_AS".into(), "4242:4242".into());
+        assert_eq!(Config::from_source(&env).unwrap().run_as.unwrap().uid, 4242);
+        env.insert("RAKAZO_WORKSPACE_UID".into(), "5000".into());
+        let err = Config::from_source(&env).unwrap_err().to_string();
+        assert!(err.contains("differs from RAKAZO_RUN_AS"), "{err}");
     }
 
     #[test]

@@ -18,5 +18,6 @@ pub mod homeio;
 pub mod ops;
 pub mod orphans;
 pub mod pagebrowser;
+pub mod privilege;
 pub mod screens;
 pub mod tunnel;

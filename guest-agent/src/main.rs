@@ -1,4 +1,5 @@
-//! `rakazo-guest`: reads its configuration from the environment, then keeps the tunnel up.
+//! `rakazo-guest`: reads its configuration from the environment, drops root for good when
+//! `RAKAZO_RUN_AS` says so, then keeps the tunnel up.
 
 use guest_agent::config::{Config, Env};
 use guest_agent::home::Home;
@@ -20,6 +21,21 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Before anything starts: no RAKAZO_* variable is left to inherit, and from here on nothing
+    // runs as root (the token file, root's, has been read above).
+    Env::settle(config.run_as.as_ref(), &config.home);
+    if let Some(run_as) = &config.run_as {
+        if let Err(e) = guest_agent::privilege::drop_to(run_as, &config.home) {
+            eprintln!("rakazo-guest: {e}");
+            std::process::exit(2);
+        }
+        tracing::info!(
+            uid = run_as.uid,
+            gid = run_as.gid,
+            user = run_as.user_name(),
+            "running as"
+        );
+    }
     let home = match Home::new(&config.home) {
         Ok(h) => h,
         Err(e) => {
