@@ -5,13 +5,32 @@
 //! `guest.log`. The guest runs in its own process group, so it outlives a control-plane restart
 //! and simply dials back. A reference is `<computer id>:<pid>:<start time>`; the start time (from
 //! `/proc/<pid>/stat`) tells a live guest from a recycled pid.
+//!
+//! Isolation, when the control plane runs as root: each computer has its own unprivileged
+//! system user (`users`), and its guest is started as root with `RAKAZO_RUN_AS=<that user>`, so
+//! it reads its token and then drops for good; its commands, terminals and desktops run as that
+//! user. The root is 0711 root's (users pass through, nobody lists it), and must be reachable
+//! by them: every ancestor searchable by others, so never inside the data dir (0700). The
+//! computer's directory and home are 0700 the user's (the guest restores a home into a staging
+//! directory beside it); `token` and `guest.log` stay root's 0600, opened without following
+//! links. The guest's runtime dir is `<tmp>/rakazo-guest-<id>`, the user's. Stop and destroy
+//! also kill every process left with the user's uid; destroy removes the directory, the runtime
+//! dir and the user.
+//!
+//! A control plane that is not root runs computers as itself, with no isolation: they can read
+//! its files (data dir, API token). [`LocalProvider::new`] warns once.
+
+mod users;
 
 use crate::process::{self, start_time};
 use crate::{MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec};
-use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tracing::info;
+use tracing::{info, warn};
+
+/// Where a root control plane keeps local computers unless told otherwise.
+pub const DEFAULT_ROOT_AS_ROOT: &str = "/var/lib/rakazo-computers";
 
 /// How long a stopping guest gets after SIGTERM before SIGKILL: it closes every browser first.
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -22,6 +41,8 @@ pub struct LocalProvider {
     guest_bin: PathBuf,
     /// Extra environment for guests (log filter and the like); never secrets.
     guest_env: Vec<(String, String)>,
+    /// Each computer runs as its own user (the control plane is root).
+    isolated: bool,
 }
 
 struct LocalRef {
@@ -68,13 +89,44 @@ fn valid_id(id: &str) -> bool {
 }
 
 impl LocalProvider {
-    /// Computers live under `root`; guests are started from `guest_bin`.
+    /// Computers live under `root`; guests are started from `guest_bin`. Isolated (a user per
+    /// computer) when this process is root; otherwise logs one warning that computers run as
+    /// this process's user.
     pub fn new(root: impl Into<PathBuf>, guest_bin: impl Into<PathBuf>) -> Self {
+        let isolated = nix::unistd::geteuid().is_root();
+        if !isolated {
+            warn!(
+                "the control plane is not root, so local computers run as its own user, without \
+                 isolation: their commands can read its files (data dir, API token)"
+            );
+        }
         Self {
             root: root.into(),
             guest_bin: guest_bin.into(),
             guest_env: Vec::new(),
+            isolated,
         }
+    }
+
+    /// The default root for a control plane with this data dir: [`DEFAULT_ROOT_AS_ROOT`] when
+    /// this process is root (computers' users must reach their homes, and the data dir is
+    /// private), else `<data dir>/computers`.
+    pub fn default_root(data_dir: &Path) -> PathBuf {
+        if nix::unistd::geteuid().is_root() {
+            PathBuf::from(DEFAULT_ROOT_AS_ROOT)
+        } else {
+            data_dir.join("computers")
+        }
+    }
+
+    /// Whether each computer runs as its own user.
+    pub fn is_isolated(&self) -> bool {
+        self.isolated
+    }
+
+    /// The system user a computer runs as when isolated (`rkz-…`, see `users`).
+    pub fn user_name(computer: &str) -> String {
+        users::user_name(computer)
     }
 
     /// Adds a variable to every guest's environment.
@@ -92,22 +144,43 @@ impl LocalProvider {
         self.dir(computer).join("home")
     }
 
-    fn spawn(&self, spec: &SandboxSpec) -> Result<LocalRef, ProviderError> {
-        let dir = self.dir(&spec.computer_id);
-        let home = self.home_dir(&spec.computer_id);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&home)
-            .map_err(|e| ProviderError::io(format!("create {}", home.display()), e))?;
+    /// The guest's runtime dir (X cookies, sockets): outside the home and the computer's dir.
+    fn runtime_dir(computer: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("rakazo-guest-{computer}"))
+    }
+
+    async fn spawn(&self, spec: &SandboxSpec) -> Result<LocalRef, ProviderError> {
+        let id = &spec.computer_id;
+        let dir = self.dir(id);
+        let home = self.home_dir(id);
+        let mut env = self.guest_env.clone();
+        env.push((
+            "RAKAZO_RUNTIME_DIR".into(),
+            Self::runtime_dir(id).display().to_string(),
+        ));
+        let user = if self.isolated {
+            self.prepare_root()?;
+            let user = users::ensure(id, &home).await?;
+            private_dir(&dir, Some(&user))?;
+            private_dir(&home, Some(&user))?;
+            env.push(("RAKAZO_RUN_AS".into(), user.name.clone()));
+            Some(user)
+        } else {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&home)
+                .map_err(|e| ProviderError::io(format!("create {}", home.display()), e))?;
+            None
+        };
         let (pid, start) = process::spawn_guest(&process::GuestLaunch {
             bin: &self.guest_bin,
             spec,
             dir: &dir,
             home: &home,
-            extra_env: &self.guest_env,
+            extra_env: &env,
         })?;
-        info!(computer_id = %spec.computer_id, pid, "local guest started");
+        info!(computer_id = %id, pid, user = user.as_ref().map(|u| u.name.as_str()), "local guest started");
         Ok(LocalRef {
             computer: spec.computer_id.clone(),
             pid,
@@ -115,13 +188,80 @@ impl LocalProvider {
         })
     }
 
+    /// Creates the root 0711 root's, and checks that computers' users can pass through every
+    /// directory above it.
+    fn prepare_root(&self) -> Result<(), ProviderError> {
+        let root = &self.root;
+        let err = |e| ProviderError::io(format!("prepare local root {}", root.display()), e);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(root)
+            .map_err(err)?;
+        let meta = std::fs::symlink_metadata(root).map_err(err)?;
+        if !meta.is_dir() || meta.uid() != 0 {
+            return Err(ProviderError::BadSpec(format!(
+                "local root {} must be a directory owned by root",
+                root.display()
+            )));
+        }
+        if meta.mode() & 0o7777 != 0o711 {
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
+        }
+        let canonical = std::fs::canonicalize(root).map_err(err)?;
+        for dir in canonical.ancestors().skip(1) {
+            let mode = std::fs::metadata(dir).map_err(err)?.mode();
+            if mode & 0o001 == 0 {
+                return Err(ProviderError::BadSpec(format!(
+                    "local root {}: its parent {} (mode {:o}) cannot be passed through by other \
+                     users, so computers' users could not reach their homes; choose a root \
+                     outside private directories (--local-root)",
+                    root.display(),
+                    dir.display(),
+                    mode & 0o7777
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn is_running(r: &LocalRef) -> bool {
         start_time(r.pid) == Some(r.start)
     }
 
-    async fn kill_tree(r: &LocalRef) {
+    /// Stops the guest's tree and, when isolated, every other process of the computer's user.
+    async fn kill_all(&self, r: &LocalRef) -> Result<(), ProviderError> {
         process::kill_tree(r.pid, r.start, STOP_GRACE).await;
+        if self.isolated {
+            if let Some(user) = users::lookup(&r.computer, &self.home_dir(&r.computer))? {
+                users::kill_all(user.uid);
+            }
+        }
+        Ok(())
     }
+}
+
+/// Makes `dir` a 0700 directory of `owner` (this process when `None`). Never follows a link.
+fn private_dir(dir: &Path, owner: Option<&users::ComputerUser>) -> Result<(), ProviderError> {
+    let err = |e| ProviderError::io(format!("prepare {}", dir.display()), e);
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+    if !meta.is_dir() {
+        return Err(err(std::io::Error::other("not a directory")));
+    }
+    if let Some(u) = owner {
+        if (meta.uid(), meta.gid()) != (u.uid, u.gid) {
+            std::os::unix::fs::lchown(dir, Some(u.uid), Some(u.gid)).map_err(err)?;
+        }
+    }
+    if meta.mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+    }
+    Ok(())
 }
 
 impl SandboxProvider for LocalProvider {
@@ -141,7 +281,7 @@ impl SandboxProvider for LocalProvider {
                 spec.computer_id
             )));
         }
-        Ok(self.spawn(spec)?.to_ref())
+        Ok(self.spawn(spec).await?.to_ref())
     }
 
     async fn prepare(
@@ -156,7 +296,7 @@ impl SandboxProvider for LocalProvider {
         if Self::is_running(&local) {
             return Ok(r.clone());
         }
-        Ok(self.spawn(spec)?.to_ref())
+        Ok(self.spawn(spec).await?.to_ref())
     }
 
     async fn state(&self, r: &ProviderRef) -> Result<MachineState, ProviderError> {
@@ -172,14 +312,18 @@ impl SandboxProvider for LocalProvider {
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
-        Self::kill_tree(&local).await;
-        Ok(())
+        self.kill_all(&local).await
     }
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
-        Self::kill_tree(&local).await;
-        process::remove_dir(&self.dir(&local.computer))
+        self.kill_all(&local).await?;
+        process::remove_dir(&self.dir(&local.computer))?;
+        process::remove_dir(&Self::runtime_dir(&local.computer))?;
+        if self.isolated {
+            users::remove(&local.computer, &self.home_dir(&local.computer)).await?;
+        }
+        Ok(())
     }
 }
 

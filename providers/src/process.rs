@@ -35,12 +35,7 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
     let token_path = l.dir.join("token");
     write_token(&token_path, &l.spec.guest.token.0)?;
     let log_path = l.dir.join("guest.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|e| ProviderError::io(format!("open {}", log_path.display()), e))?;
+    let log = open_log(&log_path)?;
     let log_err = log
         .try_clone()
         .map_err(|e| ProviderError::io("duplicate guest log handle", e))?;
@@ -100,6 +95,40 @@ pub(crate) async fn kill_tree(pid: i32, start: u64, grace: Duration) {
     for p in tree {
         signal(p, libc::SIGKILL);
     }
+}
+
+/// Opens the guest log for appending (0600), never through a symlink and never a fifo or
+/// device: the machine's directory may belong to the computer's user, who could plant one.
+/// Anything but a regular file of ours is removed and the log started afresh.
+fn open_log(path: &Path) -> Result<std::fs::File, ProviderError> {
+    use std::os::unix::fs::MetadataExt;
+    let err = |e| ProviderError::io(format!("open {}", path.display()), e);
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+    };
+    if let Ok(file) = open() {
+        let meta = file.metadata().map_err(err)?;
+        if meta.is_file() && meta.uid() == nix::unistd::geteuid().as_raw() && meta.nlink() == 1 {
+            return Ok(file);
+        }
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(err)
 }
 
 pub(crate) fn write_token(path: &Path, token: &str) -> Result<(), ProviderError> {
@@ -171,6 +200,29 @@ pub(crate) fn descendants(root: i32) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_is_never_opened_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"precious").unwrap();
+        let log = dir.path().join("guest.log");
+        std::os::unix::fs::symlink(&target, &log).unwrap();
+        let mut f = open_log(&log).unwrap();
+        f.write_all(b"line\n").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+        assert!(!std::fs::symlink_metadata(&log).unwrap().is_symlink());
+        // A hard link to someone else's file is replaced too.
+        std::fs::remove_file(&log).unwrap();
+        std::fs::hard_link(&target, &log).unwrap();
+        open_log(&log).unwrap().write_all(b"x").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+        // A fifo never blocks the opener.
+        std::fs::remove_file(&log).unwrap();
+        nix::unistd::mkfifo(&log, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        open_log(&log).unwrap().write_all(b"y").unwrap();
+        assert_eq!(std::fs::read(&log).unwrap(), b"y");
+    }
 
     #[test]
     fn start_time_identifies_this_process() {
