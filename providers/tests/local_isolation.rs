@@ -119,6 +119,7 @@ async fn each_computer_runs_as_its_own_user_until_destroyed() {
     let u = user(&name).expect("the computer's user exists");
     let uid = u.uid.as_raw();
     assert!(uid >= 2_000_000, "uid {uid} outside the computers' range");
+    assert_eq!(u.gid.as_raw(), uid, "its own group, numbered as the uid");
     assert_eq!(u.dir, local.home_dir(&id));
     wait_dropped(pid_of(&r), uid).await;
 

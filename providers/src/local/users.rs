@@ -123,7 +123,21 @@ pub(crate) async fn ensure(computer: &str, home: &Path) -> Result<ComputerUser, 
         tried.push(uid);
         let out = Command::new("useradd")
             .args(["--uid", &uid.to_string()])
+            // Its own group, numbered as the uid (login.defs would pick a login-range gid).
             .arg("--user-group")
+            .args([
+                "-K",
+                &format!("GID_MIN={uid}"),
+                "-K",
+                &format!("GID_MAX={uid}"),
+            ])
+            // The uid is deliberately outside login.defs' range; say so, so useradd needn't.
+            .args([
+                "-K",
+                &format!("UID_MIN={uid}"),
+                "-K",
+                &format!("UID_MAX={uid}"),
+            ])
             .args(["--no-create-home", "--no-log-init", "--shell", "/bin/bash"])
             .arg("--home-dir")
             .arg(home)
@@ -136,7 +150,7 @@ pub(crate) async fn ensure(computer: &str, home: &Path) -> Result<ComputerUser, 
             .map_err(|e| ProviderError::io("run useradd", e))?;
         match out.status.code() {
             Some(0) => {}
-            // 4: the uid was taken meanwhile (another control plane); try the next one.
+            // 4: the uid or gid was taken meanwhile (another control plane); try the next one.
             Some(4) if tried.len() < 16 => continue,
             // 9: the name exists: created meanwhile; the lookup above decides whose it is.
             Some(9) => {}
