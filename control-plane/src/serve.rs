@@ -105,7 +105,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .with_context(|| format!("bind http on {}", cfg.http_addr))?;
     let http_addr = listener.local_addr()?;
 
-    let mut local = LocalProvider::new(cfg.data_dir.join("computers"), &cfg.guest_bin);
+    let mut local = LocalProvider::new(LocalProvider::default_root(&cfg.data_dir), &cfg.guest_bin);
     if let Some(filter) = &cfg.guest_log {
         local = local.with_guest_env("RAKAZO_LOG", filter);
     }
