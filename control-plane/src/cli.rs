@@ -78,6 +78,9 @@ pub enum Command {
     /// Checkpoint, restore and browse a computer's stored home.
     #[command(subcommand)]
     Home(crate::homes::cli::HomeCmd),
+    /// Build the computer image for the docker provider.
+    #[command(subcommand)]
+    Image(crate::image::ImageCmd),
 }
 
 #[derive(Subcommand)]
@@ -208,6 +211,8 @@ pub struct ServeArgs {
     pub idle: crate::idle::IdleArgs,
     #[command(flatten)]
     pub live: crate::live::LiveArgs,
+    #[command(flatten)]
+    pub providers: crate::provider_set::ProviderArgs,
 }
 
 #[derive(Subcommand)]
@@ -222,8 +227,21 @@ pub enum ComputerCmd {
         workspace: Option<String>,
         #[arg(long)]
         private_bot: Option<String>,
+        /// The provider to run it on (local, docker, …; default: the server's default).
         #[arg(long)]
         provider: Option<String>,
+        /// Memory limit of its machine, MiB.
+        #[arg(long)]
+        memory_mb: Option<u64>,
+        /// CPU limit, in thousandths of a CPU (1500 = 1.5 CPUs).
+        #[arg(long)]
+        cpu_millis: Option<u32>,
+        /// Process limit.
+        #[arg(long)]
+        pids: Option<u32>,
+        /// Size of /dev/shm, MiB.
+        #[arg(long)]
+        shm_mb: Option<u64>,
     },
     List,
     Show {
@@ -443,6 +461,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 guest_bin,
                 guest_log: args.guest_log,
                 screen_limit: args.screen_limit,
+                providers: args.providers.resolve()?,
                 limits: ApiLimits::default(),
                 pages: crate::live::pages::PagesConfig {
                     novnc_dir: args.novnc_dir,
@@ -468,6 +487,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Observe(a) => observe(&g, a).await,
         Command::Act(a) => act(&g, a).await,
         Command::Browser(cmd) => browser(&g, cmd).await,
+        Command::Image(cmd) => crate::image::run(cmd).await,
         Command::Home(cmd) => crate::homes::cli::run(g.client()?, g.json, cmd).await,
     }
 }
@@ -479,8 +499,21 @@ async fn computer(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             workspace,
             private_bot,
             provider,
+            memory_mb,
+            cpu_millis,
+            pids,
+            shm_mb,
         } => {
             let mut body = serde_json::json!({});
+            let limits = providers::MachineLimits {
+                memory_mb,
+                cpu_millis,
+                pids,
+                shm_mb,
+            };
+            if limits != providers::MachineLimits::default() {
+                body["limits"] = serde_json::to_value(limits)?;
+            }
             if let Some(w) = workspace {
                 body["workspace"] = w.into();
             }

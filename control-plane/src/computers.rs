@@ -27,7 +27,7 @@ pub const TEAM_HOME_PREFIX: &str = "team-";
 
 const TABLE: &str = "computers";
 const COLUMNS: &str = "id, kind, workspace, bot, home_key, provider, provider_ref, state, \
-                       connected, last_seen_at, screen_generation, created_at, updated_at";
+                       connected, last_seen_at, screen_generation, created_at, updated_at, limits";
 
 /// Errors of the computers boundary.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +210,8 @@ pub struct NewComputer {
     /// The provider's name in configuration (`docker`, `local`, …).
     pub provider: String,
     pub token_hash: TokenHash,
+    /// Resource limits of its machines (checked by the caller).
+    pub limits: providers::MachineLimits,
 }
 
 /// One computer as stored. Not serializable: the HTTP layer converts it.
@@ -228,6 +230,8 @@ pub struct Computer {
     pub screen_generation: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// Resource limits of its machines; a replacement gets the same.
+    pub limits: providers::MachineLimits,
 }
 
 /// The computers table.
@@ -260,8 +264,9 @@ impl ComputerStore {
         // fired is worked out below.
         let sql = format!(
             "INSERT INTO computers (id, kind, workspace, bot, home_key, provider, provider_ref, \
-             state, token_hash, connected, last_seen_at, screen_generation, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9) \
+             state, token_hash, connected, last_seen_at, screen_generation, created_at, updated_at, \
+             limits) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9, $10) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -274,6 +279,7 @@ impl ComputerStore {
             .bind(ComputerState::Provisioning.as_str())
             .bind(new.token_hash.as_str())
             .bind(now_ms)
+            .bind(serde_json::to_string(&new.limits).expect("limits serialize"))
             .fetch_optional(self.db.pool())
             .await?;
         match row {
@@ -332,6 +338,29 @@ impl ComputerStore {
             Some(c) if state == ComputerState::Destroyed => Ok(c),
             Some(_) => Err(ComputerError::Destroyed(id.clone())),
         }
+    }
+
+    /// Moves a computer to another provider kind (its old kind is no longer configured): the
+    /// old reference means nothing there, so it is cleared, bumping the screen generation.
+    pub async fn set_provider(
+        &self,
+        id: &ComputerId,
+        provider: &str,
+        now_ms: i64,
+    ) -> Result<(), ComputerError> {
+        if !is_id(provider) || provider.len() > MAX_PROVIDER_LEN {
+            return Err(ComputerError::BadProvider(provider.to_string()));
+        }
+        sqlx::query(
+            "UPDATE computers SET provider = $2, provider_ref = NULL, updated_at = $3, \
+             screen_generation = screen_generation + 1 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(provider)
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await?;
+        Ok(())
     }
 
     /// Records (or clears) the provider's handle, bumping the screen generation if it changes.
@@ -479,7 +508,10 @@ fn from_row(row: &AnyRow) -> Result<Computer, DbError> {
         other => return Err(corrupt(format!("connected is {other}"))),
     };
     let screen_generation: i64 = column(row, TABLE, key, "screen_generation")?;
+    let limits: String = column(row, TABLE, key, "limits")?;
+    let limits = serde_json::from_str(&limits).map_err(|e| corrupt(format!("limits: {e}")))?;
     Ok(Computer {
+        limits,
         home_key,
         provider: column(row, TABLE, key, "provider")?,
         provider_ref: column(row, TABLE, key, "provider_ref")?,

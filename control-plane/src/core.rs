@@ -12,11 +12,12 @@ use crate::computers::{
 use crate::db::Db;
 use crate::homes::flow::RunCheckpoint;
 use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
+use crate::provider_set::ProviderSet;
 use crate::tunnel::{GuestAuth, OpStream, Registry, TunnelError};
 use gateway_proto::{BotId, BotLease, ControlMsg, LeaseToken, Request, Secret};
 use providers::{
-    AnyProvider, GuestEnrollment, MachineState, ProviderError, ProviderRef, SandboxProvider,
-    SandboxSpec,
+    AnyProvider, ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError,
+    ProviderRef, SandboxProvider, SandboxSpec,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub enum CoreError {
     NotRunning { id: String, state: ComputerState },
     #[error("provider {0:?} is not configured")]
     UnknownProvider(String),
+    #[error("invalid limits: {0}")]
+    BadLimits(String),
     #[error("lease {lease} is not the live lease of bot {bot}")]
     StaleLease { bot: BotId, lease: LeaseToken },
     #[error(transparent)]
@@ -77,7 +80,7 @@ pub struct Core {
     pub homes: Arc<crate::homes::HomeService>,
     /// Idle suspension: the claim, operations in flight, last use (contracts.md §8, §9).
     pub idle: crate::idle::Idle,
-    provider: AnyProvider,
+    providers: ProviderSet,
     enrollment: Enrollment,
 }
 
@@ -85,19 +88,19 @@ impl Core {
     pub fn new(
         db: Db,
         registry: Arc<Registry>,
-        provider: AnyProvider,
+        providers: ProviderSet,
         enrollment: Enrollment,
         homes: Arc<crate::homes::HomeService>,
         idle: crate::idle::IdleConfig,
     ) -> Self {
         Self {
             homes,
-            idle: crate::idle::Idle::new(idle, db.clone(), provider.bills_while_running()),
+            idle: crate::idle::Idle::new(idle, db.clone()),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
             registry,
-            provider,
+            providers,
             enrollment,
         }
     }
@@ -111,13 +114,26 @@ impl Core {
                 cert_sha256: self.enrollment.cert_sha256.clone(),
                 token: providers::Secret(token.expose().to_string()),
             },
-            limits: providers::MachineLimits::default(),
+            limits: c.limits,
         }
     }
 
-    /// The kind of the configured provider (`local`, ...).
-    pub fn provider_kind(&self) -> &'static str {
-        self.provider.kind()
+    /// The configured providers.
+    pub fn providers(&self) -> &ProviderSet {
+        &self.providers
+    }
+
+    /// Whether `c`'s provider is configured here (a computer of a removed kind is left to a
+    /// `start`, which replaces it on the default provider).
+    pub fn has_provider(&self, c: &Computer) -> bool {
+        self.providers.get(&c.provider).is_some()
+    }
+
+    /// The provider `c` runs on.
+    fn provider_of(&self, c: &Computer) -> Result<&AnyProvider, CoreError> {
+        self.providers
+            .get(&c.provider)
+            .ok_or_else(|| CoreError::UnknownProvider(c.provider.clone()))
     }
 
     fn parse_id(id: &str) -> Result<ComputerId, CoreError> {
@@ -142,17 +158,20 @@ impl Core {
         &self,
         kind: ComputerKind,
         provider: Option<&str>,
+        limits: MachineLimits,
     ) -> Result<Computer, CoreError> {
-        let provider_kind = provider.unwrap_or(self.provider.kind());
-        if provider_kind != self.provider.kind() {
+        let provider_kind = provider.unwrap_or(self.providers.default_kind());
+        if self.providers.get(provider_kind).is_none() {
             return Err(CoreError::UnknownProvider(provider_kind.to_string()));
         }
+        limits.validate().map_err(CoreError::BadLimits)?;
         let token = new_token();
         let new = NewComputer {
             id: new_computer_id(),
             kind,
             provider: provider_kind.to_string(),
             token_hash: TokenHash::of(token.expose()),
+            limits,
         };
         let computer = self.computers.create(new, now_ms()).await?;
         info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
@@ -167,20 +186,51 @@ impl Core {
         previous: Option<ProviderRef>,
         token: Secret,
     ) -> Result<Computer, CoreError> {
+        // A computer whose provider kind is no longer configured moves to the default one: its
+        // old reference means nothing there, so it gets a replacement (contracts.md §2).
+        let mut previous = previous;
+        let c = if self.has_provider(c) {
+            c.clone()
+        } else {
+            let to = self.providers.default_kind();
+            warn!(computer_id = %c.id.as_str(), from = %c.provider, to, "provider not configured: replacing the machine on the default provider");
+            self.computers.set_provider(&c.id, to, now_ms()).await?;
+            previous = None;
+            self.get(c.id.as_str()).await?
+        };
+        let provider = self.provider_of(&c)?;
+        // A machine that runs after all (stopped on our side only) keeps its guest and token.
+        if let Some(r) = &previous {
+            if matches!(provider.state(r).await, Ok(MachineState::Running)) {
+                self.computers
+                    .set_state(&c.id, ComputerState::Running, now_ms())
+                    .await?;
+                self.registry
+                    .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
+                    .await?;
+                return self.get(c.id.as_str()).await;
+            }
+        }
+        // Whatever connection the registry still holds is the old machine's: operations must
+        // wait for the new guest, not use it.
+        self.registry.disconnect(c.id.as_str());
         // The token rotates with every boot: only its hash is stored, and only the new guest
         // learns the new one.
         self.computers
             .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
             .await?;
-        let spec = self.spec(c, token);
+        let spec = self.spec(&c, token);
         // A fresh machine (new, or a replacement for a gone one) has an empty home: it imports
         // the stored one before first use, and may not checkpoint until it has (§9).
         let (r, fresh) = match previous {
-            Some(r) => match self.provider.prepare(&r, &spec).await {
-                Err(ProviderError::NotFound(_)) => (self.provider.provision(&spec).await?, true),
+            Some(r) => match provider.prepare(&r, &spec).await {
+                Err(e) if e.class() == ErrorClass::Gone => {
+                    info!(computer_id = %c.id.as_str(), provider_ref = %r, "machine gone: provisioning a replacement");
+                    (provider.provision(&spec).await?, true)
+                }
                 other => (other?, false),
             },
-            None => (self.provider.provision(&spec).await?, true),
+            None => (provider.provision(&spec).await?, true),
         };
         if fresh {
             self.homes
@@ -223,9 +273,9 @@ impl Core {
     pub async fn start(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         let previous = c.provider_ref.clone().map(ProviderRef);
-        if let Some(r) = &previous {
+        if let (Some(r), Some(provider)) = (&previous, self.providers.get(&c.provider)) {
             if c.state == ComputerState::Running
-                && self.provider.state(r).await? == MachineState::Running
+                && provider.state(r).await? == MachineState::Running
             {
                 self.registry
                     .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
@@ -249,7 +299,7 @@ impl Core {
     pub(crate) async fn stop_machine(&self, c: &Computer) -> Result<Computer, CoreError> {
         let id = c.id.as_str();
         if let Some(r) = &c.provider_ref {
-            self.provider.stop(&ProviderRef(r.clone())).await?;
+            self.provider_of(c)?.stop(&ProviderRef(r.clone())).await?;
         }
         self.registry.disconnect(c.id.as_str());
         self.computers
@@ -268,8 +318,12 @@ impl Core {
         if c.state == ComputerState::Destroyed {
             return Ok(());
         }
-        if let Some(r) = &c.provider_ref {
-            self.provider.destroy(&ProviderRef(r.clone())).await?;
+        match (&c.provider_ref, self.providers.get(&c.provider)) {
+            (Some(r), Some(provider)) => provider.destroy(&ProviderRef(r.clone())).await?,
+            (Some(r), None) => {
+                warn!(computer_id = %c.id.as_str(), provider = %c.provider, provider_ref = %r, "provider not configured: its machine, if any, is left to the operator")
+            }
+            (None, _) => {}
         }
         self.registry.disconnect(c.id.as_str());
         self.computers
@@ -284,14 +338,18 @@ impl Core {
     pub async fn recover(&self) -> Result<(), CoreError> {
         self.computers.mark_all_disconnected(now_ms()).await?;
         for c in self.computers.list().await? {
-            if c.state != ComputerState::Running || c.provider != self.provider.kind() {
+            if c.state != ComputerState::Running {
                 continue;
             }
-            let running = match &c.provider_ref {
-                Some(r) => {
-                    self.provider.state(&ProviderRef(r.clone())).await? == MachineState::Running
-                }
-                None => false,
+            let running = match (&c.provider_ref, self.providers.get(&c.provider)) {
+                (Some(r), Some(provider)) => match provider.state(&ProviderRef(r.clone())).await {
+                    Ok(s) => s == MachineState::Running,
+                    Err(e) => {
+                        warn!(computer_id = %c.id.as_str(), error = %e, class = e.class().as_str(), "provider state unknown: trying to start it");
+                        false
+                    }
+                },
+                _ => false,
             };
             if !running {
                 let previous = c.provider_ref.clone().map(ProviderRef);

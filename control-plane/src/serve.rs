@@ -13,7 +13,6 @@ use crate::tls::{write_private, TunnelIdentity};
 use crate::tunnel::{self, Registry};
 use anyhow::{bail, Context, Result};
 use gateway_proto::Secret;
-use providers::{AnyProvider, LocalProvider};
 use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -36,8 +35,10 @@ pub struct ServeConfig {
     pub guest_bin: PathBuf,
     /// Log filter handed to local guests.
     pub guest_log: Option<String>,
-    /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to local guests (they validate it).
+    /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to guests (they validate it).
     pub screen_limit: Option<String>,
+    /// Which providers run computers, and their settings.
+    pub providers: crate::provider_set::ProviderConfig,
     pub limits: ApiLimits,
     /// Where the live pages' noVNC and xterm.js files are.
     pub pages: crate::live::pages::PagesConfig,
@@ -105,16 +106,25 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .with_context(|| format!("bind http on {}", cfg.http_addr))?;
     let http_addr = listener.local_addr()?;
 
-    let mut local = LocalProvider::new(LocalProvider::default_root(&cfg.data_dir), &cfg.guest_bin);
+    let mut guest_env = Vec::new();
     if let Some(filter) = &cfg.guest_log {
-        local = local.with_guest_env("RAKAZO_LOG", filter);
+        guest_env.push(("RAKAZO_LOG".to_string(), filter.clone()));
     }
     if let Some(limit) = &cfg.screen_limit {
-        local = local.with_guest_env("SANDBOX_TEAM_SCREEN_LIMIT", limit);
+        guest_env.push(("SANDBOX_TEAM_SCREEN_LIMIT".to_string(), limit.clone()));
     }
+    let guest = crate::provider_set::GuestSettings {
+        bin: cfg.guest_bin.clone(),
+        env: guest_env,
+    };
+    let providers =
+        crate::provider_set::ProviderSet::build(&cfg.providers, &cfg.data_dir, &guest).await?;
+    info!(providers = ?providers.kinds().collect::<Vec<_>>(), default = providers.default_kind(), "providers ready");
     let registry = Registry::new();
+    // Guests dial the advertised address when one is set (a machine elsewhere), else the
+    // tunnel's own.
     let enrollment = Enrollment {
-        control_addr: tunnel_addr,
+        control_addr: cfg.providers.advertise_addr.unwrap_or(tunnel_addr),
         cert_sha256: identity.fingerprint(),
     };
     let homes = Arc::new(crate::homes::HomeService::new(
@@ -125,7 +135,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let core = Arc::new(Core::new(
         db,
         registry.clone(),
-        AnyProvider::Local(local),
+        providers,
         enrollment,
         homes,
         cfg.idle,

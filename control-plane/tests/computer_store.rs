@@ -33,6 +33,7 @@ fn new(id: &str, kind: ComputerKind, token: &str) -> NewComputer {
         kind,
         provider: "docker".into(),
         token_hash: TokenHash::of(token),
+        limits: Default::default(),
     }
 }
 
@@ -78,6 +79,7 @@ async fn create_and_get(db: Db) {
             screen_generation: 0,
             created_at_ms: T0,
             updated_at_ms: T0,
+            limits: Default::default(),
         }
     );
     assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(created));
@@ -288,6 +290,7 @@ async fn verify_token_checks_the_hash(db: Db) {
                 kind: team("ws-1"),
                 provider: "local".into(),
                 token_hash: TokenHash::of(token.expose()),
+                limits: Default::default(),
             },
             T0,
         )
@@ -358,6 +361,42 @@ async fn corrupt_rows_are_errors(db: Db) {
     );
 }
 
+async fn limits_are_kept_and_a_provider_change_drops_the_reference(db: Db) {
+    let store = ComputerStore::new(db);
+    let limits = providers::MachineLimits {
+        memory_mb: Some(2048),
+        cpu_millis: Some(1500),
+        pids: None,
+        shm_mb: Some(256),
+    };
+    let mut n = new("c-1", team("ws-1"), "a");
+    n.limits = limits;
+    store.create(n, T0).await.unwrap();
+    let c = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!(c.limits, limits);
+    store
+        .set_provider_ref(&id("c-1"), Some("abc"), T0 + 1)
+        .await
+        .unwrap();
+    let before = store.get(&id("c-1")).await.unwrap().unwrap();
+    store
+        .set_provider(&id("c-1"), "local", T0 + 2)
+        .await
+        .unwrap();
+    let after = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!(after.provider, "local");
+    assert_eq!(
+        after.provider_ref, None,
+        "a reference means nothing to another kind"
+    );
+    assert_eq!(after.screen_generation, before.screen_generation + 1);
+    assert_eq!(after.limits, limits);
+    assert!(matches!(
+        store.set_provider(&id("c-1"), "bad kind!", T0 + 3).await,
+        Err(ComputerError::BadProvider(_))
+    ));
+}
+
 async fn futures_are_send(db: Db) {
     // The API and tunnel call the store from spawned tasks.
     let store = ComputerStore::new(db);
@@ -381,5 +420,6 @@ on_both_databases!(
     connection_tracking,
     verify_token_checks_the_hash,
     corrupt_rows_are_errors,
+    limits_are_kept_and_a_provider_change_drops_the_reference,
     futures_are_send,
 );

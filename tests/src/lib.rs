@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod engine;
 pub mod fixture;
 pub mod garage;
 pub mod live;
@@ -86,6 +87,12 @@ pub struct WorldOptions {
     pub takeover_keep_awake_secs: Option<u64>,
     /// `RAKAZO_CONTROL_LEASE_TTL_SECS` (unset: the server's default, 15 minutes).
     pub control_lease_ttl_secs: Option<u64>,
+    /// `RAKAZO_PROVIDERS`, e.g. `local,docker,fake` (unset: the server's default, `local`).
+    /// With `docker`, the world points the server at the test engine, the test image and host
+    /// networking.
+    pub providers: Option<String>,
+    /// `RAKAZO_DEFAULT_PROVIDER`.
+    pub default_provider: Option<String>,
 }
 
 /// How a [`World`] reaches its object store (an [`s3::S3Server`]).
@@ -119,6 +126,8 @@ impl ObjectStoreOptions {
 /// One running control plane.
 pub struct World {
     pub data_dir: tempfile::TempDir,
+    /// Where machines live: `local/` (local computers) and `fake/` (the fake provider's).
+    pub machines_dir: tempfile::TempDir,
     server: Option<Child>,
     pub client: Client,
     pub http: String,
@@ -130,6 +139,8 @@ pub struct World {
     /// Enrollment tokens seen by the test (from local computers' token files), checked at drop.
     secrets: Vec<String>,
     checked: bool,
+    /// Docker computers created through [`World::create_computer_on`], removed at drop.
+    docker_computers: Vec<String>,
 }
 
 /// Waits for `f` to return `Some`, checking every 10 ms, up to `timeout`.
@@ -158,8 +169,18 @@ impl World {
     pub async fn start_with(opts: WorldOptions) -> Result<Self> {
         let data_dir = tempfile::Builder::new().prefix("rakazo-world-").tempdir()?;
         let log_path = data_dir.path().join("server.log");
+        // Local computers run as their own users, who must be able to pass through to their
+        // homes (but not list anything): 0711, as the default root outside the data dir is.
+        let machines_dir = tempfile::Builder::new()
+            .prefix("rakazo-machines-")
+            .tempdir()?;
+        std::fs::set_permissions(
+            machines_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )?;
         let mut w = World {
             data_dir,
+            machines_dir,
             server: None,
             client: Client::new("http://127.0.0.1:1", Secret::new("")),
             http: String::new(),
@@ -170,6 +191,7 @@ impl World {
             log_path,
             secrets: Vec::new(),
             checked: false,
+            docker_computers: Vec::new(),
         };
         w.spawn_server().await?;
         Ok(w)
@@ -215,11 +237,24 @@ impl World {
             )
             .env("RAKAZO_LOG", "info")
             .env("RAKAZO_GUEST_LOG", "info")
+            .env("RAKAZO_LOCAL_ROOT", self.machines_dir.path().join("local"))
+            .env("RAKAZO_FAKE_ROOT", self.machines_dir.path().join("fake"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(url) = &self.opts.database_url {
             cmd.env("DATABASE_URL", url);
+        }
+        if let Some(p) = &self.opts.providers {
+            cmd.env("RAKAZO_PROVIDERS", p);
+            if p.split(',').any(|k| k.trim() == "docker") {
+                cmd.env("RAKAZO_DOCKER_SOCKET", engine::socket())
+                    .env("RAKAZO_DOCKER_IMAGE", engine::image()?)
+                    .env("RAKAZO_DOCKER_NETWORK", "host");
+            }
+        }
+        if let Some(p) = &self.opts.default_provider {
+            cmd.env("RAKAZO_DEFAULT_PROVIDER", p);
         }
         if let Some(limit) = self.opts.screen_limit {
             cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
@@ -300,34 +335,41 @@ impl World {
 
     /// The home directory of a local computer.
     pub fn home_of(&self, computer: &str) -> PathBuf {
-        self.data_dir
-            .path()
-            .join("computers")
-            .join(computer)
-            .join("home")
+        self.local_dir_of(computer).join("home")
+    }
+
+    /// The directory of a local computer (its home, token and guest log).
+    pub fn local_dir_of(&self, computer: &str) -> PathBuf {
+        self.machines_dir.path().join("local").join(computer)
     }
 
     /// Creates a Team computer and returns its id.
     pub async fn create_computer(&mut self, workspace: &str) -> Result<String> {
+        self.create_computer_on(workspace, None).await
+    }
+
+    /// Creates a Team computer on `provider` (default: the server's) and returns its id.
+    pub async fn create_computer_on(
+        &mut self,
+        workspace: &str,
+        provider: Option<&str>,
+    ) -> Result<String> {
+        let mut body = serde_json::json!({ "workspace": workspace });
+        if let Some(p) = provider {
+            body["provider"] = p.into();
+        }
         let v = self
             .client
-            .json(
-                Method::POST,
-                "/v1/computers",
-                Some(&serde_json::json!({ "workspace": workspace })),
-            )
+            .json(Method::POST, "/v1/computers", Some(&body))
             .await?;
         let id = v["id"]
             .as_str()
             .ok_or_else(|| anyhow!("no id in {v}"))?
             .to_string();
-        if let Ok(t) = std::fs::read_to_string(
-            self.data_dir
-                .path()
-                .join("computers")
-                .join(&id)
-                .join("token"),
-        ) {
+        if v["provider"] == "docker" {
+            self.docker_computers.push(id.clone());
+        }
+        if let Ok(t) = std::fs::read_to_string(self.local_dir_of(&id).join("token")) {
             self.secrets.push(t);
         }
         Ok(id)
@@ -513,14 +555,29 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        // Stop every local guest this world started, then the server.
-        let computers = self.data_dir.path().join("computers");
-        if let Ok(entries) = std::fs::read_dir(&computers) {
-            for e in entries.flatten() {
-                kill_guest_of(&e.path());
+        // A test that ended before its log check failed: show the end of the server's log.
+        if !self.checked {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!("--- server log (last 40 lines) ---");
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                eprintln!("{l}");
+            }
+        }
+        // Stop every local and fake guest this world started, then the server, then the
+        // containers of its Docker computers.
+        for kind in ["local", "fake"] {
+            if let Ok(entries) = std::fs::read_dir(self.machines_dir.path().join(kind)) {
+                for e in entries.flatten() {
+                    kill_guest_of(&e.path());
+                }
             }
         }
         self.kill_server();
+        for id in &self.docker_computers {
+            let _ = engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(id)]);
+            let _ = engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{id}")]);
+        }
     }
 }
 

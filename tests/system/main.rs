@@ -4,10 +4,12 @@
 
 mod cli;
 mod desktops;
+mod docker;
 mod foundation;
 mod homes;
 mod idle;
 mod live;
 mod page_browser;
+mod providers;
 mod static_guest;
 mod tunnel_abuse;

@@ -16,6 +16,9 @@ struct CreateBody {
     /// A Private computer for this bot.
     private_bot: Option<String>,
     provider: Option<String>,
+    /// Resource limits of its machines (memory_mb, cpu_millis, pids, shm_mb).
+    #[serde(default)]
+    limits: providers::MachineLimits,
 }
 
 /// The wire shape of a computer.
@@ -29,6 +32,8 @@ pub struct ComputerView {
     bot: Option<String>,
     home_key: String,
     provider: String,
+    #[serde(skip_serializing_if = "is_default_limits")]
+    limits: providers::MachineLimits,
     state: &'static str,
     connected: bool,
     created_at_ms: i64,
@@ -36,6 +41,10 @@ pub struct ComputerView {
     /// What idle suspension last decided about it (running computers; see `crate::idle`).
     #[serde(skip_serializing_if = "Option::is_none")]
     idle: Option<serde_json::Value>,
+}
+
+fn is_default_limits(l: &providers::MachineLimits) -> bool {
+    *l == providers::MachineLimits::default()
 }
 
 impl ComputerView {
@@ -60,6 +69,7 @@ impl From<&Computer> for ComputerView {
             bot,
             home_key: c.home_key.clone(),
             provider: c.provider.clone(),
+            limits: c.limits,
             state: c.state.as_str(),
             connected: c.connected,
             created_at_ms: c.created_at_ms,
@@ -87,7 +97,10 @@ pub async fn create(
             ))
         }
     };
-    let c = api.core.create(kind, body.provider.as_deref()).await?;
+    let c = api
+        .core
+        .create(kind, body.provider.as_deref(), body.limits)
+        .await?;
     Ok(json_response(StatusCode::CREATED, &ComputerView::from(&c)))
 }
 

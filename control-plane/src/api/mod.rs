@@ -357,10 +357,33 @@ impl From<CoreError> for ApiError {
             CoreError::Lease(other) => ApiError::internal(other),
             CoreError::Computer(other) => ApiError::internal(other),
             CoreError::Home(h) => homes::home_error(h),
-            CoreError::Provider(p) => {
-                ApiError::internal(format!("{p}: {:?}", std::error::Error::source(&p)))
-            }
+            CoreError::BadLimits(_) => ApiError::bad_request(msg),
+            CoreError::Provider(p) => provider_error(&p),
         }
+    }
+}
+
+/// A provider's failure, by class: capacity and passing failures are 503 (try later), a
+/// refused request 422; the message says what the provider said (never a secret: provider
+/// errors carry no tokens).
+fn provider_error(p: &providers::ProviderError) -> ApiError {
+    use providers::ErrorClass;
+    let msg = match std::error::Error::source(p) {
+        Some(src) => format!("{p}: {src}"),
+        None => p.to_string(),
+    };
+    match p.class() {
+        ErrorClass::Capacity => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_capacity", msg)
+        }
+        ErrorClass::Transient => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", msg)
+        }
+        ErrorClass::Invalid => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "provider_invalid", msg)
+        }
+        // A gone machine is replaced by `start`; reaching here means it vanished mid-call.
+        ErrorClass::Gone => ApiError::new(StatusCode::CONFLICT, "machine_gone", msg),
     }
 }
 

@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "idle",
         sql: include_str!("../../migrations/0005_idle.sql"),
     },
+    Migration {
+        version: 6,
+        name: "limits",
+        sql: include_str!("../../migrations/0006_limits.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -383,6 +383,7 @@ mod tests {
             },
             provider: "local".into(),
             token_hash: TokenHash::of("t"),
+            limits: Default::default(),
         };
         store.create(new, 1).await.unwrap()
     }

@@ -94,8 +94,6 @@ pub struct Idle {
     pub config: IdleConfig,
     gate: Arc<Gate>,
     store: store::IdleStore,
-    /// The provider bills running machines (`SandboxProvider::bills_while_running`).
-    billed: bool,
 }
 
 /// One API operation on a computer; when it drops (its response is fully sent) the computer
@@ -138,12 +136,11 @@ fn persist(gate: &Gate, store: &store::IdleStore, computer: &str, every_ms: i64)
 }
 
 impl Idle {
-    pub fn new(config: IdleConfig, db: Db, billed: bool) -> Self {
+    pub fn new(config: IdleConfig, db: Db) -> Self {
         Self {
             config,
             gate: Gate::new(),
             store: store::IdleStore::new(db),
-            billed,
         }
     }
 
@@ -178,16 +175,18 @@ impl Idle {
     }
 
     /// A run asked for a takeover (§8): a non-billing computer stays awake for the keep-awake
-    /// window; on a billed one the idle timer restarts.
+    /// window; on a billed one (`billed`: its provider's `bills_while_running`) the idle timer
+    /// restarts.
     pub async fn takeover_requested(
         &self,
         id: &ComputerId,
+        billed: bool,
         now_ms: i64,
     ) -> Result<(), crate::db::DbError> {
         self.gate.touch(id.as_str(), now_ms);
         self.store.used(id, now_ms).await?;
         self.gate.written(id.as_str(), now_ms);
-        if !self.billed {
+        if !billed {
             let window = i64::try_from(self.config.keep_awake.as_millis()).unwrap_or(i64::MAX);
             self.store
                 .keep_awake(id, now_ms.saturating_add(window))
@@ -239,7 +238,7 @@ async fn scan(core: &Arc<Core>, timeout: Duration) {
         .collect();
     core.idle.gate.retain(&live);
     for c in &list {
-        if c.state != ComputerState::Running || c.provider != core.provider_kind() {
+        if c.state != ComputerState::Running || !core.has_provider(c) {
             continue;
         }
         if let Err(e) = consider(core, c, timeout).await {

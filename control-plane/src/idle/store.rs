@@ -133,6 +133,7 @@ mod tests {
                     },
                     provider: "local".into(),
                     token_hash: TokenHash::of("t"),
+                    limits: Default::default(),
                 },
                 1_000,
             )

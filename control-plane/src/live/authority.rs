@@ -216,7 +216,11 @@ pub async fn set_waiting_takeover(
     if waiting {
         // Keeps the computer awake for the takeover, or restarts its idle timer (§8).
         core.idle
-            .takeover_requested(&c.id, now_ms)
+            .takeover_requested(
+                &c.id,
+                core.providers().bills_while_running(&c.provider),
+                now_ms,
+            )
             .await
             .map_err(LiveStoreError::from)?;
     }

@@ -1,0 +1,349 @@
+//! Computers in containers (issue 10): the docker provider on a real engine (podman's
+//! Docker-compatible service) running our own image, through the real `rakazo serve`.
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine;
+use control_plane::client::ClientError;
+use futures_util::SinkExt;
+use gateway_proto::termframe::encode_input;
+use hyper::{Method, StatusCode};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::live::{connect, read_until, upgrade_status};
+use tests::{engine, wait_for, World, WorldOptions};
+use tokio_tungstenite::tungstenite::Message;
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn docker_world(screen_limit: Option<u32>) -> WorldOptions {
+    WorldOptions {
+        providers: Some("docker,local".into()),
+        screen_limit,
+        ..Default::default()
+    }
+}
+
+fn status_of(e: &ClientError) -> Option<(StatusCode, String, String)> {
+    match e {
+        ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => Some((*status, code.clone(), message.clone())),
+        _ => None,
+    }
+}
+
+async fn sh(w: &World, c: &str, script: &str) -> Result<String> {
+    let out = w
+        .exec(c, serde_json::json!({ "argv": ["sh", "-c", script] }))
+        .await?;
+    if out.code != Some(0) {
+        bail!(
+            "`{script}` exited {:?}: {}",
+            out.code,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn profile_of(bot: &str) -> String {
+    format!(
+        ".browser-profiles/{}",
+        &hex::encode(Sha256::digest(bot.as_bytes()))[..32]
+    )
+}
+
+struct Bot<'a> {
+    w: &'a World,
+    c: String,
+    bot: String,
+    lease: String,
+}
+
+impl<'a> Bot<'a> {
+    async fn new(w: &'a World, c: &str, bot: &str) -> Result<Self> {
+        let lease = w.lease(c, bot, &format!("run-{bot}")).await?;
+        Ok(Self {
+            w,
+            c: c.into(),
+            bot: bot.into(),
+            lease,
+        })
+    }
+
+    fn path(&self, action: &str) -> String {
+        format!("/v1/computers/{}/screens/{}/{action}", self.c, self.bot)
+    }
+
+    async fn screen(&self, action: &str) -> Result<serde_json::Value, ClientError> {
+        self.w
+            .post(
+                &self.path(action),
+                serde_json::json!({ "lease": self.lease }),
+            )
+            .await
+    }
+
+    async fn open(&self, url: &str) -> Result<serde_json::Value, ClientError> {
+        self.w
+            .post(
+                &self.path("act"),
+                serde_json::json!({ "lease": self.lease,
+                    "actions": [{ "type": "open", "url": url }] }),
+            )
+            .await
+    }
+
+    /// Ends the run successfully: control revoked, the desktop kept (contracts.md §3).
+    async fn end_run(&self) -> Result<()> {
+        self.w
+            .post(
+                &format!("/v1/computers/{}/leases/{}/release", self.c, self.bot),
+                serde_json::json!({ "lease": self.lease, "outcome": "success" }),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A capability URL's path (`/cap/<sealed>`); the caller records it as a secret.
+    async fn url(&self, policy: &str) -> Result<String> {
+        let v = self
+            .w
+            .post(&self.path("url"), serde_json::json!({ "policy": policy }))
+            .await?;
+        Ok(v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string())
+    }
+}
+
+async fn whoami(fx: &Fixture, tag: &str) -> Result<Vec<String>> {
+    wait_for(LONG, &format!("whoami from {tag}"), || fx.cookies(tag)).await
+}
+
+/// Must show 1: a Docker computer is an isolated machine of our image, with every tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_docker_computer_runs_as_the_workspace_user_and_survives_its_container() -> Result<()> {
+    let fx = Fixture::start().await?;
+    let mut w = World::start_with(docker_world(None)).await?;
+    let c = w.create_computer_on("ws-docker", Some("docker")).await?;
+    let shown = w
+        .client
+        .json(Method::GET, &format!("/v1/computers/{c}"), None)
+        .await?;
+    assert_eq!(shown["provider"], "docker");
+    assert_eq!(shown["state"], "running");
+
+    // Commands run as the workspace user, in the home, inside the container.
+    assert_eq!(sh(&w, &c, "id -un").await?.trim(), "rakazo");
+    assert_eq!(sh(&w, &c, "pwd").await?.trim(), "/home/rakazo");
+    let inspect = engine::podman(&["inspect", "--format", "{{.Id}}", &engine::container_of(&c)])?;
+    assert!(!inspect.trim().is_empty());
+    // Nothing in the container runs as root but the init.
+    let ps = sh(&w, &c, "ps -eo user=,comm= | sort | uniq -c").await?;
+    for line in ps.lines() {
+        let mut f = line.split_whitespace();
+        let (_, user, comm) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        assert!(
+            user != "root" || comm.contains("catatonit") || comm == "init",
+            "{comm} runs as root:\n{ps}"
+        );
+    }
+
+    // Files round-trip.
+    let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    w.put_file(&c, "docs/blob.bin", bytes.clone(), false)
+        .await?;
+    assert_eq!(w.get_file(&c, "docs/blob.bin").await?.as_ref(), &bytes[..]);
+    assert_eq!(
+        sh(&w, &c, "stat -c %U:%a docs/blob.bin").await?.trim(),
+        "rakazo:600"
+    );
+
+    // A desktop comes up and observes a 1280x800 PNG; the page tools work on a local page.
+    let a = Bot::new(&w, &c, "bot-a").await?;
+    a.screen("ensure").await?;
+    let obs = a.screen("observe").await?;
+    assert_eq!(
+        (obs["width"].as_u64(), obs["height"].as_u64()),
+        (Some(1280), Some(800))
+    );
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(obs["image"].as_str().context("an image")?)?;
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let page = fx.page(
+        "hello",
+        "<title>Hi</title><button onclick=\"fetch('/event?kind=clicked')\">Press me</button>",
+    );
+    let nav = w
+        .post(
+            &format!("/v1/computers/{c}/browser/bot-a/navigate"),
+            serde_json::json!({ "lease": a.lease, "url": page }),
+        )
+        .await?;
+    assert_eq!(nav["ok"], true, "{nav}");
+    let snap = w
+        .post(
+            &format!("/v1/computers/{c}/browser/bot-a/snapshot"),
+            serde_json::json!({ "lease": a.lease }),
+        )
+        .await?;
+    assert!(snap.to_string().contains("Press me"), "{snap}");
+
+    // A terminal's whoami matches exec's.
+    a.end_run().await?;
+    w.post(&a.path("takeover"), serde_json::json!({})).await?;
+    let v = w
+        .post(
+            &format!("/v1/computers/{c}/terminals/bot-a/url"),
+            serde_json::json!({}),
+        )
+        .await?;
+    let term = v["path"].as_str().context("terminal path")?.to_string();
+    let mut ws = connect(&w.http, &term).await?;
+    ws.send(Message::Binary(
+        encode_input(b"echo WHO-$(whoami)-AMI\r").into(),
+    ))
+    .await?;
+    let mut out = Vec::new();
+    read_until(&mut ws, &mut out, "WHO-rakazo-AMI", LONG).await?;
+    drop(ws);
+    w.post(&a.path("release-control"), serde_json::json!({}))
+        .await?;
+
+    w.add_secret(term.trim_start_matches("/cap/"));
+
+    // Stop and start keep the home (the container and its volume stay).
+    w.post(&format!("/v1/computers/{c}/stop"), serde_json::json!({}))
+        .await?;
+    let state = engine::podman(&[
+        "inspect",
+        "--format",
+        "{{.State.Status}}",
+        &engine::container_of(&c),
+    ])?;
+    assert_ne!(state.trim(), "running");
+    w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
+        .await?;
+    assert_eq!(w.get_file(&c, "docs/blob.bin").await?.as_ref(), &bytes[..]);
+
+    // The container and its volume destroyed behind the control plane's back: start replaces
+    // the machine and restores the home from the last checkpoint (taken by the stop).
+    sh(&w, &c, "echo after-checkpoint > late.txt").await?;
+    engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(&c)])?;
+    engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{c}")])?;
+    w.allow_warn("machine gone");
+    w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
+        .await?;
+    assert_eq!(w.get_file(&c, "docs/blob.bin").await?.as_ref(), &bytes[..]);
+    let late = w.get_file(&c, "late.txt").await;
+    assert!(
+        late.is_err(),
+        "a file written after the last checkpoint cannot come back: {late:?}"
+    );
+    assert_eq!(sh(&w, &c, "id -un").await?.trim(), "rakazo");
+
+    // Destroy removes the container; again is fine.
+    for _ in 0..2 {
+        w.client
+            .json(Method::DELETE, &format!("/v1/computers/{c}"), None)
+            .await?;
+    }
+    let left = engine::podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name={}", engine::container_of(&c)),
+        "--format",
+        "{{.Names}}",
+    ])?;
+    assert_eq!(left.trim(), "", "container left after destroy");
+    w.check_log()
+}
+
+/// Must show 2: the design document's Docker team-desktops regression.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_team_desktops_keep_bots_apart_and_old_urls_die_with_their_slot() -> Result<()> {
+    let fx = Fixture::start().await?;
+    let mut w = World::start_with(docker_world(Some(2))).await?;
+    let c = w
+        .create_computer_on("ws-docker-team", Some("docker"))
+        .await?;
+    let a = Bot::new(&w, &c, "bot-a").await?;
+    let b = Bot::new(&w, &c, "bot-b").await?;
+    // Two desktops at once, each with its own browser and cookies.
+    let (sa, sb) = (a.screen("ensure").await?, b.screen("ensure").await?);
+    assert_eq!(
+        (sa["slot"].as_u64(), sb["slot"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_ne!(sa["display"], sb["display"]);
+    a.open(&format!("{}/set?bot=a", fx.base)).await?;
+    b.open(&format!("{}/set?bot=b", fx.base)).await?;
+    a.open(&format!("{}/whoami?from=a1", fx.base)).await?;
+    b.open(&format!("{}/whoami?from=b1", fx.base)).await?;
+    assert_eq!(whoami(&fx, "a1").await?, vec!["bot=a".to_string()]);
+    assert_eq!(whoami(&fx, "b1").await?, vec!["bot=b".to_string()]);
+
+    // A third desktop is over the limit: refused, while exec keeps working.
+    let cbot = Bot::new(&w, &c, "bot-c").await?;
+    let err = cbot.screen("ensure").await.expect_err("over the limit");
+    let (status, code, message) = status_of(&err).ok_or_else(|| anyhow!("{err}"))?;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(code, "COMPUTER_SCREEN_UNAVAILABLE");
+    assert_eq!(
+        message,
+        "This computer cannot allocate another screen (limit 2)"
+    );
+    assert_eq!(sh(&w, &c, "echo still works").await?, "still works\n");
+
+    // bot-a's view and control URLs; then bot-a's desktop goes and bot-c takes slot 0.
+    let view = a.url("view").await?;
+    a.end_run().await?;
+    w.post(&a.path("takeover"), serde_json::json!({})).await?;
+    let control = a.url("control").await?;
+    assert_eq!(upgrade_status(&w.http, &view).await?, Some(101));
+    w.post(&a.path("release-control"), serde_json::json!({}))
+        .await?;
+    let a = Bot::new(&w, &c, "bot-a").await?;
+    a.screen("release").await?;
+    let sc = cbot.screen("ensure").await?;
+    assert_eq!(sc["slot"].as_u64(), Some(0), "the freed slot is reused");
+    assert_eq!(sc["display"], sa["display"], "the same display number");
+    for (what, url) in [("view", &view), ("control", &control)] {
+        let got = upgrade_status(&w.http, url).await?;
+        assert_ne!(
+            got,
+            Some(101),
+            "bot-a's old {what} URL reached slot 0 after reuse"
+        );
+    }
+    cbot.open(&format!("{}/whoami?from=c1", fx.base)).await?;
+    assert_eq!(
+        whoami(&fx, "c1").await?,
+        vec![String::new()],
+        "bot-c sees no cookie"
+    );
+
+    // bot-a's profile persisted after release: back on another slot, its cookie is there.
+    cbot.screen("release").await?;
+    let a = Bot::new(&w, &c, "bot-a").await?;
+    a.screen("ensure").await?;
+    a.open(&format!("{}/whoami?from=a2", fx.base)).await?;
+    assert_eq!(whoami(&fx, "a2").await?, vec!["bot=a".to_string()]);
+    let profiles = sh(&w, &c, "ls .browser-profiles").await?;
+    for bot in ["bot-a", "bot-b", "bot-c"] {
+        let p = profile_of(bot);
+        let name = p.trim_start_matches(".browser-profiles/");
+        assert!(profiles.contains(name), "{bot}'s profile kept: {profiles}");
+    }
+    for cap in [&view, &control] {
+        w.add_secret(cap.trim_start_matches("/cap/"));
+    }
+    w.check_log()
+}

@@ -1,0 +1,493 @@
+//! The provider conformance suite (issue 10): one set of cases run against `local`, `docker`
+//! and `fake` through the real `rakazo serve`, plus the isolation boundary of the real ones.
+//!
+//! What "behind the control plane's back" means differs per provider (a killed guest process, a
+//! stopped or removed container, a deleted machine directory); [`Machine`] hides that, the
+//! cases do not.
+
+use anyhow::{bail, Context, Result};
+use control_plane::client::ClientError;
+use hyper::{Method, StatusCode};
+use std::path::{Path, PathBuf};
+use tests::{engine, pids_with_env, World, WorldOptions};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Local,
+    Docker,
+    Fake,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Local => "local",
+            Kind::Docker => "docker",
+            Kind::Fake => "fake",
+        }
+    }
+}
+
+async fn world(kind: Kind) -> Result<World> {
+    let mut w = World::start_with(WorldOptions {
+        providers: Some(format!("{},local", kind.name())),
+        default_provider: Some(kind.name().into()),
+        ..Default::default()
+    })
+    .await?;
+    w.allow_warn("machine gone");
+    Ok(w)
+}
+
+/// A computer's machine as the test sees it from outside.
+struct Machine<'a> {
+    w: &'a World,
+    kind: Kind,
+    c: String,
+}
+
+impl Machine<'_> {
+    /// Identifies the running machine instance: the guest's pid (local, fake) or the
+    /// container's id and start time (docker).
+    fn instance(&self) -> Result<String> {
+        match self.kind {
+            Kind::Docker => Ok(engine::podman(&[
+                "inspect",
+                "--format",
+                "{{.Id}} {{.State.StartedAt}} {{.State.Status}}",
+                &engine::container_of(&self.c),
+            ])?
+            .trim()
+            .to_string()),
+            Kind::Local | Kind::Fake => {
+                let pids = pids_with_env("RAKAZO_COMPUTER_ID", &self.c);
+                Ok(format!("{pids:?}"))
+            }
+        }
+    }
+
+    fn fake_dirs(&self) -> Vec<PathBuf> {
+        let root = self.w.machines_dir.path().join("fake");
+        std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("fake-{}-", self.c)))
+            })
+            .collect()
+    }
+
+    /// The machine stops without the control plane knowing (a crash, an operator).
+    fn stop_behind_back(&self) -> Result<()> {
+        match self.kind {
+            Kind::Docker => {
+                engine::podman(&["stop", "-t", "5", &engine::container_of(&self.c)])?;
+            }
+            Kind::Local | Kind::Fake => {
+                for pid in pids_with_env("RAKAZO_COMPUTER_ID", &self.c) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                // Gone for good before the test goes on (a SIGKILL takes effect asynchronously).
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !pids_with_env("RAKAZO_COMPUTER_ID", &self.c).is_empty() {
+                    if std::time::Instant::now() > deadline {
+                        bail!("the guest of {} outlived SIGKILL", self.c);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The machine disappears with its disk (the provider lost it).
+    fn vanish(&self) -> Result<()> {
+        self.stop_behind_back()?;
+        match self.kind {
+            Kind::Docker => {
+                engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(&self.c)])?;
+                engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{}", self.c)])?;
+            }
+            Kind::Local => std::fs::remove_dir_all(self.w.local_dir_of(&self.c))?,
+            Kind::Fake => {
+                for d in self.fake_dirs() {
+                    std::fs::remove_dir_all(d)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
+    Ok(w.client
+        .json(Method::GET, &format!("/v1/computers/{c}"), None)
+        .await?)
+}
+
+async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value, ClientError> {
+    w.post(
+        &format!("/v1/computers/{c}/{action}"),
+        serde_json::json!({}),
+    )
+    .await
+}
+
+async fn sh(w: &World, c: &str, script: &str) -> Result<String> {
+    let out = w
+        .exec(c, serde_json::json!({ "argv": ["sh", "-c", script] }))
+        .await?;
+    if out.code != Some(0) {
+        bail!(
+            "`{script}` exited {:?}: {}",
+            out.code,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Provision, prepare (idempotent), state, stop, start, reconnect through a stale reference,
+/// replacement restoring the home, destroy (idempotent), exec and files; desktops on the real
+/// providers.
+async fn conformance(kind: Kind) -> Result<()> {
+    let mut w = world(kind).await?;
+    let c = w
+        .create_computer(&format!("ws-conf-{}", kind.name()))
+        .await?;
+    let m = Machine {
+        w: &w,
+        kind,
+        c: c.clone(),
+    };
+    let v = show(&w, &c).await?;
+    assert_eq!(
+        (v["provider"].as_str(), v["state"].as_str()),
+        (Some(kind.name()), Some("running"))
+    );
+    assert_eq!(v["connected"], true);
+
+    // exec and files.
+    let out = w
+        .exec(
+            &c,
+            serde_json::json!({ "argv": ["sh", "-c", "echo out; echo err >&2; exit 3"] }),
+        )
+        .await?;
+    assert_eq!(
+        (out.stdout.as_slice(), out.stderr.as_slice(), out.code),
+        (&b"out\n"[..], &b"err\n"[..], Some(3))
+    );
+    w.put_file(&c, "kept/a.txt", b"first".to_vec(), false)
+        .await?;
+    assert_eq!(w.get_file(&c, "kept/a.txt").await?.as_ref(), b"first");
+
+    // Desktops on the real providers.
+    if kind != Kind::Fake {
+        let lease = w.lease(&c, "bot-1", "run-conf").await?;
+        let path = format!("/v1/computers/{c}/screens/bot-1");
+        w.post(
+            &format!("{path}/ensure"),
+            serde_json::json!({ "lease": lease }),
+        )
+        .await?;
+        let obs = w
+            .post(
+                &format!("{path}/observe"),
+                serde_json::json!({ "lease": lease }),
+            )
+            .await?;
+        assert_eq!(
+            (obs["width"].as_u64(), obs["height"].as_u64()),
+            (Some(1280), Some(800))
+        );
+        w.post(
+            &format!("/v1/computers/{c}/leases/bot-1/release"),
+            serde_json::json!({ "lease": lease, "outcome": "cancelled" }),
+        )
+        .await?;
+    }
+
+    // prepare is idempotent: starting a running computer leaves its machine alone.
+    let before = m.instance()?;
+    lifecycle(&w, &c, "start").await?;
+    assert_eq!(
+        m.instance()?,
+        before,
+        "start on a running computer restarted its machine"
+    );
+
+    // stop (twice), then start: the home is kept. The stop checkpoints it.
+    lifecycle(&w, &c, "stop").await?;
+    lifecycle(&w, &c, "stop").await?;
+    assert_eq!(show(&w, &c).await?["state"], "stopped");
+    lifecycle(&w, &c, "start").await?;
+    assert_eq!(w.get_file(&c, "kept/a.txt").await?.as_ref(), b"first");
+
+    // Reconnect through a stale reference: the machine stopped behind our back is started
+    // again through the reference the control plane holds; the home is its own, unrestored.
+    w.put_file(&c, "kept/b.txt", b"since the checkpoint".to_vec(), false)
+        .await?;
+    m.stop_behind_back()?;
+    lifecycle(&w, &c, "start").await?;
+    assert_eq!(
+        w.get_file(&c, "kept/b.txt").await?.as_ref(),
+        b"since the checkpoint"
+    );
+    if kind == Kind::Docker {
+        assert_eq!(
+            m.instance()?.split(' ').next(),
+            before.split(' ').next(),
+            "the same container"
+        );
+    }
+
+    // A vanished machine: start provisions a replacement restored from the last checkpoint.
+    lifecycle(&w, &c, "stop").await?; // checkpoints b.txt
+    w.put_file(&c, "kept/c.txt", b"never checkpointed".to_vec(), false)
+        .await
+        .expect_err("a stopped computer takes no files");
+    lifecycle(&w, &c, "start").await?;
+    m.vanish()?;
+    let restarted = lifecycle(&w, &c, "start").await?;
+    assert_eq!(restarted["state"], "running");
+    assert_eq!(w.get_file(&c, "kept/a.txt").await?.as_ref(), b"first");
+    assert_eq!(
+        w.get_file(&c, "kept/b.txt").await?.as_ref(),
+        b"since the checkpoint"
+    );
+    if kind == Kind::Fake {
+        assert_eq!(m.fake_dirs().len(), 1, "one replacement machine");
+    }
+
+    // destroy is idempotent.
+    for _ in 0..2 {
+        w.client
+            .json(Method::DELETE, &format!("/v1/computers/{c}"), None)
+            .await?;
+    }
+    match kind {
+        Kind::Docker => {
+            let left = engine::podman(&[
+                "ps",
+                "-a",
+                "--filter",
+                &format!("name={}", engine::container_of(&c)),
+                "--format",
+                "{{.Names}}",
+            ])?;
+            assert_eq!(left.trim(), "");
+        }
+        Kind::Local => assert!(!w.local_dir_of(&c).exists()),
+        Kind::Fake => assert!(m.fake_dirs().is_empty()),
+    }
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_local() -> Result<()> {
+    conformance(Kind::Local).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_docker() -> Result<()> {
+    conformance(Kind::Docker).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_fake() -> Result<()> {
+    conformance(Kind::Fake).await
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(p),
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// From inside a computer, nothing of the control plane's or of another computer's is
+/// readable: the API token, the capability key, the tunnel key, the database, another home.
+async fn no_command_reads_past_its_computer(kind: Kind) -> Result<()> {
+    let mut w = world(kind).await?;
+    let c = w
+        .create_computer(&format!("ws-iso-{}", kind.name()))
+        .await?;
+    let other = w
+        .create_computer(&format!("ws-iso-other-{}", kind.name()))
+        .await?;
+    w.put_file(
+        &other,
+        "private/diary.txt",
+        b"other computer's secret".to_vec(),
+        false,
+    )
+    .await?;
+    // Targets: every file of the data dir (by path), and the other computer's home.
+    let mut targets: Vec<PathBuf> = files_under(w.data_dir.path());
+    for name in ["api-token", "capability-key", "tunnel-key.pem", "rakazo.db"] {
+        let p = w.data_dir.path().join(name);
+        assert!(
+            targets.contains(&p) || name == "rakazo.db",
+            "{name} is in the data dir"
+        );
+    }
+    let other_home = match kind {
+        Kind::Docker => PathBuf::from(
+            engine::podman(&[
+                "volume",
+                "inspect",
+                "--format",
+                "{{.Mountpoint}}",
+                &format!("rakazo-home-{other}"),
+            ])?
+            .trim(),
+        ),
+        _ => w.home_of(&other),
+    };
+    targets.push(other_home.join("private/diary.txt"));
+    targets.push(other_home.clone());
+    // The other computer's guest: its environment and memory.
+    for pid in pids_with_env("RAKAZO_COMPUTER_ID", &other) {
+        targets.push(PathBuf::from(format!("/proc/{pid}/environ")));
+        targets.push(PathBuf::from(format!("/proc/{pid}/mem")));
+    }
+    assert!(targets.len() > 5, "{targets:?}");
+    let list: String = targets
+        .iter()
+        .map(|p| format!("{}\n", p.display()))
+        .collect();
+    w.put_file(&c, "targets.txt", list.into_bytes(), false)
+        .await?;
+    // Reads every target as a file and as a directory; prints what it could read.
+    let out = sh(
+        &w,
+        &c,
+        r#"while IFS= read -r p; do
+             if [ -d "$p" ]; then ls -A "$p" >/dev/null 2>&1 && echo "LISTED $p";
+             else head -c 64 "$p" >/dev/null 2>&1 && echo "READ $p"; fi
+           done < targets.txt
+           cat ../../../api-token 2>/dev/null; cat /proc/1/environ 2>/dev/null | tr '\0' '\n' | grep RAKAZO_; true"#,
+    )
+    .await?;
+    assert_eq!(
+        out.trim(),
+        "",
+        "a command reached past its computer:\n{out}"
+    );
+    assert!(!out.contains(w.api_token()));
+    // The computer's own home is still its own.
+    assert_eq!(
+        sh(&w, &c, "cat targets.txt | wc -l").await?.trim(),
+        targets.len().to_string()
+    );
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn isolation_local() -> Result<()> {
+    no_command_reads_past_its_computer(Kind::Local).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn isolation_docker() -> Result<()> {
+    no_command_reads_past_its_computer(Kind::Docker).await
+}
+
+/// Provider errors reach the user by class: capacity and passing failures are 503s that say
+/// so, a refused request is a 422, and nothing is left half-made.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_errors_are_classified() -> Result<()> {
+    let mut w = world(Kind::Fake).await?;
+    let faults = w.machines_dir.path().join("fake").join("faults");
+    std::fs::create_dir_all(faults.parent().context("fake root")?)?;
+    let expect = |e: ClientError, status: StatusCode, code: &str| -> Result<String> {
+        match e {
+            ClientError::Api {
+                status: s,
+                code: c,
+                message,
+                ..
+            } if s == status && c == code => Ok(message),
+            other => bail!("expected {status} {code}, got {other}"),
+        }
+    };
+    std::fs::write(&faults, "provision capacity\n")?;
+    let e = w
+        .client
+        .json(
+            Method::POST,
+            "/v1/computers",
+            Some(&serde_json::json!({ "workspace": "ws-cap" })),
+        )
+        .await
+        .expect_err("no capacity");
+    let msg = expect(e, StatusCode::SERVICE_UNAVAILABLE, "provider_capacity")?;
+    assert!(msg.contains("no capacity"), "{msg}");
+
+    std::fs::write(&faults, "provision invalid\n")?;
+    let e = w
+        .client
+        .json(
+            Method::POST,
+            "/v1/computers",
+            Some(&serde_json::json!({ "workspace": "ws-inv" })),
+        )
+        .await
+        .expect_err("refused");
+    expect(e, StatusCode::UNPROCESSABLE_ENTITY, "provider_invalid")?;
+
+    let c = w.create_computer("ws-ok").await?;
+    lifecycle(&w, &c, "stop").await?;
+    std::fs::write(&faults, "prepare transient\n")?;
+    let e = lifecycle(&w, &c, "start").await.expect_err("unavailable");
+    let msg = expect(e, StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable")?;
+    assert!(msg.contains("service unavailable"), "{msg}");
+    // The passing failure passed: the next start works and the home is there.
+    lifecycle(&w, &c, "start").await?;
+    assert_eq!(sh(&w, &c, "echo up").await?, "up\n");
+
+    // Limits out of range are refused before any machine is made.
+    let e = w
+        .client
+        .json(
+            Method::POST,
+            "/v1/computers",
+            Some(&serde_json::json!({ "workspace": "ws-lim", "limits": { "memory_mb": 1 } })),
+        )
+        .await
+        .expect_err("bad limits");
+    let msg = expect(e, StatusCode::BAD_REQUEST, "bad_request")?;
+    assert!(msg.contains("memory_mb must be between 16"), "{msg}");
+    // Unknown providers are named.
+    let e = w
+        .client
+        .json(
+            Method::POST,
+            "/v1/computers",
+            Some(&serde_json::json!({ "workspace": "ws-p", "provider": "docker" })),
+        )
+        .await
+        .expect_err("not configured");
+    let msg = expect(e, StatusCode::BAD_REQUEST, "bad_request")?;
+    assert!(msg.contains("\"docker\" is not configured"), "{msg}");
+    w.allow_warn("injected");
+    w.check_log()
+}
