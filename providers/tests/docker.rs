@@ -457,6 +457,13 @@ async fn lifecycle_provision_prepare_stop_destroy() {
         "prepare restarted a running container"
     );
 
+    // A reference used for another computer is refused, not started as that computer.
+    let err = p
+        .prepare(&r, &spec("t-someone-else", "x", limits))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Invalid, "{err}");
+
     let began = Instant::now();
     p.stop(&r).await.expect("stop");
     eprintln!("timing: stop {:?}", began.elapsed());
@@ -659,5 +666,40 @@ async fn an_unreachable_engine_is_unavailable_within_the_deadline() {
         began.elapsed() < Duration::from_secs(10),
         "took {:?}",
         began.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn containers_rakazo_did_not_create_are_never_touched() {
+    let p = provider().await;
+    let docker = p.engine().clone();
+    let foreign = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            bollard::models::ContainerCreateBody {
+                image: Some(p.config().image.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let r = ProviderRef(foreign.id.clone());
+    assert_eq!(p.state(&r).await.unwrap(), MachineState::Gone);
+    let s = spec("t-foreign", "t", MachineLimits::default());
+    assert!(matches!(
+        p.prepare(&r, &s).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    p.stop(&r).await.unwrap();
+    p.destroy(&r).await.unwrap();
+    let still = docker.inspect_container(&foreign.id, None).await;
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    docker
+        .remove_container(&foreign.id, Some(force))
+        .await
+        .unwrap();
+    assert!(
+        still.is_ok(),
+        "destroy removed a container rakazo does not manage"
     );
 }

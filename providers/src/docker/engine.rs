@@ -116,10 +116,13 @@ impl Failure {
 
 fn mentions_capacity(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
+    // Not a bare "quota": "invalid CPU quota" is a bad request, not a full machine.
     [
         "no space left",
-        "quota",
+        "quota exceeded",
+        "disk quota",
         "insufficient memory",
+        "not enough memory",
         "cannot allocate memory",
         "out of memory",
         "disk full",
@@ -170,6 +173,14 @@ mod tests {
         assert_eq!(
             class(server(400, "Minimum memory limit ... insufficient memory")),
             ErrorClass::Capacity
+        );
+        assert_eq!(
+            class(server(500, "write: disk quota exceeded")),
+            ErrorClass::Capacity
+        );
+        assert_eq!(
+            class(server(400, "invalid CPU quota 5")),
+            ErrorClass::Invalid
         );
         assert_eq!(
             class(EngineError::RequestTimeoutError),
