@@ -68,6 +68,23 @@ pub fn load_or_create_token(data_dir: &Path) -> Result<(Secret, bool)> {
     }
 }
 
+/// Makes the data dir 0700: it holds the API token, the keys and the database, and a computer
+/// (another user on this host) must not even look in. A dir made by hand or by a tool with
+/// looser permissions is tightened, and the log says so.
+fn make_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("read data dir {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("make data dir {} private (0700)", dir.display()))?;
+        info!(data_dir = %dir.display(), was = format!("{:o}", mode & 0o777), "data dir made private (0700)");
+    }
+    Ok(())
+}
+
 /// Runs the control plane until the process is killed.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
     std::fs::DirBuilder::new()
@@ -75,6 +92,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .mode(0o700)
         .create(&cfg.data_dir)
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
+    make_private(&cfg.data_dir)?;
     let (token, created) = load_or_create_token(&cfg.data_dir)?;
     if created {
         // Printed once, on the terminal of whoever started the server the first time; the file

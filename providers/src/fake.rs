@@ -106,12 +106,20 @@ impl FakeProvider {
     }
 
     fn exists(&self, r: &ProviderRef) -> bool {
-        self.machines.lock().expect("fake machines").contains_key(&r.0)
+        self.machines
+            .lock()
+            .expect("fake machines")
+            .contains_key(&r.0)
             && self.machine_dir(r).is_dir()
     }
 
     fn running(&self, r: &ProviderRef) -> bool {
-        let machine = self.machines.lock().expect("fake machines").get(&r.0).cloned();
+        let machine = self
+            .machines
+            .lock()
+            .expect("fake machines")
+            .get(&r.0)
+            .cloned();
         match machine {
             Some(Machine {
                 started: true,
@@ -144,16 +152,13 @@ impl FakeProvider {
             })?),
             None => None,
         };
-        self.machines
-            .lock()
-            .expect("fake machines")
-            .insert(
-                r.0.clone(),
-                Machine {
-                    started: true,
-                    guest,
-                },
-            );
+        self.machines.lock().expect("fake machines").insert(
+            r.0.clone(),
+            Machine {
+                started: true,
+                guest,
+            },
+        );
         Ok(())
     }
 
@@ -189,7 +194,11 @@ fn check_ref(r: &ProviderRef) -> Result<(), ProviderError> {
 impl Drop for FakeProvider {
     /// The fake cloud ends with its process: its guests go too.
     fn drop(&mut self) {
-        let machines = self.machines.get_mut().map(std::mem::take).unwrap_or_default();
+        let machines = self
+            .machines
+            .get_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         for (_, m) in machines {
             if let Some((pid, start)) = m.guest {
                 if process::start_time(pid) == Some(start) {

@@ -348,6 +348,11 @@ impl World {
         self.create_computer_on(workspace, None).await
     }
 
+    /// Has the world remove a Docker computer created some other way (the CLI) at its end.
+    pub fn track_docker(&mut self, id: &str) {
+        self.docker_computers.push(id.to_string());
+    }
+
     /// Creates a Team computer on `provider` (default: the server's) and returns its id.
     pub async fn create_computer_on(
         &mut self,
@@ -570,6 +575,9 @@ impl Drop for World {
             if let Ok(entries) = std::fs::read_dir(self.machines_dir.path().join(kind)) {
                 for e in entries.flatten() {
                     kill_guest_of(&e.path());
+                    if kind == "local" {
+                        remove_computer_user(&e.path());
+                    }
                 }
             }
         }
@@ -577,6 +585,41 @@ impl Drop for World {
         for id in &self.docker_computers {
             let _ = engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(id)]);
             let _ = engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{id}")]);
+        }
+    }
+}
+
+/// A local computer of a root control plane runs as a user of its own (`rkz-…`, uid ≥
+/// 2,000,000), made for it and removed when it is destroyed. A test's computers are not all
+/// destroyed, so the world removes their users itself: whatever still runs as one, then the
+/// user (and its group).
+fn remove_computer_user(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    let uid = meta.uid();
+    if uid < 2_000_000 {
+        return;
+    }
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::metadata(e.path()).is_ok_and(|m| m.uid() == uid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        if user.name.starts_with("rkz-") {
+            let _ = Command::new("userdel")
+                .arg(&user.name)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }

@@ -8,6 +8,7 @@ mod docker;
 mod foundation;
 mod homes;
 mod idle;
+mod image;
 mod live;
 mod page_browser;
 mod providers;

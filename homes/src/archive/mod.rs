@@ -20,7 +20,7 @@ mod unpack;
 pub use check::{ArchiveChecker, Parser as ArchiveParser};
 pub use pack::{pack, PackStats};
 pub use stream::{pack_reader, restore_async, unpack_new_async, PackReader};
-pub use unpack::{restore, unpack_new, UnpackOptions, UnpackStats};
+pub use unpack::{restore, restore_in_place, unpack_new, UnpackOptions, UnpackStats};
 
 use std::io;
 use std::path::Path;

@@ -96,6 +96,50 @@ fn restore_replaces_an_existing_target_whole() {
 }
 
 #[test]
+fn restore_in_place_replaces_the_contents_and_keeps_the_directory() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dst = tmp.path().join("home");
+    fs::create_dir_all(dst.join("old-dir/sub")).unwrap();
+    fs::write(dst.join("stale"), b"old").unwrap();
+    // Leftovers of an interrupted in-place restore go too.
+    fs::create_dir(dst.join(".rakazo-restore-0011223344556677")).unwrap();
+    let inode = fs::metadata(&dst).unwrap().ino();
+    let src = tempfile::tempdir().unwrap();
+    write_sample_home(src.path()).unwrap();
+    let (bytes, _) = pack_to_vec(src.path());
+    restore_in_place(&bytes[..], &dst, &opts()).unwrap();
+    assert_eq!(
+        fs::metadata(&dst).unwrap().ino(),
+        inode,
+        "the directory itself (a mount point) stays"
+    );
+    assert_eq!(
+        manifest(&dst).unwrap(),
+        expected_after_restore(&manifest(src.path()).unwrap())
+    );
+    assert_eq!(
+        fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "nothing beside it"
+    );
+}
+
+#[test]
+fn a_hostile_archive_restored_in_place_changes_nothing() {
+    for (name, bytes, want) in hostile() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dst = tmp.path().join("home");
+        fs::create_dir(&dst).unwrap();
+        fs::write(dst.join("keep"), b"previous").unwrap();
+        let before = listing(tmp.path());
+        let err = restore_in_place(&bytes[..], &dst, &opts()).expect_err(name);
+        assert!(err.to_string().contains(want), "{name}: {err}");
+        assert_eq!(listing(tmp.path()), before, "{name}: something was written");
+    }
+}
+
+#[test]
 fn packing_refuses_a_symlinked_root() {
     let tmp = tempfile::tempdir().unwrap();
     fs::create_dir(tmp.path().join("real")).unwrap();

@@ -101,6 +101,9 @@ pub fn restore<R: Read>(
         Err(e) if e.kind() == io::ErrorKind::NotFound => false,
         Err(e) => return Err(ArchiveError::io("inspect", target, e)),
     };
+    if exists && !can_swap_beside(target, &parent) {
+        return restore_in_place(input, target, opts);
+    }
     let mut staging_name = std::ffi::OsString::from(".");
     staging_name.push(name);
     staging_name.push(format!(
@@ -120,6 +123,102 @@ pub fn restore<R: Read>(
         if let Err(e) = std::fs::remove_dir_all(&old) {
             tracing::warn!(dir = %old.display(), error = %e, "cannot remove a replaced home");
         }
+    }
+    Ok(stats)
+}
+
+/// Whether `target` can be replaced by renaming a sibling over it: its parent is writable by
+/// this process and `target` is not a mount point. A container's home (a volume mounted at
+/// `/home/rakazo`, parent root-owned) is neither: it is restored in place.
+fn can_swap_beside(target: &Path, parent: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let writable = nix::unistd::access(parent, nix::unistd::AccessFlags::W_OK).is_ok();
+    let same_fs = match (std::fs::metadata(target), std::fs::metadata(parent)) {
+        (Ok(t), Ok(p)) => t.dev() == p.dev(),
+        _ => false,
+    };
+    writable && same_fs
+}
+
+/// Top-level names [`restore_in_place`] uses inside the home.
+const IN_PLACE_STAGING: &str = ".rakazo-restore-";
+const IN_PLACE_REPLACED: &str = ".rakazo-replaced-";
+
+/// Restores into an existing directory that cannot itself be swapped (a mount point, or one
+/// whose parent is not ours): the archive is unpacked and verified into a staging directory
+/// inside it, then the current entries are moved aside into another directory inside it and the
+/// staged ones moved in, each a rename within one filesystem; the old entries are removed last.
+/// A bad archive leaves `target` as it was. The swap is not one atomic step: if a rename fails
+/// half-way, what was moved is moved back. Leftovers of an interrupted restore (staging or
+/// replaced directories) are removed by the next one.
+pub fn restore_in_place<R: Read>(
+    input: R,
+    target: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackStats, ArchiveError> {
+    check_no_symlinks(target)?;
+    let io = |what: &'static str, p: &Path, e: io::Error| ArchiveError::io(what, p, e);
+    // Leftovers of an interrupted restore.
+    for e in std::fs::read_dir(target).map_err(|e| io("list", target, e))? {
+        let e = e.map_err(|e| io("list", target, e))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(IN_PLACE_STAGING) || name.starts_with(IN_PLACE_REPLACED) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    let tag = hex::encode(rand::random::<[u8; 8]>());
+    let staging = target.join(format!("{IN_PLACE_STAGING}{tag}"));
+    let replaced = target.join(format!("{IN_PLACE_REPLACED}{tag}"));
+    let stats = unpack_new(input, &staging, opts)?;
+    let fail = |e: ArchiveError| {
+        let _ = std::fs::remove_dir_all(&staging);
+        e
+    };
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&replaced)
+        .map_err(|e| fail(io("create", &replaced, e)))?;
+    let entries = |dir: &Path, skip: &[&Path]| -> Result<Vec<std::ffi::OsString>, ArchiveError> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(|e| io("list", dir, e))? {
+            let e = e.map_err(|e| io("list", dir, e))?;
+            if !skip
+                .iter()
+                .any(|s| s.file_name() == Some(e.file_name().as_os_str()))
+            {
+                names.push(e.file_name());
+            }
+        }
+        Ok(names)
+    };
+    // Move `names` from `from` to `to`; on failure move back what moved and report.
+    let move_all =
+        |names: &[std::ffi::OsString], from: &Path, to: &Path| -> Result<(), io::Error> {
+            for (i, n) in names.iter().enumerate() {
+                if let Err(e) = std::fs::rename(from.join(n), to.join(n)) {
+                    for back in &names[..i] {
+                        let _ = std::fs::rename(to.join(back), from.join(back));
+                    }
+                    return Err(e);
+                }
+            }
+            Ok(())
+        };
+    let old = entries(target, &[&staging, &replaced]).map_err(fail)?;
+    if let Err(e) = move_all(&old, target, &replaced) {
+        let _ = std::fs::remove_dir(&replaced);
+        return Err(fail(io("move aside", target, e)));
+    }
+    let new = entries(&staging, &[]).map_err(fail)?;
+    if let Err(e) = move_all(&new, &staging, target) {
+        let _ = move_all(&old, &replaced, target);
+        let _ = std::fs::remove_dir(&replaced);
+        return Err(fail(io("swap in", target, e)));
+    }
+    let _ = std::fs::remove_dir(&staging);
+    if let Err(e) = std::fs::remove_dir_all(&replaced) {
+        tracing::warn!(dir = %replaced.display(), error = %e, "cannot remove a replaced home");
     }
     Ok(stats)
 }

@@ -720,12 +720,20 @@ impl Server {
         let data_dir = tempfile::Builder::new()
             .prefix("rakazo-bench-desk-")
             .tempdir()?;
+        // The bench's dir: `data/` (the server's, 0700) and `computers/` (local computers' root,
+        // which their users pass through).
+        std::fs::set_permissions(
+            data_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )?;
         let log = std::fs::File::create(data_dir.path().join("server.log"))?;
         let child = Command::new(&rakazo)
             .arg("serve")
             .env_clear()
             .env("PATH", PATH)
-            .env("RAKAZO_DATA_DIR", data_dir.path())
+            .env("RAKAZO_DATA_DIR", data_dir.path().join("data"))
+            // Local computers run as users of their own, outside the (0700) data dir.
+            .env("RAKAZO_LOCAL_ROOT", data_dir.path().join("computers"))
             .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
             .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
             .env("RAKAZO_GUEST_BIN", &guest)
@@ -745,7 +753,7 @@ impl Server {
             computer: String::new(),
             seen: Vec::new(),
         };
-        let addresses = server.data_dir.path().join("addresses.json");
+        let addresses = server.data_dir.path().join("data/addresses.json");
         let text = wait_for(Duration::from_secs(30), "addresses.json", || {
             std::fs::read_to_string(&addresses).ok()
         })
@@ -754,7 +762,7 @@ impl Server {
         let http = v["http"]
             .as_str()
             .ok_or_else(|| anyhow!("no http address in {text}"))?;
-        let token = std::fs::read_to_string(server.data_dir.path().join("api-token"))?;
+        let token = std::fs::read_to_string(server.data_dir.path().join("data/api-token"))?;
         let token = token.trim();
         server.client = Client::new(http, Secret::new(token.to_string()));
         server.nodelay = RawClient::new(http, token);

@@ -137,13 +137,21 @@ impl Server {
             .prefix("rakazo-bench-")
             .tempdir_in(parent)
             .with_context(|| format!("data dir under {}", parent.display()))?;
+        // The bench's dir: `data/` (the server's, 0700) and `computers/` (local computers' root,
+        // which their users pass through).
+        std::fs::set_permissions(
+            data_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )?;
         let log = std::fs::File::create(data_dir.path().join("server.log"))?;
         // The server logs at its default level (info), as it would in production.
         let child = Command::new(&rakazo)
             .arg("serve")
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("RAKAZO_DATA_DIR", data_dir.path())
+            .env("RAKAZO_DATA_DIR", data_dir.path().join("data"))
+            // Local computers run as users of their own, outside the (0700) data dir.
+            .env("RAKAZO_LOCAL_ROOT", data_dir.path().join("computers"))
             .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
             .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
             .env("RAKAZO_GUEST_BIN", &guest)
@@ -163,7 +171,7 @@ impl Server {
             token: String::new(),
             computer: String::new(),
         };
-        let addresses = server.data_dir.path().join("addresses.json");
+        let addresses = server.data_dir.path().join("data/addresses.json");
         let text = wait_for(Duration::from_secs(30), "addresses.json", || {
             std::fs::read_to_string(&addresses).ok()
         })
@@ -172,7 +180,7 @@ impl Server {
         let http = v["http"]
             .as_str()
             .ok_or_else(|| anyhow!("no http address in {text}"))?;
-        let token = std::fs::read_to_string(server.data_dir.path().join("api-token"))?;
+        let token = std::fs::read_to_string(server.data_dir.path().join("data/api-token"))?;
         server.http = http.to_string();
         server.token = token.trim().to_string();
         server.client = Client::new(http, Secret::new(server.token.clone()));
