@@ -56,7 +56,7 @@ fn the_image_holds_a_static_guest_and_the_agents_tools() -> Result<()> {
          pdftotext -v 2>&1 | head -1; pandoc --version | head -1; \
          python3 -c 'import openpyxl; print(\"openpyxl\", openpyxl.__version__)'; \
          git --version; gh --version | head -1; uv --version; chromium --version; \
-         command -v Xvfb x11vnc xauth dbus-daemon setpriv",
+         for t in Xvfb x11vnc xauth dbus-daemon setpriv; do command -v $t; done",
     )
     .context("the tools run")?;
     let lines: Vec<&str> = out.lines().collect();
