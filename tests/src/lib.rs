@@ -404,6 +404,25 @@ impl World {
         Ok(ExecOutput::parse(&body.to_bytes()))
     }
 
+    /// Runs `sh -c script` on a computer; its stdout, or an error naming the exit code and
+    /// stderr.
+    pub async fn sh(&self, computer: &str, script: &str) -> Result<String> {
+        let out = self
+            .exec(
+                computer,
+                serde_json::json!({ "argv": ["sh", "-c", script] }),
+            )
+            .await?;
+        if out.code != Some(0) {
+            bail!(
+                "`{script}` exited {:?}: {}",
+                out.code,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     pub async fn put_file(
         &self,
         computer: &str,

@@ -1,7 +1,7 @@
 //! Computers in containers (issue 10): the docker provider on a real engine (podman's
 //! Docker-compatible service) running our own image, through the real `rakazo serve`.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use base64::Engine;
 use control_plane::client::ClientError;
 use futures_util::SinkExt;
@@ -34,20 +34,6 @@ fn status_of(e: &ClientError) -> Option<(StatusCode, String, String)> {
         } => Some((*status, code.clone(), message.clone())),
         _ => None,
     }
-}
-
-async fn sh(w: &World, c: &str, script: &str) -> Result<String> {
-    let out = w
-        .exec(c, serde_json::json!({ "argv": ["sh", "-c", script] }))
-        .await?;
-    if out.code != Some(0) {
-        bail!(
-            "`{script}` exited {:?}: {}",
-            out.code,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn profile_of(bot: &str) -> String {
@@ -140,12 +126,12 @@ async fn a_docker_computer_runs_as_the_workspace_user_and_survives_its_container
     assert_eq!(shown["state"], "running");
 
     // Commands run as the workspace user, in the home, inside the container.
-    assert_eq!(sh(&w, &c, "id -un").await?.trim(), "rakazo");
-    assert_eq!(sh(&w, &c, "pwd").await?.trim(), "/home/rakazo");
+    assert_eq!(w.sh(&c, "id -un").await?.trim(), "rakazo");
+    assert_eq!(w.sh(&c, "pwd").await?.trim(), "/home/rakazo");
     let inspect = engine::podman(&["inspect", "--format", "{{.Id}}", &engine::container_of(&c)])?;
     assert!(!inspect.trim().is_empty());
     // Nothing in the container runs as root but the init.
-    let ps = sh(&w, &c, "ps -eo pid=,user=,comm=").await?;
+    let ps = w.sh(&c, "ps -eo pid=,user=,comm=").await?;
     let roots: Vec<&str> = ps
         .lines()
         .filter(|l| l.split_whitespace().nth(1) == Some("root"))
@@ -160,7 +146,7 @@ async fn a_docker_computer_runs_as_the_workspace_user_and_survives_its_container
         .await?;
     assert_eq!(w.get_file(&c, "docs/blob.bin").await?.as_ref(), &bytes[..]);
     assert_eq!(
-        sh(&w, &c, "stat -c %U:%a docs/blob.bin").await?.trim(),
+        w.sh(&c, "stat -c %U:%a docs/blob.bin").await?.trim(),
         "rakazo:600"
     );
 
@@ -233,7 +219,7 @@ async fn a_docker_computer_runs_as_the_workspace_user_and_survives_its_container
 
     // The container and its volume destroyed behind the control plane's back: start replaces
     // the machine and restores the home from the last checkpoint (taken by the stop).
-    sh(&w, &c, "echo after-checkpoint > late.txt").await?;
+    w.sh(&c, "echo after-checkpoint > late.txt").await?;
     engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(&c)])?;
     engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{c}")])?;
     w.allow_warn("machine gone");
@@ -245,7 +231,7 @@ async fn a_docker_computer_runs_as_the_workspace_user_and_survives_its_container
         late.is_err(),
         "a file written after the last checkpoint cannot come back: {late:?}"
     );
-    assert_eq!(sh(&w, &c, "id -un").await?.trim(), "rakazo");
+    assert_eq!(w.sh(&c, "id -un").await?.trim(), "rakazo");
 
     // Destroy removes the container; again is fine.
     for _ in 0..2 {
@@ -299,7 +285,7 @@ async fn docker_team_desktops_keep_bots_apart_and_old_urls_die_with_their_slot()
         message,
         "This computer cannot allocate another screen (limit 2)"
     );
-    assert_eq!(sh(&w, &c, "echo still works").await?, "still works\n");
+    assert_eq!(w.sh(&c, "echo still works").await?, "still works\n");
 
     // bot-a's view and control URLs; then bot-a's desktop goes and bot-c takes slot 0.
     let view = a.url("view").await?;
@@ -339,7 +325,7 @@ async fn docker_team_desktops_keep_bots_apart_and_old_urls_die_with_their_slot()
     a.screen("ensure").await?;
     a.open(&format!("{}/whoami?from=a2", fx.base)).await?;
     assert_eq!(whoami(&fx, "a2").await?, vec!["bot=a".to_string()]);
-    let profiles = sh(&w, &c, "ls .browser-profiles").await?;
+    let profiles = w.sh(&c, "ls .browser-profiles").await?;
     for bot in ["bot-a", "bot-b", "bot-c"] {
         let p = profile_of(bot);
         let name = p.trim_start_matches(".browser-profiles/");

@@ -142,20 +142,6 @@ async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value
     .await
 }
 
-async fn sh(w: &World, c: &str, script: &str) -> Result<String> {
-    let out = w
-        .exec(c, serde_json::json!({ "argv": ["sh", "-c", script] }))
-        .await?;
-    if out.code != Some(0) {
-        bail!(
-            "`{script}` exited {:?}: {}",
-            out.code,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Provision, prepare (idempotent), state, stop, start, reconnect through a stale reference,
 /// replacement restoring the home, destroy (idempotent), exec and files; desktops on the real
 /// providers.
@@ -379,9 +365,7 @@ async fn no_command_reads_past_its_computer(kind: Kind) -> Result<()> {
     w.put_file(&c, "targets.txt", list.into_bytes(), false)
         .await?;
     // Reads every target as a file and as a directory; prints what it could read.
-    let out = sh(
-        &w,
-        &c,
+    let out = w.sh(&c,
         r#"while IFS= read -r p; do
              if [ -d "$p" ]; then ls -A "$p" >/dev/null 2>&1 && echo "LISTED $p";
              else head -c 64 "$p" >/dev/null 2>&1 && echo "READ $p"; fi
@@ -397,7 +381,7 @@ async fn no_command_reads_past_its_computer(kind: Kind) -> Result<()> {
     assert!(!out.contains(w.api_token()));
     // The computer's own home is still its own.
     assert_eq!(
-        sh(&w, &c, "cat targets.txt | wc -l").await?.trim(),
+        w.sh(&c, "cat targets.txt | wc -l").await?.trim(),
         targets.len().to_string()
     );
     w.check_log()
@@ -464,7 +448,7 @@ async fn provider_errors_are_classified() -> Result<()> {
     assert!(msg.contains("service unavailable"), "{msg}");
     // The passing failure passed: the next start works and the home is there.
     lifecycle(&w, &c, "start").await?;
-    assert_eq!(sh(&w, &c, "echo up").await?, "up\n");
+    assert_eq!(w.sh(&c, "echo up").await?, "up\n");
 
     // Limits out of range are refused before any machine is made.
     let e = w

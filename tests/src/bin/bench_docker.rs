@@ -51,11 +51,16 @@ fn rss_in_cgroup(needle: &str) -> u64 {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    kib_field(&format!("/proc/{pid}/status"), "VmRSS:")
+}
+
+/// A `Key:   123 kB` line's number from a /proc file (0 if absent).
+fn kib_field(path: &str, key: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
@@ -222,13 +227,5 @@ async fn main() -> Result<()> {
 }
 
 fn mem_available_kib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    kib_field("/proc/meminfo", "MemAvailable:")
 }
