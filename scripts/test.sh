@@ -12,6 +12,10 @@ bash scripts/s3s-fs.sh install
 # (keyed by a hash of its recipe). The tests layer the guest on it through `rakazo image build`.
 bash scripts/podman.sh install
 bash scripts/podman.sh start >/dev/null
+# Every guest build layers a new rakazo-computer:<hash> image; keep the three newest.
+podman --remote --url "unix://$(bash scripts/podman.sh sock)" images --sort created \
+  --filter reference=rakazo-computer --format '{{.Repository}}:{{.Tag}}' | tail -n +4 \
+  | xargs -r podman --remote --url "unix://$(bash scripts/podman.sh sock)" rmi >/dev/null 2>&1 || true
 bash image/rootfs.sh build >/dev/null
 
 echo "== fmt"; cargo fmt --all -- --check

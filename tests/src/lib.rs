@@ -338,6 +338,23 @@ impl World {
         self.local_dir_of(computer).join("home")
     }
 
+    /// Gives everything under a local computer's home to the home's owner (the computer's own
+    /// user, when the control plane is root): for files a test wrote there from outside, as
+    /// root, that the computer must be able to change.
+    pub fn give_home(&self, computer: &str) -> Result<()> {
+        let home = self.home_of(computer);
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("--reference={}", home.display()))
+            .arg(&home)
+            .status()
+            .context("run chown")?;
+        if !status.success() {
+            bail!("chown -R {} failed: {status}", home.display());
+        }
+        Ok(())
+    }
+
     /// The directory of a local computer (its home, token and guest log).
     pub fn local_dir_of(&self, computer: &str) -> PathBuf {
         self.machines_dir.path().join("local").join(computer)

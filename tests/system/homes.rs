@@ -108,6 +108,7 @@ async fn round_trip_through_the_object_store_keeps_files_and_cookies() -> Result
     let c1 = w.create_computer("ws-homes").await?;
     let home1 = w.home_of(&c1);
     write_sample_home(&home1)?;
+    w.give_home(&c1)?;
 
     let bot = "bot-home";
     let lease = w.lease(&c1, bot, "run-1").await?;

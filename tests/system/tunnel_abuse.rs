@@ -52,6 +52,9 @@ async fn a_guest_with_a_wrong_token_is_refused() -> Result<()> {
     w.allow_warn("guest connection refused");
     let c = w.create_computer("ws-badtoken").await?;
     let home = tempfile::tempdir()?;
+    // Its own runtime dir: the real guest's (`/tmp/rakazo-guest-<id>`) belongs to the
+    // computer's user, which this impostor (root) is not.
+    let runtime = tempfile::tempdir()?;
     let mut guest = std::process::Command::new(bin("rakazo-guest"))
         .env_clear()
         .env("RAKAZO_CONTROL_ADDR", &w.tunnel)
@@ -59,6 +62,7 @@ async fn a_guest_with_a_wrong_token_is_refused() -> Result<()> {
         .env("RAKAZO_COMPUTER_ID", &c)
         .env("RAKAZO_ENROLL_TOKEN", "not-the-token")
         .env("RAKAZO_HOME", home.path())
+        .env("RAKAZO_RUNTIME_DIR", runtime.path().join("rt"))
         .stderr(std::process::Stdio::null())
         .spawn()?;
     wait_for(Duration::from_secs(10), "the refusal in the log", || {
