@@ -331,6 +331,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.default, "docker");
         assert_eq!(c.docker.unwrap().image, "img:1");
+        assert_eq!(
+            c.advertise_addr, None,
+            "guests dial the bound address by default"
+        );
+        let c = resolve(&["--advertise-addr", "10.0.0.7:7443"]).unwrap();
+        assert_eq!(c.advertise_addr, Some("10.0.0.7:7443".parse().unwrap()));
+        assert!(resolve(&["--advertise-addr", "not-an-address"]).is_err());
     }
 
     #[test]
