@@ -306,7 +306,9 @@ async fn a_run_that_starts_during_the_claim_is_refused() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_checkpoint_leaves_the_computer_running() -> Result<()> {
     let mut s3 = S3Server::start().await?;
-    let mut w = object_world(&s3, 3).await?;
+    // 6 s: the failure is reported, then read back, before the job retries after another idle
+    // timeout; at 3 s a loaded machine could let the retry claim the computer in between.
+    let mut w = object_world(&s3, 6).await?;
     let c = w.create_computer("ws-idle-fail").await?;
     hold(&w, &c).await?;
     w.put_file(&c, "unsaved.txt", b"only on the machine".to_vec(), false)
