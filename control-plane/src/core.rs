@@ -199,14 +199,29 @@ impl Core {
             self.get(c.id.as_str()).await?
         };
         let provider = self.provider_of(&c)?;
-        // A machine that runs after all (stopped on our side only) keeps its guest and token.
+        // A machine that runs after all (stopped on our side only) keeps its guest and token;
+        // a home still waiting for its restore (a create that failed half-way) gets it first.
         if let Some(r) = &previous {
             if matches!(provider.state(r).await, Ok(MachineState::Running)) {
-                self.computers
-                    .set_state(&c.id, ComputerState::Running, now_ms())
-                    .await?;
                 self.registry
                     .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
+                    .await?;
+                let pending = self
+                    .homes
+                    .ledger()
+                    .pending_restore(&c.id)
+                    .await
+                    .map_err(crate::homes::HomeError::from)?;
+                if pending {
+                    self.computers
+                        .set_state(&c.id, ComputerState::Provisioning, now_ms())
+                        .await?;
+                    let booting = self.get(c.id.as_str()).await?;
+                    self.restore_into(&booting, &crate::homes::Progress::new())
+                        .await?;
+                }
+                self.computers
+                    .set_state(&c.id, ComputerState::Running, now_ms())
                     .await?;
                 return self.get(c.id.as_str()).await;
             }

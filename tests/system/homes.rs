@@ -808,3 +808,61 @@ async fn the_static_guest_exports_and_imports_a_home() -> Result<()> {
     assert_eq!(manifest(&w.home_of(&c2))?, expected_after_restore(&before));
     w.check_log()
 }
+
+/// A create whose restore failed (the store was down) leaves its machine running and its home
+/// waiting for the restore; `start` finishes the restore on that machine (no new one, no new
+/// token), and only then reports the computer running.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_finishes_a_restore_that_failed_at_create() -> Result<()> {
+    let mut s3 = S3Server::start().await?;
+    let mut w = object_world(&s3, &[]).await?;
+    let c1 = w.create_computer("ws-late-restore").await?;
+    w.put_file(&c1, "kept.txt", b"from the checkpoint".to_vec(), false)
+        .await?;
+    w.home_ok(&c1, "checkpoint").await?;
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{c1}"), None)
+        .await?;
+
+    s3.kill();
+    w.client
+        .json(
+            Method::POST,
+            "/v1/computers",
+            Some(&serde_json::json!({ "workspace": "ws-late-restore" })),
+        )
+        .await
+        .expect_err("the store is down: the restore fails");
+    let list = w.client.json(Method::GET, "/v1/computers", None).await?;
+    let c2 = list["computers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["home_key"] == "team-ws-late-restore")
+        .and_then(|c| c["id"].as_str())
+        .context("the half-made computer is listed")?
+        .to_string();
+    let shown = w
+        .client
+        .json(Method::GET, &format!("/v1/computers/{c2}"), None)
+        .await?;
+    assert_eq!(shown["state"], "provisioning", "{shown}");
+    let guest_before = tests::pids_with_env("RAKAZO_COMPUTER_ID", &c2);
+    assert!(!guest_before.is_empty(), "its machine runs");
+
+    s3.restart().await?;
+    let started = w
+        .post(&format!("/v1/computers/{c2}/start"), serde_json::json!({}))
+        .await?;
+    assert_eq!(started["state"], "running", "{started}");
+    assert_eq!(
+        tests::pids_with_env("RAKAZO_COMPUTER_ID", &c2),
+        guest_before,
+        "the same machine and guest"
+    );
+    assert_eq!(
+        &w.get_file(&c2, "kept.txt").await?[..],
+        b"from the checkpoint"
+    );
+    Ok(())
+}
