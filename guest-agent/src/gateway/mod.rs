@@ -229,7 +229,7 @@ impl Gateway {
             }
             (l, _) => l.clone(),
         };
-        let live = self.screens.live(&req.bot).await.ok_or_else(|| {
+        let mut live = self.screens.live(&req.bot).await.ok_or_else(|| {
             OpError::new(
                 ErrorCode::NotFound,
                 format!(
@@ -247,8 +247,24 @@ impl Gateway {
                     xauthority: live.xauthority().to_path_buf(),
                     epoch: live.epoch(),
                 };
-                self.rfb_capability(&mut table, &req.bot, req.kind, lease, target)
-                    .await?
+                match self
+                    .rfb_capability(&mut table, &req.bot, req.kind, lease, target)
+                    .await
+                {
+                    // The X server died between the look-up and the server's start: the
+                    // desktop is gone, as if it had been looked up a moment later.
+                    Err(_) if !live.display_alive() => {
+                        return Err(OpError::new(
+                            ErrorCode::NotFound,
+                            format!(
+                                "bot {} has no live desktop (its display stopped); ensure its \
+                                 screen before connecting",
+                                req.bot
+                            ),
+                        ))
+                    }
+                    other => other?,
+                }
             }
             CapabilityKind::Terminal => {
                 if table.terminals(&req.bot) >= MAX_TERMINALS_PER_BOT {

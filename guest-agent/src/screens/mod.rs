@@ -68,6 +68,11 @@ pub struct LiveScreen {
 }
 
 impl LiveScreen {
+    /// Whether its X server still runs (it may have died since the desktop was looked up).
+    pub fn display_alive(&mut self) -> bool {
+        self.desktop.xvfb.is_alive()
+    }
+
     /// The desktop's X display.
     pub fn display(&self) -> DisplayNum {
         self.desktop.xvfb.display()
