@@ -199,66 +199,53 @@ impl Core {
             self.get(c.id.as_str()).await?
         };
         let provider = self.provider_of(&c)?;
-        // A machine that runs after all (stopped on our side only) keeps its guest and token;
-        // a home still waiting for its restore (a create that failed half-way) gets it first.
-        if let Some(r) = &previous {
-            if matches!(provider.state(r).await, Ok(MachineState::Running)) {
-                self.registry
-                    .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
-                    .await?;
-                let pending = self
-                    .homes
+        // A machine that runs after all (stopped on our side only) keeps its guest and token.
+        let running = match &previous {
+            Some(r) => matches!(provider.state(r).await, Ok(MachineState::Running)),
+            None => false,
+        };
+        if !running {
+            // Whatever connection the registry still holds is the old machine's: operations
+            // must wait for the new guest, not use it.
+            self.registry.disconnect(c.id.as_str());
+            // The token rotates with every boot: only its hash is stored, and only the new
+            // guest learns the new one.
+            self.computers
+                .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
+                .await?;
+            let spec = self.spec(&c, token);
+            // A fresh machine (new, or a replacement for a gone one) has an empty home: it
+            // imports the stored one before first use, and may not checkpoint until it has (§9).
+            let (r, fresh) = match previous {
+                Some(r) => match provider.prepare(&r, &spec).await {
+                    Err(e) if e.class() == ErrorClass::Gone => {
+                        info!(computer_id = %c.id.as_str(), provider_ref = %r, "machine gone: provisioning a replacement");
+                        (provider.provision(&spec).await?, true)
+                    }
+                    other => (other?, false),
+                },
+                None => (provider.provision(&spec).await?, true),
+            };
+            if fresh {
+                self.homes
                     .ledger()
-                    .pending_restore(&c.id)
+                    .set_pending_restore(&c.id, true)
                     .await
                     .map_err(crate::homes::HomeError::from)?;
-                if pending {
-                    self.computers
-                        .set_state(&c.id, ComputerState::Provisioning, now_ms())
-                        .await?;
-                    let booting = self.get(c.id.as_str()).await?;
-                    self.restore_into(&booting, &crate::homes::Progress::new())
-                        .await?;
-                }
-                self.computers
-                    .set_state(&c.id, ComputerState::Running, now_ms())
-                    .await?;
-                return self.get(c.id.as_str()).await;
             }
+            self.computers
+                .set_provider_ref(&c.id, Some(&r.0), now_ms())
+                .await?;
         }
-        // Whatever connection the registry still holds is the old machine's: operations must
-        // wait for the new guest, not use it.
-        self.registry.disconnect(c.id.as_str());
-        // The token rotates with every boot: only its hash is stored, and only the new guest
-        // learns the new one.
-        self.computers
-            .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
-            .await?;
-        let spec = self.spec(&c, token);
-        // A fresh machine (new, or a replacement for a gone one) has an empty home: it imports
-        // the stored one before first use, and may not checkpoint until it has (§9).
-        let (r, fresh) = match previous {
-            Some(r) => match provider.prepare(&r, &spec).await {
-                Err(e) if e.class() == ErrorClass::Gone => {
-                    info!(computer_id = %c.id.as_str(), provider_ref = %r, "machine gone: provisioning a replacement");
-                    (provider.provision(&spec).await?, true)
-                }
-                other => (other?, false),
-            },
-            None => (provider.provision(&spec).await?, true),
-        };
-        if fresh {
-            self.homes
-                .ledger()
-                .set_pending_restore(&c.id, true)
-                .await
-                .map_err(crate::homes::HomeError::from)?;
-        }
-        self.computers
-            .set_provider_ref(&c.id, Some(&r.0), now_ms())
-            .await?;
-        // A fresh machine is reported running only once its home is restored.
-        let state = if fresh {
+        // A home waiting for its restore (a fresh machine, or a create that failed half-way on
+        // a machine that still runs) is restored before the computer is reported running.
+        let pending = self
+            .homes
+            .ledger()
+            .pending_restore(&c.id)
+            .await
+            .map_err(crate::homes::HomeError::from)?;
+        let state = if pending {
             ComputerState::Provisioning
         } else {
             ComputerState::Running
@@ -267,7 +254,7 @@ impl Core {
         self.registry
             .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
             .await?;
-        if fresh {
+        if pending {
             let booting = self.get(c.id.as_str()).await?;
             self.restore_into(&booting, &crate::homes::Progress::new())
                 .await?;

@@ -104,3 +104,16 @@ pub fn podman(args: &[&str]) -> Result<String> {
 pub fn container_of(computer: &str) -> String {
     format!("rakazo-{computer}")
 }
+
+/// Whether the engine still has the container of `computer` (in any state).
+pub fn container_exists(computer: &str) -> Result<bool> {
+    let names = podman(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("name={}", container_of(computer)),
+        "--format",
+        "{{.Names}}",
+    ])?;
+    Ok(!names.trim().is_empty())
+}
