@@ -6,7 +6,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 need_pkgs=()
-for p in build-essential pkg-config musl-tools file xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd; do
+for p in build-essential pkg-config musl-tools file xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd xclip libnss-wrapper; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

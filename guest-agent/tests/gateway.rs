@@ -449,6 +449,107 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
     Ok(())
 }
 
+/// Makes `text` the bot's X `selection` (`clipboard` or `primary`) with xclip, which serves it
+/// until killed (dropping the child kills it).
+async fn set_selection(
+    guest: &Guest,
+    bot: &str,
+    selection: &str,
+    text: &str,
+) -> Result<tokio::process::Child> {
+    let live = guest
+        .ops
+        .screens()
+        .live(&BotId::new(bot)?)
+        .await
+        .ok_or_else(|| anyhow!("bot {bot} has no live desktop"))?;
+    let (display, xauthority) = (live.display().to_string(), live.xauthority().to_path_buf());
+    drop(live);
+    let mut child = tokio::process::Command::new("xclip")
+        .args(["-quiet", "-selection", selection, "-i"])
+        .env("DISPLAY", display)
+        .env("XAUTHORITY", xauthority)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("run xclip (Debian package xclip)")?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow!("xclip has no stdin"))?;
+    stdin.write_all(text.as_bytes()).await?;
+    drop(stdin);
+    Ok(child)
+}
+
+/// Reads server messages, asking for updates, until every text of `want` arrived as
+/// ServerCutText.
+async fn cut_texts_arrive(client: &mut RfbClient<Stream>, want: &[&str]) -> Result<()> {
+    use guest_agent::gateway::rfb::client::ServerMsg;
+    let mut missing: Vec<&str> = want.to_vec();
+    within("the clipboard at the controller", async {
+        client.request_update(true).await?;
+        while !missing.is_empty() {
+            match client.read_message().await? {
+                ServerMsg::CutText(t) => {
+                    let t = String::from_utf8_lossy(&t).into_owned();
+                    missing.retain(|w| *w != t);
+                }
+                ServerMsg::FramebufferUpdate { .. } => client.request_update(true).await?,
+                ServerMsg::ColourMap | ServerMsg::Bell => {}
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await?
+}
+
+/// A viewer receives nothing the bot copies (CLIPBOARD or PRIMARY), while a controller of the
+/// same desktop receives both. The view server here runs without its view-only flag (see the
+/// module comment): its selections are off on their own account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_receives_no_clipboard_and_a_controller_does() -> Result<()> {
+    /// How long the viewer is watched after the controller got both texts. A viewer that
+    /// receives them gets them about when the controller does; this window only bounds how
+    /// long the test looks, it cannot make a correct gateway fail.
+    const QUIET: Duration = Duration::from_secs(4);
+    let guest = Guest::start(None).await?;
+    guest.ensure_screen("bot-clip").await?;
+    let mut view = guest.rfb("bot-clip", CapabilityKind::View).await?;
+    let mut control = guest.rfb("bot-clip", CapabilityKind::Control).await?;
+    // Both servers run and serve before anything is copied.
+    for client in [&mut view, &mut control] {
+        client.request_update(false).await?;
+        within("a first update", client.next_update()).await??;
+    }
+    let clipboard = "copied-to-the-clipboard-7f3a";
+    let primary = "selected-as-primary-91c2";
+    let _clip = set_selection(&guest, "bot-clip", "clipboard", clipboard).await?;
+    let _prim = set_selection(&guest, "bot-clip", "primary", primary).await?;
+    cut_texts_arrive(&mut control, &[clipboard, primary]).await?;
+
+    view.request_update(true).await?;
+    if let Ok(received) = tokio::time::timeout(QUIET, no_cut_text(&mut view)).await {
+        return received;
+    }
+    guest.shutdown().await;
+    Ok(())
+}
+
+/// Reads a viewer's messages, asking for updates, and fails on the first ServerCutText.
+async fn no_cut_text(view: &mut RfbClient<Stream>) -> Result<()> {
+    use guest_agent::gateway::rfb::client::ServerMsg;
+    loop {
+        match view.read_message().await? {
+            ServerMsg::CutText(t) => bail!("a viewer received {:?}", String::from_utf8_lossy(&t)),
+            ServerMsg::FramebufferUpdate { .. } => view.request_update(true).await?,
+            ServerMsg::ColourMap | ServerMsg::Bell => {}
+        }
+    }
+}
+
 /// Reads the shell's answer to `echo MARK-$(stty size)-$(id -u)-$$`.
 async fn probe_shell(term: &mut Stream) -> Result<(String, u32, u32, String)> {
     let mut seen = Vec::new();

@@ -380,6 +380,9 @@ impl Gateway {
             } else {
                 RfbInput::Full
             },
+            // Always off for a view, even in tests that drop the view-only flag: a viewer
+            // receives no clipboard.
+            selections: kind != CapabilityKind::View,
         };
         let server = RfbServer::start(&spec).await.map_err(|e| {
             failed(format!(

@@ -8,6 +8,11 @@
 //! socket's mode (0600, set as soon as it appears) are the access control, with the capability
 //! table in front. A view server also gets `-viewonly` as defence in depth; the gateway's own
 //! filter ([`super::filter`]) is what enforces view-only.
+//!
+//! A view server never exchanges selections (`-nosel`, and each direction named too): what a bot
+//! copies (CLIPBOARD, PRIMARY, cut buffer) is not sent to viewers as ServerCutText, and a viewer
+//! cannot set them (the filter drops ClientCutText as well). Control servers share the
+//! clipboard both ways.
 
 use crate::display::DisplayNum;
 use nix::sys::signal::Signal;
@@ -66,6 +71,9 @@ pub struct RfbServerSpec<'a> {
     pub view_only: bool,
     /// Whether its clients' input can reach it (after the gateway's filter).
     pub input: RfbInput,
+    /// Whether the desktop's selections are exchanged with clients (control); `false` (view):
+    /// nothing the bot copies leaves the desktop, whatever `view_only` says.
+    pub selections: bool,
 }
 
 /// Whether a server's clients can send input.
@@ -127,7 +135,18 @@ impl RfbServer {
             .process_group(0)
             .kill_on_drop(true);
         if spec.view_only {
-            cmd.args(["-viewonly", "-nosetclipboard", "-nosetprimary"]);
+            cmd.arg("-viewonly");
+        }
+        if !spec.selections {
+            // -nosel alone turns the exchange off; the four directions are named as well so
+            // that no single option's meaning stands between a viewer and the bot's clipboard.
+            cmd.args([
+                "-nosel",
+                "-noprimary",
+                "-noclipboard",
+                "-nosetprimary",
+                "-nosetclipboard",
+            ]);
         }
         if spec.input == RfbInput::None {
             // x11vnc turns the X server's key autorepeat off while clients type (its workaround
