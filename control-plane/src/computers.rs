@@ -44,8 +44,13 @@ pub enum ComputerError {
     NotFound(ComputerId),
     #[error("computer {0} already exists")]
     AlreadyExists(ComputerId),
-    #[error("home {home_key} already belongs to a live computer; cannot create computer {id}")]
-    HomeInUse { id: ComputerId, home_key: String },
+    #[error("home {home_key} already belongs to computer {holder}; use it, or destroy it first")]
+    HomeInUse {
+        id: ComputerId,
+        home_key: String,
+        /// The live computer that holds the home (empty if it went away meanwhile).
+        holder: String,
+    },
     #[error("computer {0} is destroyed")]
     Destroyed(ComputerId),
     #[error("computer store failed")]
@@ -285,10 +290,20 @@ impl ComputerStore {
         match row {
             Some(row) => Ok(from_row(&row)?),
             None if self.exists(&new.id).await? => Err(ComputerError::AlreadyExists(new.id)),
-            None => Err(ComputerError::HomeInUse {
-                id: new.id,
-                home_key,
-            }),
+            None => {
+                let holder = sqlx::query_scalar::<_, String>(
+                    "SELECT id FROM computers WHERE home_key = $1 AND state <> 'destroyed'",
+                )
+                .bind(home_key.as_str())
+                .fetch_optional(self.db.pool())
+                .await?
+                .unwrap_or_default();
+                Err(ComputerError::HomeInUse {
+                    id: new.id,
+                    home_key,
+                    holder,
+                })
+            }
         }
     }
 

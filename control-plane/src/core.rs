@@ -207,7 +207,7 @@ impl Core {
         if !running {
             // Whatever connection the registry still holds is the old machine's: operations
             // must wait for the new guest, not use it.
-            self.registry.disconnect(c.id.as_str());
+            self.drop_guest(&c.id).await;
             // The token rotates with every boot: only its hash is stored, and only the new
             // guest learns the new one.
             self.computers
@@ -303,12 +303,23 @@ impl Core {
         if let Some(r) = &c.provider_ref {
             self.provider_of(c)?.stop(&ProviderRef(r.clone())).await?;
         }
-        self.registry.disconnect(c.id.as_str());
+        self.drop_guest(&c.id).await;
         self.computers
             .set_state(&c.id, ComputerState::Stopped, now_ms())
             .await?;
         info!(computer_id = %c.id.as_str(), "computer stopped");
         self.get(id).await
+    }
+
+    /// Closes the computer's guest connection and records it as disconnected. The registry
+    /// forgets the connection at once, so its own end-of-connection bookkeeping no longer
+    /// speaks for the computer: without this, `computer show` said `connected: true` for a
+    /// stopped computer until the control plane restarted.
+    async fn drop_guest(&self, id: &ComputerId) {
+        self.registry.disconnect(id.as_str());
+        if let Err(e) = self.computers.set_connected(id, false, now_ms()).await {
+            warn!(computer_id = %id.as_str(), error = %e, "could not record the guest as disconnected");
+        }
     }
 
     /// Destroys a computer. Idempotent: an already destroyed computer is fine.
@@ -327,7 +338,7 @@ impl Core {
             }
             (None, _) => {}
         }
-        self.registry.disconnect(c.id.as_str());
+        self.drop_guest(&c.id).await;
         self.computers
             .set_state(&c.id, ComputerState::Destroyed, now_ms())
             .await?;
@@ -450,7 +461,12 @@ impl Core {
         outcome: RunOutcome,
     ) -> Result<RunCheckpoint, CoreError> {
         let c = self.get(id).await?;
-        self.leases.release(&c.id, bot, token, now_ms()).await?;
+        let released = self.leases.release(&c.id, bot, token, now_ms()).await?;
+        if released == crate::lease::Released::Already {
+            // A repeated release (a retried request, a second `lease release`) changes nothing:
+            // no teardown, and no new checkpoint revision of a home nobody touched since.
+            return Ok(RunCheckpoint::Skipped("already released"));
+        }
         self.push_lease(&c, bot, None);
         if outcome != RunOutcome::Success {
             self.release_screen(&c, bot).await;

@@ -217,14 +217,15 @@ pub trait LeaseStore: Send + Sync {
     ) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
 
     /// Releases the lease for the same owner with a fence at least the holder's. Idempotent for
-    /// the latest grant's token. Anything else is [`LeaseError::Mismatch`].
+    /// the latest grant's token: a repeat answers [`Released::Already`] and changes nothing.
+    /// Anything else is [`LeaseError::Mismatch`].
     fn release(
         &self,
         computer: &ComputerId,
         bot: &BotId,
         token: &LeaseToken,
         now_ms: i64,
-    ) -> impl Future<Output = Result<(), LeaseError>> + Send;
+    ) -> impl Future<Output = Result<Released, LeaseError>> + Send;
 
     /// The live lease, if any.
     fn get(
@@ -233,6 +234,25 @@ pub trait LeaseStore: Send + Sync {
         bot: &BotId,
         now_ms: i64,
     ) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+}
+
+/// What a successful release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// This call ended the holder's claim (live or lapsed).
+    Now,
+    /// The lease was already released by this token: nothing changed.
+    Already,
+}
+
+impl Released {
+    fn of(before: &LeaseState) -> Self {
+        if before.owner.is_some() {
+            Self::Now
+        } else {
+            Self::Already
+        }
+    }
 }
 
 fn validate_owner(owner: &str) -> Result<(), LeaseError> {
@@ -362,11 +382,13 @@ impl LeaseStore for MemLeaseStore {
         bot: &BotId,
         token: &LeaseToken,
         now_ms: i64,
-    ) -> Result<(), LeaseError> {
+    ) -> Result<Released, LeaseError> {
+        let mut released = Released::Already;
         self.update(computer, bot, |state| {
+            released = Released::of(state);
             rules::release(state, token, now_ms).map_err(|m| mismatch(computer, bot, token, m))
         })?;
-        Ok(())
+        Ok(released)
     }
 
     async fn get(
@@ -516,12 +538,14 @@ impl LeaseStore for SqlLeaseStore {
         bot: &BotId,
         token: &LeaseToken,
         now_ms: i64,
-    ) -> Result<(), LeaseError> {
+    ) -> Result<Released, LeaseError> {
+        let mut released = Released::Already;
         self.update(computer, bot, false, |state| {
+            released = Released::of(state);
             rules::release(state, token, now_ms).map_err(|m| mismatch(computer, bot, token, m))
         })
         .await?;
-        Ok(())
+        Ok(released)
     }
 
     async fn get(
@@ -819,8 +843,11 @@ pub mod conformance {
     pub async fn release_is_idempotent<S: LeaseStore>(store: Arc<S>) {
         let (c, b) = (computer(), bot());
         let a = acquire(&*store, "run-a", T0).await;
-        release(&*store, &a.token, T0 + 1).await;
-        release(&*store, &a.token, T0 + 2).await;
+        let first = store.release(&c, &b, &a.token, T0 + 1).await;
+        assert_eq!(first.expect("first release"), Released::Now);
+        // A repeat succeeds and says it changed nothing (the caller does not checkpoint again).
+        let again = store.release(&c, &b, &a.token, T0 + 2).await;
+        assert_eq!(again.expect("repeated release"), Released::Already);
         assert_eq!(get(&*store, T0 + 3).await, None);
         // Once someone else holds it again, the old token releases nothing.
         let b2 = acquire(&*store, "run-b", T0 + 4).await;

@@ -92,6 +92,9 @@ pub struct Config {
     pub cert_sha256: [u8; 32],
     pub computer_id: String,
     pub token: Secret,
+    /// `RAKAZO_ENROLL_TOKEN_FILE`, when the token came from it: `main` removes it once read, so
+    /// nothing inside the computer finds the token on disk afterwards.
+    pub token_file: Option<PathBuf>,
     /// The computer's home directory.
     pub home: PathBuf,
     /// A private (0700) directory for X cookies and desktop logs; never inside the home.
@@ -131,12 +134,12 @@ impl Config {
         if computer_id.is_empty() || computer_id.len() > 128 {
             return Err(invalid("RAKAZO_COMPUTER_ID", "expected 1..=128 characters"));
         }
-        let token = match (
+        let (token, token_file) = match (
             src.get("RAKAZO_ENROLL_TOKEN"),
             src.get("RAKAZO_ENROLL_TOKEN_FILE"),
         ) {
-            (Some(t), _) => t,
-            (None, Some(path)) => read_token_file(&path)?,
+            (Some(t), _) => (t, None),
+            (None, Some(path)) => (read_token_file(&path)?, Some(PathBuf::from(path))),
             (None, None) => return Err(ConfigError::Missing("RAKAZO_ENROLL_TOKEN_FILE")),
         };
         let token = token.trim().to_string();
@@ -185,6 +188,7 @@ impl Config {
             cert_sha256,
             computer_id,
             token: Secret::new(token),
+            token_file,
             home,
             runtime_dir,
             screen_limit,

@@ -24,6 +24,22 @@ fn main() {
     // Before anything starts: no RAKAZO_* variable is left to inherit, and from here on nothing
     // runs as root (the token file, root's, has been read above).
     Env::settle(config.run_as.as_ref(), &config.home);
+    // The token is in memory now; the file goes before any command can run (a root guest
+    // removes root's file before dropping; a restart gets a fresh token and file anyway).
+    if let Some(path) = &config.token_file {
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                // A read-only secret mount, say: the token stays readable only to its owner.
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove the token file");
+            }
+        }
+    }
+    if config.run_as.is_none() {
+        if let Err(e) = guest_agent::privilege::make_private() {
+            eprintln!("rakazo-guest: {e}");
+            std::process::exit(2);
+        }
+    }
     if let Some(run_as) = &config.run_as {
         if let Err(e) = guest_agent::privilege::drop_to(run_as, &config.home) {
             eprintln!("rakazo-guest: {e}");

@@ -148,6 +148,30 @@ fn verify(run_as: &RunAs) -> Result<(), PrivilegeError> {
     Ok(())
 }
 
+/// Makes a guest that runs without `RAKAZO_RUN_AS` (already its own user, e.g. a local
+/// computer of a non-root control plane) non-dumpable as well: its commands share its uid, and
+/// `/proc/<guest pid>/environ`, `mem` and ptrace must stay closed to them.
+pub fn make_private() -> Result<(), PrivilegeError> {
+    let uid = nix::unistd::getuid().as_raw();
+    nix::sys::prctl::set_dumpable(false).map_err(|source| PrivilegeError::Drop {
+        uid,
+        gid: nix::unistd::getgid().as_raw(),
+        step: "prctl(PR_SET_DUMPABLE)",
+        source,
+    })?;
+    match nix::sys::prctl::get_dumpable() {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(PrivilegeError::NotDropped {
+            uid,
+            what: "the process is still dumpable".into(),
+        }),
+        Err(e) => Err(PrivilegeError::NotDropped {
+            uid,
+            what: format!("prctl(PR_GET_DUMPABLE): {e}"),
+        }),
+    }
+}
+
 /// Commands run as the same uid as the guest: without this they could ptrace it or read its
 /// memory and `/proc/<pid>/environ`. The kernel already clears the flag on a credential
 /// change; setting it explicitly also covers a guest started as the user, and is checked.
@@ -201,7 +225,11 @@ mod tests {
         // whatever RAKAZO_WORKSPACE_UID said.
         let dir = tempfile::tempdir().unwrap();
         let plan = plan_shell(
-            dir.path(),
+            crate::gateway::terminal::user::ShellPlace {
+                home: dir.path(),
+                start: dir.path(),
+                private_session_dir: &dir.path().join("session"),
+            },
             4242,
             Some(WorkspaceUser {
                 uid: 5000,

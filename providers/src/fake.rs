@@ -175,6 +175,13 @@ impl FakeProvider {
         if let Some((pid, start)) = guest {
             process::kill_tree(pid, start, STOP_GRACE).await;
         }
+        if let Some((computer, _)) = r.0.strip_prefix("fake-").and_then(|s| s.rsplit_once('-')) {
+            // A fake ref is `fake-<computer>-<n>`: the guest's runtime dir goes with the machine.
+            let dir = process::runtime_dir(computer);
+            if let Err(e) = process::remove_dir(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a stopped guest's runtime dir");
+            }
+        }
     }
 }
 

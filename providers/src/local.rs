@@ -146,7 +146,7 @@ impl LocalProvider {
 
     /// The guest's runtime dir (X cookies, sockets): outside the home and the computer's dir.
     fn runtime_dir(computer: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("rakazo-guest-{computer}"))
+        process::runtime_dir(computer)
     }
 
     async fn spawn(&self, spec: &SandboxSpec) -> Result<LocalRef, ProviderError> {
@@ -154,10 +154,6 @@ impl LocalProvider {
         let dir = self.dir(id);
         let home = self.home_dir(id);
         let mut env = self.guest_env.clone();
-        env.push((
-            "RAKAZO_RUNTIME_DIR".into(),
-            Self::runtime_dir(id).display().to_string(),
-        ));
         let user = if self.isolated {
             self.prepare_root()?;
             let user = users::ensure(id, &home).await?;
@@ -312,7 +308,9 @@ impl SandboxProvider for LocalProvider {
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
-        self.kill_all(&local).await
+        self.kill_all(&local).await?;
+        // Nothing in it outlives the guest: its X cookies and sockets are the next boot's anew.
+        process::remove_dir(&Self::runtime_dir(&local.computer))
     }
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {

@@ -5,7 +5,7 @@ use crate::{ProviderError, SandboxSpec};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Removes a machine's directory; one that is already gone is fine.
@@ -15,6 +15,12 @@ pub(crate) fn remove_dir(dir: &Path) -> Result<(), ProviderError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(ProviderError::io(format!("remove {}", dir.display()), e)),
     }
+}
+
+/// The runtime dir (X cookies, sockets, gateway sockets) of a host-process guest: outside the
+/// home and the machine's dir, removed when the machine stops or is destroyed.
+pub(crate) fn runtime_dir(computer: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("rakazo-guest-{computer}"))
 }
 
 /// What a host-process guest is started with.
@@ -51,6 +57,7 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
         .env("RAKAZO_COMPUTER_ID", &l.spec.computer_id)
         .env("RAKAZO_ENROLL_TOKEN_FILE", &token_path)
         .env("RAKAZO_HOME", l.home)
+        .env("RAKAZO_RUNTIME_DIR", runtime_dir(&l.spec.computer_id))
         .envs(l.extra_env.iter().map(|(k, v)| (k, v)))
         .current_dir(l.home)
         .stdin(std::process::Stdio::null())

@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod bot;
 pub mod engine;
 pub mod fixture;
 pub mod garage;
 pub mod live;
+pub mod probes;
 pub mod procstat;
 pub mod s3;
 
@@ -141,6 +143,10 @@ pub struct World {
     checked: bool,
     /// Docker computers created through [`World::create_computer_on`], removed at drop.
     docker_computers: Vec<String>,
+    /// 0700, root's: `guest.sh` (the guest the server starts: it copies each enrollment token
+    /// here, then runs the real guest, which removes its token file) and `<computer id>`, the
+    /// newest token of each computer. Out of every computer's reach.
+    tokens_dir: tempfile::TempDir,
 }
 
 /// Waits for `f` to return `Some`, checking every 10 ms, up to `timeout`.
@@ -192,6 +198,9 @@ impl World {
             secrets: Vec::new(),
             checked: false,
             docker_computers: Vec::new(),
+            tokens_dir: tempfile::Builder::new()
+                .prefix("rakazo-tokens-")
+                .tempdir()?,
         };
         w.spawn_server().await?;
         Ok(w)
@@ -228,13 +237,7 @@ impl World {
             .env("RAKAZO_DATA_DIR", self.data_dir.path())
             .env("RAKAZO_HTTP_ADDR", http_addr)
             .env("RAKAZO_TUNNEL_ADDR", tunnel_addr)
-            .env(
-                "RAKAZO_GUEST_BIN",
-                self.opts
-                    .guest_bin
-                    .clone()
-                    .unwrap_or_else(|| bin("rakazo-guest")),
-            )
+            .env("RAKAZO_GUEST_BIN", self.guest_wrapper()?)
             .env("RAKAZO_LOG", "info")
             .env("RAKAZO_GUEST_LOG", "info")
             .env("RAKAZO_LOCAL_ROOT", self.machines_dir.path().join("local"))
@@ -360,6 +363,43 @@ impl World {
         self.machines_dir.path().join("local").join(computer)
     }
 
+    /// Writes the guest the server runs: a script that keeps a copy of the enrollment token
+    /// for the test (the real guest removes its file at start), then becomes the real guest.
+    fn guest_wrapper(&self) -> Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let guest = self
+            .opts
+            .guest_bin
+            .clone()
+            .unwrap_or_else(|| bin("rakazo-guest"));
+        let dir = self.tokens_dir.path();
+        let script = dir.join("guest.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 if [ -n \"$RAKAZO_ENROLL_TOKEN_FILE\" ]; then\n\
+                 \x20 cp \"$RAKAZO_ENROLL_TOKEN_FILE\" '{}'/\"$RAKAZO_COMPUTER_ID\" 2>/dev/null\n\
+                 fi\n\
+                 exec '{}' \"$@\"\n",
+                dir.display(),
+                guest.display()
+            ),
+        )?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))?;
+        Ok(script)
+    }
+
+    /// The newest enrollment token of a local or fake computer (copied by the test's guest
+    /// wrapper before the guest removed its file).
+    pub fn enrollment_token(&self, computer: &str) -> Result<String> {
+        let path = self.tokens_dir.path().join(computer);
+        Ok(std::fs::read_to_string(&path)
+            .with_context(|| format!("no enrollment token of {computer} at {}", path.display()))?
+            .trim()
+            .to_string())
+    }
+
     /// Creates a Team computer and returns its id.
     pub async fn create_computer(&mut self, workspace: &str) -> Result<String> {
         self.create_computer_on(workspace, None).await
@@ -391,7 +431,7 @@ impl World {
         if v["provider"] == "docker" {
             self.docker_computers.push(id.clone());
         }
-        if let Ok(t) = std::fs::read_to_string(self.local_dir_of(&id).join("token")) {
+        if let Ok(t) = self.enrollment_token(&id) {
             self.secrets.push(t);
         }
         Ok(id)
@@ -403,22 +443,8 @@ impl World {
         computer: &str,
         spec: serde_json::Value,
     ) -> Result<ExecOutput, ClientError> {
-        let resp = self
-            .client
-            .send(
-                Method::POST,
-                &format!("/v1/computers/{}/exec", q(computer)),
-                Some("application/json"),
-                None,
-                full_body(serde_json::to_vec(&spec).unwrap_or_default()),
-            )
-            .await?;
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
-        Ok(ExecOutput::parse(&body.to_bytes()))
+        let path = format!("/v1/computers/{}/exec", q(computer));
+        exec_via(&self.client, &path, &spec).await
     }
 
     /// Runs `sh -c script` on a computer; its stdout, or an error naming the exit code and
@@ -745,6 +771,30 @@ pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Runs a command through `client` (`path` = `/v1/computers/{id}/exec`): for tasks that
+/// cannot borrow the [`World`].
+pub async fn exec_via(
+    client: &Client,
+    path: &str,
+    spec: &serde_json::Value,
+) -> Result<ExecOutput, ClientError> {
+    let resp = client
+        .send(
+            Method::POST,
+            path,
+            Some("application/json"),
+            None,
+            full_body(serde_json::to_vec(spec).unwrap_or_default()),
+        )
+        .await?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ClientError::BadResponse(e.to_string()))?;
+    Ok(ExecOutput::parse(&body.to_bytes()))
 }
 
 /// The decoded events of an exec.

@@ -6,6 +6,7 @@ mod cli;
 mod desktops;
 mod docker;
 mod foundation;
+mod hardening;
 mod homes;
 mod idle;
 mod image;

@@ -139,7 +139,7 @@ async fn an_oversized_frame_from_a_guest_closes_only_that_stream() -> Result<()>
     let c = w.create_computer("ws-evil").await?;
     // Impersonate the computer's guest with its real token: the control plane trusts the
     // credentials, but still bounds everything the guest says.
-    let token = std::fs::read_to_string(w.local_dir_of(&c).join("token"))?;
+    let token = w.enrollment_token(&c)?;
     for pid in tests::pids_with_env("RAKAZO_COMPUTER_ID", &c) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),

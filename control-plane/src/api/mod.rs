@@ -354,12 +354,31 @@ impl From<CoreError> for ApiError {
             }
             CoreError::Lease(LeaseError::BadOwner { .. }) => ApiError::bad_request(msg),
             CoreError::Tunnel(t) => t.into(),
+            CoreError::Lease(LeaseError::FenceExhausted { .. }) => {
+                ApiError::new(StatusCode::CONFLICT, "fence_exhausted", msg)
+            }
             CoreError::Lease(other) => ApiError::internal(other),
-            CoreError::Computer(other) => ApiError::internal(other),
+            CoreError::Computer(c) => computer_error(c, msg),
             CoreError::Home(h) => homes::home_error(h),
             CoreError::BadLimits(_) => ApiError::bad_request(msg),
             CoreError::Provider(p) => provider_error(&p),
         }
+    }
+}
+
+/// A computer-store refusal: what the user asked for conflicts or is malformed; only a failing
+/// database is an internal error.
+fn computer_error(e: crate::computers::ComputerError, msg: String) -> ApiError {
+    use crate::computers::ComputerError as E;
+    match e {
+        E::BadId(_) | E::BadWorkspace(_) | E::BadProvider(_) | E::ReservedBotId(_) => {
+            ApiError::bad_request(msg)
+        }
+        E::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
+        E::AlreadyExists(_) => ApiError::new(StatusCode::CONFLICT, "computer_exists", msg),
+        E::HomeInUse { .. } => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
+        E::Destroyed(_) => ApiError::new(StatusCode::CONFLICT, "computer_destroyed", msg),
+        E::Db(_) => ApiError::internal(e),
     }
 }
 
@@ -405,7 +424,9 @@ impl From<TunnelError> for ApiError {
                     ErrorCode::NotFound => StatusCode::NOT_FOUND,
                     ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
                     ErrorCode::StaleLease => StatusCode::CONFLICT,
-                    ErrorCode::Failed => StatusCode::INTERNAL_SERVER_ERROR,
+                    // The computer failed at what it was asked (a process that would not
+                    // start, a full disk): the computer's failure, not the control plane's.
+                    ErrorCode::Failed => StatusCode::BAD_GATEWAY,
                     ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
                     ErrorCode::ScreenUnavailable => StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::ScreenReleasing => StatusCode::CONFLICT,
