@@ -8,6 +8,7 @@ use hyper::StatusCode;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use tests::fixture::Fixture;
+use tests::bot::Bot;
 use tests::{pids_with_cmdline, wait_for, World, WorldOptions};
 
 fn code_of(e: &ClientError) -> Option<(StatusCode, String, String)> {
@@ -28,73 +29,6 @@ fn profile_of(bot: &str) -> String {
         ".browser-profiles/{}",
         &hex::encode(Sha256::digest(bot.as_bytes()))[..32]
     )
-}
-
-struct Bot<'a> {
-    w: &'a World,
-    computer: String,
-    bot: String,
-    lease: String,
-}
-
-impl<'a> Bot<'a> {
-    async fn new(w: &'a World, computer: &str, bot: &str) -> Result<Self> {
-        let lease = w.lease(computer, bot, &format!("run-{bot}")).await?;
-        Ok(Self {
-            w,
-            computer: computer.into(),
-            bot: bot.into(),
-            lease,
-        })
-    }
-
-    fn path(&self, action: &str) -> String {
-        format!(
-            "/v1/computers/{}/screens/{}/{action}",
-            self.computer, self.bot
-        )
-    }
-
-    async fn ensure(&self) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path("ensure"),
-                serde_json::json!({ "lease": self.lease }),
-            )
-            .await
-    }
-
-    async fn release(&self) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path("release"),
-                serde_json::json!({ "lease": self.lease }),
-            )
-            .await
-    }
-
-    async fn act(&self, actions: serde_json::Value) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path("act"),
-                serde_json::json!({ "lease": self.lease, "actions": actions }),
-            )
-            .await
-    }
-
-    async fn observe(&self) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path("observe"),
-                serde_json::json!({ "lease": self.lease }),
-            )
-            .await
-    }
-
-    async fn open(&self, url: &str) -> Result<serde_json::Value, ClientError> {
-        self.act(serde_json::json!([{ "type": "open", "url": url }]))
-            .await
-    }
 }
 
 /// Waits until the fixture has seen a `/whoami` from `tag`; returns the cookies it carried.

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use std::time::Duration;
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, upgrade_status};
+use tests::bot::Bot;
 use tests::{engine, wait_for, World, WorldOptions};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -41,71 +42,6 @@ fn profile_of(bot: &str) -> String {
         ".browser-profiles/{}",
         &hex::encode(Sha256::digest(bot.as_bytes()))[..32]
     )
-}
-
-struct Bot<'a> {
-    w: &'a World,
-    c: String,
-    bot: String,
-    lease: String,
-}
-
-impl<'a> Bot<'a> {
-    async fn new(w: &'a World, c: &str, bot: &str) -> Result<Self> {
-        let lease = w.lease(c, bot, &format!("run-{bot}")).await?;
-        Ok(Self {
-            w,
-            c: c.into(),
-            bot: bot.into(),
-            lease,
-        })
-    }
-
-    fn path(&self, action: &str) -> String {
-        format!("/v1/computers/{}/screens/{}/{action}", self.c, self.bot)
-    }
-
-    async fn screen(&self, action: &str) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path(action),
-                serde_json::json!({ "lease": self.lease }),
-            )
-            .await
-    }
-
-    async fn open(&self, url: &str) -> Result<serde_json::Value, ClientError> {
-        self.w
-            .post(
-                &self.path("act"),
-                serde_json::json!({ "lease": self.lease,
-                    "actions": [{ "type": "open", "url": url }] }),
-            )
-            .await
-    }
-
-    /// Ends the run successfully: control revoked, the desktop kept (contracts.md §3).
-    async fn end_run(&self) -> Result<()> {
-        self.w
-            .post(
-                &format!("/v1/computers/{}/leases/{}/release", self.c, self.bot),
-                serde_json::json!({ "lease": self.lease, "outcome": "success" }),
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// A capability URL's path (`/cap/<sealed>`); the caller records it as a secret.
-    async fn url(&self, policy: &str) -> Result<String> {
-        let v = self
-            .w
-            .post(&self.path("url"), serde_json::json!({ "policy": policy }))
-            .await?;
-        Ok(v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string())
-    }
 }
 
 async fn whoami(fx: &Fixture, tag: &str) -> Result<Vec<String>> {
