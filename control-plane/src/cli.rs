@@ -205,6 +205,12 @@ pub struct ServeArgs {
     /// The npm install of the live pages (holds node_modules/@xterm); default: the checkout's.
     #[arg(long, env = "RAKAZO_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
+    /// Seconds the control plane waits on a guest: for an answer, for the next bytes of a
+    /// stream (an export's progress), for a write to be taken. A guest silent for longer fails
+    /// that operation with 504 guest_timeout. Exec is bounded by its command's timeout instead.
+    #[arg(long, env = "RAKAZO_GUEST_TIMEOUT_SECS", default_value_t = crate::tunnel::DEFAULT_GUEST_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub guest_timeout_secs: u64,
     #[command(flatten)]
     pub homes: crate::homes::HomeArgs,
     #[command(flatten)]
@@ -461,6 +467,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 guest_bin,
                 guest_log: args.guest_log,
                 screen_limit: args.screen_limit,
+                guest_timeout: std::time::Duration::from_secs(args.guest_timeout_secs),
                 providers: args.providers.resolve()?,
                 limits: ApiLimits::default(),
                 pages: crate::live::pages::PagesConfig {

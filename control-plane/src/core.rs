@@ -14,7 +14,7 @@ use crate::homes::flow::RunCheckpoint;
 use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
 use crate::provider_set::ProviderSet;
 use crate::tunnel::{GuestAuth, OpStream, Registry, TunnelError};
-use gateway_proto::{BotId, BotLease, ControlMsg, LeaseToken, Request, Secret};
+use gateway_proto::{BotId, BotLease, LeaseToken, Request, Secret};
 use providers::{
     AnyProvider, ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError,
     ProviderRef, SandboxProvider, SandboxSpec,
@@ -415,12 +415,11 @@ impl Core {
         Ok(guest.open(req).await?)
     }
 
-    fn push_lease(&self, c: &Computer, bot: &BotId, lease: Option<LeaseToken>) {
+    /// Tells the computer's guest about a granted or released lease (the guest also learns
+    /// every live lease on each hello: `CoreAuth::live_leases`).
+    fn push_lease(&self, c: &Computer, bot: &BotId, token: &LeaseToken, released: bool) {
         if let Some(guest) = self.registry.get(c.id.as_str()) {
-            guest.push_control(ControlMsg::Lease {
-                bot: bot.clone(),
-                lease,
-            });
+            guest.push_lease(bot, token, released);
         }
     }
 
@@ -436,7 +435,7 @@ impl Core {
             .leases
             .acquire(&c.id, bot, owner, ttl, now_ms())
             .await?;
-        self.push_lease(&c, bot, Some(lease.token.clone()));
+        self.push_lease(&c, bot, &lease.token, false);
         Ok(lease)
     }
 
@@ -467,7 +466,7 @@ impl Core {
             // no teardown, and no new checkpoint revision of a home nobody touched since.
             return Ok(RunCheckpoint::Skipped("already released"));
         }
-        self.push_lease(&c, bot, None);
+        self.push_lease(&c, bot, token, true);
         if outcome != RunOutcome::Success {
             self.release_screen(&c, bot).await;
         }
@@ -527,6 +526,26 @@ impl GuestAuth for CoreAuth {
                 false
             }
         }
+    }
+
+    async fn live_leases(&self, computer_id: &str) -> Vec<(BotId, LeaseToken)> {
+        let Ok(id) = ComputerId::new(computer_id) else {
+            return Vec::new();
+        };
+        let rows = match self.0.homes.ledger().live_leases(&id, now_ms()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                warn!(computer_id, error = %crate::homes::chain(&e), "could not read live leases for the guest; it learns them from commands");
+                return Vec::new();
+            }
+        };
+        rows.into_iter()
+            .filter_map(|(bot, owner, fence)| {
+                let bot = BotId::new(bot).ok()?;
+                let token = LeaseToken::new(owner, u64::try_from(fence).ok()?).ok()?;
+                Some((bot, token))
+            })
+            .collect()
     }
 
     async fn set_connected(&self, computer_id: &str, connected: bool) {

@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub guest_log: Option<String>,
     /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to guests (they validate it).
     pub screen_limit: Option<String>,
+    /// The base deadline of every wait on a guest (`tunnel` module doc).
+    pub guest_timeout: std::time::Duration,
     /// Which providers run computers, and their settings.
     pub providers: crate::provider_set::ProviderConfig,
     pub limits: ApiLimits,
@@ -138,7 +140,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let providers =
         crate::provider_set::ProviderSet::build(&cfg.providers, &cfg.data_dir, &guest).await?;
     info!(providers = ?providers.kinds().collect::<Vec<_>>(), default = providers.default_kind(), "providers ready");
-    let registry = Registry::new();
+    let registry = Registry::with_guest_timeout(cfg.guest_timeout);
     // Guests dial the advertised address when one is set (a machine elsewhere), else the
     // tunnel's own.
     let enrollment = Enrollment {

@@ -8,6 +8,7 @@ mod docker;
 mod foundation;
 mod hardening;
 mod homes;
+mod hostile_guest;
 mod idle;
 mod image;
 mod live;

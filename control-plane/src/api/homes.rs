@@ -62,6 +62,9 @@ pub fn home_error(e: HomeError) -> ApiError {
         }
         HomeError::Changed { .. } => ApiError::new(StatusCode::CONFLICT, "home_changed", msg),
         HomeError::InUse(..) => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
+        HomeError::Quota { .. } => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "home_quota_exceeded", msg)
+        }
         HomeError::NoHome(_) | HomeError::NoSuchPath(_) => {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", msg)
         }

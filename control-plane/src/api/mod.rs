@@ -418,6 +418,9 @@ impl From<TunnelError> for ApiError {
             TunnelError::Protocol { .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "guest_protocol_error", msg)
             }
+            TunnelError::Timeout { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "guest_timeout", msg)
+            }
             TunnelError::Guest(op) => {
                 let status = match op.code {
                     ErrorCode::BadRequest | ErrorCode::PathRejected => StatusCode::BAD_REQUEST,

@@ -16,6 +16,12 @@ use std::path::{Path, PathBuf};
 pub const S3_SECRET_ENV: &str = "RAKAZO_S3_SECRET_ACCESS_KEY";
 /// Environment variable holding the content key, 64 hex characters (or `--home-content-key-file`).
 pub const CONTENT_KEY_ENV: &str = "RAKAZO_HOME_CONTENT_KEY";
+/// Default quota of a home's file content: 20 GiB. A working home (code, documents, browser
+/// profiles) is far below it; a runaway download or a sparse file is caught long before the
+/// store's disk or bill notices.
+pub const DEFAULT_QUOTA_BYTES: u64 = 20 << 30;
+/// Default quota of a home's entries (files plus directories).
+pub const DEFAULT_QUOTA_ENTRIES: u64 = 1_000_000;
 
 /// Where checkpoints go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,11 +65,46 @@ pub struct HomeArgs {
     /// File (mode 0600) holding the space's content key: 64 hex characters.
     #[arg(long, env = "RAKAZO_HOME_CONTENT_KEY_FILE")]
     pub home_content_key_file: Option<PathBuf>,
+    /// Most bytes of file content a home may hold (apparent sizes: a sparse file counts whole).
+    /// A checkpoint of a larger home fails and the previous one stays current.
+    #[arg(long, env = "RAKAZO_HOME_QUOTA_BYTES", default_value_t = DEFAULT_QUOTA_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub home_quota_bytes: u64,
+    /// Most entries (files plus directories) a home may hold.
+    #[arg(long, env = "RAKAZO_HOME_QUOTA_ENTRIES", default_value_t = DEFAULT_QUOTA_ENTRIES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub home_quota_entries: u64,
 }
 
-/// The resolved home store configuration.
+/// The resolved home configuration: where checkpoints go and how large a home may be.
 #[derive(Debug, Clone)]
-pub enum HomeStoreConfig {
+pub struct HomeStoreConfig {
+    pub store: StoreConfig,
+    /// Per-home quota, enforced on every checkpoint from the archive's headers.
+    pub quota: Limits,
+}
+
+impl HomeStoreConfig {
+    /// The local store with the default quota.
+    pub fn local() -> Self {
+        Self {
+            store: StoreConfig::Local,
+            quota: default_quota(),
+        }
+    }
+}
+
+/// The default per-home quota.
+pub fn default_quota() -> Limits {
+    Limits {
+        max_entries: DEFAULT_QUOTA_ENTRIES,
+        max_bytes: DEFAULT_QUOTA_BYTES,
+    }
+}
+
+/// The resolved home store.
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
     Local,
     Object {
         s3: ObjectStoreConfig,
@@ -75,8 +116,23 @@ impl HomeArgs {
     /// Resolves flags, environment and secret files. `env` reads one variable (the process
     /// environment in `rakazo serve`, a map in tests).
     pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<HomeStoreConfig> {
+        let quota = Limits {
+            max_entries: self.home_quota_entries,
+            max_bytes: self.home_quota_bytes,
+        };
+        Ok(HomeStoreConfig {
+            store: self.resolve_store(env, quota)?,
+            quota,
+        })
+    }
+
+    fn resolve_store(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        quota: Limits,
+    ) -> Result<StoreConfig> {
         match self.home_store {
-            StoreKind::Local => Ok(HomeStoreConfig::Local),
+            StoreKind::Local => Ok(StoreConfig::Local),
             StoreKind::Object => {
                 let bucket = self
                     .s3_bucket
@@ -110,8 +166,8 @@ impl HomeArgs {
                 s3.force_path_style = self.s3_path_style;
                 s3.part_size = self.s3_part_mib << 20;
                 s3.parts_in_flight = self.s3_parts_in_flight;
-                s3.limits = Limits::default();
-                Ok(HomeStoreConfig::Object { s3, content_key })
+                s3.limits = quota;
+                Ok(StoreConfig::Object { s3, content_key })
             }
         }
     }
@@ -184,7 +240,12 @@ mod tests {
     #[test]
     fn local_is_the_default() {
         let cfg = args(&[]).resolve(&|_| None).unwrap();
-        assert!(matches!(cfg, HomeStoreConfig::Local));
+        assert!(matches!(cfg.store, StoreConfig::Local));
+        assert_eq!(cfg.quota, default_quota());
+        let cfg = args(&["--home-quota-bytes", "1000", "--home-quota-entries", "7"])
+            .resolve(&|_| None)
+            .unwrap();
+        assert_eq!((cfg.quota.max_bytes, cfg.quota.max_entries), (1000, 7));
     }
 
     #[test]
@@ -208,7 +269,7 @@ mod tests {
         ]
         .into();
         let cfg = a.resolve(&|k| env.get(k).cloned()).unwrap();
-        let HomeStoreConfig::Object { s3, .. } = cfg else {
+        let StoreConfig::Object { s3, .. } = cfg.store else {
             panic!("object config expected")
         };
         assert!(s3.force_path_style);

@@ -7,6 +7,18 @@
 //! two in flight). A tunnel failure mid-stream fails the commit, so the previous revision stays
 //! current: a checkpoint is either recorded whole or reported as failed, never lost silently.
 //!
+//! Quota: the guest's estimate in `ExportStart` already over the home's quota fails the
+//! checkpoint before a byte of the archive is read (the stream is reset, so an honest guest stops
+//! reading a sparse 60 GB file at once); a guest that lies is caught by the archive's own headers,
+//! checked as they arrive ([`ArchiveParser`]): a file whose announced size passes the quota fails
+//! the stream before its content is read or stored. Either way [`HomeError::Quota`] names the
+//! limit and the previous revision stays current.
+//!
+//! Deadlines: every wait on the guest is bounded by the tunnel's (`tunnel` module doc): the
+//! answer to the export or import, and each next piece of the archive (no progress for that
+//! long fails the checkpoint with `guest_timeout`). The home's lock is a guard, released when
+//! the flow returns, whatever it returns.
+//!
 //! Restore: the guest protocol wants the archive's exact size first. The object store derives it
 //! from the sealed object's length, so the object streams once, straight into the guest's import;
 //! a tampered object fails authentication on the way, the stream to the guest is reset, and the
@@ -21,9 +33,10 @@ use crate::tunnel::{OpReceiver, TunnelError};
 use bytes::{Bytes, BytesMut};
 use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
 use gateway_proto::{BotId, Reply, Request};
-use homes::archive::{ArchiveChecker, Limits};
+use homes::archive::{ArchiveChecker, ArchiveError, ArchiveParser, Limits};
 use homes::Revision;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::io::StreamReader;
@@ -120,14 +133,41 @@ impl Core {
             quiesce_browsers: true,
         });
         let mut op = guest.open(&req).await?;
+        let quota = self.homes.quota();
         match op.expect::<Reply>().await? {
-            Reply::ExportStart(s) => progress.phase("exporting", s.content_bytes),
+            Reply::ExportStart(s) => {
+                if let Some(what) = over_quota(s.content_bytes, s.entries, quota) {
+                    // Reset at once: the guest stops packing instead of reading it all.
+                    op.abort();
+                    return Err(HomeError::Quota {
+                        id: c.id.clone(),
+                        what,
+                    }
+                    .into());
+                }
+                progress.phase("exporting", s.content_bytes)
+            }
             Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
             other => return Err(protocol(c, &other)),
         }
         op.rx.start_raw();
-        let (reader, counter) = export_reader(op.rx, progress.clone());
-        let revision = self.homes.commit(&key, reader).await?;
+        let fault = FaultSlot::default();
+        let (reader, counter) = export_reader(op.rx, progress.clone(), quota, fault.clone());
+        let committed = self.homes.commit(&key, reader).await;
+        // The store saw only an I/O error; what the export itself ran into says more.
+        let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let revision = match (committed, fault) {
+            (Ok(revision), _) => revision,
+            (Err(_), Some(ExportFault::Quota(what))) => {
+                return Err(HomeError::Quota {
+                    id: c.id.clone(),
+                    what,
+                }
+                .into());
+            }
+            (Err(_), Some(ExportFault::Tunnel(e))) => return Err(e.into()),
+            (Err(e), None) => return Err(e.into()),
+        };
         let bytes = counter.report().done;
         info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(), bytes,
             "home checkpointed");
@@ -368,54 +408,125 @@ impl Core {
     }
 }
 
+/// How a home of `bytes` of content in `entries` entries passes `quota`, if it does.
+fn over_quota(bytes: u64, entries: u64, quota: Limits) -> Option<String> {
+    if bytes > quota.max_bytes {
+        Some(format!(
+            "it holds {} of files, more than the {} allowed",
+            size(bytes),
+            size(quota.max_bytes)
+        ))
+    } else if entries > quota.max_entries {
+        Some(format!(
+            "it holds {entries} entries, more than the {} allowed",
+            quota.max_entries
+        ))
+    } else {
+        None
+    }
+}
+
+/// A byte count for people: exact bytes, with GiB or MiB beside them.
+fn size(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        format!("{bytes} bytes ({:.1} GiB)", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// What stopped an export, as the flow reports it (the store sees only an `io::Error`).
+enum ExportFault {
+    /// The archive's headers broke the quota: why.
+    Quota(String),
+    /// The tunnel failed: the guest went silent past its deadline, the stream was lost.
+    Tunnel(TunnelError),
+}
+
+type FaultSlot = Arc<Mutex<Option<ExportFault>>>;
+
 /// The raw bytes of an export as an `AsyncRead`, counted into `progress`. A tunnel failure is an
-/// `io::Error`, which fails the commit.
+/// `io::Error`, which fails the commit, and is kept in `fault`. The archive's headers are parsed
+/// as they arrive: an entry that passes `quota` fails the stream before any byte of its chunk is
+/// handed on, and says why in `fault`.
 fn export_reader(
     rx: OpReceiver,
     progress: Progress,
+    quota: Limits,
+    fault: FaultSlot,
 ) -> (impl AsyncRead + Send + Unpin + 'static, Progress) {
     let counter = progress.clone();
+    let parser = ArchiveParser::new(quota);
     // QUIC hands over about one packet per read: gather them into chunks of up to RAW_CHUNK, so
     // the checker and sealer run on large buffers. Progress is published per MiB, not per packet:
     // every publish wakes the API's watcher.
-    let stream = futures_util::stream::unfold((Some(rx), 0u64), move |(state, unreported)| {
-        let progress = progress.clone();
-        async move {
-            let mut rx = state?;
-            let mut buf = BytesMut::new();
-            let mut ended = false;
-            while buf.len() < RAW_CHUNK {
-                match rx.read_raw(RAW_CHUNK - buf.len()).await {
-                    Ok(Some(b)) => buf.extend_from_slice(&b),
-                    Ok(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Err(e) => {
-                        progress.add(unreported);
-                        return Some((Err(io::Error::other(e)), (None, 0)));
+    let stream =
+        futures_util::stream::unfold((Some((rx, parser)), 0u64), move |(state, unreported)| {
+            let progress = progress.clone();
+            let fault = fault.clone();
+            async move {
+                let (mut rx, mut parser) = state?;
+                let mut buf = BytesMut::new();
+                let mut ended = false;
+                while buf.len() < RAW_CHUNK {
+                    match rx.read_raw(RAW_CHUNK - buf.len()).await {
+                        Ok(Some(b)) => buf.extend_from_slice(&b),
+                        Ok(None) => {
+                            ended = true;
+                            break;
+                        }
+                        Err(e) => {
+                            progress.add(unreported);
+                            let err = io::Error::other(e.to_string());
+                            *fault.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(ExportFault::Tunnel(e));
+                            return Some((Err(err), (None, 0)));
+                        }
                     }
                 }
+                if let Err(e) = parser.feed(&buf) {
+                    let why = match e {
+                        ArchiveError::TooManyBytes { limit } => Some(format!(
+                            "a file's announced size takes it past {} of files",
+                            size(limit)
+                        )),
+                        ArchiveError::TooManyEntries { limit } => {
+                            Some(format!("it holds more than {limit} entries"))
+                        }
+                        _ => None,
+                    };
+                    if let Some(why) = why {
+                        *fault.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(ExportFault::Quota(why));
+                    }
+                    // Nothing of this chunk goes on; dropping the stream stops the guest.
+                    progress.add(unreported);
+                    let err = io::Error::new(io::ErrorKind::InvalidData, e);
+                    return Some((Err(err), (None, 0)));
+                }
+                let mut unreported = unreported + buf.len() as u64;
+                if ended || unreported >= PROGRESS_BATCH {
+                    progress.add(unreported);
+                    unreported = 0;
+                }
+                if ended {
+                    // The whole archive is in hand: what remains is the store's (the last parts,
+                    // completing the upload, advancing the revision).
+                    let exported = progress.report().done;
+                    progress.phase("committing", exported);
+                    progress.add(exported);
+                }
+                if buf.is_empty() {
+                    return None;
+                }
+                let next = (!ended).then_some((rx, parser));
+                Some((Ok::<Bytes, io::Error>(buf.freeze()), (next, unreported)))
             }
-            let mut unreported = unreported + buf.len() as u64;
-            if ended || unreported >= PROGRESS_BATCH {
-                progress.add(unreported);
-                unreported = 0;
-            }
-            if ended {
-                // The whole archive is in hand: what remains is the store's (the last parts,
-                // completing the upload, advancing the revision).
-                let exported = progress.report().done;
-                progress.phase("committing", exported);
-                progress.add(exported);
-            }
-            if buf.is_empty() {
-                return None;
-            }
-            let next = (!ended).then_some(rx);
-            Some((Ok::<Bytes, io::Error>(buf.freeze()), (next, unreported)))
-        }
-    });
+        });
     (StreamReader::new(Box::pin(stream)), counter)
 }
 

@@ -186,6 +186,28 @@ impl HomeLedger {
         Ok(bots)
     }
 
+    /// The live execution leases on computer `id`: (bot, owner, fence), what a guest is told on
+    /// every hello.
+    pub async fn live_leases(
+        &self,
+        id: &ComputerId,
+        now_ms: i64,
+    ) -> Result<Vec<(String, String, i64)>, DbError> {
+        let rows = sqlx::query(
+            "SELECT bot, owner, fence FROM leases WHERE computer_id = $1 \
+             AND owner IS NOT NULL AND expires_at > $2",
+        )
+        .bind(id.as_str())
+        .bind(now_ms)
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push((r.try_get("bot")?, r.try_get("owner")?, r.try_get("fence")?));
+        }
+        Ok(out)
+    }
+
     /// Every (storage id, revision) a row names: what the reconciler keeps.
     pub async fn owned(&self) -> Result<HashSet<(HomeKey, Revision)>, DbError> {
         let rows = sqlx::query(

@@ -14,7 +14,7 @@ pub mod flow;
 pub mod ledger;
 pub mod progress;
 
-pub use config::{HomeArgs, HomeStoreConfig};
+pub use config::{HomeArgs, HomeStoreConfig, StoreConfig};
 pub use ledger::HomeLedger;
 pub use progress::{Progress, ProgressReport};
 
@@ -60,6 +60,12 @@ pub enum HomeError {
     Read(#[source] std::io::Error),
     #[error("home {0} still belongs to live computer {1}; destroy it first")]
     InUse(String, ComputerId),
+    #[error(
+        "home of computer {id} is over its quota: {what}; the checkpoint was refused and the \
+         previous one stays current (delete files, or raise --home-quota-bytes / \
+         --home-quota-entries)"
+    )]
+    Quota { id: ComputerId, what: String },
 }
 
 /// Which store, behind one type.
@@ -74,6 +80,8 @@ pub struct HomeService {
     ledger: HomeLedger,
     /// One checkpoint or restore at a time per computer.
     busy: Mutex<HashMap<ComputerId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per-home quota, checked on every checkpoint.
+    quota: homes::archive::Limits,
 }
 
 impl HomeService {
@@ -81,18 +89,27 @@ impl HomeService {
     /// `data_dir/home-revisions`.
     pub fn new(cfg: &HomeStoreConfig, data_dir: &Path, db: Db) -> Self {
         let ledger = HomeLedger::new(db);
-        let backend =
-            match cfg {
-                HomeStoreConfig::Local => Backend::Local(LocalHomeStore::new(data_dir)),
-                HomeStoreConfig::Object { s3, content_key } => Backend::Object(
-                    ObjectHomeStore::new(s3, content_key.clone(), ledger.clone()),
-                ),
-            };
+        let backend = match &cfg.store {
+            StoreConfig::Local => {
+                Backend::Local(LocalHomeStore::new(data_dir).with_limits(cfg.quota))
+            }
+            StoreConfig::Object { s3, content_key } => Backend::Object(ObjectHomeStore::new(
+                s3,
+                content_key.clone(),
+                ledger.clone(),
+            )),
+        };
         Self {
             backend,
             ledger,
             busy: Mutex::new(HashMap::new()),
+            quota: cfg.quota,
         }
+    }
+
+    /// The per-home quota.
+    pub fn quota(&self) -> homes::archive::Limits {
+        self.quota
     }
 
     /// `local` or `object`.

@@ -17,6 +17,11 @@
 //! runs the job that looks at every running computer each [`IdleConfig::period`]. The checkpoint
 //! is the homes flow's (`Core::checkpoint_home`), the stop is `Core::stop_machine`.
 //!
+//! Computers are looked at concurrently, at most [`CONCURRENT_CHECKS`] at a time, each in its own
+//! task: a computer whose guest stalls (its checkpoint waits out the guest deadline) holds one
+//! slot and its own next look, never the others. A computer still being looked at is skipped by
+//! the next rounds until its look ends.
+//!
 //! A suspended computer is `stopped`, like one stopped by hand: its operations answer 409
 //! `computer_not_running` (the message says how to start it), `POST /v1/computers/{id}/start`
 //! (`rakazo computer start`) starts it again with its home in place.
@@ -34,8 +39,10 @@ use crate::core::Core;
 use crate::db::Db;
 use gate::{Claim, Claimed, Entered, Gate};
 use rules::{Decision, Observed};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 /// What the job last decided about a computer, shown by `GET /v1/computers/{id}`.
@@ -89,11 +96,19 @@ impl Report {
     }
 }
 
+/// Most computers looked at (and suspended) at once: bounds the checkpoints a wave of idle
+/// computers puts on the store, while one stuck computer holds only its own slot.
+pub const CONCURRENT_CHECKS: usize = 4;
+
 /// Idle suspension's state in the core: settings, the gate, the row store.
 pub struct Idle {
     pub config: IdleConfig,
     gate: Arc<Gate>,
     store: store::IdleStore,
+    /// Slots for looks in flight.
+    slots: Arc<Semaphore>,
+    /// Computers being looked at now: a later round skips them.
+    looking: Arc<Mutex<HashSet<String>>>,
 }
 
 /// One API operation on a computer; when it drops (its response is fully sent) the computer
@@ -141,6 +156,8 @@ impl Idle {
             config,
             gate: Gate::new(),
             store: store::IdleStore::new(db),
+            slots: Arc::new(Semaphore::new(CONCURRENT_CHECKS)),
+            looking: Arc::default(),
         }
     }
 
@@ -221,8 +238,8 @@ pub fn spawn(core: Arc<Core>) {
     });
 }
 
-/// Looks at every running computer once, one after the other: at most one idle checkpoint runs
-/// at a time, which bounds the load a wave of idle computers puts on the store.
+/// Starts a look at every running computer not being looked at already, each in its own task,
+/// at most [`CONCURRENT_CHECKS`] running at once; returns without waiting for them.
 async fn scan(core: &Arc<Core>, timeout: Duration) {
     let list = match core.computers.list().await {
         Ok(list) => list,
@@ -237,13 +254,45 @@ async fn scan(core: &Arc<Core>, timeout: Duration) {
         .map(|c| c.id.as_str())
         .collect();
     core.idle.gate.retain(&live);
-    for c in &list {
-        if c.state != ComputerState::Running || !core.has_provider(c) {
+    for c in list {
+        if c.state != ComputerState::Running || !core.has_provider(&c) {
             continue;
         }
-        if let Err(e) = consider(core, c, timeout).await {
-            warn!(computer_id = %c.id, error = %crate::homes::chain(e.as_ref()), "idle check failed");
+        let id = c.id.as_str().to_owned();
+        let fresh = core
+            .idle
+            .looking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone());
+        if !fresh {
+            debug!(computer_id = %id, "still being looked at: skipped this round");
+            continue;
         }
+        let core = core.clone();
+        tokio::spawn(async move {
+            // Forgets the computer however the look ends (even a panic), so the next round
+            // looks again.
+            let _looking = Looking(core.idle.looking.clone(), id);
+            let Ok(_slot) = core.idle.slots.clone().acquire_owned().await else {
+                return;
+            };
+            if let Err(e) = consider(&core, &c, timeout).await {
+                warn!(computer_id = %c.id, error = %crate::homes::chain(e.as_ref()), "idle check failed");
+            }
+        });
+    }
+}
+
+/// A computer's entry in [`Idle::looking`], removed when dropped.
+struct Looking(Arc<Mutex<HashSet<String>>>, String);
+
+impl Drop for Looking {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.1);
     }
 }
 

@@ -421,3 +421,44 @@ async fn pack_errors_surface_through_the_stream() {
         "{err:?}"
     );
 }
+
+/// A home quota (contracts.md §9, issue 11): a sparse 60 GB file is refused from its header, as
+/// the archive streams, with nothing of its content handed on: the checker stops the stream
+/// after the first chunk instead of reading 60 GB of zeros.
+#[tokio::test]
+async fn a_sparse_file_past_the_quota_fails_at_its_header() {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("home");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("notes.txt"), b"kept small").unwrap();
+    let big = fs::File::create(src.join("big")).unwrap();
+    big.set_len(60 << 30).unwrap();
+    drop(big);
+    let quota = Limits {
+        max_entries: 1_000_000,
+        max_bytes: 20 << 30,
+    };
+    let mut checked = ArchiveChecker::new(pack_reader(src), quota);
+    let mut passed: u64 = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    let err = loop {
+        match checked.read(&mut buf).await {
+            Ok(0) => panic!("a 60 GB home passed a 20 GiB quota"),
+            Ok(n) => passed += n as u64,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    let inner = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<ArchiveError>())
+        .expect("the archive error");
+    assert!(
+        matches!(inner, ArchiveError::TooManyBytes { limit } if *limit == 20 << 30),
+        "{inner:?}"
+    );
+    assert!(inner.to_string().contains("21474836480"), "{inner}");
+    // The headers and the small file at most: none of the big file's content went on.
+    assert!(passed < 64 * 1024, "{passed} bytes passed the checker");
+}
