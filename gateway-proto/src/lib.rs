@@ -51,7 +51,9 @@ pub use msg::*;
 ///   `PageActFailed` replies.
 /// - 4: live screens and homes: `Connect`, `Revoke`, `HomeExport`, `HomeImport` requests;
 ///   `Opened`, `Revoked`, `ExportStart`, `Imported` replies.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// - 5: `ExecRequest.start` and `ConnectRequest.start` (`StartDir`): a Team computer's bot
+///   starts its commands and terminals in `bots/<bot-id>/`.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

@@ -42,6 +42,8 @@ pub struct ConnectRequest {
     /// by it, and revoking it stops them. At most [`MAX_CONTROL_LEASE_ID_LEN`] bytes of
     /// `[A-Za-z0-9_-]`.
     pub control_lease: Option<String>,
+    /// Where a terminal's shell starts (ignored for `View` and `Control`).
+    pub start: crate::msg::StartDir,
 }
 
 /// Which of a bot's capabilities to revoke.

@@ -166,6 +166,21 @@ pub struct ExecRequest {
     pub stdin: bool,
     /// The lease of the bot this command acts for, checked by the guest before anything runs.
     pub lease: Option<BotLease>,
+    /// Where the command starts when `cwd` is `None`; [`StartDir::BotDir`] needs `lease` (the
+    /// directory is its bot's).
+    pub start: StartDir,
+}
+
+/// Where a bot's command or shell starts when it names no directory (contracts.md §1: a Team
+/// computer's bots start in `bots/<bot-id>/`, a Private computer's bot in the home).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartDir {
+    /// The home itself.
+    #[default]
+    Home,
+    /// The bot's own `bots/<bot-id>/` in the home, created (mode 0700, never through a symlink)
+    /// on first use.
+    BotDir,
 }
 
 /// Control plane to guest during an exec.

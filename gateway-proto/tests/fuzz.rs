@@ -19,7 +19,7 @@ use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeS
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
-    OpError, ReadFile, RefuseReason, Refused, Reply, Request, Secret, Welcome, WriteFile,
+    OpError, ReadFile, RefuseReason, Refused, Reply, Request, Secret, StartDir, Welcome, WriteFile,
     MAX_CHUNK, MAX_FRAME_LEN,
 };
 use proptest::collection::vec;
@@ -256,6 +256,7 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             timeout_ms: Some(30_000),
             stdin: true,
             lease: Some(bot_lease()),
+            start: StartDir::BotDir,
         })),
         sample(Request::ListFiles(ListFiles {
             path: "src".into(),
@@ -308,6 +309,7 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             bot: BotId::new("bot-1").unwrap(),
             kind: CapabilityKind::Terminal,
             control_lease: Some("cl-1".into()),
+            start: StartDir::BotDir,
         })),
         sample(Request::HomeImport(HomeImportRequest { size: 1 << 30 })),
         sample(Reply::ExportStart(ExportStart {
@@ -501,8 +503,9 @@ fn request() -> impl Strategy<Value = Request> {
         option::of(any::<u64>()),
         any::<bool>(),
         opt_bot_lease(),
+        any::<bool>(),
     )
-        .prop_map(|(argv, cwd, env, timeout_ms, stdin, lease)| {
+        .prop_map(|(argv, cwd, env, timeout_ms, stdin, lease, bot_dir)| {
             Request::Exec(ExecRequest {
                 argv,
                 cwd,
@@ -510,6 +513,11 @@ fn request() -> impl Strategy<Value = Request> {
                 timeout_ms,
                 stdin,
                 lease,
+                start: if bot_dir {
+                    StartDir::BotDir
+                } else {
+                    StartDir::Home
+                },
             })
         });
     prop_oneof![
@@ -534,17 +542,24 @@ fn request() -> impl Strategy<Value = Request> {
             }
         ),
         Just(Request::Ping),
-        (bot_id(), 0u8..3, option::of(text())).prop_map(|(bot, kind, control_lease)| {
-            Request::Connect(ConnectRequest {
-                bot,
-                kind: [
-                    CapabilityKind::View,
-                    CapabilityKind::Control,
-                    CapabilityKind::Terminal,
-                ][usize::from(kind)],
-                control_lease,
-            })
-        }),
+        (bot_id(), 0u8..3, option::of(text()), any::<bool>()).prop_map(
+            |(bot, kind, control_lease, bot_dir)| {
+                Request::Connect(ConnectRequest {
+                    bot,
+                    kind: [
+                        CapabilityKind::View,
+                        CapabilityKind::Control,
+                        CapabilityKind::Terminal,
+                    ][usize::from(kind)],
+                    control_lease,
+                    start: if bot_dir {
+                        StartDir::BotDir
+                    } else {
+                        StartDir::Home
+                    },
+                })
+            }
+        ),
         (bot_id(), any::<bool>()).prop_map(|(bot, all)| {
             Request::Revoke(RevokeRequest {
                 bot,

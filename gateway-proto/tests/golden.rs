@@ -18,7 +18,7 @@ use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeS
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
-    OpError, ReadFile, RefuseReason, Refused, Reply, Request, Secret, Welcome, WriteFile,
+    OpError, ReadFile, RefuseReason, Refused, Reply, Request, Secret, StartDir, Welcome, WriteFile,
     MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -88,7 +88,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 4);
+    assert_eq!(PROTOCOL_VERSION, 5);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -201,9 +201,10 @@ fn request_exec_with_every_field_set() {
             timeout_ms: Some(30_000),
             stdin: true,
             lease: Some(bot_lease()),
+            start: StartDir::BotDir,
         }),
         concat!(
-            "00000030",                             // frame length: 48
+            "00000031",                             // frame length: 49
             "00",                                   // variant 0 Exec
             "03 02 7368 02 2d63 07 6563686f206869", // argv: ["sh", "-c", "echo hi"]
             "01 04 776f726b",                       // cwd: Some("work")
@@ -212,7 +213,8 @@ fn request_exec_with_every_field_set() {
             "01",                                   // stdin: true
             "01",                                   // lease: Some
             "05 626f742d31",                        //   bot: "bot-1"
-            "06 72756e3a3432 ac02"                  //   token: "run:42", fence 300
+            "06 72756e3a3432 ac02",                 //   token: "run:42", fence 300
+            "01"                                    // start: BotDir
         ),
     );
 }
@@ -227,16 +229,18 @@ fn request_exec_minimal() {
             timeout_ms: None,
             stdin: false,
             lease: None,
+            start: StartDir::Home,
         }),
         concat!(
-            "0000000c",      // frame length: 12
+            "0000000d",      // frame length: 13
             "00",            // variant 0 Exec
             "01 0474727565", // argv: ["true"]
             "00",            // cwd: None
             "00",            // env: []
             "00",            // timeout_ms: None
             "00",            // stdin: false
-            "00"             // lease: None
+            "00",            // lease: None
+            "00"             // start: Home
         ),
     );
 }
@@ -401,24 +405,28 @@ fn request_connect_and_revoke() {
             bot: bot(),
             kind: CapabilityKind::Control,
             control_lease: Some("cl-1".into()),
+            start: StartDir::Home,
         }),
-        "0000000e 0d 05626f742d31 01 01 04636c2d31", // variant 13, bot, Control, Some("cl-1")
+        // variant 13, bot, Control, Some("cl-1"), start Home
+        "0000000f 0d 05626f742d31 01 01 04636c2d31 00",
     );
     golden(
         &Request::Connect(ConnectRequest {
             bot: bot(),
             kind: CapabilityKind::View,
             control_lease: None,
+            start: StartDir::Home,
         }),
-        "00000009 0d 05626f742d31 00 00",
+        "0000000a 0d 05626f742d31 00 00 00",
     );
     golden(
         &Request::Connect(ConnectRequest {
             bot: bot(),
             kind: CapabilityKind::Terminal,
             control_lease: None,
+            start: StartDir::BotDir,
         }),
-        "00000009 0d 05626f742d31 02 00",
+        "0000000a 0d 05626f742d31 02 00 01", // a terminal in bots/<bot>/
     );
     golden(
         &Request::Revoke(RevokeRequest {

@@ -11,7 +11,9 @@
 //! ("a cwd outside the home fails"), it does not confine the command.
 
 use crate::home::{self, Home};
-use gateway_proto::{ErrorCode, ExecEvent, ExecInput, ExecRequest, OpError, MAX_CHUNK};
+use gateway_proto::{
+    BotId, ErrorCode, ExecEvent, ExecInput, ExecRequest, OpError, StartDir, MAX_CHUNK,
+};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_bytes::ByteBuf;
@@ -68,7 +70,9 @@ const STDIN_READ_AHEAD: usize = 4 * MAX_CHUNK;
 ///
 /// - `Failed(BadRequest)`: the request is invalid (argv or env out of bounds); nothing ran.
 /// - `Exit { code: 1, message }`: the cwd is outside the home, missing, not a directory or
-///   reached through a symlink; the message names it and nothing ran.
+///   reached through a symlink; or, without a cwd under `StartDir::BotDir`, the bot's
+///   `bots/<bot>/` cannot be created or used or no lease names the bot. The message names it
+///   and nothing ran.
 /// - `Exit { code: 127 | 126, message }`: the program was not found / not executable, as a shell
 ///   reports it. Other spawn failures (out of resources) are `Failed(Failed)`.
 /// - `Exit { code, message: None }` for a normal exit; a signal gives `128 + signal` and a
@@ -82,9 +86,10 @@ const STDIN_READ_AHEAD: usize = 4 * MAX_CHUNK;
 /// If `events` can no longer be sent (its receiver dropped), the command is aborted and nothing
 /// more is reported. Dropping the returned future also kills the tree.
 ///
-/// The command runs in its own process group with `HOME` set to the home, stdin `/dev/null`
-/// unless `req.stdin`, and the guest's environment minus every `RAKAZO_*` variable, plus
-/// `req.env` (which may override `HOME`), plus [`EXEC_ID_VAR`].
+/// The command runs in its own process group, in its cwd (without one: the home, or under
+/// `StartDir::BotDir` its bot's `bots/<bot>/`, created on first use), with `HOME` set to the
+/// home, stdin `/dev/null` unless `req.stdin`, and the guest's environment minus every
+/// `RAKAZO_*` variable, plus `req.env` (which may override `HOME`), plus [`EXEC_ID_VAR`].
 pub async fn run(
     home: &Home,
     req: ExecRequest,
@@ -140,7 +145,7 @@ async fn execute(
     if let Err(e) = validate(&req) {
         return Some(ExecEvent::Failed(e));
     }
-    let cwd = match working_dir(home, req.cwd.as_deref()) {
+    let cwd = match working_dir(home, &req) {
         Ok(cwd) => cwd,
         Err(message) => {
             return Some(ExecEvent::Exit {
@@ -385,12 +390,19 @@ fn is_guest_var(key: &OsString) -> bool {
 }
 
 /// Resolves the request's cwd to an absolute directory in the home, or a message naming it.
+/// Without a cwd: the home, or (`StartDir::BotDir`) the lease's bot's own directory.
 ///
 /// Relative paths are relative to the home. An absolute path is accepted when it lies under the
 /// home's root (clients often echo back absolute paths); any other absolute path is outside.
-fn working_dir(home: &Home, cwd: Option<&str>) -> Result<PathBuf, String> {
-    let Some(raw) = cwd else {
-        return Ok(home.root().to_path_buf());
+fn working_dir(home: &Home, req: &ExecRequest) -> Result<PathBuf, String> {
+    let Some(raw) = req.cwd.as_deref() else {
+        return match (req.start, &req.lease) {
+            (StartDir::Home, _) => Ok(home.root().to_path_buf()),
+            (StartDir::BotDir, Some(lease)) => bot_dir(home, &lease.bot, None),
+            (StartDir::BotDir, None) => {
+                Err("a command that starts in its bot's directory needs the bot's lease".into())
+            }
+        };
     };
     let shown = shorten(raw);
     let rel = if raw.starts_with('/') {
@@ -419,6 +431,20 @@ fn working_dir(home: &Home, cwd: Option<&str>) -> Result<PathBuf, String> {
         _ => format!("cwd {shown:?} cannot be used: {}", e.message),
     })
 }
+
+/// `bots/<bot>/` in the home (contracts.md §1), created (0700, never through a symlink, given to
+/// `owner` if set) on first use; the error message names it.
+pub fn bot_dir(home: &Home, bot: &BotId, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
+    let rel = format!("{BOTS_DIR}/{bot}");
+    home.ensure_dir(&rel, owner).map_err(|e| match e.code {
+        ErrorCode::PathRejected => format!("the bot directory {rel:?} goes through a symlink"),
+        ErrorCode::BadRequest => format!("the bot directory {rel:?} is not a directory"),
+        _ => format!("the bot directory {rel:?} cannot be used: {}", e.message),
+    })
+}
+
+/// Where a Team computer's bots have their own directories, inside the home.
+pub const BOTS_DIR: &str = "bots";
 
 /// The final event for a command that could not be spawned.
 fn spawn_failure(program: &str, e: &io::Error) -> ExecEvent {
@@ -797,6 +823,7 @@ mod tests {
             timeout_ms: None,
             stdin: false,
             lease: None,
+            start: StartDir::Home,
         }
     }
 
@@ -1040,6 +1067,65 @@ mod tests {
         }
         assert!(!home.root().join("ran").exists());
         assert!(!t.path().join("ran").exists());
+    }
+
+    fn under_lease(mut r: ExecRequest, bot: &str) -> ExecRequest {
+        r.lease = Some(gateway_proto::BotLease {
+            bot: BotId::new(bot).expect("bot"),
+            token: gateway_proto::LeaseToken::parse("run:1").expect("token"),
+        });
+        r.start = StartDir::BotDir;
+        r
+    }
+
+    #[tokio::test]
+    async fn a_bot_starts_in_its_own_directory_created_0700_and_an_explicit_cwd_wins() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_t, home) = home();
+        let out = exec(&home, under_lease(req(&["pwd"]), "bot-a"), vec![]).await;
+        let dir = home.root().join("bots/bot-a");
+        assert_eq!(out.stdout_str().trim_end(), dir.to_str().expect("utf8"));
+        for d in [home.root().join("bots"), dir.clone()] {
+            let mode = std::fs::metadata(&d).expect("created").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", d.display());
+        }
+        // Used again as it is; an explicit cwd keeps its meaning; no lease, no bot directory.
+        let out = exec(&home, under_lease(sh("pwd; ls"), "bot-a"), vec![]).await;
+        assert_eq!(out.exit(), (0, None));
+        let mut r = under_lease(req(&["pwd"]), "bot-a");
+        r.cwd = Some("bots".into());
+        let out = exec(&home, r, vec![]).await;
+        assert_eq!(
+            out.stdout_str().trim_end(),
+            home.root().join("bots").to_str().expect("utf8")
+        );
+        let mut r = req(&["pwd"]);
+        r.start = StartDir::BotDir;
+        let out = exec(&home, r, vec![]).await;
+        assert_eq!(out.exit().0, 1, "{:?}", out.events);
+    }
+
+    #[tokio::test]
+    async fn a_bot_directory_through_a_symlink_is_refused_and_nothing_runs() {
+        let (t, home) = home();
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(home.root().join("bots")).expect("mkdir");
+        std::os::unix::fs::symlink(outside.path(), home.root().join("bots/bot-b"))
+            .expect("symlink");
+        let out = exec(&home, under_lease(sh("touch ran"), "bot-b"), vec![]).await;
+        assert_eq!(
+            out.exit(),
+            (
+                1,
+                Some("the bot directory \"bots/bot-b\" goes through a symlink".into())
+            )
+        );
+        assert!(!outside.path().join("ran").exists());
+        assert!(!t.path().join("ran").exists());
+        assert!(std::fs::read_dir(outside.path())
+            .expect("ls")
+            .next()
+            .is_none());
     }
 
     #[tokio::test]

@@ -359,6 +359,30 @@ impl Home {
             .fold(self.root.clone(), |p, c| p.join(c)))
     }
 
+    /// Resolves a directory of the home like [`Home::resolve_cwd`], creating what is missing
+    /// (mode 0700) on the way, never through a symlink; each directory it creates is given to
+    /// `owner` (uid, gid) when set (a root guest preparing a directory for its workspace user).
+    pub fn ensure_dir(&self, path: &str, owner: Option<(u32, u32)>) -> Result<PathBuf, OpError> {
+        let rel = normalize(path)?;
+        let mut dir = self.open_root()?;
+        for (i, name) in rel.components().iter().enumerate() {
+            let existed = fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
+            dir = open_subdir(&dir, name, true, &rel.components()[..=i], &rel)?;
+            if let (false, Some((uid, gid))) = (existed, owner) {
+                nix::unistd::fchown(
+                    &dir,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .map_err(|e| failed("give to its user", &rel, e))?;
+            }
+        }
+        Ok(rel
+            .components()
+            .iter()
+            .fold(self.root.clone(), |p, c| p.join(c)))
+    }
+
     fn open_root(&self) -> Result<OwnedFd, OpError> {
         open(
             self.root.as_path(),

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::termframe::{encode_input, encode_resize};
-use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request};
+use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request, StartDir};
 use guest_agent::gateway::capstream::{self, CapStream};
 use guest_agent::gateway::rfb::client::RfbClient;
 use guest_agent::gateway::GatewayConfig;
@@ -126,6 +126,14 @@ async fn quic_pair(
 
 impl Guest {
     async fn start(limit: Option<u32>) -> Result<Self> {
+        Self::start_with(limit, |_| {}).await
+    }
+
+    /// [`Guest::start`] with the gateway's configuration adjusted by `adjust`.
+    async fn start_with(
+        limit: Option<u32>,
+        adjust: impl FnOnce(&mut GatewayConfig),
+    ) -> Result<Self> {
         init_logging();
         let home = tempfile::tempdir()?;
         let runtime = tempfile::tempdir()?;
@@ -142,6 +150,7 @@ impl Guest {
         let mut cfg = GatewayConfig::new(runtime.path().to_path_buf(), home.path().to_path_buf());
         // The filter alone must stop a viewer (see the module comment).
         cfg.view_server_flag = false;
+        adjust(&mut cfg);
         let ops = Arc::new(Ops::with_gateway(Home::new(home.path())?, screens, cfg));
         let (server, client, conn, accept) = quic_pair(ops.clone()).await?;
         Ok(Self {
@@ -197,10 +206,21 @@ impl Guest {
         kind: CapabilityKind,
         lease: Option<&str>,
     ) -> Result<(Reply, Stream)> {
+        self.try_connect_in(bot, kind, lease, StartDir::Home).await
+    }
+
+    async fn try_connect_in(
+        &self,
+        bot: &str,
+        kind: CapabilityKind,
+        lease: Option<&str>,
+        start: StartDir,
+    ) -> Result<(Reply, Stream)> {
         let req = Request::Connect(ConnectRequest {
             bot: BotId::new(bot)?,
             kind,
             control_lease: lease.map(String::from),
+            start,
         });
         self.request(&req).await
     }
@@ -685,6 +705,95 @@ async fn terminals_resize_run_as_the_workspace_user_and_end_with_control() -> Re
         Ok(!process_alive(pid_4))
     })
     .await?;
+    guest.shutdown().await;
+    Ok(())
+}
+
+/// The terminal session directories in the temporary directory owned by `uid`.
+fn terminal_session_dirs(uid: u32) -> Vec<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("rakazo-terminal-"))
+                        && std::fs::metadata(p).is_ok_and(|m| m.uid() == uid)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A Team bot's terminal, as a root guest drops to a workspace uid that has no passwd entry:
+/// the shell starts in the bot's own `bots/<bot>/` (created for that user, 0700), reads a
+/// profile, and is called `rakazo` by `whoami` (nss_wrapper), `$USER` and its prompt; the
+/// session's files go when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_bots_terminal_starts_in_its_directory_as_a_named_user_with_a_profile() -> Result<()>
+{
+    use std::os::unix::fs::MetadataExt;
+    const UID: u32 = 4242;
+    const GID: u32 = 4343;
+    if !nix::unistd::geteuid().is_root() {
+        bail!("this test drops a root guest to uid {UID}: run it as root");
+    }
+    let user = guest_agent::gateway::terminal::user::WorkspaceUser { uid: UID, gid: GID };
+    let guest = Guest::start_with(None, |cfg| cfg.workspace_user = Some(user)).await?;
+    // The workspace user's home, as a provider sets it up.
+    std::os::unix::fs::chown(guest.home.path(), Some(UID), Some(GID))?;
+    guest.ensure_screen("bot-team").await?;
+    let before = terminal_session_dirs(UID);
+    let mut term = match guest
+        .try_connect_in(
+            "bot-team",
+            CapabilityKind::Terminal,
+            Some("lease-1"),
+            StartDir::BotDir,
+        )
+        .await?
+    {
+        (Reply::Opened, s) => s,
+        (other, _) => bail!("terminal answered {other:?}"),
+    };
+    let home = guest.home.path().canonicalize()?;
+    let bot_dir = home.join("bots/bot-team");
+    let meta = std::fs::metadata(&bot_dir)?;
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (UID, GID, 0o700)
+    );
+
+    let mut seen = Vec::new();
+    // The prompt, before anything is typed: `\u@\h:\w` with the user named.
+    let text = read_until(&mut term, &mut seen, |t| t.contains(":~/bots/bot-team$ ")).await?;
+    assert!(text.contains("rakazo@"), "{text:?}");
+    assert!(!text.contains("I have no name"), "{text:?}");
+    term.send
+        .write_all(&encode_input(
+            b"printf 'P=%s\\n' \"$(pwd)\"; printf 'W=%s\\n' \"$(whoami)\"; \
+              printf 'E=%s:%s:%s\\n' \"$HOME\" \"$USER\" \"$(id -u)\"\r",
+        ))
+        .await?;
+    let expected_env = format!("E={}:rakazo:{UID}", guest.home.path().display());
+    let text = read_until(&mut term, &mut seen, |t| t.contains(&expected_env)).await?;
+    assert!(
+        text.contains(&format!("P={}\r\n", bot_dir.display())),
+        "{text:?}"
+    );
+    assert!(text.contains("W=rakazo\r\n"), "{text:?}");
+
+    // The session's directory (profile, passwd) is the user's while it runs and goes with it.
+    let sessions = || -> Vec<std::path::PathBuf> {
+        let mut now = terminal_session_dirs(UID);
+        now.retain(|p| !before.contains(p));
+        now
+    };
+    assert_eq!(sessions().len(), 1, "{:?}", sessions());
+    guest.revoke("bot-team", RevokeScope::Control).await?;
+    stream_end(&mut term).await?;
+    eventually("the session directory to go", || Ok(sessions().is_empty())).await?;
     guest.shutdown().await;
     Ok(())
 }

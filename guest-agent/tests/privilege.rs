@@ -194,6 +194,7 @@ async fn exec(
         timeout_ms: Some(WAIT.as_millis() as u64),
         stdin: false,
         lease: None,
+        start: Default::default(),
     });
     let (mut send, mut recv) = tokio::time::timeout(WAIT, conn.open_bi()).await??;
     send.write_all(&encode(&req)?).await?;

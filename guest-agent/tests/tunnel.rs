@@ -277,6 +277,7 @@ impl Session {
             timeout_ms: Some(WAIT.as_millis() as u64),
             stdin: false,
             lease: bot_lease(lease)?,
+            start: Default::default(),
         });
         let end = self.request(&req).await?;
         ensure!(end.reset.is_none(), "exec stream reset: {:?}", end.reset);

@@ -315,11 +315,13 @@ async fn stale_leases_are_refused_and_the_command_does_not_run() -> Result<()> {
         "{err}"
     );
     assert!(
-        !w.home_of(&c).join("stale-ran").exists(),
+        !w.home_of(&c).join("stale-ran").exists()
+            && !w.home_of(&c).join("bots/bot-1/stale-ran").exists(),
         "a stale command ran"
     );
     assert_eq!(w.exec(&c, run("run-b:2", "ran-b")).await?.code, Some(0));
-    assert!(w.home_of(&c).join("ran-b").exists());
+    // A Team bot's command starts in its own directory (contracts.md §1).
+    assert!(w.home_of(&c).join("bots/bot-1/ran-b").exists());
     w.check_log()
 }
 

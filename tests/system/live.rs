@@ -66,9 +66,13 @@ impl Bot {
 
     /// Issues a capability URL; returns its path (`/cap/<sealed>`), recorded as a secret.
     async fn url(&self, w: &mut World, policy: &str) -> Result<String> {
-        let v = w
-            .post(&self.path("url"), serde_json::json!({ "policy": policy }))
-            .await?;
+        self.url_with(w, serde_json::json!({ "policy": policy }))
+            .await
+    }
+
+    /// Issues a capability URL as `body` asks; returns its path, recorded as a secret.
+    async fn url_with(&self, w: &mut World, body: serde_json::Value) -> Result<String> {
+        let v = w.post(&self.path("url"), body).await?;
         let path = v["path"]
             .as_str()
             .ok_or_else(|| anyhow!("no path in {v}"))?
@@ -999,6 +1003,217 @@ async fn the_terminal_page_runs_a_shell_and_reconnects_to_a_fresh_one() -> Resul
     let h = wait_history(&tab, "failed", |h| h.last().is_some_and(|s| s == "failed")).await?;
     assert_eq!(count(&h, "connected"), 2, "{h:?}");
     drop(browser);
+    w.check_log()?;
+    Ok(())
+}
+
+impl Bot {
+    /// Issues a view URL that lives `ttl_secs`; returns its path, recorded as a secret.
+    async fn view_url_for(&self, w: &mut World, ttl_secs: u64) -> Result<String> {
+        self.url_with(
+            w,
+            serde_json::json!({ "policy": "view", "ttl_secs": ttl_secs }),
+        )
+        .await
+    }
+}
+
+/// Reads a websocket until its close frame (up to `within`); returns the frame's reason.
+async fn close_reason(ws: &mut tests::live::Ws, within: Duration) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => bail!("still open after {within:?}"),
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                return Ok(frame.map(|f| f.reason.to_string()).unwrap_or_default())
+            }
+            Ok(None) => bail!("ended without a close frame"),
+            Ok(Some(Err(e))) => bail!("ended with {e}"),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+/// A view stream closes soon after its URL's sealed expiry (the once-a-second re-check), with
+/// the close reason `expired`, while a stream of a longer URL of the same bot stays open.
+#[tokio::test]
+async fn a_view_stream_closes_when_its_url_expires() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-expiry").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let short = a.view_url_for(&mut w, 3).await?;
+    let long = a.url(&mut w, "view").await?;
+    let mut short_rfb = Rfb::handshake(WsBytes::new(connect(&w.http, &short).await?)).await?;
+    short_rfb.sync().await?;
+    let mut long_rfb = Rfb::handshake(WsBytes::new(connect(&w.http, &long).await?)).await?;
+    long_rfb.sync().await?;
+
+    // 3 s of life, then at most a second to the next re-check: 20 s is only the deadline.
+    let reason = close_reason(&mut short_rfb.io.ws, Duration::from_secs(20)).await?;
+    assert_eq!(reason, "expired");
+    // The longer URL's stream still serves.
+    long_rfb.sync().await?;
+    let closed = w
+        .log()
+        .lines()
+        .find(|l| l.contains("screen.proxy.websocket_closed"))
+        .map(String::from)
+        .ok_or_else(|| anyhow!("no close event in the log"))?;
+    assert!(
+        closed.contains("initiator=\"revoked\"") || closed.contains("initiator=revoked"),
+        "{closed}"
+    );
+    assert!(
+        closed.contains("reason=\"expired\"") || closed.contains("reason=expired"),
+        "{closed}"
+    );
+    assert_eq!(get(&w.http, &short).await?.status, 404, "the expired page");
+    w.check_log()?;
+    Ok(())
+}
+
+/// One capability URL opens at most 8 websockets at once (the default); the ninth upgrade is
+/// answered 429 with a clear reason, another URL of the same bot still opens, and closing one
+/// stream frees a place.
+#[tokio::test]
+async fn a_url_opens_at_most_eight_streams_and_a_closed_one_frees_a_place() -> Result<()> {
+    const CAP: usize = 8;
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-cap").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let view = a.url(&mut w, "view").await?;
+    let mut open = Vec::new();
+    for _ in 0..CAP {
+        open.push(connect(&w.http, &view).await?);
+    }
+    let refused = tokio_tungstenite::connect_async(tests::live::ws_url(&w.http, &view)).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 429);
+            let body =
+                String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).to_string();
+            assert!(
+                body.contains("already open in 8 windows") && body.contains("close one"),
+                "{body}"
+            );
+        }
+        Ok(_) => bail!("a ninth stream of one URL was upgraded"),
+        Err(e) => bail!("the ninth upgrade failed otherwise: {e}"),
+    }
+    // Another URL of the same bot has its own count.
+    let other = a.url(&mut w, "view").await?;
+    let mut other_rfb = Rfb::handshake(WsBytes::new(connect(&w.http, &other).await?)).await?;
+    other_rfb.sync().await?;
+
+    // Closing one gives its place back (once the relay has seen the close).
+    let mut first = open.remove(0);
+    first.close(None).await?;
+    wait_closed(&mut first, LONG).await?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    let again = loop {
+        match upgrade_or_status(&w.http, &view).await? {
+            Ok(ws) => break ws,
+            Err(429) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => bail!("after a close, the upgrade still answered {status}"),
+        }
+    };
+    let mut rfb = Rfb::handshake(WsBytes::new(again)).await?;
+    rfb.sync().await?;
+    assert_eq!(
+        upgrade_status(&w.http, &view).await?,
+        Some(429),
+        "full again"
+    );
+    assert!(w.log().contains("too_many_streams"));
+    w.check_log()?;
+    Ok(())
+}
+
+/// Opens a capability websocket: the stream, or the status of a refused upgrade.
+async fn upgrade_or_status(
+    http: &str,
+    cap_path: &str,
+) -> Result<std::result::Result<tests::live::Ws, u16>> {
+    match tokio_tungstenite::connect_async(tests::live::ws_url(http, cap_path)).await {
+        Ok((ws, _)) => Ok(Ok(ws)),
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Ok(Err(resp.status().as_u16())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Team computer's bot (contracts.md §1, §7): a command under its lease without a cwd starts
+/// in its own `bots/<bot-id>/` (created on first use), an explicit cwd keeps its meaning, and a
+/// command without a lease starts in the home; its terminal runs as the same user as its
+/// commands, starts in the same directory, and reads a profile: `whoami`, `$HOME`, `$USER`
+/// and the prompt (`user@host:~/bots/<bot-id>$`) are right.
+#[tokio::test]
+async fn a_team_bots_commands_and_terminal_start_in_its_directory_as_one_user() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-bots").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let lease = w.lease(&c, "bot-a", "run-dirs").await?;
+    let probe = "pwd; printf '%s\\n' \"$HOME\"; id -un; id -u";
+    let leased = w
+        .exec(
+            &c,
+            serde_json::json!({ "argv": ["sh", "-c", probe], "bot": "bot-a", "lease": lease }),
+        )
+        .await?;
+    assert_eq!(leased.code, Some(0), "{:?}", leased.events);
+    let out = String::from_utf8_lossy(&leased.stdout).to_string();
+    let lines: Vec<&str> = out.lines().collect();
+    let [pwd, home, user, uid] = lines[..] else {
+        bail!("unexpected probe output {out:?}");
+    };
+    assert_eq!(pwd, format!("{home}/bots/bot-a"), "{out}");
+    let explicit = w
+        .exec(
+            &c,
+            serde_json::json!({ "argv": ["pwd"], "cwd": "bots", "bot": "bot-a", "lease": lease }),
+        )
+        .await?;
+    assert_eq!(
+        String::from_utf8_lossy(&explicit.stdout).trim_end(),
+        format!("{home}/bots")
+    );
+    assert_eq!(
+        w.sh(&c, "pwd").await?.trim_end(),
+        home,
+        "no lease: the home"
+    );
+    assert_eq!(
+        w.sh(&c, "stat -c %a bots/bot-a").await?.trim_end(),
+        "700",
+        "the bot directory is private"
+    );
+    a.end_run(&w, &lease).await?;
+
+    a.takeover(&w).await?;
+    let term = a.terminal_url(&mut w).await?;
+    let mut ws = connect(&w.http, &term).await?;
+    let mut seen = Vec::new();
+    // The prompt of the profile, before anything is typed.
+    read_until(&mut ws, &mut seen, ":~/bots/bot-a$ ", LONG).await?;
+    let prompt = String::from_utf8_lossy(&seen).to_string();
+    assert!(prompt.contains(&format!("{user}@")), "{prompt:?}");
+    ws.send(Message::Binary(
+        encode_input(
+            b"printf 'P=%s\\n' \"$(pwd)\"; printf 'W=%s\\n' \"$(whoami)\"; \
+              printf 'E=%s:%s:%s\\n' \"$HOME\" \"$USER\" \"$(id -u)\"\r",
+        )
+        .into(),
+    ))
+    .await?;
+    let expected = format!("E={home}:{user}:{uid}");
+    read_until(&mut ws, &mut seen, &expected, LONG).await?;
+    let text = String::from_utf8_lossy(&seen).to_string();
+    assert!(text.contains(&format!("P={pwd}\r\n")), "{text:?}");
+    assert!(text.contains(&format!("W={user}\r\n")), "{text:?}");
     w.check_log()?;
     Ok(())
 }

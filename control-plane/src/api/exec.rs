@@ -5,13 +5,17 @@
 //! is NDJSON: `started`, then `stdout`/`stderr` chunks as they come, then exactly one `exit` (or
 //! an `error` that says whether the outcome is uncertain). When the client goes away, the command
 //! is aborted (exit 130 on the guest).
+//!
+//! Without a `cwd`, a command runs in the home, except under a Team computer's bot's lease: then
+//! in that bot's `bots/<bot-id>/` (created by the guest on first use, see [`start_dir`]).
 
 use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
 use super::{bot_lease, Api};
+use crate::computers::ComputerKind;
 use crate::tunnel::{OpStream, TunnelError};
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use gateway_proto::{ExecEvent, ExecInput, ExecRequest, Request, MAX_CHUNK};
+use gateway_proto::{ExecEvent, ExecInput, ExecRequest, Request, StartDir, MAX_CHUNK};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
@@ -111,6 +115,11 @@ pub async fn exec(
         }
     }
     let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    // Without a cwd, a command under a Team bot's lease starts in that bot's directory.
+    let start = match (&body.cwd, &lease) {
+        (None, Some(_)) => start_dir(&api.core.get(id).await?.kind),
+        _ => StartDir::Home,
+    };
     let request = Request::Exec(ExecRequest {
         argv: body.argv,
         cwd: body.cwd,
@@ -118,6 +127,7 @@ pub async fn exec(
         timeout_ms: body.timeout_ms,
         stdin: !matches!(stdin, Stdin::None),
         lease: lease.clone(),
+        start,
     });
     let mut op = api.core.open(id, lease.as_ref(), &request).await?;
     // The first event decides the status: a refusal (stale fence, bad request) is an HTTP error.
@@ -135,6 +145,16 @@ pub async fn exec(
     );
     *resp.status_mut() = StatusCode::OK;
     Ok(resp)
+}
+
+/// Where a bot of a computer of `kind` starts its commands and terminals when it names no
+/// directory (contracts.md §1): a Team computer's bots in their own `bots/<bot-id>/`, a
+/// Private computer's bot in the home, which is its own.
+pub fn start_dir(kind: &ComputerKind) -> StartDir {
+    match kind {
+        ComputerKind::Team { .. } => StartDir::BotDir,
+        ComputerKind::Private { .. } => StartDir::Home,
+    }
 }
 
 type Out = mpsc::Sender<Result<Bytes, std::io::Error>>;

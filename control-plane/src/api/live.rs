@@ -14,9 +14,10 @@ use crate::live::pages::{self, cap_headers, Served};
 use crate::live::relay::{relay, ws_config, RelayCtx};
 use crate::live::seal::{Capability, CAPABILITY_TTL};
 use crate::live::store::LiveStoreError;
+use crate::live::streams::UrlKey;
 use crate::tunnel::TunnelError;
 use gateway_proto::live::{CapabilityKind, ConnectRequest};
-use gateway_proto::{LeaseToken, Reply, Request};
+use gateway_proto::{LeaseToken, Reply, Request, StartDir};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
@@ -201,10 +202,12 @@ pub async fn waiting_takeover(
 
 /// A plain-text refusal with the capability headers (never echoing the request).
 fn refusal(status: StatusCode) -> Response<RespBody> {
-    let mut resp = Response::new(full(bytes::Bytes::from(format!(
-        "{}\n",
-        status.canonical_reason().unwrap_or("refused")
-    ))));
+    refusal_with(status, status.canonical_reason().unwrap_or("refused"))
+}
+
+/// [`refusal`] saying `text`.
+fn refusal_with(status: StatusCode, text: &str) -> Response<RespBody> {
+    let mut resp = Response::new(full(bytes::Bytes::from(format!("{text}\n"))));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -285,6 +288,8 @@ async fn open(api: &Arc<Api>, token: &str, cid: &str) -> Result<Capability, Stat
             Err(match r {
                 Rejection::Rejected => StatusCode::FORBIDDEN,
                 Rejection::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                // Expired between opening the token and checking it: as if a moment later.
+                Rejection::Expired => StatusCode::NOT_FOUND,
             })
         }
     }
@@ -334,10 +339,37 @@ async fn websocket(
         Err(status) => return refusal(status),
     };
     let policy = cap.policy;
+    // A place among the URL's streams is taken before the guest is asked, so a refused upgrade
+    // costs the guest nothing; the guard gives it back however the stream ends.
+    let guard = match api.core.live.streams.register(
+        UrlKey::of_token(token),
+        api.live.config.max_streams_per_url,
+        &cap.scope.computer,
+        &cap.scope.bot,
+        policy,
+    ) {
+        Ok(g) => g,
+        Err(full) => {
+            handshake_failed(&cid, Some(policy), "too_many_streams");
+            return refusal_with(StatusCode::TOO_MANY_REQUESTS, &full.to_string());
+        }
+    };
+    // A Team computer's bot gets its terminals in its own directory, like its commands.
+    let start = match policy {
+        CapabilityKind::Terminal => match api.core.get(&cap.scope.computer).await {
+            Ok(c) => super::exec::start_dir(&c.kind),
+            Err(_) => {
+                rejected(&cid, Some(policy), "authority_unavailable");
+                return refusal(StatusCode::SERVICE_UNAVAILABLE);
+            }
+        },
+        CapabilityKind::View | CapabilityKind::Control => StartDir::Home,
+    };
     let connect = Request::Connect(ConnectRequest {
         bot: cap.scope.bot.clone(),
         kind: policy,
         control_lease: cap.scope.control_lease.clone(),
+        start,
     });
     let mut op = match api.core.open(&cap.scope.computer, None, &connect).await {
         Ok(op) => op,
@@ -365,11 +397,6 @@ async fn websocket(
             return refusal(StatusCode::BAD_GATEWAY);
         }
     }
-    let guard = api
-        .core
-        .live
-        .streams
-        .register(&cap.scope.computer, &cap.scope.bot, policy);
     let wants_binary = header_has(&req, header::SEC_WEBSOCKET_PROTOCOL, "binary");
     let core = api.core.clone();
     let task_cid = cid.clone();

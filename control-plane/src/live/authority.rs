@@ -4,7 +4,8 @@
 //! Everything here is checked against the database, never against memory alone: a capability
 //! opens only while the computer runs with the generation sealed into it, the bot's generation
 //! is unchanged, and (control, terminal) the control lease it was issued under is still the
-//! live one. The same [`check`] runs when a websocket opens and once a second while it is open.
+//! live one, and the URL's sealed expiry has not passed. The same [`check`] runs when a websocket
+//! opens and once a second while it is open.
 
 use super::seal::{Capability, Scope, SealError, Sealer};
 use super::store::{ControlLease, LiveStoreError};
@@ -39,6 +40,8 @@ pub enum Rejection {
     Rejected,
     /// The database could not be asked.
     Unavailable,
+    /// The URL's sealed expiry has passed: its streams close like revoked ones.
+    Expired,
 }
 
 impl Rejection {
@@ -46,6 +49,7 @@ impl Rejection {
         match self {
             Self::Rejected => "authority_rejected",
             Self::Unavailable => "authority_unavailable",
+            Self::Expired => "expired",
         }
     }
 }
@@ -108,8 +112,13 @@ pub async fn issue(
     })
 }
 
-/// Checks an opened capability against the database at `now_ms`.
+/// Checks an opened capability at `now_ms`: its sealed expiry, then the database.
 pub async fn check(core: &Core, cap: &Capability, now_ms: i64) -> Result<(), Rejection> {
+    // Opening the token checks the expiry too, but a stream outlives its opening: the
+    // once-a-second re-check is what ends it when its URL expires.
+    if now_ms >= cap.expires_at_ms {
+        return Err(Rejection::Expired);
+    }
     let scope = &cap.scope;
     let Ok(cid) = ComputerId::new(&scope.computer) else {
         return Err(Rejection::Rejected);

@@ -1,6 +1,6 @@
-//! `rakazo serve` configuration of live screens: the flag (clap, with its environment variable)
-//! of the user's control-lease TTL and its range check. Nothing else in the module reads
-//! configuration.
+//! `rakazo serve` configuration of live screens: the flags (clap, with their environment
+//! variables) of the user's control-lease TTL and of how many streams one capability URL may have
+//! open, and their range checks. Nothing else in the module reads configuration.
 
 use clap::Args;
 use std::time::Duration;
@@ -16,6 +16,13 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 /// and the computer awake; longer than that is a lease nobody renews on purpose.
 const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// Default cap on the websockets open at once through one capability URL: a URL handed to a
+/// few people is fine, a URL posted widely does not become a broadcast.
+pub const DEFAULT_MAX_STREAMS_PER_URL: usize = 8;
+/// Highest cap accepted (each stream is a guest connection; the guest serves at most 32 clients
+/// per view or control server).
+const MAX_STREAMS_PER_URL: usize = 32;
+
 /// `rakazo serve` flags of live screens.
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
@@ -24,6 +31,11 @@ pub struct LiveArgs {
     #[arg(long, env = "RAKAZO_CONTROL_LEASE_TTL_SECS",
           default_value_t = DEFAULT_CONTROL_LEASE_TTL.as_secs())]
     pub control_lease_ttl_secs: u64,
+    /// How many websockets (viewers, control windows or terminals) one capability URL may
+    /// have open at once; past it the upgrade answers 429 until one closes.
+    #[arg(long, env = "RAKAZO_MAX_STREAMS_PER_URL",
+          default_value_t = DEFAULT_MAX_STREAMS_PER_URL)]
+    pub max_streams_per_url: usize,
 }
 
 impl LiveArgs {
@@ -38,8 +50,15 @@ impl LiveArgs {
                 self.control_lease_ttl_secs
             );
         }
+        if !(1..=MAX_STREAMS_PER_URL).contains(&self.max_streams_per_url) {
+            anyhow::bail!(
+                "the streams per capability URL must be 1..={MAX_STREAMS_PER_URL}, got {}",
+                self.max_streams_per_url
+            );
+        }
         Ok(LiveConfig {
             control_lease_ttl: ttl,
+            max_streams_per_url: self.max_streams_per_url,
         })
     }
 }
@@ -48,12 +67,15 @@ impl LiveArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveConfig {
     pub control_lease_ttl: Duration,
+    /// Most websockets open at once through one capability URL.
+    pub max_streams_per_url: usize,
 }
 
 impl Default for LiveConfig {
     fn default() -> Self {
         Self {
             control_lease_ttl: DEFAULT_CONTROL_LEASE_TTL,
+            max_streams_per_url: DEFAULT_MAX_STREAMS_PER_URL,
         }
     }
 }
@@ -65,6 +87,7 @@ mod tests {
     fn ttl(secs: u64) -> anyhow::Result<LiveConfig> {
         LiveArgs {
             control_lease_ttl_secs: secs,
+            max_streams_per_url: DEFAULT_MAX_STREAMS_PER_URL,
         }
         .resolve()
     }
@@ -105,5 +128,11 @@ mod tests {
             cli.live.resolve().unwrap().control_lease_ttl,
             Duration::from_secs(3)
         );
+        let cli = Cli::try_parse_from(["rakazo", "--max-streams-per-url", "2"]).unwrap();
+        assert_eq!(cli.live.resolve().unwrap().max_streams_per_url, 2);
+        for bad in ["0", "33"] {
+            let cli = Cli::try_parse_from(["rakazo", "--max-streams-per-url", bad]).unwrap();
+            assert!(cli.live.resolve().is_err(), "{bad}");
+        }
     }
 }

@@ -6,8 +6,9 @@
 //! ([`gather`]): QUIC hands its data over packet by packet (about 1.2 KiB each), and a message,
 //! with its flush, per packet cost more CPU than the bytes themselves. Nothing waits to fill a
 //! message, so a keystroke's echo still leaves at once. Once a
-//! second the capability is checked against the database again, and the stream closes when it
-//! no longer holds (`initiator = revoked`); a decision elsewhere (release of control, a torn
+//! second the capability is checked again (its URL's sealed expiry, then the database), and the
+//! stream closes when it no longer holds (`initiator = revoked`, `reason = expired` for an
+//! expired URL); a decision elsewhere (release of control, a torn
 //! down desktop) closes it at once through its [`StreamGuard`]. Whoever ends the stream, the
 //! other side is ended too and one `screen.proxy.websocket_closed` event says who it was.
 
@@ -81,36 +82,37 @@ where
     let mut recheck = tokio::time::interval_at(started + RECHECK_EVERY, RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     op.rx.start_raw();
-    let (initiator, close): (Initiator, Option<CloseFrame>) = loop {
+    // Who ended the stream, why (the event's `reason`), and the close frame the browser gets.
+    let (initiator, reason, close): (Initiator, &'static str, Option<CloseFrame>) = loop {
         tokio::select! {
             msg = ws.next() => match msg {
                 Some(Ok(Message::Binary(bytes))) => {
                     if let Some(check) = frames.as_mut() {
                         if let Err(e) = check.push(&bytes) {
                             info!(screen.connection_id = %ctx.connection_id, policy = policy.as_str(), error = %e, "terminal frame refused");
-                            break (Initiator::Client, Some(close_frame(CloseCode::Size, "frame refused")));
+                            break (Initiator::Client, "frame_refused", Some(close_frame(CloseCode::Size, "frame refused")));
                         }
                     }
                     if op.tx.write_raw(bytes).await.is_err() {
-                        break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
+                        break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
                     }
                 }
                 // Pings are answered by the websocket layer; text has no meaning here.
                 Some(Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (Initiator::Client, None),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (Initiator::Client, "client_closed", None),
             },
             chunk = op.rx.read_raw(GUEST_CHUNK) => match chunk {
                 Ok(Some(first)) => {
                     let (bytes, ended) = gather(&mut op.rx, first);
                     if ws.send(Message::Binary(bytes)).await.is_err() {
-                        break (Initiator::Client, None);
+                        break (Initiator::Client, "client_closed", None);
                     }
                     if ended {
-                        break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
+                        break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
                     }
                 }
                 Ok(None) | Err(_) => {
-                    break (Initiator::Upstream, Some(close_frame(CloseCode::Away, "upstream closed")));
+                    break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
                 }
             },
             _ = recheck.tick() => {
@@ -119,11 +121,13 @@ where
                         // Fail closed: a stream whose authority cannot be asked does not stay open.
                         info!(screen.connection_id = %ctx.connection_id, policy = policy.as_str(), reason = r.reason(), "screen.proxy.recheck_failed");
                     }
-                    break (Initiator::Revoked, Some(close_frame(CloseCode::Policy, "revoked")));
+                    // An expired URL's viewer is told so; anything else is a revocation.
+                    let text = if r == Rejection::Expired { "expired" } else { "revoked" };
+                    break (Initiator::Revoked, r.reason(), Some(close_frame(CloseCode::Policy, text)));
                 }
             }
             () = ctx.guard.cancel.cancelled() => {
-                break (Initiator::Revoked, Some(close_frame(CloseCode::Policy, "revoked")));
+                break (Initiator::Revoked, "revoked", Some(close_frame(CloseCode::Policy, "revoked")));
             }
         }
     };
@@ -145,6 +149,7 @@ where
         handshake_completed = true,
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         initiator = initiator.as_str(),
+        reason,
         "screen.proxy.websocket_closed"
     );
 }

@@ -2,6 +2,8 @@
 //! desktop torn down) closes them at once instead of at their next once-per-second re-check.
 //!
 //! Each relay registers itself and holds a [`StreamGuard`]; dropping the guard unregisters it.
+//! Registration is also where the cap on streams per capability URL is kept: a URL already
+//! open in as many websockets as allowed gets no more until one closes.
 //! Closing only cancels the guard's token: the relay sees it, ends its websocket and its guest
 //! stream, and logs why. This is an accelerator, not the authority: the database re-check of
 //! every stream (see `relay`) closes it anyway within a second.
@@ -14,10 +16,32 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
 
 struct Entry {
+    url: UrlKey,
     computer: String,
     bot: BotId,
     policy: CapabilityKind,
     cancel: CancellationToken,
+}
+
+/// Identifies one capability URL among the open streams: a sha256 of its sealed token, so the
+/// registry never holds the credential itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UrlKey([u8; 32]);
+
+impl UrlKey {
+    pub fn of_token(token: &str) -> Self {
+        use sha2::Digest;
+        Self(sha2::Sha256::digest(token.as_bytes()).into())
+    }
+}
+
+/// The URL already has as many open streams as allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this link is already open in {max} windows, the most allowed at once; close one and try again"
+)]
+pub struct UrlFull {
+    pub max: usize,
 }
 
 /// Which of a bot's streams to close.
@@ -60,29 +84,39 @@ impl Streams {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a stream of `bot` on `computer` under `policy`.
+    /// Registers a stream of `bot` on `computer` under `policy`, opened through the URL `url`,
+    /// unless that URL already has `max_per_url` open streams (counted and registered under one
+    /// lock, so concurrent upgrades cannot overshoot).
     pub fn register(
         self: &Arc<Self>,
+        url: UrlKey,
+        max_per_url: usize,
         computer: &str,
         bot: &BotId,
         policy: CapabilityKind,
-    ) -> StreamGuard {
+    ) -> Result<StreamGuard, UrlFull> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        self.lock().insert(
+        let mut map = self.lock();
+        if map.values().filter(|e| e.url == url).count() >= max_per_url {
+            return Err(UrlFull { max: max_per_url });
+        }
+        map.insert(
             id,
             Entry {
+                url,
                 computer: computer.to_string(),
                 bot: bot.clone(),
                 policy,
                 cancel: cancel.clone(),
             },
         );
-        StreamGuard {
+        drop(map);
+        Ok(StreamGuard {
             streams: self.clone(),
             id,
             cancel,
-        }
+        })
     }
 
     /// Closes the bot's streams in `scope`; returns how many were told to close.
@@ -136,14 +170,21 @@ mod tests {
         BotId::new(s).unwrap()
     }
 
+    /// A stream on its own URL, without a cap that matters.
+    fn reg(s: &Arc<Streams>, computer: &str, b: &str, policy: CapabilityKind) -> StreamGuard {
+        let url = UrlKey::of_token(&format!("{computer}/{b}/{}", s.len()));
+        s.register(url, usize::MAX, computer, &bot(b), policy)
+            .unwrap()
+    }
+
     #[test]
     fn closing_control_leaves_views_open() {
         let s = Streams::new();
-        let view = s.register("c1", &bot("a"), CapabilityKind::View);
-        let control = s.register("c1", &bot("a"), CapabilityKind::Control);
-        let term = s.register("c1", &bot("a"), CapabilityKind::Terminal);
-        let other_bot = s.register("c1", &bot("b"), CapabilityKind::Control);
-        let other_computer = s.register("c2", &bot("a"), CapabilityKind::Terminal);
+        let view = reg(&s, "c1", "a", CapabilityKind::View);
+        let control = reg(&s, "c1", "a", CapabilityKind::Control);
+        let term = reg(&s, "c1", "a", CapabilityKind::Terminal);
+        let other_bot = reg(&s, "c1", "b", CapabilityKind::Control);
+        let other_computer = reg(&s, "c2", "a", CapabilityKind::Terminal);
         assert_eq!(s.close_bot("c1", &bot("a"), CloseScope::Control), 2);
         assert!(!view.cancel.is_cancelled());
         assert!(control.cancel.is_cancelled() && term.cancel.is_cancelled());
@@ -158,10 +199,27 @@ mod tests {
     #[test]
     fn a_dropped_guard_unregisters() {
         let s = Streams::new();
-        let g = s.register("c1", &bot("a"), CapabilityKind::View);
+        let g = reg(&s, "c1", "a", CapabilityKind::View);
         assert_eq!(s.len(), 1);
         drop(g);
         assert!(s.is_empty());
         assert_eq!(s.close_computer("c1"), 0);
+    }
+
+    #[test]
+    fn a_url_opens_at_most_its_cap_and_a_closed_stream_frees_a_place() {
+        let s = Streams::new();
+        let url = UrlKey::of_token("sealed-a");
+        let other = UrlKey::of_token("sealed-b");
+        let open = |u| s.register(u, 2, "c1", &bot("a"), CapabilityKind::View);
+        let first = open(url).unwrap();
+        let _second = open(url).unwrap();
+        assert_eq!(open(url).err(), Some(UrlFull { max: 2 }));
+        // Another URL of the same bot has its own count.
+        let _third = open(other).unwrap();
+        drop(first);
+        let _again = open(url).unwrap();
+        assert!(open(url).is_err());
+        assert_eq!(s.len(), 3);
     }
 }

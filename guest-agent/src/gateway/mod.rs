@@ -25,14 +25,14 @@ use crate::screens::{CapabilityRevoker, Screens};
 use gateway_proto::live::{
     valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
 };
-use gateway_proto::{BotId, ErrorCode, OpError, Reply};
+use gateway_proto::{BotId, ErrorCode, OpError, Reply, StartDir};
 use rfb::{ClientFilter, Policy, RfbInput, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use table::{CapTable, Capability, ClientGuard};
-use terminal::user::{plan_shell, WorkspaceUser};
+use terminal::user::{plan_shell, shell_user, ShellPlace, WorkspaceUser};
 use terminal::TerminalSession;
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
@@ -278,12 +278,15 @@ impl Gateway {
                 }
                 let (id, socket) = table.allocate(req.kind);
                 check_socket_path(&socket)?;
-                let plan = plan_shell(
-                    &self.cfg.home,
-                    nix::unistd::geteuid().as_raw(),
-                    self.cfg.workspace_user,
-                )
-                .map_err(failed)?;
+                let euid = nix::unistd::geteuid().as_raw();
+                let start = self.terminal_start(&req.bot, req.start, euid)?;
+                let private_session_dir = table.dir().join(format!("{id}-terminal.d"));
+                let place = ShellPlace {
+                    home: &self.cfg.home,
+                    start: &start,
+                    private_session_dir: &private_session_dir,
+                };
+                let plan = plan_shell(place, euid, self.cfg.workspace_user).map_err(failed)?;
                 let session = TerminalSession::start(plan, &socket).map_err(failed)?;
                 let cap = Capability::new(
                     id,
@@ -404,6 +407,25 @@ impl Gateway {
             .ok_or_else(|| failed("capability is being revoked"))?;
         table.insert(bot, cap);
         Ok((socket, cancel, guard, None))
+    }
+
+    /// Where a terminal of `bot` starts: the home, or its `bots/<bot>/` (created on first use,
+    /// never through a symlink, and given to the workspace user when a root guest drops to it).
+    fn terminal_start(&self, bot: &BotId, start: StartDir, euid: u32) -> Result<PathBuf, OpError> {
+        match start {
+            StartDir::Home => Ok(self.cfg.home.clone()),
+            StartDir::BotDir => {
+                let home = crate::home::Home::new(&self.cfg.home).map_err(|e| {
+                    failed(format!(
+                        "cannot open the home {}: {e}",
+                        self.cfg.home.display()
+                    ))
+                })?;
+                let (user, drops) = shell_user(&self.cfg.home, euid, self.cfg.workspace_user);
+                let owner = drops.then_some((user.uid, user.gid));
+                crate::exec::bot_dir(&home, bot, owner).map_err(failed)
+            }
+        }
     }
 
     /// How many capabilities `bot` has in the table (tests, diagnostics).

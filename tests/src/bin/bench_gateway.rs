@@ -174,6 +174,7 @@ impl Bench {
             bot: BotId::new(BOT)?,
             kind,
             control_lease: Some("bench-lease".into()),
+            start: Default::default(),
         });
         match self.request(&req).await? {
             (Reply::Opened, s) => Ok(s),

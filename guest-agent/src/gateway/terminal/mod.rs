@@ -56,6 +56,12 @@ pub enum TerminalError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot prepare the terminal's session directory {}", path.display())]
+    SessionDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One shell and the server task that connects it to its socket.
@@ -65,6 +71,8 @@ pub struct TerminalSession {
     child: Option<Box<dyn portable_pty::Child + Send + Sync>>,
     server: JoinHandle<()>,
     socket: PathBuf,
+    /// The session's profile and nss_wrapper files ([`ShellPlan::session_dir`]).
+    session_dir: PathBuf,
     stopped: bool,
 }
 
@@ -81,9 +89,21 @@ impl TerminalSession {
     /// Starts the shell of `plan` on a new PTY and listens on `socket` (mode 0600) for the one
     /// connection that drives it. Must run inside the tokio runtime.
     pub fn start(plan: ShellPlan, socket: &Path) -> Result<Self, TerminalError> {
-        let pair = portable_pty::native_pty_system()
-            .openpty(INITIAL_SIZE)
-            .map_err(|e| TerminalError::Pty(format!("{e:#}")))?;
+        write_session_dir(&plan).map_err(|source| {
+            let _ = std::fs::remove_dir_all(&plan.session_dir);
+            TerminalError::SessionDir {
+                path: plan.session_dir.clone(),
+                source,
+            }
+        })?;
+        let session_dir = plan.session_dir.clone();
+        let pair = match portable_pty::native_pty_system().openpty(INITIAL_SIZE) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&session_dir);
+                return Err(TerminalError::Pty(format!("{e:#}")));
+            }
+        };
         let tty = pair.master.tty_name();
         if let Some(tty) = &tty {
             // Programs that reopen /dev/tty (ssh, sudo prompts) need the PTY to be the user's,
@@ -98,10 +118,13 @@ impl TerminalSession {
             cmd.env(k, v);
         }
         cmd.cwd(&plan.cwd);
-        let child = pair
-            .slave
-            .spawn_command(cmd)
-            .map_err(|e| TerminalError::Spawn(format!("{e:#}")))?;
+        let child = match pair.slave.spawn_command(cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&session_dir);
+                return Err(TerminalError::Spawn(format!("{e:#}")));
+            }
+        };
         drop(pair.slave);
         let pid = child.process_id();
         let mut session = Self {
@@ -110,6 +133,7 @@ impl TerminalSession {
             child: Some(child),
             server: tokio::spawn(async {}),
             socket: socket.to_path_buf(),
+            session_dir,
             stopped: false,
         };
         let io = (|| -> Result<_, TerminalError> {
@@ -183,7 +207,8 @@ impl TerminalSession {
         self.stopped = true;
     }
 
-    /// SIGKILL to the shell's group and to every process with the PTY open; removes the socket.
+    /// SIGKILL to the shell's group and to every process with the PTY open; removes the socket
+    /// and the session directory.
     fn kill_now(&mut self) {
         if let Some(pid) = self.pid {
             super::procs::signal_group(pid, Signal::SIGKILL);
@@ -194,7 +219,36 @@ impl TerminalSession {
             }
         }
         let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir_all(&self.session_dir);
     }
+}
+
+/// Creates the session directory fresh (0700, failing if anything is already there, so nothing
+/// planted is reused), writes the plan's files into it (0600, never through a link), and gives
+/// both to the shell's user when the guest drops to it.
+fn write_session_dir(plan: &ShellPlan) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&plan.session_dir)?;
+    let owner = plan.give_to_user.then_some(plan.user);
+    for (name, content) in &plan.files {
+        let path = plan.session_dir.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        f.write_all(content.as_bytes())?;
+        if let Some(u) = owner {
+            std::os::unix::fs::fchown(&f, Some(u.uid), Some(u.gid))?;
+        }
+    }
+    if let Some(u) = owner {
+        std::os::unix::fs::chown(&plan.session_dir, Some(u.uid), Some(u.gid))?;
+    }
+    Ok(())
 }
 
 impl Drop for TerminalSession {
