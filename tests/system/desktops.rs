@@ -7,8 +7,8 @@ use control_plane::client::ClientError;
 use hyper::StatusCode;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
-use tests::fixture::Fixture;
 use tests::bot::Bot;
+use tests::fixture::Fixture;
 use tests::{pids_with_cmdline, wait_for, World, WorldOptions};
 
 fn code_of(e: &ClientError) -> Option<(StatusCode, String, String)> {

@@ -9,9 +9,9 @@ use gateway_proto::termframe::encode_input;
 use hyper::{Method, StatusCode};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
+use tests::bot::Bot;
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, upgrade_status};
-use tests::bot::Bot;
 use tests::{engine, wait_for, World, WorldOptions};
 use tokio_tungstenite::tungstenite::Message;
 
