@@ -1,5 +1,6 @@
-//! The browser module against real Xvfb servers and Debian's real Chromium: CDP readiness, the
-//! exact command line of contracts.md §3, clean stops, cookies that survive a restart, profile
+//! The browser module against real Xvfb servers and Debian's real Chromium: CDP readiness over
+//! the DevTools pipe (and no DevTools port anywhere), the command line of contracts.md §3 with
+//! ours, the sandbox decision, a dead Chrome failing pending calls at once, clean stops, cookies that survive a restart, profile
 //! isolation, stale and live `SingletonLock`s, crash detection, session restore, and a stop that
 //! escalates to SIGKILL when Chrome answers nothing.
 //!
@@ -20,8 +21,8 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use gateway_proto::BotId;
 use guest_agent::browser::{
-    profile_dir, Browser, BrowserError, BrowserOptions, StopOutcome, SINGLETON_COOKIE,
-    SINGLETON_LOCK, SINGLETON_SOCKET,
+    profile_dir, Browser, BrowserError, BrowserOptions, CdpError, Sandbox, StopOutcome,
+    DEVTOOLS_ACTIVE_PORT, SINGLETON_COOKIE, SINGLETON_LOCK, SINGLETON_SOCKET,
 };
 use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
 use nix::sys::signal::{kill, Signal};
@@ -188,43 +189,65 @@ async fn serve(mut stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>) {
     let _ = stream.shutdown().await;
 }
 
-/// A raw HTTP/1.1 GET on 127.0.0.1; returns the status code and the body. The body is read by
-/// `Content-Length`: Chrome's DevTools server keeps the connection open.
-async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut buf = Vec::new();
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await?;
-        ensure!(n > 0, "connection closed inside the response head");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no status code")?;
-    let length: usize = head
-        .split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .context("no content-length")?;
-    let mut body = buf.split_off(head_end);
-    while body.len() < length {
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await?;
-        ensure!(n > 0, "connection closed inside the response body");
-        body.extend_from_slice(&chunk[..n]);
+/// The URLs of the browser's page targets, asked over its CDP pipe.
+async fn tab_urls(browser: &Browser) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Targets {
+        target_infos: Vec<Target>,
     }
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    #[derive(serde::Deserialize)]
+    struct Target {
+        #[serde(rename = "type")]
+        kind: String,
+        url: String,
+    }
+    let targets: Targets = browser
+        .cdp()
+        .call(
+            "Target.getTargets",
+            None,
+            &serde_json::json!({}),
+            Duration::from_secs(10),
+        )
+        .await?;
+    Ok(targets
+        .target_infos
+        .into_iter()
+        .filter(|t| t.kind == "page")
+        .map(|t| t.url)
+        .collect())
+}
+
+/// The inodes of the TCP sockets listening on this machine (`/proc/net/tcp` and `tcp6`).
+fn listening_socket_inodes() -> Result<Vec<String>> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in fs::read_to_string(table)?.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(3) == Some(&"0A") {
+                if let Some(inode) = fields.get(9) {
+                    inodes.push((*inode).to_owned());
+                }
+            }
+        }
+    }
+    Ok(inodes)
+}
+
+/// What the fds of `pid` point to (`pipe:[123]`, `socket:[456]`, paths).
+fn fd_targets(pid: i32) -> Vec<(i32, String)> {
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let target = fs::read_link(e.path()).ok()?;
+            Some((fd, target.to_string_lossy().into_owned()))
+        })
+        .collect()
 }
 
 /// Pids of every process whose command line mentions `profile` (Chrome passes
@@ -296,9 +319,8 @@ where
 async fn start_checked(opts: &BrowserOptions, label: &str) -> Result<Browser> {
     let started = Instant::now();
     let browser = Browser::start(opts).await.context("starting chrome")?;
-    let (status, body) = http_get(browser.cdp_port(), "/json/version").await?;
-    ensure!(status == 200, "/json/version answered {status}");
-    ensure!(body.contains("webSocketDebuggerUrl"), "{body}");
+    let product = browser.cdp().version(Duration::from_secs(10)).await?;
+    ensure!(product.starts_with("Chrome/"), "{product}");
     eprintln!(
         "{label}: chrome pid {} until cdp answered: {:?} (start() returned after {:?})",
         browser.pid(),
@@ -315,10 +337,6 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
     let opts = desktop.options(home.path(), "flags-bot");
     let mut browser = start_checked(&opts, "cold start").await?;
     let pid = browser.pid();
-    assert_eq!(
-        browser.cdp_url(),
-        format!("http://127.0.0.1:{}", browser.cdp_port())
-    );
 
     // The exact flags of contracts.md §3 and ours, each as one argument.
     let cmdline = fs::read(format!("/proc/{pid}/cmdline"))?;
@@ -326,9 +344,8 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
         .split(|&b| b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let profile = opts.profile.to_string_lossy();
-    let expected = [
-        "--no-sandbox",
+    let user_data_dir = format!("--user-data-dir={}", opts.profile.to_string_lossy());
+    let mut expected = vec![
         "--disable-dev-shm-usage",
         "--disable-gpu",
         "--no-first-run",
@@ -337,9 +354,8 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
         "--hide-crash-restore-bubble",
         "--password-store=basic",
         "--restore-last-session",
-        "--remote-debugging-address=127.0.0.1",
-        &format!("--user-data-dir={profile}"),
-        "--remote-debugging-port=0",
+        &user_data_dir,
+        "--remote-debugging-pipe",
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
@@ -349,30 +365,59 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
         "--window-size=1280,800",
         "--start-maximized",
     ];
-    for flag in expected {
+    // As root (where these tests run) Chrome cannot use its sandbox; as another user it does
+    // wherever user namespaces work. Without it, `--test-type` keeps the warning bar away.
+    let sandboxed = *browser.sandbox() == Sandbox::On;
+    assert_eq!(sandboxed, opts.sandbox == Sandbox::On);
+    if nix::unistd::geteuid().is_root() {
+        assert!(!sandboxed, "chrome refuses its sandbox as root");
+    }
+    if !sandboxed {
+        expected.extend(["--no-sandbox", "--test-type"]);
+    }
+    let expected: Vec<String> = expected.into_iter().map(str::to_owned).collect();
+    for flag in &expected {
         assert!(
             args.iter().any(|a| a == flag),
             "{flag} missing from {args:?}"
         );
     }
+    assert_eq!(
+        args.iter().any(|a| a == "--no-sandbox"),
+        !sandboxed,
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--remote-debugging-port")
+            || a.starts_with("--remote-debugging-address")),
+        "no devtools port: {args:?}"
+    );
     let profile_mode = fs::metadata(&opts.profile)?.permissions().mode() & 0o777;
     assert_eq!(profile_mode, 0o700);
 
-    // CDP listens on loopback only.
-    let port_hex = format!("{:04X}", browser.cdp_port());
-    let mut listeners = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        for line in fs::read_to_string(table)?.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
-                continue;
-            };
-            if *state == "0A" && local.ends_with(&format!(":{port_hex}")) {
-                listeners.push((*local).to_owned());
-            }
+    // DevTools is a pipe: Chrome's fds 3 and 4 are pipes, no process of its group listens on
+    // any TCP port, and no DevToolsActivePort announces one.
+    let fds = fd_targets(pid);
+    for n in [3, 4] {
+        let target = fds.iter().find(|(fd, _)| *fd == n).map(|(_, t)| t.as_str());
+        assert!(
+            target.is_some_and(|t| t.starts_with("pipe:")),
+            "fd {n}: {target:?}"
+        );
+    }
+    let listening = listening_socket_inodes()?;
+    for member in processes_of(&opts.profile) {
+        for (fd, target) in fd_targets(member) {
+            let inode = target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'));
+            assert!(
+                !inode.is_some_and(|i| listening.iter().any(|l| l == i)),
+                "pid {member} fd {fd} listens on tcp"
+            );
         }
     }
-    assert_eq!(listeners, [format!("0100007F:{port_hex}")]);
+    assert!(!opts.profile.join(DEVTOOLS_ACTIVE_PORT).exists());
 
     // The environment is ours alone: display, cookie file and home, nothing of the agent's.
     let environ = fs::read(format!("/proc/{pid}/environ"))?;
@@ -429,16 +474,15 @@ async fn cookies_survive_a_clean_restart() -> Result<()> {
     let opts = desktop.options(home.path(), "cookie-bot");
 
     let mut browser = start_checked(&opts, "cold start").await?;
-    let cdp = browser.cdp().await?;
-    cdp.open_tab(&fixture.url("/set/alpha")).await?;
-    drop(cdp);
+    browser.cdp().open_tab(&fixture.url("/set/alpha")).await?;
     assert_eq!(browser.stop().await?, StopOutcome::BrowserClose);
     assert_gone(&opts.profile);
 
     let mut browser = start_checked(&opts, "warm start").await?;
-    let cdp = browser.cdp().await?;
-    cdp.open_tab(&fixture.url("/echo/after-restart")).await?;
-    drop(cdp);
+    browser
+        .cdp()
+        .open_tab(&fixture.url("/echo/after-restart"))
+        .await?;
     assert_eq!(
         fixture.cookies_for("/echo/after-restart"),
         [Some("bot=alpha".to_owned())]
@@ -461,8 +505,8 @@ async fn two_bots_profiles_are_independent() -> Result<()> {
         start_checked(&opts_a, "bot a"),
         start_checked(&opts_b, "bot b")
     )?;
-    assert_ne!(a.cdp_port(), b.cdp_port());
-    let (cdp_a, cdp_b) = (a.cdp().await?, b.cdp().await?);
+    let (cdp_a, cdp_b) = (a.cdp(), b.cdp());
+    assert!(!cdp_a.same_connection(&cdp_b));
     cdp_a.open_tab(&fixture.url("/set/alpha")).await?;
     cdp_b.open_tab(&fixture.url("/echo/b-before")).await?;
     cdp_b.open_tab(&fixture.url("/set/beta")).await?;
@@ -563,7 +607,31 @@ async fn a_killed_chrome_is_noticed_and_cleaned_up() -> Result<()> {
     let mut browser = start_checked(&opts, "cold start").await?;
     assert!(browser.is_alive());
 
+    // A call that Chrome will never answer, pending when it dies, fails at once with the
+    // closed connection (not at its ten-minute timeout), and so does every later call.
+    let cdp = browser.cdp();
+    let pending = tokio::spawn(async move {
+        cdp.call::<_, serde_json::Value>(
+            "Runtime.evaluate",
+            None,
+            &serde_json::json!({}),
+            Duration::from_secs(600),
+        )
+        .await
+    });
+    kill(Pid::from_raw(browser.pid()), Signal::SIGSTOP)?;
     kill(Pid::from_raw(browser.pid()), Signal::SIGKILL)?;
+    let error = tokio::time::timeout(Duration::from_secs(30), pending)
+        .await
+        .context("the pending call did not end with chrome")??
+        .expect_err("a dead chrome answers nothing");
+    assert!(matches!(error, CdpError::Closed), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "the devtools connection to the browser is closed"
+    );
+    let later = browser.cdp().version(Duration::from_secs(600)).await;
+    assert!(matches!(later, Err(CdpError::Closed)), "{later:?}");
     eventually("is_alive turns false", Duration::from_secs(10), || {
         let alive = browser.is_alive();
         async move { (!alive).then_some(()) }
@@ -591,7 +659,7 @@ async fn a_restarted_browser_restores_its_tabs() -> Result<()> {
     let (one, two) = (fixture.url("/page/one"), fixture.url("/page/two"));
 
     let mut browser = start_checked(&opts, "cold start").await?;
-    let cdp = browser.cdp().await?;
+    let cdp = browser.cdp();
     cdp.open_tab(&one).await?;
     cdp.open_tab(&two).await?;
     drop(cdp);
@@ -603,16 +671,14 @@ async fn a_restarted_browser_restores_its_tabs() -> Result<()> {
     let mut reopen = opts.clone();
     reopen.first_url = Some(three.clone());
     let mut browser = start_checked(&reopen, "restart").await?;
-    let port = browser.cdp_port();
     let restored = eventually("both tabs restored", Duration::from_secs(15), || async {
-        let (status, list) = http_get(port, "/json/list").await.ok()?;
-        let has = |url: &str| list.contains(&format!("\"{url}\""));
-        (status == 200 && has(&one) && has(&two) && has(&three)).then_some(list)
+        let urls = tab_urls(&browser).await.ok()?;
+        let has = |url: &str| urls.iter().any(|u| u == url);
+        (has(&one) && has(&two) && has(&three)).then_some(urls)
     })
     .await;
     let stopped = browser.stop().await;
-    let list = restored?;
-    assert!(list.contains("\"type\": \"page\""), "{list}");
+    restored?;
     assert_eq!(stopped?, StopOutcome::BrowserClose);
     assert_gone(&opts.profile);
     desktop.stop().await

@@ -30,7 +30,8 @@ use gateway_proto::page::{
     NOT_SETTLED, NO_TAB, STALE_REF,
 };
 use gateway_proto::{BotId, ErrorCode};
-use guest_agent::browser::{profile_dir, Browser, BrowserOptions};
+use guest_agent::browser::cdp::SessionId;
+use guest_agent::browser::{profile_dir, Browser, BrowserOptions, CdpClient};
 use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
 use guest_agent::pagebrowser::PageBrowser;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -476,8 +477,8 @@ impl Env {
         })
     }
 
-    fn ws(&self) -> String {
-        self.browser.cdp_ws_url()
+    fn ws(&self) -> CdpClient {
+        self.browser.cdp()
     }
 
     async fn navigate(&mut self, url: &str) -> Result<Snapshot> {
@@ -585,8 +586,11 @@ fn failure(result: Result<Snapshot, PageActFailure>) -> Result<PageActFailure> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urls_and_batches_are_refused_before_any_cdp_call() -> Result<()> {
-    // Nothing listens on port 1: any CDP call would fail with a connection error.
-    let ws = "ws://127.0.0.1:1/devtools/browser/none";
+    // A connection whose browser end is already closed: any CDP call fails.
+    let (_, to_browser) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (from_browser, _) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let closed = CdpClient::from_pipes(to_browser, from_browser)?;
+    let ws = &closed;
     let mut pages = PageBrowser::new();
     for (url, message) in [
         (
@@ -624,10 +628,14 @@ async fn urls_and_batches_are_refused_before_any_cdp_call() -> Result<()> {
         assert_eq!(err.code, ErrorCode::BadRequest, "{steps:?}: {err:?}");
         assert_eq!(err.message, message);
     }
-    // The control: a valid request does reach for the closed port.
+    // The control: a valid request does reach for the closed connection.
     let err = pages.navigate(ws, "http://127.0.0.1:9/").await.unwrap_err();
     assert_eq!(err.code, ErrorCode::Failed);
-    assert!(err.message.contains("cannot connect"), "{err:?}");
+    assert!(
+        err.message
+            .contains("the devtools connection to the browser is closed"),
+        "{err:?}"
+    );
     Ok(())
 }
 
@@ -1134,18 +1142,13 @@ async fn navigate_waits_for_the_new_document_and_reports_failures() -> Result<()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tab_selection_follows_visibility_and_focus() -> Result<()> {
-    use chromiumoxide::cdp::browser_protocol::emulation::SetFocusEmulationEnabledParams;
-    use chromiumoxide::cdp::browser_protocol::target::CreateTargetParams;
-    use futures_util::StreamExt as _;
-
     let server = Server::start(None)?;
     let mut env = Env::start(&server.url("/page/one")).await?;
     env.navigate(&server.url("/page/one")).await?;
 
     // A second tab in the window becomes the visible one (the first is hidden) and is chosen.
-    let cdp = env.browser.cdp().await?;
+    let cdp = env.browser.cdp();
     cdp.open_tab(&server.url("/page/second")).await?;
-    drop(cdp);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let s = env.snapshot().await;
@@ -1158,36 +1161,69 @@ async fn tab_selection_follows_visibility_and_focus() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // A second window: two visible tabs. The test's own CDP connection pins which of them has
-    // focus (focus emulation lasts as long as that connection).
-    let (browser, mut handler) = chromiumoxide::Browser::connect(env.ws()).await?;
-    let task = tokio::spawn(async move { while handler.next().await.is_some() {} });
-    let third = browser
-        .new_page(
-            CreateTargetParams::builder()
-                .url(server.url("/page/third"))
-                .new_window(true)
-                .build()
-                .map_err(anyhow::Error::msg)?,
+    // A second window: two visible tabs. The test's own sessions pin which of them has focus
+    // (focus emulation lasts as long as the session that set it).
+    let t = Duration::from_secs(10);
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Created {
+        target_id: String,
+    }
+    let created: Created = cdp
+        .call(
+            "Target.createTarget",
+            None,
+            &serde_json::json!({ "url": server.url("/page/third"), "newWindow": true }),
+            t,
         )
         .await?;
-    let mut second = None;
-    for page in browser.pages().await? {
-        if page
-            .url()
-            .await?
-            .is_some_and(|u| u.ends_with("/page/second"))
-        {
-            second = Some(page);
-        }
+    let third = cdp.attach(&created.target_id).await?;
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Targets {
+        target_infos: Vec<Target>,
     }
-    let second = second.context("the second tab")?;
-    // The new window has the focus: the single focused visible tab is chosen.
-    assert_eq!(env.snapshot().await?.title, "third");
-    // Both visible tabs focused: ambiguous, so refused.
-    second
-        .execute(SetFocusEmulationEnabledParams::new(true))
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Target {
+        target_id: String,
+        url: String,
+    }
+    let targets: Targets = cdp
+        .call("Target.getTargets", None, &serde_json::json!({}), t)
         .await?;
+    let second = targets
+        .target_infos
+        .iter()
+        .find(|target| target.url.ends_with("/page/second"))
+        .map(|target| target.target_id.clone());
+    let second = cdp.attach(&second.context("the second tab")?).await?;
+    let focus = |session: SessionId, enabled: bool| {
+        let cdp = cdp.clone();
+        async move {
+            cdp.call::<_, serde_json::Value>(
+                "Emulation.setFocusEmulationEnabled",
+                Some(&session),
+                &serde_json::json!({ "enabled": enabled }),
+                Duration::from_secs(10),
+            )
+            .await
+        }
+    };
+    // The new window has the focus: the single focused visible tab is chosen (once it loaded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = env.snapshot().await;
+        if s.as_ref().is_ok_and(|s| s.title == "third") {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("the new window's tab was not chosen: {s:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Both visible tabs focused: ambiguous, so refused.
+    focus(second.clone(), true).await?;
     let err = env.pages.snapshot(&env.ws()).await.unwrap_err();
     assert_eq!(
         (err.code, err.message.as_str()),
@@ -1203,13 +1239,10 @@ async fn tab_selection_follows_visibility_and_focus() -> Result<()> {
         .unwrap_err();
     assert_eq!(err.message, NO_TAB);
     // Focus back on the third tab alone: chosen again.
-    second
-        .execute(SetFocusEmulationEnabledParams::new(false))
-        .await?;
-    third
-        .execute(SetFocusEmulationEnabledParams::new(true))
-        .await?;
+    focus(second.clone(), false).await?;
+    focus(third.clone(), true).await?;
     assert_eq!(env.snapshot().await?.title, "third");
-    task.abort();
+    cdp.detach(&second);
+    cdp.detach(&third);
     env.stop().await
 }

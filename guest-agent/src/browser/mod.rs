@@ -1,12 +1,17 @@
 //! One Chrome per bot, on the bot's display, with the bot's persistent profile (contracts.md §3).
 //!
 //! This module owns the Chrome process: its profile directory ([`profile_dir`]), the stale
-//! `SingletonLock` check before start, the exact command line and environment, readiness (Chrome
-//! announces its DevTools port in `<profile>/DevToolsActivePort`, then CDP must answer
-//! `/json/version`), crash detection ([`Browser::is_alive`]) and the stop sequence: CDP
-//! `Browser.close` (which flushes cookies and the session), then SIGTERM, then SIGKILL to the
-//! process group, then removal of the `Singleton*` files. CDP listens on 127.0.0.1 only and is
-//! never published.
+//! `SingletonLock` check before start, the exact command line and environment (with the sandbox
+//! where [`Sandbox::detect`] finds it can run), readiness (CDP answers `Browser.getVersion`), crash detection
+//! ([`Browser::is_alive`]) and the stop sequence: CDP `Browser.close` (which flushes cookies and
+//! the session), then SIGTERM, then SIGKILL to the process group, then removal of the
+//! `Singleton*` files.
+//!
+//! DevTools: Chrome runs with `--remote-debugging-pipe` and gets two pipes as fds 3 and 4 (the
+//! `sys` submodule); the guest holds their other ends and nothing listens anywhere, so no other
+//! process in the computer (a terminal, a command, another bot's browser) can drive a bot's
+//! Chrome. [`Browser::cdp`] is the one connection ([`CdpClient`]), shared by the lifecycle and the
+//! page tools. A stale `DevToolsActivePort` in a profile from before is removed harmlessly.
 //!
 //! Process discipline: Chrome leads its own process group. Its exit is observed without reaping
 //! it (`waitid` with `WNOWAIT`, in the `process` submodule), so the group id stays reserved until
@@ -16,12 +21,14 @@
 //!
 //! It leaves to others: the X server and its cookie (the display module passes `DISPLAY` and
 //! `XAUTHORITY`), slots, fences and teardown order (the desktop layer), restarting a crashed
-//! Chrome (callers poll [`Browser::is_alive`] and start a new one) and page snapshots. All
-//! `chromiumoxide` use sits in [`cdp`].
+//! Chrome (callers poll [`Browser::is_alive`] and start a new one) and page snapshots. All CDP
+//! transport sits in [`cdp`].
 
 pub mod cdp;
 mod process;
 mod profile;
+mod sandbox;
+mod sys;
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -34,23 +41,23 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-pub use cdp::{CdpError, CdpSession};
+pub use cdp::{CdpClient, CdpError};
 pub use profile::{
     ensure_profile_dir, profile_dir, DEVTOOLS_ACTIVE_PORT, PROFILES_DIR, SINGLETON_COOKIE,
     SINGLETON_LOCK, SINGLETON_SOCKET,
 };
+pub use sandbox::Sandbox;
 
 /// Debian's Chromium launcher.
 pub const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
-/// The flags of contracts.md §3, in its order; `--user-data-dir=<profile>` follows them.
-pub const CONTRACT_FLAGS: [&str; 10] = [
-    "--no-sandbox",
+/// The flags of contracts.md §3 that we keep, in its order; `--user-data-dir=<profile>` follows
+/// them. **Ours:** `--no-sandbox` only where the sandbox cannot run ([`NO_SANDBOX_FLAGS`]) and no
+/// `--remote-debugging-address` (DevTools is a pipe, [`DEVTOOLS_PIPE_FLAG`]).
+pub const CONTRACT_FLAGS: [&str; 8] = [
     "--disable-dev-shm-usage",
     "--disable-gpu",
     "--no-first-run",
@@ -59,11 +66,17 @@ pub const CONTRACT_FLAGS: [&str; 10] = [
     "--hide-crash-restore-bubble",
     "--password-store=basic",
     "--restore-last-session",
-    "--remote-debugging-address=127.0.0.1",
 ];
 
-/// Chrome picks a free port and writes it to `DevToolsActivePort`: no port to allocate, no race.
-pub const DEBUGGING_PORT_FLAG: &str = "--remote-debugging-port=0";
+/// DevTools on fds 3 (commands in) and 4 (answers and events out), NUL-separated JSON: no port,
+/// no socket, nothing another process could connect to.
+pub const DEVTOOLS_PIPE_FLAG: &str = "--remote-debugging-pipe";
+
+/// Where Chrome cannot use its sandbox ([`Sandbox::Off`]). `--test-type` keeps Chrome from
+/// laying its "unsupported command-line flag: --no-sandbox" bar over the top of every page
+/// (which would cost every observation rows of pixels and alarm a person watching); it changes
+/// nothing else we rely on.
+pub const NO_SANDBOX_FLAGS: [&str; 2] = ["--no-sandbox", "--test-type"];
 
 /// Flags that keep Chrome quiet on an offline machine and place its window; the window size
 /// (`--window-size=<w>,<h>`) and `--start-maximized` follow them.
@@ -80,22 +93,16 @@ pub const QUIET_FLAGS: [&str; 6] = [
 /// SIGTERM (contracts.md §3).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// How long [`Browser::stop`] tries to connect to CDP before it falls back to SIGTERM; the wait
-/// for the exit after `Browser.close` ([`STOP_GRACE`]) comes after.
+/// How long [`Browser::stop`] waits for Chrome to acknowledge `Browser.close` before it falls
+/// back to SIGTERM; the wait for the exit after `Browser.close` ([`STOP_GRACE`]) runs alongside.
 const CLOSE_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long [`Browser::stop`] waits for the group to vanish after SIGKILL (which cannot be
 /// ignored; only a process stuck in the kernel takes longer).
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// Readiness poll interval: `DevToolsActivePort` appears a few hundred ms after spawn.
-const READY_POLL: Duration = Duration::from_millis(5);
-
-/// Exit poll interval while stopping (each poll may scan `/proc`).
+/// Exit poll interval while starting and stopping (each poll may scan `/proc`).
 const EXIT_POLL: Duration = Duration::from_millis(20);
-
-/// Largest `/json/version` response read during the readiness probe.
-const MAX_PROBE_RESPONSE: u64 = 64 * 1024;
 
 /// How to start one Chrome. [`BrowserOptions::new`] fills in the defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,12 +133,15 @@ pub struct BrowserOptions {
     /// How long [`Browser::stop`] waits after `Browser.close` and again after SIGTERM
     /// ([`STOP_GRACE`]; shorter only in tests).
     pub stop_grace: Duration,
+    /// Whether Chrome's sandbox is on ([`Sandbox::detect`]).
+    pub sandbox: Sandbox,
 }
 
 impl BrowserOptions {
     /// Options for `profile` on `display`, with the defaults: [`DEFAULT_CHROMIUM`], 1280x800 (the
     /// geometry of contracts.md §3), no first URL, `PATH=/usr/local/bin:/usr/bin:/bin`,
-    /// `LANG=C.UTF-8`, 30 s to become ready, [`STOP_GRACE`] to stop.
+    /// `LANG=C.UTF-8`, 30 s to become ready, [`STOP_GRACE`] to stop, the sandbox where this
+    /// machine allows it ([`Sandbox::detect`]).
     pub fn new(
         profile: PathBuf,
         home: PathBuf,
@@ -153,17 +163,23 @@ impl BrowserOptions {
             lang: OsString::from("C.UTF-8"),
             ready_timeout: Duration::from_secs(30),
             stop_grace: STOP_GRACE,
+            sandbox: Sandbox::detect(),
         }
     }
 
-    /// Chrome's arguments: [`CONTRACT_FLAGS`], `--user-data-dir`, [`DEBUGGING_PORT_FLAG`],
-    /// [`QUIET_FLAGS`], the window size, `--start-maximized`, then the first URL.
+    /// Chrome's arguments: [`NO_SANDBOX_FLAGS`] when the sandbox is off, [`CONTRACT_FLAGS`],
+    /// `--user-data-dir`, [`DEVTOOLS_PIPE_FLAG`], [`QUIET_FLAGS`], the window size,
+    /// `--start-maximized`, then the first URL.
     pub fn args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = CONTRACT_FLAGS.iter().map(OsString::from).collect();
+        let mut args: Vec<OsString> = Vec::new();
+        if let Sandbox::Off { .. } = self.sandbox {
+            args.extend(NO_SANDBOX_FLAGS.iter().map(OsString::from));
+        }
+        args.extend(CONTRACT_FLAGS.iter().map(OsString::from));
         let mut user_data_dir = OsString::from("--user-data-dir=");
         user_data_dir.push(&self.profile);
         args.push(user_data_dir);
-        args.push(DEBUGGING_PORT_FLAG.into());
+        args.push(DEVTOOLS_PIPE_FLAG.into());
         args.extend(QUIET_FLAGS.iter().map(OsString::from));
         args.push(format!("--window-size={},{}", self.width, self.height).into());
         args.push("--start-maximized".into());
@@ -240,6 +256,8 @@ pub enum BrowserError {
         #[source]
         source: io::Error,
     },
+    #[error("cannot create the devtools pipes of chrome")]
+    Pipes(#[source] io::Error),
     #[error("chrome pid {pid} exited before cdp answered: {log_tail}")]
     ExitedEarly { pid: i32, log_tail: String },
     #[error("chrome pid {pid} did not answer on cdp within {timeout:?}: {log_tail}")]
@@ -277,8 +295,8 @@ pub struct Browser {
     child: Child,
     pid: i32,
     profile: PathBuf,
-    port: u16,
-    browser_path: String,
+    cdp: CdpClient,
+    sandbox: Sandbox,
     log: PathBuf,
     startup: Duration,
     stop_grace: Duration,
@@ -286,12 +304,12 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts Chrome and returns once CDP answers `/json/version` on 127.0.0.1.
+    /// Starts Chrome and returns once CDP answers `Browser.getVersion` over its pipe.
     ///
     /// Creates the profile (0700) when missing. Refuses a profile whose `SingletonLock` names a
     /// live process on this host ([`BrowserError::ProfileInUse`]); removes a stale lock (a dead
     /// pid, a pid reused since the lock was written, another host) with `SingletonCookie`,
-    /// `SingletonSocket` and `DevToolsActivePort`.
+    /// `SingletonSocket` and a `DevToolsActivePort` left by older guests.
     pub async fn start(opts: &BrowserOptions) -> Result<Self, BrowserError> {
         if let Some(url) = &opts.first_url {
             // A leading '-' would make it a flag; whitespace or controls are never one URL.
@@ -323,6 +341,7 @@ impl Browser {
             path: log_path.clone(),
             source,
         })?;
+        let pipes = sys::DevToolsPipes::new().map_err(BrowserError::Pipes)?;
 
         let mut command = Command::new(&opts.chromium);
         command
@@ -338,8 +357,12 @@ impl Browser {
             .process_group(0)
             // Backstop only: Drop kills the whole group first.
             .kill_on_drop(true);
+        let (to_chrome, from_chrome) = pipes.hand_to(&mut command);
         let spawned_at = Instant::now();
-        let child = command.spawn().map_err(|source| BrowserError::Spawn {
+        let spawned = command.spawn();
+        // Closes our copies of Chrome's pipe ends: Chrome's exit must read as end of file.
+        drop(command);
+        let child = spawned.map_err(|source| BrowserError::Spawn {
             chromium: opts.chromium.clone(),
             source,
         })?;
@@ -347,12 +370,20 @@ impl Browser {
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .unwrap_or_default();
+        let cdp = match CdpClient::from_pipes(to_chrome, from_chrome) {
+            Ok(cdp) => cdp,
+            Err(source) => {
+                // Not yet a `Browser`: kill the group by hand (the child reaps on drop).
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                return Err(BrowserError::Pipes(source));
+            }
+        };
         let mut browser = Self {
             child,
             pid,
             profile: opts.profile.clone(),
-            port: 0,
-            browser_path: String::new(),
+            cdp,
+            sandbox: opts.sandbox.clone(),
             log: log_path,
             startup: Duration::ZERO,
             stop_grace: opts.stop_grace,
@@ -368,7 +399,7 @@ impl Browser {
         browser.startup = spawned_at.elapsed();
         tracing::info!(
             pid,
-            port = browser.port,
+            sandbox = matches!(browser.sandbox, Sandbox::On),
             profile = %browser.profile.display(),
             startup_ms = browser.startup.as_millis(),
             "chrome ready"
@@ -376,59 +407,43 @@ impl Browser {
         Ok(browser)
     }
 
-    /// Waits for `DevToolsActivePort`, then for CDP to answer.
+    /// Waits until CDP answers over the pipe (Chrome reads it once its DevTools handler runs),
+    /// or Chrome exits, or `deadline`.
     async fn await_ready(
         &mut self,
         deadline: Instant,
         timeout: Duration,
     ) -> Result<(), BrowserError> {
         let pid = self.pid;
-        let timed_out = |log: &Path| BrowserError::StartTimeout {
+        let exited = |log: &Path| BrowserError::ExitedEarly {
             pid,
-            timeout,
             log_tail: log_tail(log),
         };
-        let announced = loop {
-            match profile::read_devtools_port(&self.profile) {
-                Ok(Some(announced)) => break announced,
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::debug!(pid, %error, "DevToolsActivePort unreadable yet");
-                }
-            }
-            if process::child_exited(pid) {
-                return Err(BrowserError::ExitedEarly {
-                    pid,
-                    log_tail: log_tail(&self.log),
-                });
-            }
-            if Instant::now() >= deadline {
-                return Err(timed_out(&self.log));
-            }
-            tokio::time::sleep(READY_POLL).await;
+        let answered = async {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.cdp.version(left).await
         };
-        self.port = announced.port;
-        self.browser_path = announced.browser_path;
-        // The port file is written once the socket listens, but the DevTools handler answers
-        // only once the browser's UI thread is free: wait for a real answer.
-        loop {
-            match tokio::time::timeout_at(deadline, probe_version(self.port)).await {
-                Err(_elapsed) => return Err(timed_out(&self.log)),
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(error)) => {
-                    tracing::debug!(pid, port = self.port, %error, "cdp not answering yet");
+        let exit = async {
+            while !process::child_exited(pid) {
+                tokio::time::sleep(EXIT_POLL).await;
+            }
+        };
+        tokio::select! {
+            answer = answered => match answer {
+                Ok(product) => {
+                    tracing::debug!(pid, %product, "cdp answered");
+                    Ok(())
                 }
-            }
-            if process::child_exited(pid) {
-                return Err(BrowserError::ExitedEarly {
+                Err(CdpError::Timeout { .. }) => Err(BrowserError::StartTimeout {
                     pid,
+                    timeout,
                     log_tail: log_tail(&self.log),
-                });
-            }
-            if Instant::now() >= deadline {
-                return Err(timed_out(&self.log));
-            }
-            tokio::time::sleep(READY_POLL).await;
+                }),
+                // The pipe closed: Chrome is exiting.
+                Err(CdpError::Closed) => Err(exited(&self.log)),
+                Err(source) => Err(BrowserError::Cdp { pid, source }),
+            },
+            () = exit => Err(exited(&self.log)),
         }
     }
 
@@ -437,19 +452,15 @@ impl Browser {
         self.pid
     }
 
-    /// The DevTools port on 127.0.0.1.
-    pub fn cdp_port(&self) -> u16 {
-        self.port
+    /// The one CDP connection to this Chrome (a handle; clones share it). It closes when
+    /// Chrome exits.
+    pub fn cdp(&self) -> CdpClient {
+        self.cdp.clone()
     }
 
-    /// `http://127.0.0.1:<port>`: the DevTools HTTP endpoint (`/json/version`, `/json/list`).
-    pub fn cdp_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// `ws://127.0.0.1:<port>/devtools/browser/<id>`: the browser-level CDP websocket.
-    pub fn cdp_ws_url(&self) -> String {
-        format!("ws://127.0.0.1:{}{}", self.port, self.browser_path)
+    /// Whether Chrome runs with its sandbox.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
     }
 
     /// The profile directory.
@@ -467,16 +478,6 @@ impl Browser {
         self.startup
     }
 
-    /// Opens a CDP session on the browser endpoint.
-    pub async fn cdp(&self) -> Result<CdpSession, BrowserError> {
-        CdpSession::connect(&self.cdp_ws_url())
-            .await
-            .map_err(|source| BrowserError::Cdp {
-                pid: self.pid,
-                source,
-            })
-    }
-
     /// Whether the browser process still runs: `false` once it has exited for any reason
     /// (crash, kill, a close from inside) or after [`Browser::stop`]. The exited process is left
     /// for [`Browser::stop`] to reap and clean up after.
@@ -486,9 +487,10 @@ impl Browser {
 
     /// Stops Chrome (contracts.md §3): CDP `Browser.close` and up to the stop grace
     /// ([`STOP_GRACE`]) for the process group to exit; then SIGTERM to the group and up to the
-    /// grace again; then SIGKILL. Reaps the browser process and removes the profile's `Singleton*` files and
-    /// `DevToolsActivePort`. Returns the step that ended it. Idempotent: a failed stop can be
-    /// retried, and a stopped browser returns its outcome again.
+    /// grace again; then SIGKILL. Reaps the browser process and removes the profile's
+    /// `Singleton*` files (and a stale `DevToolsActivePort`). Returns the step that ended it.
+    /// Idempotent: a failed stop can be retried, and a stopped browser returns its outcome
+    /// again.
     pub async fn stop(&mut self) -> Result<StopOutcome, BrowserError> {
         if let Some(outcome) = self.stopped {
             return Ok(outcome);
@@ -529,28 +531,14 @@ impl Browser {
     }
 
     /// Sends `Browser.close` and waits up to the stop grace for the group to exit; `false` when
-    /// CDP could not be reached within [`CLOSE_REQUEST_TIMEOUT`] (or the grace, if shorter) or
-    /// Chrome did not exit in time.
+    /// Chrome did not exit in time (a frozen Chrome never reads the command).
     async fn close_and_wait(&self) -> bool {
         let pid = self.pid;
-        let ws_url = self.cdp_ws_url();
-        let connect = CdpSession::connect(&ws_url);
-        let connect_timeout = CLOSE_REQUEST_TIMEOUT.min(self.stop_grace);
-        let session = match tokio::time::timeout(connect_timeout, connect).await {
-            Ok(Ok(session)) => session,
-            Ok(Err(error)) => {
-                tracing::warn!(pid, %error, "cannot reach chrome over cdp to close it");
-                return false;
-            }
-            Err(_elapsed) => {
-                tracing::warn!(pid, timeout = ?connect_timeout, "cdp did not accept a connection in time");
-                return false;
-            }
-        };
-        // The answer may never come (Chrome can drop the connection first) and a slow answer
-        // must not cut the grace period short: the exit decides, so wait for both together.
+        // The answer may never come (Chrome can exit before answering) and a slow answer must
+        // not cut the grace period short: the exit decides, so wait for both together.
         let close = async {
-            if let Err(error) = session.close_browser().await {
+            let timeout = CLOSE_REQUEST_TIMEOUT.min(self.stop_grace);
+            if let Err(error) = self.cdp.close_browser(timeout).await {
                 tracing::debug!(pid, %error, "Browser.close got no answer");
             }
         };
@@ -604,7 +592,7 @@ impl Browser {
     }
 
     /// Removes what describes the exited process, not the profile: `Singleton*` (Chrome removes
-    /// them itself on a clean exit) and `DevToolsActivePort` (which would name a dead port).
+    /// them itself on a clean exit) and a `DevToolsActivePort` an older guest's Chrome left.
     fn remove_run_files(&self) {
         if let Err(error) = profile::remove_singletons(&self.profile) {
             tracing::warn!(pid = self.pid, profile = %self.profile.display(), %error, "cannot remove chrome's singleton files");
@@ -632,64 +620,6 @@ impl Drop for Browser {
 fn hostname() -> io::Result<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
     Ok(name.trim_end_matches('\n').to_owned())
-}
-
-/// `GET /json/version` over plain HTTP/1.1; `Ok` on a complete 200 answer.
-async fn probe_version(port: u16) -> io::Result<()> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    let request = format!(
-        "GET /json/version HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let (status, _body) = read_http_response(&mut stream).await?;
-    if status == 200 {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!("/json/version answered {status}")))
-    }
-}
-
-/// Reads one HTTP/1.1 response with a `Content-Length` body (Chrome's DevTools server keeps the
-/// connection open whatever the request says, so reading to EOF would hang).
-async fn read_http_response(stream: &mut TcpStream) -> io::Result<(u16, Vec<u8>)> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let mut buf = Vec::new();
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if buf.len() as u64 > MAX_PROBE_RESPONSE {
-            return Err(bad("response head too long"));
-        }
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(bad("connection closed before the response head ended"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| bad("no status line"))?;
-    let length = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    if length > MAX_PROBE_RESPONSE {
-        return Err(bad("response body too long"));
-    }
-    let mut body = buf.split_off(head_end);
-    let missing = length.saturating_sub(body.len() as u64);
-    (&mut *stream).take(missing).read_to_end(&mut body).await?;
-    if (body.len() as u64) < length {
-        return Err(bad("connection closed inside the response body"));
-    }
-    Ok((status, body))
 }
 
 /// Creates (or truncates) the log with mode 0600, never following a symlink.
@@ -723,22 +653,26 @@ mod tests {
     fn command_line_has_the_contract_flags_in_order() {
         let mut o = opts();
         o.first_url = Some("http://127.0.0.1:8000/".into());
-        let args: Vec<String> = o
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
-        assert_eq!(
-            args.join(" "),
-            "--no-sandbox --disable-dev-shm-usage --disable-gpu --no-first-run \
+        let line = |o: &BrowserOptions| {
+            o.args()
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let rest = "--disable-dev-shm-usage --disable-gpu --no-first-run \
              --no-default-browser-check --disable-session-crashed-bubble \
              --hide-crash-restore-bubble --password-store=basic --restore-last-session \
-             --remote-debugging-address=127.0.0.1 --user-data-dir=/home/u/.browser-profiles/abc \
-             --remote-debugging-port=0 --disable-background-networking \
-             --disable-component-update --disable-sync --disable-features=Translate,MediaRouter \
-             --no-pings --window-position=0,0 --window-size=1280,800 --start-maximized \
-             http://127.0.0.1:8000/"
-        );
+             --user-data-dir=/home/u/.browser-profiles/abc --remote-debugging-pipe \
+             --disable-background-networking --disable-component-update --disable-sync \
+             --disable-features=Translate,MediaRouter --no-pings --window-position=0,0 \
+             --window-size=1280,800 --start-maximized http://127.0.0.1:8000/";
+        o.sandbox = Sandbox::On;
+        assert_eq!(line(&o), rest);
+        o.sandbox = Sandbox::Off {
+            reason: "test".into(),
+        };
+        assert_eq!(line(&o), format!("--no-sandbox --test-type {rest}"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A bot's Chrome profile on disk: where it lives, creating it, Chrome's `Singleton*` lock files
-//! and its `DevToolsActivePort` announcement.
+//! and the `DevToolsActivePort` an older guest's Chrome may have left (DevTools is a pipe now, so
+//! nothing writes it any more; a stale one is only removed).
 //!
 //! The profile is keyed to the bot (`<home>/.browser-profiles/<sha256(bot id)[..32]>`, contracts.md
 //! §3) and is never cloned, merged or deleted here: only the lock files and the port file, which
@@ -29,8 +30,8 @@ pub const SINGLETON_LOCK: &str = "SingletonLock";
 pub const SINGLETON_COOKIE: &str = "SingletonCookie";
 /// Chrome's "already running" socket: a symlink into a temporary directory.
 pub const SINGLETON_SOCKET: &str = "SingletonSocket";
-/// The file Chrome writes once its DevTools server listens: the port, a newline, the browser's
-/// websocket path.
+/// The file Chrome writes once a DevTools port listens. Ours never do (DevTools is a pipe); a
+/// profile used by an older guest may still hold one, which is removed.
 pub const DEVTOOLS_ACTIVE_PORT: &str = "DevToolsActivePort";
 
 /// Chrome names the directory of its singleton socket `<tmp>/org.chromium.Chromium.XXXXXX`
@@ -193,37 +194,6 @@ fn remove_socket_dir(socket: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
-/// What `DevToolsActivePort` announces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DevToolsPort {
-    pub(crate) port: u16,
-    /// `/devtools/browser/<uuid>`.
-    pub(crate) browser_path: String,
-}
-
-/// Reads `DevToolsActivePort`; `None` while it is missing or not completely written.
-pub(crate) fn read_devtools_port(profile: &Path) -> io::Result<Option<DevToolsPort>> {
-    match fs::read_to_string(profile.join(DEVTOOLS_ACTIVE_PORT)) {
-        Ok(text) => Ok(parse_devtools_port(&text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn parse_devtools_port(text: &str) -> Option<DevToolsPort> {
-    // Chrome does not write the file atomically: accept it only once both lines are there.
-    let (port, rest) = text.split_once('\n')?;
-    let port = port.trim().parse::<u16>().ok().filter(|&p| p != 0)?;
-    let browser_path = rest.lines().next()?.trim();
-    if !browser_path.starts_with("/devtools/browser/") || browser_path.len() <= 18 {
-        return None;
-    }
-    Some(DevToolsPort {
-        port,
-        browser_path: browser_path.to_owned(),
-    })
-}
-
 pub(crate) fn remove_if_present(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -346,22 +316,5 @@ mod tests {
         remove_singletons(&profile).unwrap();
         assert!(other.join(SINGLETON_SOCKET).exists());
         assert!(fs::symlink_metadata(profile.join(SINGLETON_SOCKET)).is_err());
-    }
-
-    #[test]
-    fn devtools_port_needs_both_lines() {
-        assert_eq!(parse_devtools_port(""), None);
-        assert_eq!(parse_devtools_port("4331"), None);
-        assert_eq!(parse_devtools_port("4331\n"), None);
-        assert_eq!(parse_devtools_port("4331\n/devtools/browser/"), None);
-        assert_eq!(parse_devtools_port("0\n/devtools/browser/abc"), None);
-        assert_eq!(parse_devtools_port("x\n/devtools/browser/abc"), None);
-        assert_eq!(
-            parse_devtools_port("43319\n/devtools/browser/b16a-c5"),
-            Some(DevToolsPort {
-                port: 43319,
-                browser_path: "/devtools/browser/b16a-c5".into()
-            })
-        );
     }
 }

@@ -1,8 +1,8 @@
 //! The page browser (contracts.md §5): browser_navigate, browser_snapshot and browser_act on a
 //! bot's own Chrome, over CDP.
 //!
-//! [`PageBrowser`] is one bot's state across calls: a cached CDP connection (keyed by the
-//! browser's websocket URL), per tab the isolated world the runtime created and the handle of
+//! [`PageBrowser`] is one bot's state across calls: the bot's browser's CDP connection (a
+//! [`CdpClient`] handle; a different one means a restarted browser), per tab the isolated world the runtime created and the handle of
 //! the helper installed in it, the ref counter, and the refs of fields filled from saved logins.
 //! The caller (the desktops layer) owns one per bot, serializes calls on it, checks leases and
 //! fences first, and resets the desktop refusal streak after a successful navigate or act.
@@ -58,7 +58,7 @@
 //!   Nothing is replayed. After the last step the tab is given [`ACT_SETTLE`] to start a
 //!   navigation; if it did, the act waits for it like navigate does, then snapshots.
 //!
-//! It leaves to others: starting Chrome and its CDP endpoint ([`crate::browser`]), leases,
+//! It leaves to others: starting Chrome and its CDP connection ([`crate::browser`]), leases,
 //! fences and the refusal streak ([`crate::screens`], [`crate::ops`]), and the wire types and
 //! their validation ([`gateway_proto::page`]).
 
@@ -80,6 +80,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::browser::CdpClient;
 use cdp::{CdpError, FrameActivity};
 
 /// The helper evaluated in every isolated world.
@@ -120,14 +121,13 @@ impl Debug for PageBrowser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageBrowser")
             .field("next_ref", &self.next_ref)
-            .field("connected", &self.conn.as_ref().map(|c| c.ws_url.as_str()))
+            .field("connected", &self.conn.as_ref().map(|c| !c.cdp.is_closed()))
             .finish_non_exhaustive()
     }
 }
 
 /// The cached connection to one browser and what we know of its tabs.
 struct Conn {
-    ws_url: String,
     cdp: cdp::Connection,
     tabs: HashMap<String, TabState>,
 }
@@ -323,19 +323,19 @@ impl PageBrowser {
         }
     }
 
-    /// The bot's browser was restarted (a new process, a new CDP endpoint): the connection,
+    /// The bot's browser was restarted (a new process, a new CDP connection): the connection,
     /// tabs and worlds of the old one are dropped, so its refs are unknown from now on. The ref
-    /// counter keeps increasing. A call with a different `ws_url` than the cached connection's
-    /// does this by itself.
+    /// counter keeps increasing. A call with a different connection than the cached one does
+    /// this by itself.
     pub fn browser_restarted(&mut self) {
         self.conn = None;
         self.saved_login_refs.clear();
     }
 
-    /// browser_snapshot on the browser at `ws_url` ([`crate::browser::Browser::cdp_ws_url`]).
-    pub async fn snapshot(&mut self, ws_url: &str) -> Result<Snapshot, OpError> {
+    /// browser_snapshot on the browser behind `browser` ([`crate::browser::Browser::cdp`]).
+    pub async fn snapshot(&mut self, browser: &CdpClient) -> Result<Snapshot, OpError> {
         // With a single tab, its visibility comes back with the snapshot: one round trip less.
-        let (target, probed) = self.select_tab(ws_url, true).await?;
+        let (target, probed) = self.select_tab(browser, true).await?;
         self.snapshot_tab(&target, !probed).await
     }
 
@@ -344,13 +344,12 @@ impl PageBrowser {
     /// the new document commits), waits up to [`READY_TIMEOUT`] for it to be interactive, and
     /// returns its snapshot. Timeouts fail with [`NOT_SETTLED`]; a failed navigation (DNS,
     /// refused connection) fails with Chrome's error text.
-    pub async fn navigate(&mut self, ws_url: &str, url: &str) -> Result<Snapshot, OpError> {
+    pub async fn navigate(&mut self, browser: &CdpClient, url: &str) -> Result<Snapshot, OpError> {
         validate_url(url)?;
-        let (target, _) = self.select_tab(ws_url, false).await?;
+        let (target, _) = self.select_tab(browser, false).await?;
         let tab = self.tab(&target)?;
         let started = Instant::now();
-        let navigation = match cdp::navigate(ws_url, tab.target_id(), url, NAVIGATION_TIMEOUT).await
-        {
+        let navigation = match tab.navigate(url, NAVIGATION_TIMEOUT).await {
             Ok(n) => n,
             Err(CdpError::Timeout { .. }) => return Err(not_settled()),
             Err(error) => return Err(self.failed("navigate", error)),
@@ -382,12 +381,12 @@ impl PageBrowser {
     /// confirmed, whether the failing one may have acted, and why. Nothing is replayed.
     pub async fn act(
         &mut self,
-        ws_url: &str,
+        browser: &CdpClient,
         steps: &[PageStep],
     ) -> Result<Result<Snapshot, PageActFailure>, OpError> {
         validate_steps(steps)?;
         let plan = plan(steps)?;
-        let (target, _) = self.select_tab(ws_url, false).await?;
+        let (target, _) = self.select_tab(browser, false).await?;
         let (tab, world) = self
             .ensure_world(&target)
             .await
@@ -438,7 +437,7 @@ impl PageBrowser {
                 return done(e.message);
             }
         }
-        match self.snapshot(ws_url).await {
+        match self.snapshot(browser).await {
             Ok(snapshot) => Ok(Ok(snapshot)),
             Err(e) => done(e.message),
         }
@@ -446,24 +445,19 @@ impl PageBrowser {
 
     // ------------------------------------------------------------ connection, tabs, worlds
 
-    /// The cached connection to `ws_url`, (re)connecting when there is none, it ended, or the
-    /// browser behind the URL changed.
-    async fn connection(&mut self, ws_url: &str) -> Result<&mut Conn, OpError> {
-        let usable = self
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.ws_url == ws_url && !c.cdp.is_closed());
-        if !usable {
-            if self.conn.as_ref().is_some_and(|c| c.ws_url != ws_url) {
+    /// The cached connection, replaced (with a fresh tab cache) when `browser` is another
+    /// browser's; fails when the browser is gone.
+    fn connection(&mut self, browser: &CdpClient) -> Result<&mut Conn, OpError> {
+        if browser.is_closed() {
+            self.conn = None;
+            return Err(OpError::new(ErrorCode::Failed, chain(&CdpError::Closed)));
+        }
+        if !self.conn.as_ref().is_some_and(|c| c.cdp.is(browser)) {
+            if self.conn.is_some() {
                 self.browser_restarted();
             }
-            self.conn = None;
-            let cdp = cdp::Connection::connect(ws_url)
-                .await
-                .map_err(|e| OpError::new(ErrorCode::Failed, chain(&e)))?;
             self.conn = Some(Conn {
-                ws_url: ws_url.to_owned(),
-                cdp,
+                cdp: cdp::Connection::new(browser.clone()),
                 tabs: HashMap::new(),
             });
         }
@@ -478,10 +472,10 @@ impl PageBrowser {
     /// visible (`false` in the result): the caller must check.
     async fn select_tab(
         &mut self,
-        ws_url: &str,
+        browser: &CdpClient,
         unprobed_single: bool,
     ) -> Result<(String, bool), OpError> {
-        let conn = self.connection(ws_url).await?;
+        let conn = self.connection(browser)?;
         let targets = match conn.cdp.page_targets().await {
             Ok(t) => t,
             Err(e) => return Err(self.failed("list tabs", e)),
@@ -1350,13 +1344,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_api_can_be_used_from_spawned_tasks() {
+    #[tokio::test]
+    async fn the_api_can_be_used_from_spawned_tasks() {
         fn send<T: Send>(_: T) {}
+        let (_, to) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let (from, _) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let browser = CdpClient::from_pipes(to, from).unwrap();
         let mut pages = PageBrowser::new();
-        send(pages.snapshot("ws://127.0.0.1:1/"));
-        send(pages.navigate("ws://127.0.0.1:1/", "http://x/"));
-        send(pages.act("ws://127.0.0.1:1/", &[]));
+        send(pages.snapshot(&browser));
+        send(pages.navigate(&browser, "http://x/"));
+        send(pages.act(&browser, &[]));
         send(pages);
     }
 

@@ -10,7 +10,7 @@
 pub mod refusal;
 pub mod slots;
 
-use crate::browser::{ensure_profile_dir, Browser, BrowserOptions};
+use crate::browser::{ensure_profile_dir, Browser, BrowserOptions, CdpClient};
 use crate::display::{
     self, Activation, Button, Capturer, Clock, DisplayError, DisplayNum, Input, KeyCombo, Settler,
     WindowControl, WindowMatch, Xvfb, XvfbOptions,
@@ -421,11 +421,11 @@ impl Screens {
         }
     }
 
-    /// The CDP address of the bot's browser, started or repaired as needed.
-    fn ws_of(d: &Desktop) -> Result<String, OpError> {
+    /// The CDP connection of the bot's browser, started or repaired as needed.
+    fn cdp_of(d: &Desktop) -> Result<CdpClient, OpError> {
         d.browser
             .as_ref()
-            .map(Browser::cdp_ws_url)
+            .map(Browser::cdp)
             .ok_or_else(|| failed("the browser is not running"))
     }
 
@@ -433,8 +433,8 @@ impl Screens {
     pub async fn page_snapshot(&self, bot: &BotId) -> Result<Snapshot, OpError> {
         let (desktop, _) = self.desktop(bot).await?;
         let mut d = desktop.lock().await;
-        let ws = Self::ws_of(&d)?;
-        d.page.snapshot(&ws).await
+        let cdp = Self::cdp_of(&d)?;
+        d.page.snapshot(&cdp).await
     }
 
     /// browser_navigate: the URL is checked before anything starts; success resets the bot's
@@ -443,8 +443,8 @@ impl Screens {
         validate_url(url)?;
         let (desktop, _) = self.desktop(bot).await?;
         let mut d = desktop.lock().await;
-        let ws = Self::ws_of(&d)?;
-        let snapshot = d.page.navigate(&ws, url).await?;
+        let cdp = Self::cdp_of(&d)?;
+        let snapshot = d.page.navigate(&cdp, url).await?;
         d.streak.reset();
         Ok(snapshot)
     }
@@ -459,8 +459,8 @@ impl Screens {
         validate_steps(steps)?;
         let (desktop, _) = self.desktop(bot).await?;
         let mut d = desktop.lock().await;
-        let ws = Self::ws_of(&d)?;
-        let result = d.page.act(&ws, steps).await?;
+        let cdp = Self::cdp_of(&d)?;
+        let result = d.page.act(&cdp, steps).await?;
         if result.is_ok() {
             d.streak.reset();
         }
@@ -694,27 +694,19 @@ fn is_browser(application: &str) -> bool {
     )
 }
 
-/// Opens a URL in a new tab of the bot's browser. Only the CDP address crosses the await: the
+/// Opens a URL in a new tab of the bot's browser. Only the CDP handle crosses the await: the
 /// desktop's X clients are not `Sync`.
 fn open_in_browser(
     d: &Desktop,
     url: &str,
 ) -> impl std::future::Future<Output = Result<(), OpError>> + Send + 'static {
-    let ws = d.browser.as_ref().map(Browser::cdp_ws_url);
+    let cdp = d.browser.as_ref().map(Browser::cdp);
     let url = url.to_string();
     async move {
-        let ws = ws.ok_or_else(|| failed("the browser is not running"))?;
-        open_in_browser_ws(ws, &url).await
+        let cdp = cdp.ok_or_else(|| failed("the browser is not running"))?;
+        cdp.open_tab(&url).await.map_err(failed)?;
+        Ok(())
     }
-}
-
-/// Opens a URL in a new tab of the browser at `ws`.
-async fn open_in_browser_ws(ws: String, url: &str) -> Result<(), OpError> {
-    let cdp = crate::browser::CdpSession::connect(&ws)
-        .await
-        .map_err(failed)?;
-    cdp.open_tab(url).await.map_err(failed)?;
-    Ok(())
 }
 
 /// An `open` target as a URL: http(s) as given, a home path as `file://`.

@@ -10,9 +10,10 @@
 //! 2. the same cold: a new [`PageBrowser`] per call (CDP connect, attach, isolated world and
 //!    helper install, snapshot), `--cold-runs` times;
 //! 3. through `tests/bench/page/bench.mjs` (playwright-core from npm), Playwright's
-//!    `page.locator('body').ariaSnapshot()` and CDP `Accessibility.getFullAXTree`, both on this
-//!    same Chromium (Playwright connects over CDP and opens a tab) and on a headless Chromium
-//!    Playwright launches from `/usr/bin/chromium` with the issue's flags.
+//!    `page.locator('body').ariaSnapshot()` and CDP `Accessibility.getFullAXTree` on a headless
+//!    Chromium Playwright launches from `/usr/bin/chromium` with the issue's flags (the guest's
+//!    own Chromium speaks DevTools over a pipe only the guest holds, so Playwright cannot
+//!    connect to it).
 //!
 //! It prints markdown for BENCHMARKS.md, with the machine's load average before and after (the
 //! numbers are wall times on a shared machine). Timings are printed, never asserted: only broken
@@ -25,7 +26,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use gateway_proto::page::{MAX_ELEMENTS, MAX_TEXT_CHARS};
 use gateway_proto::BotId;
-use guest_agent::browser::{profile_dir, Browser, BrowserOptions};
+use guest_agent::browser::{profile_dir, Browser, BrowserOptions, CdpClient};
 use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
 use guest_agent::pagebrowser::{PageBrowser, MAX_SNAPSHOT_BYTES};
 use std::os::unix::fs::PermissionsExt;
@@ -165,19 +166,15 @@ async fn main() -> Result<()> {
     );
     opts.first_url = Some(urls[0].clone());
     let mut browser = Browser::start(&opts).await.context("starting chromium")?;
-    let ws = browser.cdp_ws_url();
+    let ws = browser.cdp();
     let measured = measure(&o, &ws, &urls).await;
-    // Playwright on this same browser: it connects over CDP and opens its own tab.
-    let connected = match (&measured, o.node) {
-        (Ok(_), true) => Some(node(&o, &["--cdp", &ws], &urls).await),
-        _ => None,
-    };
+    // The guest's Chromium speaks DevTools over a pipe only the guest holds (issue 11), so
+    // Playwright can no longer connect to this same browser; it launches its own.
     browser.stop().await?;
     xvfb.stop().await?;
     let (mut rows, cold) = measured?;
     let mut node_note = String::from("node anchors skipped (--no-node)");
-    if let Some(connected) = connected {
-        rows.extend(connected?);
+    if o.node {
         rows.extend(node(&o, &["--launch"], &urls).await?);
         node_note = format!(
             "node {}, playwright-core {}",
@@ -235,7 +232,7 @@ async fn main() -> Result<()> {
 }
 
 /// rakazo's snapshot, warm and cold, on each page.
-async fn measure(o: &Options, ws: &str, urls: &[String]) -> Result<(Vec<Row>, Vec<Series>)> {
+async fn measure(o: &Options, ws: &CdpClient, urls: &[String]) -> Result<(Vec<Row>, Vec<Series>)> {
     let mut rows = Vec::new();
     let mut cold = Vec::new();
     let mut pages = PageBrowser::new();

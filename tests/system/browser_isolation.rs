@@ -1,0 +1,377 @@
+//! The bots' browsers and displays inside a computer (issue 11), seen from `exec` in a local and
+//! a Docker computer with two live desktops: no listening socket answers DevTools (Chrome's
+//! DevTools is a pipe only the guest holds), each display refuses an X client without its
+//! cookie, the desktop's processes (Xvfb, x11vnc, Chrome) do not run as root, and Chrome lays no
+//! warning bar ("unsupported command-line flag: --no-sandbox") over the top of the page.
+//!
+//! The probes run as a Python script inside the computer (the image ships python3, not curl or
+//! xdpyinfo). Listeners are those of the computer's user (`/proc/net/tcp*` owner uid): local
+//! computers share the host's network and Docker test computers use host networking, so other
+//! users' listeners (the host's, other tests') are not this computer's. The probe proves it can
+//! see a DevTools answer by starting a fake `/json/version` endpoint of its own first.
+
+use anyhow::{anyhow, ensure, Context, Result};
+use base64::Engine;
+use hyper::Method;
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::live::{connect, Rfb, WsBytes};
+use tests::{World, WorldOptions};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Run inside the computer: `python3 -c PROBE <display>...`. Prints one JSON object:
+/// `{uid, control, checked, devtools, displays: {<n>: [status, reason]}}`.
+const PROBE: &str = r#"
+import http.server, json, os, socket, sys, threading
+
+class FakeDevTools(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"Browser": "Fake/1", "webSocketDebuggerUrl": "ws://x/devtools/browser/y"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+control = http.server.HTTPServer(("127.0.0.1", 0), FakeDevTools)
+threading.Thread(target=control.serve_forever, daemon=True).start()
+
+def addr_of(hex_addr, v6):
+    raw = bytes.fromhex(hex_addr)
+    if not v6:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+def loopback_target(ip, v6):
+    if ip in ("0.0.0.0", "::"):
+        return "::1" if v6 else "127.0.0.1"
+    if ip.startswith("127.") or ip == "::1":
+        return ip
+    if ip.startswith("::ffff:127."):
+        return ip[len("::ffff:"):]
+    return None
+
+def devtools_answer(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect((host, port))
+        s.sendall(b"GET /json/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        data = b""
+        while len(data) < 65536:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+            if b"webSocketDebuggerUrl" in data:
+                break
+    except OSError:
+        return False
+    finally:
+        s.close()
+    return b"webSocketDebuggerUrl" in data
+
+uid = os.getuid()
+checked, devtools = [], []
+for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] != "0A" or int(f[7]) != uid:
+            continue
+        hex_addr, hex_port = f[1].split(":")
+        host = loopback_target(addr_of(hex_addr, v6), v6)
+        if host is None:
+            continue
+        port = int(hex_port, 16)
+        checked.append([host, port])
+        if devtools_answer(host, port):
+            devtools.append(port)
+
+def x_setup(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect("/tmp/.X11-unix/X%d" % n)
+        # Little-endian setup request, protocol 11.0, no authorization at all.
+        s.sendall(b"l\0" + (11).to_bytes(2, "little") + (0).to_bytes(2, "little") + b"\0\0\0\0\0\0")
+        head = b""
+        while len(head) < 8:
+            chunk = s.recv(8 - len(head))
+            if not chunk:
+                return ["closed", ""]
+            head += chunk
+        status, reason_len = head[0], head[1]
+        reason = s.recv(reason_len).decode("latin-1") if reason_len else ""
+        return [{0: "refused", 1: "accepted", 2: "authenticate"}.get(status, "?"), reason]
+    except OSError as e:
+        return ["error", str(e)]
+    finally:
+        s.close()
+
+displays = {a: x_setup(int(a)) for a in sys.argv[1:]}
+print(json.dumps({"uid": uid, "control": control.server_address[1], "checked": checked,
+                  "devtools": devtools, "displays": displays}))
+"#;
+
+/// A page whose whole viewport is one colour.
+const GREEN_PAGE: &str = "<!doctype html><html><head><title>green</title></head>\
+    <body style=\"margin:0;background:rgb(0,200,0)\"></body></html>";
+const GREEN: [u8; 3] = [0, 200, 0];
+
+/// How far down the first page row may be. Chromium's tab strip and toolbar end at row 87 on a
+/// 1280x800 desktop; the "--no-sandbox" infobar would push the page down to row 144.
+const MAX_PAGE_TOP: usize = 120;
+
+struct Bot<'a> {
+    w: &'a World,
+    c: String,
+    bot: String,
+    lease: String,
+}
+
+impl<'a> Bot<'a> {
+    async fn new(w: &'a World, c: &str, bot: &str) -> Result<Self> {
+        let lease = w.lease(c, bot, &format!("run-{bot}")).await?;
+        Ok(Self {
+            w,
+            c: c.into(),
+            bot: bot.into(),
+            lease,
+        })
+    }
+
+    async fn screen(&self, action: &str) -> Result<serde_json::Value> {
+        Ok(self
+            .w
+            .post(
+                &format!("/v1/computers/{}/screens/{}/{action}", self.c, self.bot),
+                serde_json::json!({ "lease": self.lease }),
+            )
+            .await?)
+    }
+
+    async fn navigate(&self, url: &str) -> Result<serde_json::Value> {
+        Ok(self
+            .w
+            .post(
+                &format!("/v1/computers/{}/browser/{}/navigate", self.c, self.bot),
+                serde_json::json!({ "lease": self.lease, "url": url }),
+            )
+            .await?)
+    }
+
+    /// Opens a view of this bot's screen (x11vnc starts for it) and completes the RFB handshake.
+    async fn view(&self) -> Result<Rfb<WsBytes>> {
+        let v = self
+            .w
+            .post(
+                &format!("/v1/computers/{}/screens/{}/url", self.c, self.bot),
+                serde_json::json!({ "policy": "view" }),
+            )
+            .await?;
+        let path = v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string();
+        let ws = connect(&self.w.http, &path).await?;
+        Rfb::handshake(WsBytes::new(ws)).await
+    }
+}
+
+/// The observation's pixels as RGB rows.
+fn observed_rgb(obs: &serde_json::Value) -> Result<(usize, usize, Vec<u8>)> {
+    let b64 = obs["image"].as_str().context("an observation image")?;
+    let png = base64::engine::general_purpose::STANDARD.decode(b64)?;
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png)).read_info()?;
+    let mut buf = vec![0; reader.output_buffer_size().context("png size")?];
+    let info = reader.next_frame(&mut buf)?;
+    let channels = info.color_type.samples();
+    ensure!(channels >= 3, "an RGB image, got {:?}", info.color_type);
+    let (w, h) = (info.width as usize, info.height as usize);
+    let rgb = buf[..info.buffer_size()]
+        .chunks(channels)
+        .flat_map(|p| [p[0], p[1], p[2]])
+        .collect();
+    Ok((w, h, rgb))
+}
+
+/// Whether row `y` is the page colour across the middle 90% of the screen (the window edges
+/// may carry a border or a scrollbar).
+fn row_is(rgb: &[u8], width: usize, y: usize, colour: [u8; 3]) -> bool {
+    let (from, to) = (width / 20, width - width / 20);
+    (from..to).all(|x| {
+        let i = (y * width + x) * 3;
+        rgb[i..i + 3]
+            .iter()
+            .zip(colour)
+            .all(|(&a, b)| a.abs_diff(b) <= 8)
+    })
+}
+
+/// The first row from the top where the page shows, once the bottom of the screen shows it
+/// (so the page has been painted).
+async fn page_top(bot: &Bot<'_>) -> Result<(usize, String)> {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let obs = bot.screen("observe").await?;
+        let (w, h, rgb) = observed_rgb(&obs)?;
+        if row_is(&rgb, w, h - 10, GREEN) {
+            if let Some(top) = (0..h).find(|&y| row_is(&rgb, w, y, GREEN)) {
+                let other = (top..h).find(|&y| !row_is(&rgb, w, y, GREEN));
+                return Ok((
+                    top,
+                    format!("{w}x{h}, page from row {top}, first other row below: {other:?}"),
+                ));
+            }
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the green page was not painted within {LONG:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the probe found inside computer `c` with the desktops on `displays`.
+async fn probe(w: &World, c: &str, displays: &[u64]) -> Result<serde_json::Value> {
+    let mut argv = vec!["python3".to_string(), "-c".to_string(), PROBE.to_string()];
+    argv.extend(displays.iter().map(u64::to_string));
+    let out = w.exec(c, serde_json::json!({ "argv": argv })).await?;
+    ensure!(
+        out.code == Some(0),
+        "probe exited {:?}: {}",
+        out.code,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Everything this module checks, on computer `c` (whose provider is `kind`).
+async fn check_computer(w: &World, c: &str, kind: &str, fx: &Fixture) -> Result<()> {
+    let a = Bot::new(w, c, "bot-a").await?;
+    let b = Bot::new(w, c, "bot-b").await?;
+    let sa = a.screen("ensure").await?;
+    let sb = b.screen("ensure").await?;
+    let displays: Vec<u64> = [&sa, &sb]
+        .iter()
+        .map(|s| s["display"].as_u64().context("a display number"))
+        .collect::<Result<_>>()?;
+    ensure!(
+        sa["browser_pid"].is_u64() && sb["browser_pid"].is_u64(),
+        "both browsers run: {sa} {sb}"
+    );
+
+    // Which mode Chrome runs in here depends on the machine (user namespaces); report it.
+    let pid = sa["browser_pid"].as_u64().unwrap_or_default();
+    let cmdline = w
+        .sh(c, &format!("tr '\\0' ' ' < /proc/{pid}/cmdline"))
+        .await?;
+    eprintln!(
+        "{kind}: chrome's sandbox is {}",
+        if cmdline.contains("--no-sandbox") {
+            "off (--no-sandbox --test-type)"
+        } else {
+            "on"
+        }
+    );
+
+    // No warning bar: right under the toolbar, the page. A fresh desktop of a fresh bot.
+    let green = fx.page("green", GREEN_PAGE);
+    a.navigate(&green).await?;
+    let (top, seen) = page_top(&a).await?;
+    eprintln!("{kind}: {seen}");
+    ensure!(
+        top <= MAX_PAGE_TOP,
+        "{kind}: the page starts at row {top}: something (the --no-sandbox bar?) lies between \
+         the toolbar and the page ({seen})"
+    );
+
+    // (a) No DevTools on any listening socket of the computer's user; the probe's own fake
+    // endpoint shows that it would see one.
+    let found = probe(w, c, &displays).await?;
+    eprintln!("{kind}: probe {found}");
+    let control = found["control"].as_u64().context("control port")?;
+    assert_eq!(
+        found["devtools"],
+        serde_json::json!([control]),
+        "{kind}: only the probe's own fake endpoint answers as DevTools: {found}"
+    );
+
+    // (b) Every display refuses a client without its cookie: the X server answers, and says no.
+    for d in &displays {
+        let answer = &found["displays"][d.to_string()];
+        assert_eq!(
+            answer[0], "refused",
+            "{kind}: display :{d} answered {answer}"
+        );
+    }
+
+    // (c) With a viewer connected (x11vnc runs), the desktop's processes run as the user.
+    let _viewer = a.view().await?;
+    let ps = w.sh(c, "ps -eo user:32=,comm=").await?;
+    eprintln!("{kind}: ps\n{ps}");
+    let user = w.sh(c, "id -un").await?.trim().to_string();
+    for (comm, label) in [
+        ("Xvfb", "Xvfb"),
+        ("x11vnc", "x11vnc"),
+        ("chromium", "Chrome"),
+    ] {
+        let owners: Vec<&str> = ps
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some(comm))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        ensure!(!owners.is_empty(), "{kind}: no {label} process in\n{ps}");
+        if kind == "docker" {
+            // The container's processes are all the computer's.
+            assert!(
+                owners.iter().all(|o| *o != "root"),
+                "{kind}: {label} runs as root:\n{ps}"
+            );
+        }
+        // Local computers share the host's process list with the tests' own processes, so
+        // only this computer's user's are asserted to exist.
+        assert!(
+            owners.contains(&user.as_str()),
+            "{kind}: no {label} of {user}:\n{ps}"
+        );
+    }
+    a.screen("release").await?;
+    b.screen("release").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_computer_has_no_devtools_port_private_displays_and_no_warning_bar() -> Result<()> {
+    let fx = Fixture::start().await?;
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-isolation-local").await?;
+    check_computer(&w, &c, "local", &fx).await?;
+    let shown = w
+        .client
+        .json(Method::GET, &format!("/v1/computers/{c}"), None)
+        .await?;
+    assert_eq!(shown["provider"], "local");
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_docker_computer_has_no_devtools_port_private_displays_and_no_warning_bar() -> Result<()>
+{
+    let fx = Fixture::start().await?;
+    let mut w = World::start_with(WorldOptions {
+        providers: Some("docker,local".into()),
+        ..Default::default()
+    })
+    .await?;
+    let c = w
+        .create_computer_on("ws-isolation-docker", Some("docker"))
+        .await?;
+    check_computer(&w, &c, "docker", &fx).await?;
+    w.check_log()
+}
