@@ -305,6 +305,8 @@ impl CdpClient {
     ) -> mpsc::UnboundedReceiver<CdpEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = self.shared.lock();
+        // Subscribers whose receivers are gone are pruned here too, not only when events come.
+        state.subscribers.retain(|s| !s.tx.is_closed());
         if !state.closed {
             state.subscribers.push(Subscriber {
                 session: session.cloned(),
