@@ -44,6 +44,11 @@ pub struct Global {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// PEM file of the CA (or self-signed) certificate an https control plane's certificate
+    /// must chain to. Unset: the local server's own certificate when the address comes from
+    /// the data dir, else the system's CAs.
+    #[arg(long, global = true, env = "RAKAZO_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -219,6 +224,8 @@ pub struct ServeArgs {
     pub live: crate::live::LiveArgs,
     #[command(flatten)]
     pub providers: crate::provider_set::ProviderArgs,
+    #[command(flatten)]
+    pub http: crate::api::HttpArgs,
 }
 
 #[derive(Subcommand)]
@@ -401,7 +408,8 @@ impl Global {
                 })?
             }
         };
-        Ok(Client::new(url, Secret::new(token.trim().to_string())))
+        let token = Secret::new(token.trim().to_string());
+        Ok(Client::for_cli(url, token, self.ca_file.as_deref(), &dir)?)
     }
 }
 
@@ -479,6 +487,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 homes: args.homes.resolve(&crate::homes::config::process_env)?,
                 idle: args.idle.resolve()?,
                 live: args.live.resolve()?,
+                http: args.http.resolve()?,
             })
             .await?;
             Ok(0)

@@ -1,7 +1,8 @@
 //! A small HTTP client for the API, used by the CLI (and usable by tests and scripts).
 //!
 //! It knows the base URL and the bearer token, turns error responses into [`ClientError`] with
-//! the server's code and message, and can stream request and response bodies.
+//! the server's code and message, and can stream request and response bodies. It speaks
+//! `http://` and `https://`; which server certificates it accepts is a [`Trust`].
 
 use bytes::Bytes;
 use gateway_proto::Secret;
@@ -9,8 +10,16 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Request bodies the client sends.
 pub type ReqBody = BoxBody<Bytes, std::io::Error>;
@@ -35,14 +44,33 @@ pub enum ClientError {
     BadResponse(String),
     #[error("invalid request: {0}")]
     Request(String),
+    #[error("TLS setup: {0}")]
+    Tls(String),
 }
+
+/// Which certificates an `https://` server may present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// The system's CA certificates (`/etc/ssl/certs`, or `SSL_CERT_FILE`), names checked.
+    System,
+    /// The CA (or self-signed) certificates in this PEM file, names checked.
+    CaFile(PathBuf),
+    /// Exactly the certificate with this SHA-256 (hex, of its DER), whatever its names: the
+    /// local server's, as its data dir records it.
+    Pinned(String),
+}
+
+/// How long a pooled connection may sit idle before the client drops it: below the server's
+/// shortest header timeout that makes sense, so the client lets go of an idle connection
+/// before the server closes it under a request.
+const POOL_IDLE: Duration = Duration::from_secs(5);
 
 /// An API client.
 #[derive(Clone)]
 pub struct Client {
     base: String,
     token: Secret,
-    http: HyperClient<HttpConnector, ReqBody>,
+    http: HyperClient<HttpsConnector<HttpConnector>, ReqBody>,
 }
 
 pub fn full_body(bytes: impl Into<Bytes>) -> ReqBody {
@@ -52,13 +80,63 @@ pub fn full_body(bytes: impl Into<Bytes>) -> ReqBody {
 }
 
 impl Client {
-    /// `base` is like `http://127.0.0.1:7090`.
+    /// `base` is like `http://127.0.0.1:7090`; an `https://` base is checked against the
+    /// system's CA certificates.
     pub fn new(base: impl Into<String>, token: Secret) -> Self {
+        let base = base.into();
+        // Only an https base needs the system's certificates (reading them costs a few ms);
+        // without any, every https request fails with the TLS error that says so.
+        let tls = if base.starts_with("https:") {
+            tls_config(&Trust::System).unwrap_or_else(|_| empty_roots_config())
+        } else {
+            empty_roots_config()
+        };
+        Self::build(base, token, tls)
+    }
+
+    /// A client that accepts the server certificates `trust` allows.
+    pub fn with_trust(
+        base: impl Into<String>,
+        token: Secret,
+        trust: &Trust,
+    ) -> Result<Self, ClientError> {
+        Ok(Self::build(base.into(), token, tls_config(trust)?))
+    }
+
+    /// The CLI's client for `base`: trusts `ca_file` when given; else, when `base` is the
+    /// address the local server in `data_dir` recorded, exactly that server's certificate
+    /// (as the CLI finds its address and token there); else the system's CA certificates.
+    pub fn for_cli(
+        base: impl Into<String>,
+        token: Secret,
+        ca_file: Option<&Path>,
+        data_dir: &Path,
+    ) -> Result<Self, ClientError> {
+        let base = base.into();
+        let trust = match ca_file {
+            Some(f) => Trust::CaFile(f.to_path_buf()),
+            None => local_pin(&base, data_dir).unwrap_or(Trust::System),
+        };
+        if !base.starts_with("https:") {
+            return Ok(Self::new(base, token));
+        }
+        Self::with_trust(base, token, &trust)
+    }
+
+    fn build(base: String, token: Secret, tls: rustls::ClientConfig) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let http = HyperClient::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+        connector.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
+        let http = HyperClient::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .build(https);
         Self {
-            base: base.into().trim_end_matches('/').to_string(),
+            base: base.trim_end_matches('/').to_string(),
             token,
             http,
         }
@@ -146,4 +224,142 @@ impl Client {
 /// Percent-encodes a query value.
 pub fn q(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+/// The pin of the local server's certificate, when `base` is the https address its data dir
+/// records (`addresses.json`: `http`, `http_cert_sha256`).
+fn local_pin(base: &str, data_dir: &Path) -> Option<Trust> {
+    let text = std::fs::read_to_string(data_dir.join(crate::serve::ADDRESSES_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let recorded = v["http"].as_str()?;
+    if recorded.trim_end_matches('/') != base.trim_end_matches('/') {
+        return None;
+    }
+    v["http_cert_sha256"]
+        .as_str()
+        .map(|pin| Trust::Pinned(pin.to_string()))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ClientError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Tls(e.to_string()))?;
+    let roots = match trust {
+        Trust::Pinned(sha256) => {
+            return Ok(builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedCert {
+                    sha256: sha256.to_ascii_lowercase(),
+                    provider: provider(),
+                }))
+                .with_no_client_auth())
+        }
+        Trust::CaFile(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| ClientError::Tls(format!("read CA file {}: {e}", path.display())))?;
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(ClientError::Tls(format!(
+                    "CA file {} holds no usable PEM certificate",
+                    path.display()
+                )));
+            }
+            roots
+        }
+        Trust::System => {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(ClientError::Tls(
+                    "no system CA certificates found; pass --ca-file (RAKAZO_CA_FILE)".into(),
+                ));
+            }
+            roots
+        }
+    };
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// A client configuration that trusts nothing: every https request fails with a clear TLS
+/// error instead of the client failing to exist.
+fn empty_roots_config() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        })
+        .unwrap_or_else(|_| {
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        })
+}
+
+/// Accepts exactly one certificate, by the SHA-256 of its DER; the handshake's signatures are
+/// still verified with its key, so only the holder of that key passes.
+#[derive(Debug)]
+struct PinnedCert {
+    sha256: String,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if crate::tls::fingerprint(end_entity) == self.sha256 {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "the server's certificate is not the one the data dir records".into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }

@@ -4,12 +4,17 @@
 //! connects the database and runs migrations, binds the tunnel (UDP) and the HTTP API (TCP),
 //! writes the chosen addresses to `addresses.json` (so port 0 works), recovers local computers,
 //! and serves until killed. The API token is printed once, when it is created.
+//!
+//! Before anything else it checks that the data dir and every secret file are private
+//! ([`SECRET_FILES`], the TLS key): it refuses to start, naming the file and its mode, rather
+//! than run with secrets others may have read. A tunnel asked for on port 0 takes the port of
+//! the previous run when it is free (`tunnel-port`), so running guests can dial back in.
 
 use crate::api::{self, Api, ApiLimits};
 use crate::clock::now_ms;
 use crate::core::{Core, CoreAuth, Enrollment};
 use crate::db::Db;
-use crate::tls::{write_private, TunnelIdentity};
+use crate::tls::{check_private_file, write_private, TunnelIdentity};
 use crate::tunnel::{self, Registry};
 use anyhow::{bail, Context, Result};
 use gateway_proto::Secret;
@@ -17,11 +22,22 @@ use std::net::SocketAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tracing::info;
+use tracing::{info, warn};
 
 /// File names inside the data dir.
 pub const API_TOKEN_FILE: &str = "api-token";
 pub const ADDRESSES_FILE: &str = "addresses.json";
+/// The tunnel's last bound port, tried first when the tunnel is asked for on port 0.
+pub const TUNNEL_PORT_FILE: &str = "tunnel-port";
+
+/// The secrets the control plane keeps in its data dir, and what each is: checked private at
+/// every start. (The S3 secret and content key files are checked where `homes` reads them.)
+pub const SECRET_FILES: &[(&str, &str)] = &[
+    (API_TOKEN_FILE, "the API token"),
+    ("capability-key", "the key that seals capability URLs"),
+    ("tunnel-key.pem", "the tunnel's private key"),
+    ("tunnel-reset-key", "the tunnel's stateless-reset key"),
+];
 
 /// Configuration of `rakazo serve`, already parsed from flags and environment.
 #[derive(Debug, Clone)]
@@ -50,6 +66,8 @@ pub struct ServeConfig {
     pub idle: crate::idle::IdleConfig,
     /// Live screens (the control lease's TTL).
     pub live: crate::live::LiveConfig,
+    /// The HTTP listener: timeouts, connection cap, TLS.
+    pub http: crate::api::HttpConfig,
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -72,19 +90,92 @@ pub fn load_or_create_token(data_dir: &Path) -> Result<(Secret, bool)> {
 
 /// Makes the data dir 0700: it holds the API token, the keys and the database, and a computer
 /// (another user on this host) must not even look in. A dir made by hand or by a tool with
-/// looser permissions is tightened, and the log says so.
+/// looser permissions is tightened, and the log says so; one that stays open after that (a
+/// file system that ignores modes) or that is not ours is refused.
 fn make_private(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir)
-        .with_context(|| format!("read data dir {}", dir.display()))?
-        .permissions()
-        .mode();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta =
+        std::fs::metadata(dir).with_context(|| format!("read data dir {}", dir.display()))?;
+    let euid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != euid {
+        bail!(
+            "refusing to start: data dir {} belongs to uid {}, not to uid {euid} that runs the \
+             control plane",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    let mode = meta.permissions().mode();
     if mode & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("make data dir {} private (0700)", dir.display()))?;
         info!(data_dir = %dir.display(), was = format!("{:o}", mode & 0o777), "data dir made private (0700)");
+        let now = std::fs::metadata(dir)
+            .with_context(|| format!("read data dir {}", dir.display()))?
+            .permissions()
+            .mode();
+        if now & 0o077 != 0 {
+            bail!(
+                "refusing to start: data dir {} still has mode {:04o} after chmod 700; put it \
+                 on a file system that keeps modes",
+                dir.display(),
+                now & 0o7777
+            );
+        }
     }
     Ok(())
+}
+
+/// Checks every secret file the data dir holds (those still missing are created private).
+fn check_secrets(dir: &Path) -> Result<()> {
+    for (name, what) in SECRET_FILES {
+        check_private_file(&dir.join(name), what)?;
+    }
+    Ok(())
+}
+
+/// Binds the tunnel. Asked for port 0, it first tries the port of the previous run (guests of
+/// computers still running dial that address and reconnect); when that port is taken it binds
+/// another and warns that those guests cannot come back until their computers restart.
+fn bind_tunnel(
+    cfg: &ServeConfig,
+    server_config: quinn::ServerConfig,
+    reset_key: &[u8; 32],
+) -> Result<quinn::Endpoint> {
+    let port_file = cfg.data_dir.join(TUNNEL_PORT_FILE);
+    let previous = std::fs::read_to_string(&port_file)
+        .ok()
+        .and_then(|t| t.trim().parse::<u16>().ok())
+        .filter(|p| *p != 0);
+    let endpoint = match previous {
+        Some(port) if cfg.tunnel_addr.port() == 0 => {
+            let again = SocketAddr::new(cfg.tunnel_addr.ip(), port);
+            match tunnel::bind(again, server_config.clone(), reset_key) {
+                Ok(e) => e,
+                Err(error) => {
+                    let e = tunnel::bind(cfg.tunnel_addr, server_config, reset_key)
+                        .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?;
+                    warn!(
+                        previous = %again,
+                        bound = %e.local_addr()?,
+                        %error,
+                        "the tunnel's previous port is taken: guests of computers that were \
+                         running dial the previous address and cannot reconnect until their \
+                         computer is stopped and started; set RAKAZO_TUNNEL_ADDR to a fixed \
+                         port to keep it across restarts"
+                    );
+                    e
+                }
+            }
+        }
+        _ => tunnel::bind(cfg.tunnel_addr, server_config, reset_key)
+            .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?,
+    };
+    write_atomic(
+        &port_file,
+        format!("{}\n", endpoint.local_addr()?.port()).as_bytes(),
+    )?;
+    Ok(endpoint)
 }
 
 /// Runs the control plane until the process is killed.
@@ -95,6 +186,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .create(&cfg.data_dir)
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     make_private(&cfg.data_dir)?;
+    check_secrets(&cfg.data_dir)?;
+    let api_tls = match &cfg.http.tls {
+        Some(files) => Some(crate::tls::ApiTls::load(&files.cert, &files.key)?),
+        None => None,
+    };
     let (token, created) = load_or_create_token(&cfg.data_dir)?;
     if created {
         // Printed once, on the terminal of whoever started the server the first time; the file
@@ -118,8 +214,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     db.migrate(now_ms()).await.context("run migrations")?;
 
     let reset_key = load_or_create_key(&cfg.data_dir.join("tunnel-reset-key"))?;
-    let endpoint = tunnel::bind(cfg.tunnel_addr, identity.server_config()?, &reset_key)
-        .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?;
+    let endpoint = bind_tunnel(&cfg, identity.server_config()?, &reset_key)?;
     let tunnel_addr = endpoint.local_addr()?;
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
@@ -166,16 +261,21 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         registry,
         Arc::new(CoreAuth(core.clone())),
     ));
-    let addresses = serde_json::json!({
-        "http": format!("http://{http_addr}"),
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
+    let mut addresses = serde_json::json!({
+        "http": format!("{scheme}://{http_addr}"),
         "tunnel": tunnel_addr.to_string(),
         "tunnel_cert_sha256": identity.fingerprint(),
     });
+    if let Some(t) = &api_tls {
+        // The local CLI pins this certificate (`client::Trust::Pinned`).
+        addresses["http_cert_sha256"] = t.fingerprint.clone().into();
+    }
     write_atomic(
         &cfg.data_dir.join(ADDRESSES_FILE),
         &serde_json::to_vec_pretty(&addresses)?,
     )?;
-    info!(%http_addr, %tunnel_addr, database = ?core_db_kind(&cfg), "control plane listening");
+    info!(%http_addr, %tunnel_addr, tls = api_tls.is_some(), database = ?core_db_kind(&cfg), "control plane listening");
 
     let recover = core.clone();
     tokio::spawn(async move {
@@ -190,7 +290,14 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
     let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);
-    api::serve(listener, Arc::new(Api::new(core, &token, cfg.limits, live))).await;
+    let api = Api::new(core, &token, cfg.limits, live).with_https(api_tls.is_some());
+    api::serve(
+        listener,
+        Arc::new(api),
+        &cfg.http,
+        api_tls.map(|t| t.config),
+    )
+    .await;
     Ok(())
 }
 

@@ -95,6 +95,11 @@ pub struct WorldOptions {
     pub providers: Option<String>,
     /// `RAKAZO_DEFAULT_PROVIDER`.
     pub default_provider: Option<String>,
+    /// More `rakazo serve` environment (the HTTP listener's settings, TLS files).
+    pub env: Vec<(String, String)>,
+    /// A restart asks for tunnel port 0 again, as a deployment with `RAKAZO_TUNNEL_ADDR` on
+    /// port 0 does, instead of the previous address.
+    pub tunnel_port_0_on_restart: bool,
 }
 
 /// How a [`World`] reaches its object store (an [`s3::S3Server`]).
@@ -217,10 +222,10 @@ impl World {
         // A restart keeps the addresses, as a real deployment does: guests dial the same one.
         let http_addr = self
             .http
-            .strip_prefix("http://")
-            .unwrap_or("127.0.0.1:0")
+            .split_once("://")
+            .map_or("127.0.0.1:0", |(_, addr)| addr)
             .to_string();
-        let tunnel_addr = if self.tunnel.is_empty() {
+        let tunnel_addr = if self.tunnel.is_empty() || self.opts.tunnel_port_0_on_restart {
             "127.0.0.1:0".to_string()
         } else {
             self.tunnel.clone()
@@ -259,6 +264,7 @@ impl World {
         if let Some(p) = &self.opts.default_provider {
             cmd.env("RAKAZO_DEFAULT_PROVIDER", p);
         }
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         if let Some(limit) = self.opts.screen_limit {
             cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
         }
@@ -310,7 +316,9 @@ impl World {
         self.api_token = std::fs::read_to_string(self.data_dir.path().join("api-token"))?
             .trim()
             .to_string();
-        self.client = Client::new(self.http.clone(), Secret::new(self.api_token.clone()));
+        // An https server's certificate is pinned from the data dir, as the CLI does.
+        let token = Secret::new(self.api_token.clone());
+        self.client = Client::for_cli(self.http.clone(), token, None, self.data_dir.path())?;
         Ok(())
     }
 

@@ -121,7 +121,7 @@ pub async fn url(
     let issued =
         authority::issue(&api.core, &api.live.sealer, id, &bot, policy, ttl, now_ms()).await?;
     let path = format!("/cap/{}", issued.token);
-    let url = host.map(|h| format!("http://{h}{path}"));
+    let url = host.map(|h| format!("{}://{h}{path}", api.scheme()));
     Ok(json_response(
         StatusCode::OK,
         &serde_json::json!({

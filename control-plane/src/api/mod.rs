@@ -4,7 +4,7 @@
 //! Every route but `GET /v1/health` needs `Authorization: Bearer <api token>`, compared in
 //! constant time. Handlers parse and bound their input, call [`Core`], and convert the result;
 //! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
-//! stream and must announce their length.
+//! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
 
 mod body;
 mod browser;
@@ -13,12 +13,14 @@ mod exec;
 mod files;
 mod homes;
 mod leases;
+pub mod listener;
 mod live;
 mod screens;
 
 pub(crate) use body::{forward, PUMP_CHUNK};
 pub use body::{ApiError, RespBody};
 pub use exec::EXEC_STREAM_CONTENT_TYPE;
+pub use listener::{serve, HttpArgs, HttpConfig};
 
 use crate::core::{Core, CoreError};
 use crate::tunnel::{OpStream, TunnelError};
@@ -32,11 +34,9 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
-use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::info;
 
 /// Limits of the API.
 #[derive(Debug, Clone)]
@@ -63,6 +63,8 @@ pub struct Api {
     pub limits: ApiLimits,
     /// Capability sealing and the live pages (contracts.md §6).
     pub live: crate::live::LiveHttp,
+    /// Whether the listener speaks TLS: capability URLs are then `https://`.
+    https: bool,
 }
 
 impl Api {
@@ -77,6 +79,22 @@ impl Api {
             token_sha256: Sha256::digest(token.expose().as_bytes()).into(),
             limits,
             live,
+            https: false,
+        }
+    }
+
+    /// Marks the API as served over TLS (`--tls-cert`).
+    pub fn with_https(mut self, https: bool) -> Self {
+        self.https = https;
+        self
+    }
+
+    /// The scheme of URLs that point back at this API.
+    pub fn scheme(&self) -> &'static str {
+        if self.https {
+            "https"
+        } else {
+            "http"
         }
     }
 
@@ -90,38 +108,6 @@ impl Api {
         // Comparing digests keeps the comparison constant-time whatever the lengths.
         let presented: [u8; 32] = Sha256::digest(presented).into();
         presented.ct_eq(&self.token_sha256).into()
-    }
-}
-
-/// Serves the API on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, api: Arc<Api>) {
-    loop {
-        let (stream, remote) = match listener.accept().await {
-            Ok(v) => v,
-            Err(e) => {
-                debug!(error = %e, "accept failed");
-                continue;
-            }
-        };
-        // Small NDJSON lines (an exec's `exit`) must not wait for the client's delayed ACK:
-        // with Nagle on, each one stalled about 40 ms (BENCHMARKS.md).
-        if let Err(e) = stream.set_nodelay(true) {
-            debug!(%remote, error = %e, "cannot set TCP_NODELAY");
-        }
-        let api = api.clone();
-        tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| {
-                let api = api.clone();
-                async move { Ok::<_, Infallible>(handle(api, req).await) }
-            });
-            let builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            // With upgrades: live screens turn a request into a websocket.
-            if let Err(e) = builder.serve_connection_with_upgrades(io, svc).await {
-                debug!(%remote, error = %e, "http connection ended with an error");
-            }
-        });
     }
 }
 

@@ -166,7 +166,8 @@ impl Db {
         })
     }
 
-    /// Opens (creating if needed) `data_dir/rakazo.db`, creating `data_dir` too.
+    /// Opens (creating if needed) `data_dir/rakazo.db`, creating `data_dir` too. The database
+    /// and its `-wal` and `-shm` files are private (0600): see [`make_sqlite_private`].
     pub async fn sqlite_in(data_dir: &Path) -> Result<Self, DbError> {
         tokio::fs::create_dir_all(data_dir)
             .await
@@ -179,6 +180,10 @@ impl Db {
                 path: data_dir.to_owned(),
                 source,
             })?;
+        make_sqlite_private(&file).map_err(|source| DbError::DataDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
         Self::connect(&sqlite_url(&file)?).await
     }
 
@@ -229,6 +234,38 @@ impl Db {
         self._fixture = Some(fixture);
         self
     }
+}
+
+/// Creates the SQLite file `db` empty with mode 0600 before SQLite does (SQLite would make it
+/// 0644 less the umask, and gives its `-wal` and `-shm` files the database file's mode), and
+/// tightens an existing database, `-wal` or `-shm` file made by an older build to 0600.
+pub fn make_sqlite_private(db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(db)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = PathBuf::from(name);
+        let mode = match std::fs::metadata(&path) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            tracing::info!(file = %path.display(), was = format!("{mode:04o}"), "database file made private (0600)");
+        }
+    }
+    Ok(())
 }
 
 /// `sqlite://<path>?mode=rwc`, percent-encoding everything in the path but `[A-Za-z0-9/._~-]`

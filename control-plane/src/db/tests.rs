@@ -184,6 +184,33 @@ async fn sqlite_in_uses_wal_and_survives_odd_paths() {
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+/// Mode bits of a file.
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn sqlite_files_are_private_from_the_start_and_old_ones_are_tightened() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("rakazo-test-{}", testing::random_suffix()));
+    let db = Db::sqlite_in(&dir).await.unwrap();
+    db.migrate(0).await.unwrap();
+    // WAL mode: the -wal and -shm files exist while connections are open.
+    for suffix in ["", "-wal", "-shm"] {
+        let path = dir.join(format!("{SQLITE_FILE}{suffix}"));
+        assert_eq!(mode_of(&path), 0o600, "{}", path.display());
+    }
+    db.close().await;
+    // A database an older build left world-readable is made private on the next open.
+    let file = dir.join(SQLITE_FILE);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let db = Db::sqlite_in(&dir).await.unwrap();
+    assert_eq!(mode_of(&file), 0o600);
+    db.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn postgres_kind_is_reported() {
     assert_eq!(pg().await.kind(), DbKind::Postgres);
