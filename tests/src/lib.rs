@@ -22,6 +22,7 @@ pub mod garage;
 pub mod live;
 pub mod probes;
 pub mod procstat;
+pub mod rogue;
 pub mod s3;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).

@@ -14,44 +14,13 @@
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use tests::{World, WorldOptions};
+use tests::{rogue, World, WorldOptions};
 
 /// Bound on any one thing these tests wait for.
 const WAIT: Duration = Duration::from_secs(90);
-
-fn rogue() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rogue_guest"))
-}
-
-/// A world whose local computers run `rogue_guest` (the real guest unless told to stall).
-fn rogue_world(guest_timeout_secs: u64, idle_timeout_secs: Option<u64>) -> WorldOptions {
-    WorldOptions {
-        guest_bin: Some(rogue()),
-        idle_timeout_secs,
-        // The API logs each failed checkpoint; the local store clears a failed one's staging
-        // at its next commit.
-        allow_warn: vec![
-            "home checkpoint failed".into(),
-            "discarding an unfinished home commit".into(),
-        ],
-        env: vec![(
-            "RAKAZO_GUEST_TIMEOUT_SECS".into(),
-            guest_timeout_secs.to_string(),
-        )],
-        ..Default::default()
-    }
-}
-
-/// Makes the next computer created in `w` stall (its guest takes the marker at start).
-fn stall_next(w: &World) -> Result<()> {
-    let root = w.machines_dir.path().join("local");
-    std::fs::create_dir_all(&root)?;
-    std::fs::write(root.join("rogue-next"), b"stall")?;
-    Ok(())
-}
 
 async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
     Ok(w.client
@@ -84,9 +53,9 @@ async fn checkpoint(w: &World, c: &str) -> Result<serde_json::Value> {
 /// first); no revision is recorded; and a real computer beside it runs commands throughout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_silent_guest_fails_its_checkpoint_and_holds_nothing() -> Result<()> {
-    let mut w = World::start_with(rogue_world(4, None)).await?;
+    let mut w = World::start_with(rogue::options(4, None)).await?;
     let real = w.create_computer("ws-real").await?;
-    stall_next(&w)?;
+    rogue::stall_next(&w)?;
     let stalled = w.create_computer("ws-stalled").await?;
     ensure!(
         w.local_dir_of(&stalled).join("rogue-mode").exists(),
@@ -169,8 +138,8 @@ async fn a_silent_guest_fails_its_checkpoint_and_holds_nothing() -> Result<()> {
 /// one's look is stuck, so a job that looks at one computer at a time never reaches it.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
-    let mut w = World::start_with(rogue_world(600, Some(3))).await?;
-    stall_next(&w)?;
+    let mut w = World::start_with(rogue::options(600, Some(3))).await?;
+    rogue::stall_next(&w)?;
     let stalled = w.create_computer("ws-idle-stalled").await?;
     let real = w.create_computer("ws-idle-real").await?;
     // A person's control lease holds the real computer up until the stalled one is claimed, so

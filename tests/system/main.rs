@@ -2,6 +2,7 @@
 //!
 //! One test binary; each module is one capability. Every test starts its own [`tests::World`].
 
+mod abuse;
 mod browser_isolation;
 mod cli;
 mod desktops;

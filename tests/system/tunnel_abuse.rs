@@ -160,6 +160,33 @@ async fn an_oversized_frame_from_a_guest_closes_only_that_stream() -> Result<()>
         hs.handle_bytes(&buf[..n])?,
         Some(AgentOutcome::Welcome { .. })
     ));
+    // Like a guest, answer the control stream's pings: the control plane registers a
+    // connection only once its lease sync ping is answered.
+    let mut control = gateway_proto::FrameDecoder::with_max(64 * 1024);
+    control.push(&hs.into_remainder());
+    let (synced_tx, synced) = tokio::sync::oneshot::channel();
+    let mut synced_tx = Some(synced_tx);
+    tokio::spawn(async move {
+        loop {
+            while let Ok(Some(msg)) = control.next_message::<gateway_proto::ControlMsg>() {
+                if let gateway_proto::ControlMsg::Ping { seq } = msg {
+                    let pong = encode(&gateway_proto::ControlMsg::Pong { seq })?;
+                    send.write_all(&pong).await?;
+                    if let Some(tx) = synced_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+            match recv.read(&mut buf).await? {
+                Some(n) => control.push(&buf[..n]),
+                None => return anyhow::Ok(()),
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(15), synced).await??;
+    // The control plane registers the connection right after reading the pong; until then a
+    // request would still go to the (stopped) real guest's connection.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // Serve two list requests: the first answered with an oversized frame, the second properly.
     let evil = conn.clone();
     let server = tokio::spawn(async move {
