@@ -94,7 +94,10 @@ pub enum BrowserCmd {
     Navigate {
         computer: String,
         bot: String,
-        url: String,
+        /// The page to open. Its own argument id: named `url`, it would be the global `--url`
+        /// (the control plane's address), and the request would go to the page's server.
+        #[arg(value_name = "URL")]
+        page_url: String,
         #[arg(long)]
         lease: String,
     },
@@ -180,7 +183,7 @@ pub struct ActArgs {
     #[arg(long)]
     pub settle_ms: Option<u32>,
     /// With --observe: write the PNG here.
-    #[arg(long)]
+    #[arg(long, requires = "observe")]
     pub out: Option<PathBuf>,
 }
 
@@ -326,14 +329,17 @@ pub enum FilesCmd {
 
 #[derive(Subcommand)]
 pub enum LeaseCmd {
+    /// Take the bot's execution lease for a run; prints `<owner>:<fence>`.
     Acquire {
         computer: String,
         bot: String,
+        /// The run id that owns the lease.
         #[arg(long)]
         owner: String,
         #[arg(long)]
         ttl_ms: Option<u64>,
     },
+    /// Extend a lease the run still holds.
     Renew {
         computer: String,
         bot: String,
@@ -341,15 +347,17 @@ pub enum LeaseCmd {
         #[arg(long)]
         ttl_ms: Option<u64>,
     },
+    /// End the run: release its lease (the last lease out checkpoints the home).
     Release {
         computer: String,
         bot: String,
         lease: String,
+        /// How the run ended; `failed` and `cancelled` also tear the bot's desktop down.
+        #[arg(long, value_parser = ["success", "failed", "cancelled"])]
+        outcome: Option<String>,
     },
-    Show {
-        computer: String,
-        bot: String,
-    },
+    /// The bot's live lease.
+    Show { computer: String, bot: String },
 }
 
 /// The default data dir: `$XDG_DATA_HOME/rakazo` or `~/.local/share/rakazo`.
@@ -503,7 +511,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Observe(a) => observe(&g, a).await,
         Command::Act(a) => act(&g, a).await,
         Command::Browser(cmd) => browser(&g, cmd).await,
-        Command::Image(cmd) => crate::image::run(cmd).await,
+        Command::Image(cmd) => crate::image::run(cmd, g.json).await,
         Command::Home(cmd) => crate::homes::cli::run(g.client()?, g.json, cmd).await,
     }
 }
@@ -812,8 +820,12 @@ async fn lease(g: &Global, cmd: LeaseCmd) -> Result<i32> {
             computer,
             bot,
             lease,
+            outcome,
         } => {
-            let body = serde_json::json!({ "lease": lease });
+            let mut body = serde_json::json!({ "lease": lease });
+            if let Some(o) = outcome {
+                body["outcome"] = o.into();
+            }
             c.json(
                 Method::POST,
                 &format!("/v1/computers/{}/leases/{}/release", q(&computer), q(&bot)),
@@ -1077,13 +1089,13 @@ async fn browser(g: &Global, cmd: BrowserCmd) -> Result<i32> {
         BrowserCmd::Navigate {
             computer,
             bot,
-            url,
+            page_url,
             lease,
         } => (
             computer,
             bot,
             "navigate",
-            serde_json::json!({ "lease": lease, "url": url }),
+            serde_json::json!({ "lease": lease, "url": page_url }),
         ),
         BrowserCmd::Snapshot {
             computer,
@@ -1126,6 +1138,8 @@ async fn browser(g: &Global, cmd: BrowserCmd) -> Result<i32> {
     let v = c.json(Method::POST, &path, Some(&body)).await?;
     if g.json {
         print_json(&v);
+        // A failed page action fails the command in both output modes.
+        return Ok(if v["ok"] == false { 1 } else { 0 });
     } else if v["ok"] == false {
         eprintln!(
             "rakazo: {} (completed {}, uncertain {}; fall back to {})",
@@ -1178,4 +1192,96 @@ fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
             .map(|item| (item.map(hyper::body::Frame::data), rx))
     });
     http_body_util::StreamBody::new(stream).boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("rakazo").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?} does not parse: {e}"))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// The README's `browser navigate` line: the page URL is the command's own argument and
+    /// never the control plane's address (`--url`), with or without `--url` given.
+    #[test]
+    fn the_readme_navigate_line_keeps_the_page_url_apart_from_the_server_url() {
+        let page = "http://127.0.0.1:8000/";
+        let readme = [
+            "browser",
+            "navigate",
+            "c-0123456789abcdef",
+            "bot-1",
+            page,
+            "--lease",
+            "run-42:1",
+        ];
+        let check = |cli: Cli| -> Option<String> {
+            let Command::Browser(BrowserCmd::Navigate {
+                computer,
+                bot,
+                page_url,
+                lease,
+            }) = cli.command
+            else {
+                panic!("not browser navigate");
+            };
+            assert_eq!(
+                (computer.as_str(), bot.as_str(), page_url.as_str()),
+                ("c-0123456789abcdef", "bot-1", page)
+            );
+            assert_eq!(lease, "run-42:1");
+            cli.global.url
+        };
+        // RAKAZO_URL may be set where the tests run; it is never the page.
+        assert_ne!(check(parse(&readme)).as_deref(), Some(page));
+        let mut with_server = readme.to_vec();
+        with_server.extend(["--url", "http://cp.example:7090"]);
+        assert_eq!(
+            check(parse(&with_server)).as_deref(),
+            Some("http://cp.example:7090")
+        );
+        let mut before = vec!["--url", "http://cp.example:7090"];
+        before.extend(readme);
+        assert_eq!(
+            check(parse(&before)).as_deref(),
+            Some("http://cp.example:7090")
+        );
+    }
+
+    /// A subcommand argument with the id of a global option (`--url`, `--json`, `--data-dir`,
+    /// `--token-file`) is silently the same value as that option: the navigate bug, for any
+    /// command.
+    #[test]
+    fn no_subcommand_argument_shares_an_id_with_a_global_option() {
+        fn walk(cmd: &clap::Command, path: &str, globals: &[String], clashes: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                if globals.iter().any(|g| g == a.get_id().as_str()) {
+                    clashes.push(format!("{path}: {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), globals, clashes);
+            }
+        }
+        let cli = Cli::command();
+        let globals: Vec<String> = cli
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(globals.contains(&"url".to_string()), "{globals:?}");
+        let mut clashes = Vec::new();
+        for sub in cli.get_subcommands() {
+            walk(sub, sub.get_name(), &globals, &mut clashes);
+        }
+        assert!(clashes.is_empty(), "{clashes:?}");
+    }
 }

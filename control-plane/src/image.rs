@@ -31,19 +31,17 @@ pub enum ImageCmd {
             default_value = "/var/run/docker.sock"
         )]
         docker_socket: PathBuf,
-        /// Print `{"image": …}` instead of the bare tag.
-        #[arg(long)]
-        json: bool,
     },
 }
 
-pub async fn run(cmd: ImageCmd) -> Result<i32> {
+/// Runs `rakazo image build`; `json` (the global `--json`) prints `{"image": …}` instead of
+/// the bare tag.
+pub async fn run(cmd: ImageCmd, json: bool) -> Result<i32> {
     let ImageCmd::Build {
         recipe,
         rootfs,
         guest,
         docker_socket,
-        json,
     } = cmd;
     let guest = match guest {
         Some(g) => g,

@@ -134,8 +134,14 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
         }
         HomeCmd::Reconcile => {
             let v = c.json(Method::POST, "/v1/homes/reconcile", None).await?;
-            if json || v["store"] != "object" {
+            if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if v["store"] != "object" {
+                // Only an object store can hold objects no computer owns.
+                println!(
+                    "the {} store has nothing to reconcile",
+                    v["store"].as_str().unwrap_or("?")
+                );
             } else {
                 println!(
                     "kept {}, deleted {}, left {} foreign objects",
