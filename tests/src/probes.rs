@@ -19,20 +19,20 @@ for f in ("/proc/net/tcp", "/proc/net/tcp6"):
 hits = []
 for port in sorted(ports):
     for host in ("127.0.0.1", "::1"):
+        data = b""
         try:
             s = socket.create_connection((host, port), timeout=2)
             s.settimeout(2)
-            s.sendall(b"GET /json/version HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            data = b""
+            # HTTP/1.1: Chrome's DevTools server does not answer HTTP/1.0.
+            s.sendall(b"GET /json/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             while len(data) < 65536:
                 chunk = s.recv(4096)
                 if not chunk:
                     break
                 data += chunk
-            s.close()
         except Exception:
-            continue
-        if b"webSocketDebuggerUrl" in data or b"Protocol-Version" in data:
+            pass  # a timeout keeps what arrived before it
+        if b"webSocketDebuggerUrl" in data or b"Protocol-Version" in data or b'"Browser"' in data:
             hits.append("%s:%d" % (host, port))
 print("devtools:", " ".join(hits) or "none", "(%d listeners asked)" % len(ports))
 "#;
