@@ -715,12 +715,17 @@ async fn handle_connection<A: GuestAuth>(
             return;
         }
     }
+    // Recorded before the registry has it: whoever waits for the connection (a start, a
+    // create) reads the computer right after, and must see it connected.
+    auth.set_connected(&computer, true).await;
     registry.insert(guest.clone());
     // A lease granted between the read above and the insert was pushed to no connection:
     // read again (the slots keep the higher fence, so a repeat changes nothing).
     for (bot, token) in auth.live_leases(&computer).await {
         guest.push_lease(&bot, &token, false);
     }
+    // Again, now that it is the registry's: a superseded connection that ended between the
+    // first write and the insert recorded `false` (it was still the registry's then).
     auth.set_connected(&computer, true).await;
     info!(computer_id = %computer, %remote, live_leases = pushed, "guest connected");
 
