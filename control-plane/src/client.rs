@@ -185,10 +185,23 @@ impl Client {
             .to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         let e = &v["error"];
+        let Some(message) = e["message"].as_str() else {
+            // Not our error shape: something else answered (a proxy, or --url pointing at
+            // another server).
+            return Err(ClientError::Api {
+                status,
+                code: "not_rakazo".into(),
+                message: format!(
+                    "{} answered without a Rakazo error body: is it the control plane's URL?",
+                    self.base
+                ),
+                uncertain: false,
+            });
+        };
         Err(ClientError::Api {
             status,
             code: e["code"].as_str().unwrap_or("unknown").to_string(),
-            message: e["message"].as_str().unwrap_or("no message").to_string(),
+            message: message.to_string(),
             uncertain: e["uncertain"].as_bool().unwrap_or(false),
         })
     }

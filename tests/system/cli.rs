@@ -1265,7 +1265,13 @@ async fn cli_checkpoints_browses_restores_and_purges_a_home() -> Result<()> {
     assert_eq!(v["store"], "local", "{v}");
     let out = text(&rakazo_ok(&w, &["home", "reconcile"]).await?);
     assert_eq!(out, "the local store has nothing to reconcile\n");
-    refused(&w, &["home", "purge", "team-acme"], "destroy it first").await?;
+    // The refusal names the computer holding the home.
+    refused(
+        &w,
+        &["home", "purge", "team-acme"],
+        &format!("still belongs to live computer {c}; destroy it first"),
+    )
+    .await?;
     // A destroyed computer's home stays stored: the next computer of the workspace gets it.
     rakazo_ok(&w, &["computer", "destroy", &c]).await?;
     let next = create(&w, "acme").await?;
