@@ -424,7 +424,12 @@ async fn local_purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody
     if core.homes.kind() != "local" {
         return Err(ApiError::not_found(format!("home {home_key} not found")));
     }
-    if let Some(c) = core.list().await?.into_iter().find(|c| c.home_key == home_key) {
+    if let Some(c) = core
+        .list()
+        .await?
+        .into_iter()
+        .find(|c| c.home_key == home_key)
+    {
         return Err(home_error(HomeError::InUse(home_key.to_owned(), c.id)));
     }
     let key = homes::HomeKey::new(home_key)
