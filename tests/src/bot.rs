@@ -74,6 +74,19 @@ impl<'a> Bot<'a> {
             .await
     }
 
+    /// browser_navigate in the bot's visible tab.
+    pub async fn navigate(&self, url: &str) -> Result<serde_json::Value, ClientError> {
+        self.w
+            .post(
+                &format!(
+                    "/v1/computers/{}/browser/{}/navigate",
+                    self.computer, self.bot
+                ),
+                serde_json::json!({ "lease": self.lease, "url": url }),
+            )
+            .await
+    }
+
     /// Ends the run successfully: control revoked, the desktop kept (contracts.md §3).
     pub async fn end_run(&self) -> Result<()> {
         self.w

@@ -13,10 +13,11 @@
 //! `/proc/<chrome>/fd` either. Known limit, not asserted: a process of the computer's own user
 //! can (Chrome runs as that user and is dumpable), as it can read the profiles in its home.
 
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use base64::Engine;
 use hyper::Method;
 use std::time::Duration;
+use tests::bot::Bot;
 use tests::fixture::Fixture;
 use tests::live::{connect, Rfb, WsBytes};
 use tests::{World, WorldOptions};
@@ -130,60 +131,11 @@ const GREEN: [u8; 3] = [0, 200, 0];
 /// 1280x800 desktop; the "--no-sandbox" infobar would push the page down to row 144.
 const MAX_PAGE_TOP: usize = 120;
 
-struct Bot<'a> {
-    w: &'a World,
-    c: String,
-    bot: String,
-    lease: String,
-}
-
-impl<'a> Bot<'a> {
-    async fn new(w: &'a World, c: &str, bot: &str) -> Result<Self> {
-        let lease = w.lease(c, bot, &format!("run-{bot}")).await?;
-        Ok(Self {
-            w,
-            c: c.into(),
-            bot: bot.into(),
-            lease,
-        })
-    }
-
-    async fn screen(&self, action: &str) -> Result<serde_json::Value> {
-        Ok(self
-            .w
-            .post(
-                &format!("/v1/computers/{}/screens/{}/{action}", self.c, self.bot),
-                serde_json::json!({ "lease": self.lease }),
-            )
-            .await?)
-    }
-
-    async fn navigate(&self, url: &str) -> Result<serde_json::Value> {
-        Ok(self
-            .w
-            .post(
-                &format!("/v1/computers/{}/browser/{}/navigate", self.c, self.bot),
-                serde_json::json!({ "lease": self.lease, "url": url }),
-            )
-            .await?)
-    }
-
-    /// Opens a view of this bot's screen (x11vnc starts for it) and completes the RFB handshake.
-    async fn view(&self) -> Result<Rfb<WsBytes>> {
-        let v = self
-            .w
-            .post(
-                &format!("/v1/computers/{}/screens/{}/url", self.c, self.bot),
-                serde_json::json!({ "policy": "view" }),
-            )
-            .await?;
-        let path = v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string();
-        let ws = connect(&self.w.http, &path).await?;
-        Rfb::handshake(WsBytes::new(ws)).await
-    }
+/// Opens a view of `bot`'s screen (x11vnc starts for it) and completes the RFB handshake.
+async fn view(bot: &Bot<'_>) -> Result<Rfb<WsBytes>> {
+    let path = bot.url("view").await?;
+    let ws = connect(&bot.w.http, &path).await?;
+    Rfb::handshake(WsBytes::new(ws)).await
 }
 
 /// The observation's pixels as RGB rows.
@@ -315,7 +267,7 @@ async fn check_computer(w: &World, c: &str, kind: &str, fx: &Fixture) -> Result<
     }
 
     // (c) With a viewer connected (x11vnc runs), the desktop's processes run as the user.
-    let _viewer = a.view().await?;
+    let _viewer = view(&a).await?;
     let ps = w.sh(c, "ps -eo user:32=,comm=").await?;
     eprintln!("{kind}: ps\n{ps}");
     let user = w.sh(c, "id -un").await?.trim().to_string();
