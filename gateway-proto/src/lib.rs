@@ -53,7 +53,9 @@ pub use msg::*;
 ///   `Opened`, `Revoked`, `ExportStart`, `Imported` replies.
 /// - 5: `ExecRequest.start` and `ConnectRequest.start` (`StartDir`): a Team computer's bot
 ///   starts its commands and terminals in `bots/<bot-id>/`.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// - 6: `HomeExportRequest.authority` and `HomeImportRequest.authority` (`HomeAuthority`: the
+///   lease fences a home operation acts under; the guest refuses one older than its own).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

@@ -13,7 +13,9 @@
 //!   length prefix as soon as the prefix is complete;
 //! - generated messages round-trip through `encode`, the stream decoder and `decode`.
 
-use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
+use gateway_proto::home::{
+    ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
+};
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::{
@@ -311,7 +313,14 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             control_lease: Some("cl-1".into()),
             start: StartDir::BotDir,
         })),
-        sample(Request::HomeImport(HomeImportRequest { size: 1 << 30 })),
+        sample(Request::HomeImport(HomeImportRequest {
+            size: 1 << 30,
+            authority: HomeAuthority::new(vec![LeaseFence {
+                bot: BotId::new("bot-1").unwrap(),
+                fence: 1 << 40,
+            }])
+            .unwrap(),
+        })),
         sample(Reply::ExportStart(ExportStart {
             content_bytes: 1 << 30,
             entries: 12,
@@ -475,6 +484,19 @@ fn lease_token() -> impl Strategy<Value = LeaseToken> {
     })
 }
 
+/// Up to 8 distinct bots with any fences.
+fn home_authority() -> impl Strategy<Value = HomeAuthority> {
+    vec((bot_id(), any::<u64>()), 0..8).prop_map(|fences| {
+        let mut seen = std::collections::HashSet::new();
+        let fences = fences
+            .into_iter()
+            .filter(|(bot, _)| seen.insert(bot.clone()))
+            .map(|(bot, fence)| LeaseFence { bot, fence })
+            .collect();
+        HomeAuthority::new(fences).expect("distinct bots, few of them")
+    })
+}
+
 fn opt_bot_lease() -> impl Strategy<Value = Option<BotLease>> {
     option::of((bot_id(), lease_token()).prop_map(|(bot, token)| BotLease { bot, token }))
 }
@@ -570,10 +592,15 @@ fn request() -> impl Strategy<Value = Request> {
                 },
             })
         }),
-        any::<bool>().prop_map(|quiesce_browsers| {
-            Request::HomeExport(HomeExportRequest { quiesce_browsers })
+        (any::<bool>(), home_authority()).prop_map(|(quiesce_browsers, authority)| {
+            Request::HomeExport(HomeExportRequest {
+                quiesce_browsers,
+                authority,
+            })
         }),
-        any::<u64>().prop_map(|size| Request::HomeImport(HomeImportRequest { size })),
+        (any::<u64>(), home_authority()).prop_map(|(size, authority)| Request::HomeImport(
+            HomeImportRequest { size, authority }
+        )),
     ]
 }
 

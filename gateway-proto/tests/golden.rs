@@ -12,7 +12,9 @@
 //! value, strings and byte buffers are a varint length then the bytes, structs are their fields in
 //! declaration order with no names and no tags.
 
-use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
+use gateway_proto::home::{
+    ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
+};
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::{
@@ -88,7 +90,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 5);
+    assert_eq!(PROTOCOL_VERSION, 6);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -448,16 +450,45 @@ fn request_connect_and_revoke() {
 
 #[test]
 fn request_home_export_and_import() {
+    let authority = HomeAuthority::new(vec![
+        LeaseFence {
+            bot: bot(),
+            fence: 300,
+        },
+        LeaseFence {
+            bot: BotId::new("b2").unwrap(),
+            fence: 1,
+        },
+    ])
+    .unwrap();
     golden(
         &Request::HomeExport(HomeExportRequest {
             quiesce_browsers: true,
+            authority: authority.clone(),
         }),
-        "00000002 0f 01",
+        concat!(
+            "0000000f 0f 01",    // HomeExport, quiesce_browsers
+            "02",                // authority: 2 fences
+            "05626f742d31 ac02", // bot-1, fence 300
+            "026232 01",         // b2, fence 1
+        ),
     );
     golden(
-        &Request::HomeImport(HomeImportRequest { size: 300 }),
-        "00000003 10 ac02",
+        &Request::HomeImport(HomeImportRequest {
+            size: 300,
+            authority: HomeAuthority::default(),
+        }),
+        "00000004 10 ac02 00", // HomeImport, size 300, no fences
     );
+    golden(
+        &Request::HomeImport(HomeImportRequest {
+            size: 300,
+            authority,
+        }),
+        "00000010 10 ac02 02 05626f742d31ac02 02623201",
+    );
+    // A bot named twice is refused on decode.
+    rejected::<HomeAuthority>("02 05626f742d31 01 05626f742d31 02");
 }
 
 #[test]

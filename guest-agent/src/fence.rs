@@ -4,11 +4,30 @@
 //! refused before it does anything. This module owns that decision. It learns fences from two
 //! sources: the control plane's lease pushes ([`FenceTable::update`], from
 //! `ControlMsg::Lease`) and the leases commands present ([`FenceTable::check`]). A fence never
-//! goes down. Who holds a lease is decided by the control plane's lease store; carrying the
+//! goes down. A home export or import carries no single lease but the control plane's knowledge
+//! of all of them (`HomeAuthority`), checked against the table by [`FenceTable::check_home`]. Who holds a lease is decided by the control plane's lease store; carrying the
 //! pushes and answering refused commands is the tunnel's job.
 
+use gateway_proto::home::HomeAuthority;
 use gateway_proto::{BotId, BotLease, ErrorCode, LeaseToken, OpError};
 use std::collections::HashMap;
+use std::fmt;
+
+/// The home operation an authority is checked for: only the refusal's words differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HomeOp {
+    Export,
+    Import,
+}
+
+impl fmt::Display for HomeOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Export => "home export",
+            Self::Import => "home import",
+        })
+    }
+}
 
 /// Current lease state of every bot this guest has heard of.
 #[derive(Debug, Default)]
@@ -111,6 +130,53 @@ impl FenceTable {
                  was released)"
             ))),
         }
+    }
+
+    /// Checks the authority a home export or import acts under, before it does anything; the
+    /// table is not changed.
+    ///
+    /// Refused with [`ErrorCode::StaleLease`] when this guest knows a higher fence for some bot
+    /// than the authority names for it (0 when it does not name the bot): the control plane
+    /// started the operation on older knowledge than the guest's, such as before a run's lease
+    /// was granted (an export would quiesce that run's browser, an import would replace the home
+    /// under it) or from a lease row that went back. The same rule covers a named fence that is
+    /// lower and a live lease not named at all; a bot known only at fence 0 (a viewer's token)
+    /// needs no naming.
+    pub fn check_home(&self, op: HomeOp, authority: &HomeAuthority) -> Result<(), OpError> {
+        let named: HashMap<&BotId, u64> = authority
+            .fences()
+            .iter()
+            .map(|f| (&f.bot, f.fence))
+            .collect();
+        let mut known: Vec<(&BotId, &BotFence)> = self.bots.iter().collect();
+        // The first stale bot by name, so the refusal reads the same every time.
+        known.sort_by(|a, b| a.0.cmp(b.0));
+        for (bot, entry) in known {
+            let highest = entry.highest;
+            let presented = named.get(bot).copied().unwrap_or(0);
+            if presented >= highest {
+                continue;
+            }
+            let lease = match &entry.holder {
+                Holder::None => format!("fence {highest}"),
+                Holder::Held(owner) => format!("lease {owner}:{highest}"),
+                Holder::Released(owner) => format!("lease {owner}:{highest} (released)"),
+            };
+            let what = if named.contains_key(bot) {
+                format!("it named fence {presented} for bot {bot}, this guest knows {lease}")
+            } else {
+                format!("it did not name bot {bot}, this guest knows {lease}")
+            };
+            let harm = match (&entry.holder, op) {
+                (Holder::Released(_), _) => "",
+                (_, HomeOp::Import) => "; importing now would replace the home under that run",
+                (_, HomeOp::Export) => "; exporting now would quiesce that run's browser",
+            };
+            return Err(stale(format!(
+                "{op} refused: the control plane acts on stale leases: {what}{harm}"
+            )));
+        }
+        Ok(())
     }
 
     /// The highest fence seen for `bot`, if any.
@@ -255,6 +321,99 @@ mod tests {
         refused(&mut t, "b1", "run-c:7");
         t.check(&lease("b1", "run-b:7"))
             .expect("holder still accepted");
+    }
+
+    fn authority(fences: &[(&str, u64)]) -> HomeAuthority {
+        HomeAuthority::new(
+            fences
+                .iter()
+                .map(|(b, fence)| gateway_proto::home::LeaseFence {
+                    bot: bot(b),
+                    fence: *fence,
+                })
+                .collect(),
+        )
+        .expect("authority")
+    }
+
+    fn home_refused(t: &FenceTable, op: HomeOp, fences: &[(&str, u64)]) -> String {
+        let err = t
+            .check_home(op, &authority(fences))
+            .expect_err("expected a stale authority");
+        assert_eq!(err.code, ErrorCode::StaleLease);
+        err.message
+    }
+
+    #[test]
+    fn a_home_authority_naming_every_known_fence_is_accepted() {
+        let mut t = FenceTable::new();
+        for op in [HomeOp::Export, HomeOp::Import] {
+            t.check_home(op, &authority(&[])).expect("nothing known");
+            t.check_home(op, &authority(&[("b9", 3)]))
+                .expect("the control plane may know more");
+        }
+        t.update(bot("b1"), Some(token("run-a:2")));
+        t.update(bot("b2"), Some(token("run-b:5")));
+        t.update(bot("b2"), None);
+        // A viewer's fence-0 token of a bot that never had a lease needs no naming.
+        t.check(&lease("b3", "screen-view-b3:0"))
+            .expect("viewer accepted");
+        for op in [HomeOp::Export, HomeOp::Import] {
+            t.check_home(op, &authority(&[("b1", 2), ("b2", 5)]))
+                .expect("every fence named");
+            // Higher than known: the control plane is ahead (a push still on its way).
+            t.check_home(op, &authority(&[("b1", 3), ("b2", 6), ("b4", 1)]))
+                .expect("newer knowledge");
+        }
+        // The check changes nothing.
+        assert_eq!(t.highest_fence(&bot("b1")), Some(2));
+        assert_eq!(t.highest_fence(&bot("b4")), None);
+    }
+
+    #[test]
+    fn a_home_authority_naming_a_lower_fence_is_refused() {
+        let mut t = FenceTable::new();
+        t.update(bot("b1"), Some(token("run-a:1")));
+        t.update(bot("b1"), None);
+        t.update(bot("b1"), Some(token("run-b:2")));
+        assert_eq!(
+            home_refused(&t, HomeOp::Export, &[("b1", 1)]),
+            "home export refused: the control plane acts on stale leases: it named fence 1 for \
+             bot b1, this guest knows lease run-b:2; exporting now would quiesce that run's browser"
+        );
+        assert_eq!(
+            home_refused(&t, HomeOp::Import, &[("b1", 1)]),
+            "home import refused: the control plane acts on stale leases: it named fence 1 for \
+             bot b1, this guest knows lease run-b:2; importing now would replace the home under \
+             that run"
+        );
+        // A released lease's fence counts too: the control plane's rows went back.
+        t.update(bot("b1"), None);
+        assert_eq!(
+            home_refused(&t, HomeOp::Import, &[("b1", 1)]),
+            "home import refused: the control plane acts on stale leases: it named fence 1 for \
+             bot b1, this guest knows lease run-b:2 (released)"
+        );
+    }
+
+    #[test]
+    fn a_home_authority_missing_a_known_lease_is_refused() {
+        let mut t = FenceTable::new();
+        t.update(bot("b1"), Some(token("run-a:3")));
+        // A run started after the control plane read its leases: it names b1 not at all.
+        assert_eq!(
+            home_refused(&t, HomeOp::Import, &[("b2", 7)]),
+            "home import refused: the control plane acts on stale leases: it did not name bot \
+             b1, this guest knows lease run-a:3; importing now would replace the home under \
+             that run"
+        );
+        home_refused(&t, HomeOp::Export, &[]);
+        // Learnt from a command as well as from a push.
+        let mut t = FenceTable::new();
+        t.check(&lease("b2", "run-c:4")).expect("adopted");
+        home_refused(&t, HomeOp::Import, &[("b1", 9)]);
+        t.check_home(HomeOp::Import, &authority(&[("b2", 4)]))
+            .expect("named");
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! whole (untrusted) archive, and only then swaps it in; a bad archive writes nothing. Browsers are
 //! quiesced first so no Chrome keeps writing into the tree being replaced.
 //!
+//! Both run only after `ops` checked the authority they act under against the fence table
+//! (`FenceTable::check_home`): a stale one is refused before browsers are quiesced or a byte of
+//! an import is read.
+//!
 //! The archive format, its limits and the skip list belong to the `homes` crate; sealing and
 //! storage to the control plane.
 

@@ -2,12 +2,13 @@
 //!
 //! This is the guest's single front door for the tunnel: every stream is parsed into a typed
 //! [`Request`] and handed to the capability that owns it ([`crate::exec`], [`crate::home`]).
-//! Lease fences are checked here, before any capability runs. A stream whose first frame is
+//! Lease fences are checked here, before any capability runs: a request's own lease, or for a
+//! home export or import the whole authority it acts under. A stream whose first frame is
 //! malformed or oversized is answered with an error and reset; other streams are unaffected.
 
 use crate::clock::now_ms;
 use crate::exec;
-use crate::fence::FenceTable;
+use crate::fence::{FenceTable, HomeOp};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::home::Home;
 use crate::screens::Screens;
@@ -82,6 +83,17 @@ impl Ops {
         }
     }
 
+    /// Checks what `request` acts under against the fence table: its lease, or for a home
+    /// export or import its whole authority.
+    fn check_request(&self, request: &Request) -> Result<(), OpError> {
+        let fences = || self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        match request {
+            Request::HomeExport(r) => fences().check_home(HomeOp::Export, &r.authority),
+            Request::HomeImport(r) => fences().check_home(HomeOp::Import, &r.authority),
+            other => self.check_lease(request_lease(other).as_ref()),
+        }
+    }
+
     /// Serves one operation stream to its end.
     pub async fn serve_stream(&self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
         let mut decoder = FrameDecoder::new();
@@ -107,8 +119,8 @@ impl Ops {
             }
         };
         let remainder = decoder.into_remainder();
-        let lease = request_lease(&request);
-        if let Err(err) = self.check_lease(lease.as_ref()) {
+        // Before anything runs: no browser quiesced, no byte of an import read.
+        if let Err(err) = self.check_request(&request) {
             debug!(error = %err, "refused a stale lease");
             match request {
                 Request::Exec(_) => {
@@ -423,7 +435,8 @@ impl Ops {
     }
 }
 
-/// The lease a request acts under, if any: checked against the fence table before it runs.
+/// The lease a request acts under, if any: checked against the fence table before it runs. A
+/// home export or import acts under a whole authority instead ([`Ops::check_request`]).
 fn request_lease(request: &Request) -> Option<BotLease> {
     let with_bot = |bot: &BotId, token: &LeaseToken| BotLease {
         bot: bot.clone(),

@@ -1,7 +1,8 @@
 //! The control plane against a slow or hostile guest (issue 11): a guest that authenticates and
 //! then goes silent fails only its own operations, with a clear error, within the guest deadline;
 //! the home lock and the idle job are not held by it; a sparse 60 GB file fails the checkpoint
-//! without a large byte read or stored; a restarted guest learns the live fences at its hello.
+//! without a large byte read or stored; a restarted guest learns the live fences at its hello;
+//! a home export or import begun on older leases than the guest knows is refused by the guest.
 //!
 //! The stalled guest is `rogue_guest` (tests/src/bin): a real QUIC guest that says hello, answers
 //! pings and then never answers an operation (a home export gets its first frame and a few
@@ -38,13 +39,18 @@ async fn revision(w: &World, c: &str) -> Result<Option<u64>> {
 
 /// A checkpoint's last NDJSON line, bounded by [`WAIT`] (a flow that hangs fails the test).
 async fn checkpoint(w: &World, c: &str) -> Result<serde_json::Value> {
-    let lines = tokio::time::timeout(WAIT, w.home_flow(c, "checkpoint"))
+    home_last(w, c, "checkpoint").await
+}
+
+/// The NDJSON lines of a home flow, bounded by [`WAIT`]; its last line.
+async fn home_last(w: &World, c: &str, flow: &str) -> Result<serde_json::Value> {
+    let lines = tokio::time::timeout(WAIT, w.home_flow(c, flow))
         .await
-        .map_err(|_| anyhow!("checkpoint of {c} did not end within {WAIT:?}"))??;
+        .map_err(|_| anyhow!("home {flow} of {c} did not end within {WAIT:?}"))??;
     lines
         .last()
         .cloned()
-        .ok_or_else(|| anyhow!("checkpoint of {c} answered nothing"))
+        .ok_or_else(|| anyhow!("home {flow} of {c} answered nothing"))
 }
 
 /// A guest that answers a home export's first frame and then goes silent fails the checkpoint
@@ -332,5 +338,157 @@ async fn a_restarted_guest_refuses_a_fence_older_than_it_was_told() -> Result<()
         !w.home_of(&c).join("ran-under-a-stale-fence").exists(),
         "the stale command ran"
     );
+    w.check_log()
+}
+
+/// Sets the control plane's lease row of `b1` on `c` behind its back (a control plane reading
+/// stale state): `None` deletes it (no lease known), else `(owner, fence, expires_at)`.
+async fn set_b1_row(w: &World, c: &str, row: Option<(Option<&str>, i64, i64)>) -> Result<()> {
+    let db = w.data_dir.path().join("rakazo.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await?;
+    let changed = match row {
+        None => {
+            sqlx::query("DELETE FROM leases WHERE computer_id = $1 AND bot = 'b1'")
+                .bind(c)
+                .execute(&pool)
+                .await?
+        }
+        Some((owner, fence, expires_at)) => {
+            sqlx::query(
+                "INSERT INTO leases (computer_id, bot, owner, fence, expires_at) \
+                 VALUES ($1, 'b1', $2, $3, $4) ON CONFLICT (computer_id, bot) \
+                 DO UPDATE SET owner = $2, fence = $3, expires_at = $4",
+            )
+            .bind(c)
+            .bind(owner)
+            .bind(fence)
+            .bind(expires_at)
+            .execute(&pool)
+            .await?
+        }
+    };
+    ensure!(changed.rows_affected() == 1, "no lease row of b1 changed");
+    pool.close().await;
+    Ok(())
+}
+
+/// Releases b1's `lease` on `c`; the release's checkpoint must have saved the home.
+async fn release_saving(w: &World, c: &str, lease: &str) -> Result<()> {
+    let released = w
+        .post(
+            &format!("/v1/computers/{c}/leases/b1/release"),
+            serde_json::json!({ "lease": lease }),
+        )
+        .await?;
+    ensure!(
+        released["checkpoint"]["status"] == "saved",
+        "release of {lease}: {released}"
+    );
+    Ok(())
+}
+
+/// Home export and import carry the authority they act under (issue 11): the control plane
+/// names the lease fences it knows, and a guest that knows a newer lease refuses the operation
+/// itself, before anything happens. The guest learns `run-2:2` of b1 (a command presents it);
+/// then the database's row is turned back, as a control plane on stale state would read it:
+/// - b1 released at fence 1: the checkpoint is refused (409-class `stale_lease`, the guest's
+///   words), no revision is recorded; the restore is refused the same way and the home keeps
+///   its newer file;
+/// - no row of b1 at all (a run the control plane has not seen): the restore is refused too;
+/// - the row as it really is: the restore goes through (the home lock was released by every
+///   refusal), and the run's release checkpoints the home.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_home_operation_on_stale_leases_is_refused_by_the_guest() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        allow_warn: vec![
+            "home checkpoint failed".into(),
+            "home restore failed".into(),
+        ],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-home-fence").await?;
+    // 8 MiB more than a stream's window: the refused import's sender runs into the guest's
+    // stop before it sends the whole archive, and still reports the guest's refusal.
+    w.sh(
+        &c,
+        "echo v1 > notes.txt && head -c 8388608 /dev/urandom > big.bin",
+    )
+    .await?;
+    let saved = w.home_ok(&c, "checkpoint").await?;
+    let old = w.lease(&c, "b1", "run-1").await?;
+    release_saving(&w, &c, &old).await?;
+    let rev = revision(&w, &c).await?.context("a revision")?;
+    ensure!(
+        saved["revision"].as_u64().is_some_and(|r| r < rev),
+        "{saved} then {rev}"
+    );
+    let live = w.lease(&c, "b1", "run-2").await?;
+    ensure!(old == "run-1:1" && live == "run-2:2", "{old} {live}");
+    // A command under the new lease: the guest has run-2:2 now, whatever the push's timing.
+    let out = w
+        .exec(
+            &c,
+            serde_json::json!({ "argv": ["true"], "bot": "b1", "lease": live }),
+        )
+        .await?;
+    ensure!(out.code == Some(0), "exec under {live}: {:?}", out.error);
+    w.sh(&c, "echo v2 > notes.txt").await?;
+    let notes = w.home_of(&c).join("notes.txt");
+
+    // The control plane's view goes back: b1's lease released at fence 1.
+    set_b1_row(&w, &c, Some((None, 1, 0))).await?;
+    for flow in ["checkpoint", "restore"] {
+        let line = home_last(&w, &c, flow).await?;
+        ensure!(
+            line["type"] == "error" && line["code"] == "stale_lease",
+            "{flow} on stale leases: {line}"
+        );
+        let msg = line["message"].as_str().unwrap_or("");
+        let op = if flow == "checkpoint" {
+            "home export"
+        } else {
+            "home import"
+        };
+        ensure!(
+            msg.contains(&format!("{op} refused"))
+                && msg.contains("it named fence 1 for bot b1")
+                && msg.contains("run-2:2"),
+            "{flow}: {msg}"
+        );
+        ensure!(line["uncertain"] == false, "{flow}: {line}");
+        ensure!(
+            revision(&w, &c).await? == Some(rev),
+            "the revision moved after a refused {flow}"
+        );
+        ensure!(
+            std::fs::read_to_string(&notes)? == "v2\n",
+            "the home changed after a refused {flow}"
+        );
+    }
+
+    // No row at all: the control plane knows no lease of b1; the guest knows a live one.
+    set_b1_row(&w, &c, None).await?;
+    let line = home_last(&w, &c, "restore").await?;
+    ensure!(line["code"] == "stale_lease", "restore without b1: {line}");
+    let msg = line["message"].as_str().unwrap_or("");
+    ensure!(
+        msg.contains("it did not name bot b1") && msg.contains("replace the home under that run"),
+        "{msg}"
+    );
+    ensure!(
+        std::fs::read_to_string(&notes)? == "v2\n",
+        "the home changed"
+    );
+
+    // The row as it is (held by run-2:2; its expiry put in 2100): the same restore goes through.
+    set_b1_row(&w, &c, Some((Some("run-2"), 2, 4_102_444_800_000))).await?;
+    let restored = w.home_ok(&c, "restore").await?;
+    ensure!(restored["revision"].as_u64() == Some(rev), "{restored}");
+    ensure!(
+        std::fs::read_to_string(&notes)? == "v1\n",
+        "the restore did not bring the checkpoint back"
+    );
+    release_saving(&w, &c, &live).await?;
     w.check_log()
 }

@@ -62,6 +62,9 @@ pub fn home_error(e: HomeError) -> ApiError {
         }
         HomeError::Changed { .. } => ApiError::new(StatusCode::CONFLICT, "home_changed", msg),
         HomeError::InUse(..) => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
+        HomeError::TooManyLeases { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "home_too_many_leases", msg)
+        }
         HomeError::Quota { .. } => {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "home_quota_exceeded", msg)
         }

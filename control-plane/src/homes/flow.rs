@@ -19,6 +19,12 @@
 //! long fails the checkpoint with `guest_timeout`). The home's lock is a guard, released when
 //! the flow returns, whatever it returns.
 //!
+//! Authority: both requests carry the lease fences the control plane knows for the computer
+//! when it opens the stream ([`Core::home_authority`], read after any lease wait), so a guest
+//! that knows a newer lease refuses with `stale_lease` before it quiesces or reads anything
+//! (guest `fence::FenceTable::check_home`). An import the guest refused may reach us as a stopped
+//! stream first: its answer is read then, so the refusal is reported and not a lost tunnel.
+//!
 //! Restore: the guest protocol wants the archive's exact size first. The object store derives it
 //! from the sealed object's length, so the object streams once, straight into the guest's import;
 //! a tampered object fails authentication on the way, the stream to the guest is reset, and the
@@ -29,9 +35,13 @@
 use super::{chain, HomeError, Progress};
 use crate::computers::{Computer, ComputerState};
 use crate::core::{Core, CoreError, OPERATION_CONNECT_TIMEOUT};
-use crate::tunnel::{OpReceiver, TunnelError};
+use crate::db::DbError;
+use crate::tunnel::{OpReceiver, OpStream, TunnelError};
 use bytes::{Bytes, BytesMut};
-use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
+use gateway_proto::home::{
+    HomeAuthority, HomeAuthorityError, HomeExportRequest, HomeImportRequest, LeaseFence,
+    MAX_HOME_AUTHORITY,
+};
 use gateway_proto::{BotId, Reply, Request};
 use homes::archive::{ArchiveChecker, ArchiveError, ArchiveParser, Limits};
 use homes::Revision;
@@ -106,6 +116,18 @@ fn protocol(c: &Computer, reply: &Reply) -> CoreError {
     })
 }
 
+/// A write into the guest's import failed. A guest that refused the import (a stale authority,
+/// a size it will not take) answered and stopped reading, so the write sees a lost stream: its
+/// answer, read within the reply deadline, says why. Anything else keeps the write's error.
+async fn refusal_or(op: &mut OpStream, e: TunnelError) -> CoreError {
+    if matches!(e, TunnelError::Lost(_)) {
+        if let Ok(Reply::Error(refusal)) = op.rx.expect::<Reply>().await {
+            return TunnelError::Guest(refusal).into();
+        }
+    }
+    e.into()
+}
+
 impl Core {
     /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than those in
     /// `except` hold execution leases, has the guest quiesce its browsers and export, and
@@ -131,6 +153,7 @@ impl Core {
             .await?;
         let req = Request::HomeExport(HomeExportRequest {
             quiesce_browsers: true,
+            authority: self.home_authority(c).await?,
         });
         let mut op = guest.open(&req).await?;
         let quota = self.homes.quota();
@@ -233,9 +256,11 @@ impl Core {
             .registry
             .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
             .await?;
-        let mut op = guest
-            .open(&Request::HomeImport(HomeImportRequest { size }))
-            .await?;
+        let req = Request::HomeImport(HomeImportRequest {
+            size,
+            authority: self.home_authority(c).await?,
+        });
+        let mut op = guest.open(&req).await?;
         progress.phase("importing", size);
         // Checked on the way too, so a bad archive names its fault here and not only in the guest.
         let mut archive = ArchiveChecker::new(archive, Limits::default());
@@ -262,7 +287,9 @@ impl Core {
                 ))
                 .into());
             }
-            op.tx.write_raw(buf.freeze()).await?;
+            if let Err(e) = op.tx.write_raw(buf.freeze()).await {
+                return Err(refusal_or(&mut op, e).await);
+            }
             progress.add(n as u64);
         }
         if sent != size {
@@ -273,7 +300,9 @@ impl Core {
             ))
             .into());
         }
-        op.tx.finish()?;
+        if let Err(e) = op.tx.finish() {
+            return Err(refusal_or(&mut op, e).await);
+        }
         let imported = match op.rx.expect::<Reply>().await? {
             Reply::Imported(i) => i,
             Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
@@ -351,6 +380,44 @@ impl Core {
                 Err(e)
             }
         }
+    }
+
+    /// What a home export or import of `c` acts under: the latest lease fence of every bot the
+    /// lease store knows on it, read now (after any wait for leases), so the guest can refuse an
+    /// operation begun before a lease it has already been told of.
+    pub(crate) async fn home_authority(&self, c: &Computer) -> Result<HomeAuthority, CoreError> {
+        let rows = self
+            .homes
+            .ledger()
+            .lease_fences(&c.id)
+            .await
+            .map_err(HomeError::from)?;
+        let mut fences = Vec::with_capacity(rows.len().min(MAX_HOME_AUTHORITY));
+        for (bot, fence) in rows {
+            let corrupt = |reason: String| {
+                HomeError::from(DbError::corrupt(
+                    "leases",
+                    format!("{}/{bot}", c.id),
+                    reason,
+                ))
+            };
+            let id = BotId::new(bot.as_str()).map_err(|e| corrupt(e.to_string()))?;
+            let fence = u64::try_from(fence).map_err(|_| corrupt(format!("fence is {fence}")))?;
+            fences.push(LeaseFence { bot: id, fence });
+        }
+        let count = fences.len();
+        HomeAuthority::new(fences).map_err(|e| match e {
+            HomeAuthorityError::TooMany(_) => HomeError::TooManyLeases {
+                id: c.id.clone(),
+                count,
+                max: MAX_HOME_AUTHORITY,
+            }
+            .into(),
+            // (computer, bot) is the lease table's key: a bot twice is a broken database.
+            HomeAuthorityError::Duplicate(_) => {
+                HomeError::from(DbError::corrupt("leases", c.id.as_str(), e.to_string())).into()
+            }
+        })
     }
 
     /// Whether `c`'s machine has not imported its stored home yet.

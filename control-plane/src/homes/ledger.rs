@@ -208,6 +208,22 @@ impl HomeLedger {
         Ok(out)
     }
 
+    /// The latest lease fence of every bot ever leased on computer `id` (held, lapsed or
+    /// released: a release keeps the fence), by bot: what a home export or import acts under.
+    pub async fn lease_fences(&self, id: &ComputerId) -> Result<Vec<(String, i64)>, DbError> {
+        let rows = sqlx::query(
+            "SELECT bot, fence FROM leases WHERE computer_id = $1 AND fence > 0 ORDER BY bot",
+        )
+        .bind(id.as_str())
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push((r.try_get("bot")?, r.try_get("fence")?));
+        }
+        Ok(out)
+    }
+
     /// Every (storage id, revision) a row names: what the reconciler keeps.
     pub async fn owned(&self) -> Result<HashSet<(HomeKey, Revision)>, DbError> {
         let rows = sqlx::query(
@@ -492,6 +508,10 @@ mod tests {
             vec!["control:bot-y"]
         );
         assert!(holders(&[], 100).await.is_empty());
+        // A home operation's authority names every bot's latest fence, held, lapsed or released.
+        let fences = ledger.lease_fences(&b.id).await.unwrap();
+        assert_eq!(fences, vec![("bot-x".into(), 1), ("bot-z".into(), 3)]);
+        assert!(ledger.lease_fences(&c.id).await.unwrap().is_empty());
     }
 
     fn upload(sid: &HomeKey, rev: u64, id: &str) -> PendingUpload {

@@ -66,6 +66,15 @@ pub enum HomeError {
          --home-quota-entries)"
     )]
     Quota { id: ComputerId, what: String },
+    #[error(
+        "computer {id} has leases of {count} bots, more than a home checkpoint or restore can name \
+         to its guest ({max})"
+    )]
+    TooManyLeases {
+        id: ComputerId,
+        count: usize,
+        max: usize,
+    },
 }
 
 /// Which store, behind one type.
