@@ -162,20 +162,6 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
     }
 }
 
-/// Waits until the container's guest has removed its token file (it reads it at start).
-async fn token_consumed(docker: &Docker, container: &str) {
-    for _ in 0..200 {
-        if read_file(docker, container, "/etc/rakazo/enroll-token")
-            .await
-            .is_none()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the guest did not remove its token file within 20 s");
-}
-
 /// One file read out of a container: its bytes, mode and owner.
 struct Entry {
     data: Vec<u8>,
@@ -455,9 +441,11 @@ async fn lifecycle_provision_prepare_stop_destroy() {
         "home volume not mounted: {mounts:?}"
     );
 
-    // The guest read the uploaded token (root's 0600 file) and removed it before dropping
-    // root: nothing in the container finds it afterwards.
-    token_consumed(&docker, &r.0).await;
+    let token = read_file(&docker, &r.0, "/etc/rakazo/enroll-token")
+        .await
+        .expect("the token file is in the container");
+    assert_eq!(token.data, b"first-token-d1b9");
+    assert_eq!((token.mode, token.uid), (0o600, 0));
 
     // Preparing a running computer changes nothing.
     let started = started_at(&docker, &r.0).await;
@@ -487,7 +475,11 @@ async fn lifecycle_provision_prepare_stop_destroy() {
     assert_eq!(p.prepare(&r, &second).await.unwrap(), r);
     eprintln!("timing: prepare (start) -> running {:?}", began.elapsed());
     assert_eq!(p.state(&r).await.unwrap(), MachineState::Running);
-    token_consumed(&docker, &r.0).await;
+    let token = read_file(&docker, &r.0, "/etc/rakazo/enroll-token")
+        .await
+        .unwrap();
+    assert_eq!(token.data, b"second-token-77c0");
+    assert_eq!((token.mode, token.uid), (0o600, 0));
 
     let began = Instant::now();
     p.destroy(&r).await.expect("destroy");

@@ -160,6 +160,15 @@ async fn a_docker_computer_reaches_nothing_outside_it() -> Result<()> {
     let loop_ = Bystander::start(w.client.clone(), bystander.clone());
     attack_from_inside(&w, &c, &other_home).await?;
     loop_.finish().await?;
+    // The uploaded token file is gone, not merely unreadable (asked as root, from outside).
+    let ls = tests::engine::podman(&[
+        "exec",
+        &tests::engine::container_of(&c),
+        "ls",
+        "-A",
+        "/etc/rakazo",
+    ])?;
+    assert_eq!(ls.trim(), "", "/etc/rakazo still holds {ls}");
     w.check_log()
 }
 
