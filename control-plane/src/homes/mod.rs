@@ -8,7 +8,6 @@
 //! revision ledger lives on the computer row ([`ledger`], migration 0003).
 
 pub mod browse;
-pub mod cli;
 pub mod config;
 pub mod flow;
 pub mod ledger;

@@ -101,7 +101,7 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(0);
             }
-            crate::cli::print_entries(&v["entries"]);
+            super::print_entries(&v["entries"]);
             if v["truncated"] == true {
                 eprintln!("rakazo: listing truncated; use --limit or a prefix");
             }

@@ -1,0 +1,153 @@
+//! `rakazo exec`: run a command on a computer, streaming its output
+//! (`/v1/computers/{id}/exec`).
+
+use super::Global;
+use crate::client::{full_body, q};
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use clap::Args;
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::io::Write;
+
+#[derive(Args)]
+pub struct ExecArgs {
+    pub computer: String,
+    /// Working directory, relative to the home.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Extra environment, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Stream this process's stdin to the command.
+    #[arg(long, short = 'i')]
+    pub stdin: bool,
+    /// Act for this bot under `--lease`.
+    #[arg(long, requires = "lease")]
+    pub bot: Option<String>,
+    /// The bot's lease, `<owner>:<fence>`.
+    #[arg(long, requires = "bot")]
+    pub lease: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
+    let c = g.client()?;
+    let mut env = serde_json::Map::new();
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--env takes KEY=VALUE, got {kv:?}"))?;
+        env.insert(k.to_string(), v.into());
+    }
+    let mut spec = serde_json::json!({ "argv": a.argv, "env": env });
+    if let Some(cwd) = a.cwd {
+        spec["cwd"] = cwd.into();
+    }
+    if let Some(t) = a.timeout_ms {
+        spec["timeout_ms"] = t.into();
+    }
+    if let (Some(b), Some(l)) = (a.bot, a.lease) {
+        spec["bot"] = b.into();
+        spec["lease"] = l.into();
+    }
+    let path = format!("/v1/computers/{}/exec", q(&a.computer));
+    let resp = if a.stdin {
+        let mut head = serde_json::to_vec(&spec)?;
+        head.push(b'\n');
+        c.send(
+            Method::POST,
+            &path,
+            Some(crate::api::EXEC_STREAM_CONTENT_TYPE),
+            None,
+            stdin_body(head),
+        )
+        .await?
+    } else {
+        c.send(
+            Method::POST,
+            &path,
+            Some("application/json"),
+            None,
+            full_body(serde_json::to_vec(&spec)?),
+        )
+        .await?
+    };
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut code = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        buf.extend_from_slice(&data);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            if g.json {
+                std::io::stdout().write_all(&line)?;
+                std::io::stdout().flush()?;
+            }
+            let v: serde_json::Value = serde_json::from_slice(&line)?;
+            match v["type"].as_str() {
+                Some(s @ ("stdout" | "stderr")) if !g.json => {
+                    let bytes = match (v["data"].as_str(), v["data_b64"].as_str()) {
+                        (Some(t), _) => t.as_bytes().to_vec(),
+                        (None, Some(b)) => {
+                            use base64::Engine;
+                            base64::engine::general_purpose::STANDARD.decode(b)?
+                        }
+                        _ => Vec::new(),
+                    };
+                    if s == "stdout" {
+                        std::io::stdout().write_all(&bytes)?;
+                        std::io::stdout().flush()?;
+                    } else {
+                        std::io::stderr().write_all(&bytes)?;
+                    }
+                }
+                Some("exit") => {
+                    let c = v["code"].as_i64().unwrap_or(1);
+                    if let (Some(m), false) = (v["message"].as_str(), g.json) {
+                        eprintln!("rakazo: {m}");
+                    }
+                    code = Some(i32::try_from(c).unwrap_or(1));
+                }
+                Some("error") => {
+                    if !g.json {
+                        eprintln!("rakazo: {}", v["message"].as_str().unwrap_or("error"));
+                    }
+                    code = Some(125);
+                }
+                _ => {}
+            }
+        }
+    }
+    code.ok_or_else(|| {
+        anyhow!("the command's output ended without an exit status; its outcome is uncertain")
+    })
+}
+
+/// A request body of `head` followed by this process's stdin, read as it arrives.
+fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(head))).await.is_err() {
+            return;
+        }
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
+        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|item| (item.map(hyper::body::Frame::data), rx))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
+}

@@ -1,0 +1,121 @@
+//! `rakazo files …`: list, read and write files of a computer's live home
+//! (`/v1/computers/{id}/files…`).
+
+use super::{print_entries, print_json, Global};
+use crate::client::{full_body, q};
+use anyhow::{anyhow, Context, Result};
+use bytes::Bytes;
+use clap::Subcommand;
+use http_body_util::BodyExt;
+use hyper::Method;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum FilesCmd {
+    /// List a directory of the home.
+    Ls {
+        computer: String,
+        #[arg(default_value = "")]
+        path: String,
+    },
+    /// Print a file of the home to stdout.
+    Cat {
+        computer: String,
+        path: String,
+        #[arg(long)]
+        max_bytes: Option<u64>,
+    },
+    /// Upload a local file into the home.
+    Put {
+        computer: String,
+        local: PathBuf,
+        remote: String,
+        /// Make it executable (mode 0700 instead of 0600).
+        #[arg(long, short = 'x')]
+        executable: bool,
+    },
+}
+
+pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
+    let c = g.client()?;
+    match cmd {
+        FilesCmd::Ls { computer, path } => {
+            let v = c
+                .json(
+                    Method::GET,
+                    &format!("/v1/computers/{}/files?path={}", q(&computer), q(&path)),
+                    None,
+                )
+                .await?;
+            if g.json {
+                print_json(&v);
+            } else {
+                print_entries(&v["entries"]);
+            }
+        }
+        FilesCmd::Cat {
+            computer,
+            path,
+            max_bytes,
+        } => {
+            let mut url = format!(
+                "/v1/computers/{}/files/content?path={}",
+                q(&computer),
+                q(&path)
+            );
+            if let Some(m) = max_bytes {
+                url.push_str(&format!("&max_bytes={m}"));
+            }
+            let resp = c
+                .send(Method::GET, &url, None, None, full_body(Bytes::new()))
+                .await?;
+            let mut body = resp.into_body();
+            let mut out = std::io::stdout().lock();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| anyhow!("download broke: {e}"))?;
+                if let Ok(data) = frame.into_data() {
+                    out.write_all(&data)?;
+                }
+            }
+            out.flush()?;
+        }
+        FilesCmd::Put {
+            computer,
+            local,
+            remote,
+            executable,
+        } => {
+            let file = tokio::fs::File::open(&local)
+                .await
+                .with_context(|| format!("open {}", local.display()))?;
+            let len = file.metadata().await?.len();
+            let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+            let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |r| {
+                r.map(hyper::body::Frame::data)
+            }));
+            let url = format!(
+                "/v1/computers/{}/files/content?path={}&executable={executable}",
+                q(&computer),
+                q(&remote)
+            );
+            let resp = c
+                .send(
+                    Method::PUT,
+                    &url,
+                    Some("application/octet-stream"),
+                    Some(len),
+                    body.boxed(),
+                )
+                .await?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&resp.into_body().collect().await?.to_bytes())?;
+            if g.json {
+                print_json(&v)
+            } else {
+                println!("wrote {} bytes to {remote}", v["written"]);
+            }
+        }
+    }
+    Ok(0)
+}

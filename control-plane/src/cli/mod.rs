@@ -1,0 +1,316 @@
+//! The `rakazo` command line: `serve`, and the client commands that talk to a running server.
+//!
+//! The server URL and token come from flags (`--url`, `--token-file`), from `RAKAZO_URL` /
+//! `RAKAZO_TOKEN`, or from the local data dir (`addresses.json`, `api-token`), in that order.
+//! The token is never taken as a command-line argument, so it never shows in `ps`.
+
+//!
+//! One file per area of the API, each owning its subcommands and their bodies: [`computer`],
+//! [`exec`], [`files`], [`lease`], [`screen`] (screens, terminals, observe and act), [`browser`],
+//! [`home`]; [`serve`] runs the control plane itself. This file holds the top-level parser, the
+//! global flags, finding the server and token, and the shared printing.
+
+pub mod browser;
+pub mod computer;
+pub mod exec;
+pub mod files;
+pub mod home;
+pub mod lease;
+pub mod screen;
+pub mod serve;
+
+pub use browser::BrowserCmd;
+pub use computer::ComputerCmd;
+pub use exec::ExecArgs;
+pub use files::FilesCmd;
+pub use home::HomeCmd;
+pub use lease::LeaseCmd;
+pub use screen::{ActArgs, ObserveArgs, ScreenCmd, TerminalCmd};
+pub use serve::ServeArgs;
+
+use crate::client::{Client, ClientError};
+use crate::serve::{ADDRESSES_FILE, API_TOKEN_FILE};
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use gateway_proto::Secret;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "rakazo",
+    version,
+    about = "Rakazo computer runtime: control plane and CLI"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Clone)]
+pub struct Global {
+    /// Data dir of the control plane (also where the CLI finds a local server's address and token).
+    #[arg(long, global = true, env = "RAKAZO_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Base URL of the control plane API.
+    #[arg(long, global = true, env = "RAKAZO_URL")]
+    pub url: Option<String>,
+    /// File holding the API token (the token itself comes from RAKAZO_TOKEN, never argv).
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// PEM file of the CA (or self-signed) certificate an https control plane's certificate
+    /// must chain to. Unset: the local server's own certificate when the address comes from
+    /// the data dir, else the system's CAs.
+    #[arg(long, global = true, env = "RAKAZO_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // reason: parsed once per process; boxing buys nothing
+pub enum Command {
+    /// Run the control plane.
+    Serve(ServeArgs),
+    /// Create, list, show, start, stop and destroy computers.
+    #[command(subcommand)]
+    Computer(ComputerCmd),
+    /// Run a command on a computer, streaming its output; exits with its exit code.
+    Exec(ExecArgs),
+    /// List, read and write files of a computer's home.
+    #[command(subcommand)]
+    Files(FilesCmd),
+    /// Acquire, renew, release and show execution leases.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Start, stop and list bots' desktops; live view URLs and takeover.
+    #[command(subcommand)]
+    Screen(ScreenCmd),
+    /// Live terminal URLs (under the user's control lease).
+    #[command(subcommand)]
+    Terminal(TerminalCmd),
+    /// Screenshot a bot's desktop (computer_observe).
+    Observe(ObserveArgs),
+    /// Run a batch of desktop actions (computer_act).
+    Act(ActArgs),
+    /// Page tools on the bot's browser: navigate, snapshot, act.
+    #[command(subcommand)]
+    Browser(BrowserCmd),
+    /// Checkpoint, restore and browse a computer's stored home.
+    #[command(subcommand)]
+    Home(HomeCmd),
+    /// Build the computer image for the docker provider.
+    #[command(subcommand)]
+    Image(crate::image::ImageCmd),
+}
+
+/// The default data dir: `$XDG_DATA_HOME/rakazo` or `~/.local/share/rakazo`.
+pub fn default_data_dir() -> PathBuf {
+    #[allow(clippy::disallowed_methods)] // the CLI's one read of the user's environment
+    let (xdg, home) = (
+        std::env::var("XDG_DATA_HOME").ok(),
+        std::env::var("HOME").ok(),
+    );
+    match (xdg, home) {
+        (Some(x), _) if !x.is_empty() => PathBuf::from(x).join("rakazo"),
+        (_, Some(h)) => PathBuf::from(h).join(".local/share/rakazo"),
+        _ => PathBuf::from(".rakazo"),
+    }
+}
+
+impl Global {
+    fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+
+    /// Finds the server and token: flags, then environment, then the local data dir.
+    fn client(&self) -> Result<Client> {
+        let dir = self.data_dir();
+        let url = match &self.url {
+            Some(u) => u.clone(),
+            None => {
+                let path = dir.join(ADDRESSES_FILE);
+                let text = std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "no --url or RAKAZO_URL, and no local server address in {}",
+                        path.display()
+                    )
+                })?;
+                let v: serde_json::Value = serde_json::from_str(&text)?;
+                v["http"]
+                    .as_str()
+                    .ok_or_else(|| anyhow!("{} has no http address", path.display()))?
+                    .to_string()
+            }
+        };
+        #[allow(clippy::disallowed_methods)] // the CLI's one read of the token variable
+        let env_token = std::env::var("RAKAZO_TOKEN").ok().filter(|t| !t.is_empty());
+        let token = match (&self.token_file, env_token) {
+            (Some(f), _) => {
+                std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?
+            }
+            (None, Some(t)) => t,
+            (None, None) => {
+                let path = dir.join(API_TOKEN_FILE);
+                std::fs::read_to_string(&path).with_context(|| {
+                    format!(
+                        "no RAKAZO_TOKEN or --token-file, and no token in {}",
+                        path.display()
+                    )
+                })?
+            }
+        };
+        let token = Secret::new(token.trim().to_string());
+        Ok(Client::for_cli(url, token, self.ca_file.as_deref(), &dir)?)
+    }
+}
+
+/// A listing (`files ls`, `home ls`): kind (`d`, `x` executable, `-`), size, path.
+fn print_entries(entries: &serde_json::Value) {
+    for e in entries.as_array().into_iter().flatten() {
+        let kind = if e["kind"] == "dir" {
+            "d"
+        } else if e["executable"] == true {
+            "x"
+        } else {
+            "-"
+        };
+        println!(
+            "{kind} {:>12} {}",
+            e["size"].as_u64().unwrap_or(0),
+            e["path"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Runs a parsed command; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<i32> {
+    let g = cli.global.clone();
+    match cli.command {
+        Command::Serve(args) => serve::run(&g, args).await,
+        Command::Computer(cmd) => computer::run(&g, cmd).await,
+        Command::Exec(args) => exec::run(&g, args).await,
+        Command::Files(cmd) => files::run(&g, cmd).await,
+        Command::Lease(cmd) => lease::run(&g, cmd).await,
+        Command::Screen(cmd) => screen::run(&g, cmd).await,
+        Command::Terminal(TerminalCmd::Url { computer, bot }) => {
+            screen::live_url(&g, &computer, &bot, "terminal").await
+        }
+        Command::Observe(a) => screen::observe(&g, a).await,
+        Command::Act(a) => screen::act(&g, a).await,
+        Command::Browser(cmd) => browser::run(&g, cmd).await,
+        Command::Image(cmd) => crate::image::run(cmd, g.json).await,
+        Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
+    }
+}
+
+/// Prints a client error the way people read it and picks the exit code.
+pub fn report(e: &anyhow::Error) -> i32 {
+    if let Some(ClientError::Api {
+        uncertain: true, ..
+    }) = e.downcast_ref::<ClientError>()
+    {
+        eprintln!("rakazo: {e} (the outcome is uncertain)");
+    } else {
+        eprintln!("rakazo: {e:#}");
+    }
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("rakazo").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?} does not parse: {e}"))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// The README's `browser navigate` line: the page URL is the command's own argument and
+    /// never the control plane's address (`--url`), with or without `--url` given.
+    #[test]
+    fn the_readme_navigate_line_keeps_the_page_url_apart_from_the_server_url() {
+        let page = "http://127.0.0.1:8000/";
+        let readme = [
+            "browser",
+            "navigate",
+            "c-0123456789abcdef",
+            "bot-1",
+            page,
+            "--lease",
+            "run-42:1",
+        ];
+        let check = |cli: Cli| -> Option<String> {
+            let Command::Browser(BrowserCmd::Navigate {
+                computer,
+                bot,
+                page_url,
+                lease,
+            }) = cli.command
+            else {
+                panic!("not browser navigate");
+            };
+            assert_eq!(
+                (computer.as_str(), bot.as_str(), page_url.as_str()),
+                ("c-0123456789abcdef", "bot-1", page)
+            );
+            assert_eq!(lease, "run-42:1");
+            cli.global.url
+        };
+        // RAKAZO_URL may be set where the tests run; it is never the page.
+        assert_ne!(check(parse(&readme)).as_deref(), Some(page));
+        let mut with_server = readme.to_vec();
+        with_server.extend(["--url", "http://cp.example:7090"]);
+        assert_eq!(
+            check(parse(&with_server)).as_deref(),
+            Some("http://cp.example:7090")
+        );
+        let mut before = vec!["--url", "http://cp.example:7090"];
+        before.extend(readme);
+        assert_eq!(
+            check(parse(&before)).as_deref(),
+            Some("http://cp.example:7090")
+        );
+    }
+
+    /// A subcommand argument with the id of a global option (`--url`, `--json`, `--data-dir`,
+    /// `--token-file`) is silently the same value as that option: the navigate bug, for any
+    /// command.
+    #[test]
+    fn no_subcommand_argument_shares_an_id_with_a_global_option() {
+        fn walk(cmd: &clap::Command, path: &str, globals: &[String], clashes: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                if globals.iter().any(|g| g == a.get_id().as_str()) {
+                    clashes.push(format!("{path}: {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), globals, clashes);
+            }
+        }
+        let cli = Cli::command();
+        let globals: Vec<String> = cli
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(globals.contains(&"url".to_string()), "{globals:?}");
+        let mut clashes = Vec::new();
+        for sub in cli.get_subcommands() {
+            walk(sub, sub.get_name(), &globals, &mut clashes);
+        }
+        assert!(clashes.is_empty(), "{clashes:?}");
+    }
+}

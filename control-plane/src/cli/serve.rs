@@ -1,0 +1,88 @@
+//! `rakazo serve`: its flags and the hand-over to [`crate::serve::serve`].
+
+use super::Global;
+use crate::api::ApiLimits;
+use crate::serve::ServeConfig;
+use anyhow::{anyhow, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// HTTP API address; port 0 picks a free port (written to <data dir>/addresses.json).
+    #[arg(long, env = "RAKAZO_HTTP_ADDR", default_value = "127.0.0.1:7090")]
+    pub http_addr: SocketAddr,
+    /// QUIC tunnel address (UDP); port 0 picks a free port.
+    #[arg(long, env = "RAKAZO_TUNNEL_ADDR", default_value = "127.0.0.1:7443")]
+    pub tunnel_addr: SocketAddr,
+    /// PostgreSQL URL; SQLite in the data dir when unset.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// The rakazo-guest binary for local computers (default: beside this binary).
+    #[arg(long, env = "RAKAZO_GUEST_BIN")]
+    pub guest_bin: Option<PathBuf>,
+    /// Log filter handed to local guests (RUST_LOG syntax).
+    #[arg(long, env = "RAKAZO_GUEST_LOG")]
+    pub guest_log: Option<String>,
+    /// Cap on live desktops per computer, handed to local guests (unset or 0: no cap).
+    #[arg(long, env = "SANDBOX_TEAM_SCREEN_LIMIT")]
+    pub screen_limit: Option<String>,
+    /// Debian's noVNC files, served to live screen viewers.
+    #[arg(long, env = "RAKAZO_NOVNC_DIR", default_value = "/usr/share/novnc")]
+    pub novnc_dir: PathBuf,
+    /// The npm install of the live pages (holds node_modules/@xterm); default: the checkout's.
+    #[arg(long, env = "RAKAZO_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
+    /// Seconds the control plane waits on a guest: for an answer, for the next bytes of a
+    /// stream (an export's progress), for a write to be taken. A guest silent for longer fails
+    /// that operation with 504 guest_timeout. Exec is bounded by its command's timeout instead.
+    #[arg(long, env = "RAKAZO_GUEST_TIMEOUT_SECS", default_value_t = crate::tunnel::DEFAULT_GUEST_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub guest_timeout_secs: u64,
+    #[command(flatten)]
+    pub homes: crate::homes::HomeArgs,
+    #[command(flatten)]
+    pub idle: crate::idle::IdleArgs,
+    #[command(flatten)]
+    pub live: crate::live::LiveArgs,
+    #[command(flatten)]
+    pub providers: crate::provider_set::ProviderArgs,
+    #[command(flatten)]
+    pub http: crate::api::HttpArgs,
+}
+
+/// Runs the control plane until it stops.
+pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
+    let guest_bin = match args.guest_bin {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("rakazo-guest"))
+            .ok_or_else(|| anyhow!("cannot locate rakazo-guest; set RAKAZO_GUEST_BIN"))?,
+    };
+    crate::serve::serve(ServeConfig {
+        data_dir: g.data_dir(),
+        http_addr: args.http_addr,
+        tunnel_addr: args.tunnel_addr,
+        database_url: args.database_url,
+        guest_bin,
+        guest_log: args.guest_log,
+        screen_limit: args.screen_limit,
+        guest_timeout: std::time::Duration::from_secs(args.guest_timeout_secs),
+        providers: args.providers.resolve()?,
+        limits: ApiLimits::default(),
+        pages: crate::live::pages::PagesConfig {
+            novnc_dir: args.novnc_dir,
+            web_dir: args
+                .web_dir
+                .unwrap_or_else(|| crate::live::pages::PagesConfig::defaults().web_dir),
+        },
+        homes: args.homes.resolve(&crate::homes::config::process_env)?,
+        idle: args.idle.resolve()?,
+        live: args.live.resolve()?,
+        http: args.http.resolve()?,
+    })
+    .await?;
+    Ok(0)
+}
