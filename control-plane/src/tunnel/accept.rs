@@ -1,0 +1,270 @@
+//! Accepting guests: the endpoint, the accept loop, the handshake, the lease sync and the
+//! control loop of each connection.
+
+use super::{GuestAuth, GuestConn, Registry};
+use gateway_proto::{
+    encode, ControlHandshake, ControlMsg, FrameDecoder, HandshakeEvent, RefuseReason,
+};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+/// How long a new connection has to open its control stream and say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// QUIC application close codes.
+const CLOSE_REFUSED: u32 = 1;
+const CLOSE_PROTOCOL: u32 = 3;
+
+/// Binds the tunnel endpoint.
+///
+/// `reset_key` must survive restarts (it lives in the data dir): with it, a restarted control
+/// plane answers packets of its predecessor's connections with valid stateless resets, so guests
+/// notice the crash at once and dial again instead of waiting for their idle timeout.
+pub fn bind(
+    addr: SocketAddr,
+    config: quinn::ServerConfig,
+    reset_key: &[u8; 32],
+) -> std::io::Result<quinn::Endpoint> {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
+    let endpoint_config = quinn::EndpointConfig::new(Arc::new(key));
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("no async runtime for the tunnel"))?;
+    quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime)
+}
+
+/// Accepts guests until the endpoint closes.
+pub async fn serve<A: GuestAuth>(endpoint: quinn::Endpoint, registry: Arc<Registry>, auth: Arc<A>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let registry = registry.clone();
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            match incoming.await {
+                Ok(conn) => handle_connection(conn, registry, auth).await,
+                Err(e) => info!(%remote, error = %e, "tunnel connection failed during setup"),
+            }
+        });
+    }
+}
+
+async fn handle_connection<A: GuestAuth>(
+    conn: quinn::Connection,
+    registry: Arc<Registry>,
+    auth: Arc<A>,
+) {
+    let remote = conn.remote_address();
+    let accepted = tokio::time::timeout(HELLO_TIMEOUT, handshake(&conn, auth.as_ref())).await;
+    let (computer, mut send, mut recv, remainder) = match accepted {
+        Ok(Ok(v)) => v,
+        Ok(Err(reason)) => {
+            warn!(%remote, %reason, "guest connection refused");
+            conn.close(CLOSE_REFUSED.into(), reason.to_string().as_bytes());
+            return;
+        }
+        Err(_) => {
+            warn!(%remote, reason = "no hello within 10 s", "guest connection refused");
+            conn.close(CLOSE_REFUSED.into(), b"hello timeout");
+            return;
+        }
+    };
+    let epoch = registry.epochs.fetch_add(1, Ordering::Relaxed) + 1;
+    let guest = Arc::new(GuestConn {
+        computer: computer.clone(),
+        conn: conn.clone(),
+        leases: Mutex::default(),
+        leases_changed: Notify::new(),
+        epoch,
+        timeout: registry.guest_timeout,
+    });
+    // A (re)started guest knows no fences: it learns every live lease, and has applied them
+    // (its pong to our ping, which it answers in order), before any operation can reach it.
+    let live = auth.live_leases(&computer).await;
+    let pushed = live.len();
+    for (bot, token) in &live {
+        guest.push_lease(bot, token, false);
+    }
+    let mut decoder = FrameDecoder::with_max(64 * 1024);
+    decoder.push(&remainder);
+    let synced = tokio::time::timeout(
+        HELLO_TIMEOUT,
+        sync_leases(&mut send, &mut recv, &mut decoder, &guest),
+    )
+    .await;
+    match synced {
+        Ok(Ok(())) => {}
+        Ok(Err(detail)) => {
+            warn!(computer_id = %computer, %remote, %detail, "guest connection refused: its lease sync failed");
+            conn.close(CLOSE_PROTOCOL.into(), b"protocol error on control stream");
+            return;
+        }
+        Err(_) => {
+            warn!(computer_id = %computer, %remote, "guest connection refused: no pong to the lease sync within 10 s");
+            conn.close(CLOSE_REFUSED.into(), b"lease sync timeout");
+            return;
+        }
+    }
+    // Recorded before the registry has it: whoever waits for the connection (a start, a
+    // create) reads the computer right after, and must see it connected.
+    auth.set_connected(&computer, true).await;
+    registry.insert(guest.clone());
+    // A lease granted between the read above and the insert was pushed to no connection:
+    // read again (the slots keep the higher fence, so a repeat changes nothing).
+    for (bot, token) in auth.live_leases(&computer).await {
+        guest.push_lease(&bot, &token, false);
+    }
+    // Again, now that it is the registry's: a superseded connection that ended between the
+    // first write and the insert recorded `false` (it was still the registry's then).
+    auth.set_connected(&computer, true).await;
+    info!(computer_id = %computer, %remote, live_leases = pushed, "guest connected");
+
+    let reason = control_loop(send, recv, decoder, &guest).await;
+    match &reason {
+        Ok(()) => info!(computer_id = %computer, "guest control stream ended"),
+        Err(detail) => {
+            warn!(computer_id = %computer, %detail, "guest control stream failed; closing connection");
+            conn.close(CLOSE_PROTOCOL.into(), b"protocol error on control stream");
+        }
+    }
+    conn.closed().await;
+    if registry.remove_if(&computer, epoch) {
+        auth.set_connected(&computer, false).await;
+        info!(computer_id = %computer, "guest disconnected");
+    }
+}
+
+type Accepted = (String, quinn::SendStream, quinn::RecvStream, Vec<u8>);
+
+async fn handshake<A: GuestAuth>(
+    conn: &quinn::Connection,
+    auth: &A,
+) -> Result<Accepted, RefuseReason> {
+    let (mut send, mut recv) = conn
+        .accept_bi()
+        .await
+        .map_err(|_| RefuseReason::Malformed)?;
+    let mut hs = ControlHandshake::new();
+    let event = loop {
+        match recv.read_chunk(4096, true).await {
+            Ok(Some(chunk)) => {
+                if let Some(ev) = hs.handle_bytes(&chunk.bytes) {
+                    break ev;
+                }
+            }
+            Ok(None) | Err(_) => {
+                break hs
+                    .handle_eof()
+                    .unwrap_or(HandshakeEvent::Failed(RefuseReason::Malformed))
+            }
+        }
+    };
+    let result = match event {
+        HandshakeEvent::Authenticate {
+            computer_id,
+            token,
+            agent,
+        } => {
+            if auth.verify(&computer_id, &token).await {
+                debug!(computer_id = %computer_id, agent = %agent.chars().take(64).collect::<String>(), "guest authenticated");
+                hs.accept();
+                Ok(computer_id)
+            } else {
+                hs.refuse(RefuseReason::BadCredentials);
+                Err(RefuseReason::BadCredentials)
+            }
+        }
+        HandshakeEvent::Failed(reason) => Err(reason),
+    };
+    while let Some(frame) = hs.poll_transmit() {
+        let _ = send.write_all(&frame).await;
+    }
+    if result.is_err() {
+        // Let the refusal reach the guest before the connection closes: closing at once would
+        // discard unacknowledged stream data.
+        let _ = send.finish();
+        let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
+    }
+    let computer = result?;
+    Ok((computer, send, recv, hs.into_remainder()))
+}
+
+/// Sequence number of the ping that ends the lease sync of a new connection.
+const SYNC_PING: u64 = u64::MAX;
+
+/// Sends the connection's pending leases, then a ping, and reads until the guest's pong: the
+/// guest handles control messages in order, so the pong proves the leases are applied.
+async fn sync_leases(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    decoder: &mut FrameDecoder,
+    guest: &GuestConn,
+) -> Result<(), String> {
+    let mut msgs = guest.unsent_leases();
+    msgs.push(ControlMsg::Ping { seq: SYNC_PING });
+    for msg in msgs {
+        let frame = encode(&msg).map_err(|e| e.to_string())?;
+        send.write_all(&frame).await.map_err(|e| e.to_string())?;
+    }
+    loop {
+        while let Some(msg) = decoder
+            .next_message::<ControlMsg>()
+            .map_err(|e| e.to_string())?
+        {
+            match msg {
+                ControlMsg::Pong { seq: SYNC_PING } => return Ok(()),
+                ControlMsg::Pong { .. } => {}
+                ControlMsg::Ping { seq } => {
+                    let frame = encode(&ControlMsg::Pong { seq }).map_err(|e| e.to_string())?;
+                    send.write_all(&frame).await.map_err(|e| e.to_string())?;
+                }
+                ControlMsg::Lease { .. } => return Err("guest sent a lease message".into()),
+            }
+        }
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(chunk)) => decoder.push(&chunk.bytes),
+            Ok(None) => return Err("control stream ended during the lease sync".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Runs the control stream after the handshake: answers pings, sends lease changes.
+async fn control_loop(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    mut decoder: FrameDecoder,
+    guest: &GuestConn,
+) -> Result<(), String> {
+    loop {
+        // Leases first: whatever changed since the last round (the hello's live leases on the
+        // first). A guest that does not read its control stream blocks only this loop; the
+        // connection's idle timeout and the operations' deadlines bound the rest.
+        for msg in guest.unsent_leases() {
+            let frame = encode(&msg).map_err(|e| e.to_string())?;
+            send.write_all(&frame).await.map_err(|e| e.to_string())?;
+        }
+        while let Some(msg) = decoder
+            .next_message::<ControlMsg>()
+            .map_err(|e| e.to_string())?
+        {
+            match msg {
+                ControlMsg::Ping { seq } => {
+                    let frame = encode(&ControlMsg::Pong { seq }).map_err(|e| e.to_string())?;
+                    send.write_all(&frame).await.map_err(|e| e.to_string())?;
+                }
+                ControlMsg::Pong { .. } => {}
+                ControlMsg::Lease { .. } => return Err("guest sent a lease message".into()),
+            }
+        }
+        tokio::select! {
+            chunk = recv.read_chunk(64 * 1024, true) => match chunk {
+                Ok(Some(chunk)) => decoder.push(&chunk.bytes),
+                Ok(None) | Err(_) => return Ok(()),
+            },
+            () = guest.leases_changed.notified() => {}
+        }
+    }
+}
