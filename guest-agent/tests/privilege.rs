@@ -15,16 +15,16 @@
 //!
 //! Needs root; as another user each test says so and passes without checking anything.
 
+mod common;
+
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use common::{identity, server};
 use gateway_proto::{
     encode, ControlHandshake, ExecEvent, ExecRequest, FrameDecoder, HandshakeEvent, Request,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use sha2::{Digest, Sha256};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -49,27 +49,6 @@ fn free_id() -> u32 {
             return id;
         }
     }
-}
-
-/// A self-signed certificate, its key and SHA-256 fingerprint (hex).
-fn identity() -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>, String)> {
-    let ck = rcgen::generate_simple_self_signed(vec!["rakazo-control-plane".into()])?;
-    let cert = ck.cert.der().clone();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
-    let fingerprint = hex::encode(Sha256::digest(cert.as_ref()));
-    Ok((cert, key, fingerprint))
-}
-
-fn server(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> Result<quinn::Endpoint> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert], key)?;
-    tls.alpn_protocols = vec![guest_agent::tunnel::ALPN.to_vec()];
-    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
-    let config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    Ok(quinn::Endpoint::server(config, "127.0.0.1:0".parse()?)?)
 }
 
 /// A guest process and the files it was started with; killed and cleaned up on drop.

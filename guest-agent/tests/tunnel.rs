@@ -10,7 +10,10 @@
 //! control messages in order, so its pong proves the push was applied. Every network wait is
 //! bounded by a timeout.
 
+mod common;
+
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use common::{identity, server};
 use gateway_proto::{
     encode, BotId, BotLease, ControlHandshake, ControlMsg, ErrorCode, ExecEvent, ExecRequest,
     FrameDecoder, HandshakeEvent, LeaseToken, OpError, ReadFile, Reply, Request,
@@ -18,9 +21,7 @@ use gateway_proto::{
 use guest_agent::config::Config;
 use guest_agent::home::Home;
 use guest_agent::ops::Ops;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -44,28 +45,6 @@ fn init_logging() {
         .with_env_filter(tracing_subscriber::EnvFilter::new("guest_agent=debug"))
         .with_test_writer()
         .try_init();
-}
-
-/// A self-signed certificate for `rakazo-control-plane` and its SHA-256 fingerprint (hex).
-fn identity() -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>, String)> {
-    let ck = rcgen::generate_simple_self_signed(vec!["rakazo-control-plane".into()])?;
-    let cert = ck.cert.der().clone();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
-    let fingerprint = hex::encode(Sha256::digest(cert.as_ref()));
-    Ok((cert, key, fingerprint))
-}
-
-/// A quinn server on 127.0.0.1:0 speaking TLS 1.3 (ring) with the tunnel's ALPN.
-fn server(cert: CertificateDer<'static>, key: PrivateKeyDer<'static>) -> Result<quinn::Endpoint> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert], key)?;
-    tls.alpn_protocols = vec![guest_agent::tunnel::ALPN.to_vec()];
-    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
-    let config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    Ok(quinn::Endpoint::server(config, "127.0.0.1:0".parse()?)?)
 }
 
 /// A fake control plane and the real guest dialing it.
