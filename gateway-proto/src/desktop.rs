@@ -4,8 +4,8 @@
 //! control plane (before sending) and the guest (before running) check a batch the same way: the
 //! whole batch is validated before anything runs.
 
+use crate::error::{ErrorCode, OpError};
 use crate::lease::{BotId, LeaseToken};
-use crate::msg::{ErrorCode, OpError};
 use serde::{Deserialize, Serialize};
 
 /// Most actions in one batch after expansion (a double click counts twice).

@@ -9,33 +9,11 @@
 use crate::frame::{encode, FrameDecoder, FrameError};
 use crate::msg::{Hello, HelloReply, RefuseReason, Refused, Welcome};
 use crate::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
-use serde::{Deserialize, Serialize};
-use std::fmt;
+
+pub use crate::secret::Secret;
 
 /// The hello frame is small; anything bigger is garbage.
 pub const MAX_HELLO_LEN: usize = 4096;
-
-/// A secret string (enrollment or API token) whose `Debug` never shows it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-
-    /// The secret itself; call only where it is compared or sent.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
 
 /// Picks the version both ends speak, or says why there is none.
 pub fn negotiate(hello: &Hello) -> Result<u16, RefuseReason> {

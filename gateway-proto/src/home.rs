@@ -123,6 +123,18 @@ pub struct Imported {
     pub entries: u64,
 }
 
+/// Where a bot's command or shell starts when it names no directory (contracts.md §1: a Team
+/// computer's bots start in `bots/<bot-id>/`, a Private computer's bot in the home).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartDir {
+    /// The home itself.
+    #[default]
+    Home,
+    /// The bot's own `bots/<bot-id>/` in the home, created (mode 0700, never through a symlink)
+    /// on first use.
+    BotDir,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

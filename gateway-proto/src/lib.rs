@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod desktop;
+pub mod error;
 pub mod frame;
 pub mod handshake;
 pub mod home;
@@ -30,7 +31,9 @@ pub mod lease;
 pub mod live;
 pub mod msg;
 pub mod page;
+pub mod secret;
 pub mod termframe;
+pub mod wire;
 
 pub use frame::{decode, encode, encode_into, FrameDecoder, FrameError, MAX_CHUNK, MAX_FRAME_LEN};
 pub use handshake::{

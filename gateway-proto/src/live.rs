@@ -6,6 +6,7 @@
 //! (client bytes first go through the guest's view-only filter for `View`), and for `Terminal`
 //! the §7 client frames one way and raw PTY bytes the other.
 
+use crate::home::StartDir;
 use crate::lease::BotId;
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +44,7 @@ pub struct ConnectRequest {
     /// `[A-Za-z0-9_-]`.
     pub control_lease: Option<String>,
     /// Where a terminal's shell starts (ignored for `View` and `Control`).
-    pub start: crate::msg::StartDir,
+    pub start: StartDir,
 }
 
 /// Which of a bot's capabilities to revoke.

@@ -8,13 +8,18 @@ use crate::desktop::{
     ActOutcome, ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease,
     ScreenRequest,
 };
-use crate::handshake::Secret;
 use crate::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
 use crate::lease::{BotId, LeaseToken};
 use crate::live::{ConnectRequest, RevokeRequest};
 use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
+use crate::secret::Secret;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
+
+// Defined in leaf modules (so those and this one never import each other), re-exported here so
+// `gateway_proto::msg::*` and the crate root keep naming them.
+pub use crate::error::{ErrorCode, OpError};
+pub use crate::home::StartDir;
 
 /// First frame on the control stream, guest to control plane.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,18 +176,6 @@ pub struct ExecRequest {
     pub start: StartDir,
 }
 
-/// Where a bot's command or shell starts when it names no directory (contracts.md §1: a Team
-/// computer's bots start in `bots/<bot-id>/`, a Private computer's bot in the home).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum StartDir {
-    /// The home itself.
-    #[default]
-    Home,
-    /// The bot's own `bots/<bot-id>/` in the home, created (mode 0700, never through a symlink)
-    /// on first use.
-    BotDir,
-}
-
 /// Control plane to guest during an exec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecInput {
@@ -272,64 +265,4 @@ pub enum Reply {
     Revoked,
     ExportStart(ExportStart),
     Imported(Imported),
-}
-
-/// A failed operation: a code callers branch on and a message for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{message}")]
-pub struct OpError {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl OpError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-/// What kind of failure an [`OpError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ErrorCode {
-    /// The request is malformed or out of bounds.
-    BadRequest,
-    /// A path is absolute, has `..`, or would leave the home through a symlink.
-    PathRejected,
-    NotFound,
-    /// A file is larger than the requested cap.
-    TooLarge,
-    /// The lease presented is older than one the guest has seen, or was released.
-    StaleLease,
-    /// The guest could not do it (I/O, spawn); the message says what.
-    Failed,
-    /// The guest does not implement this request.
-    Unsupported,
-    /// `COMPUTER_SCREEN_UNAVAILABLE`: no screen can be allocated (limit reached).
-    ScreenUnavailable,
-    /// The bot's slot is still being released.
-    ScreenReleasing,
-    /// The repeated-action refusal of §4: the batch was not run.
-    ActionRefused,
-}
-
-impl ErrorCode {
-    /// Stable name used in the HTTP API: snake_case, except the contract's own
-    /// `COMPUTER_SCREEN_UNAVAILABLE` (contracts.md §3).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::BadRequest => "bad_request",
-            Self::PathRejected => "path_rejected",
-            Self::NotFound => "not_found",
-            Self::TooLarge => "too_large",
-            Self::StaleLease => "stale_lease",
-            Self::Failed => "failed",
-            Self::Unsupported => "unsupported",
-            Self::ScreenUnavailable => "COMPUTER_SCREEN_UNAVAILABLE",
-            Self::ScreenReleasing => "screen_releasing",
-            Self::ActionRefused => "action_refused",
-        }
-    }
 }

@@ -3,8 +3,8 @@
 //! The bounds of the contract are constants here. A `fill` step's text may be a saved login's
 //! secret, so [`PageStep`]'s `Debug` never prints any fill or type text.
 
+use crate::error::{ErrorCode, OpError};
 use crate::lease::{BotId, LeaseToken};
-use crate::msg::{ErrorCode, OpError};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

@@ -618,3 +618,13 @@ fn invalid_ids_are_rejected_on_decode() {
         Err(FrameError::Malformed(_))
     ));
 }
+
+#[test]
+fn stream_reset_codes() {
+    // QUIC application error codes of reset or stopped operation streams: both ends and deployed
+    // guests agree on these numbers, so they are wire values like the bytes above.
+    use gateway_proto::wire::{RESET_ABORTED, RESET_PROTOCOL, RESET_REVOKED};
+    assert_eq!(RESET_PROTOCOL, 3);
+    assert_eq!(RESET_ABORTED, 4);
+    assert_eq!(RESET_REVOKED, 5);
+}

@@ -35,9 +35,7 @@ use tokio::io::AsyncReadExt;
 use tokio_util::io::StreamReader;
 use tracing::{info, warn};
 
-/// Stream reset code of an export that failed after `ExportStart` (the control plane's
-/// `tunnel::RESET_ABORTED`).
-const RESET_ABORTED: u32 = 4;
+use gateway_proto::wire::RESET_ABORTED;
 /// Bytes moved per read from the archive writer or the stream.
 const CHUNK: usize = 256 * 1024;
 

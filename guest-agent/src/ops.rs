@@ -26,8 +26,7 @@ use tracing::{debug, warn};
 /// Buffer size of file writes during an upload.
 const WRITE_BUF: usize = 256 * 1024;
 
-/// Stream reset code for a malformed stream (the control plane's `tunnel::RESET_PROTOCOL`).
-const RESET_PROTOCOL: u32 = 3;
+use gateway_proto::wire::RESET_PROTOCOL;
 
 /// Everything the guest serves.
 pub struct Ops {

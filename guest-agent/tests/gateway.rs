@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
 use gateway_proto::termframe::{encode_input, encode_resize};
+use gateway_proto::wire::{RESET_PROTOCOL, RESET_REVOKED};
 use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request, StartDir};
 use guest_agent::gateway::capstream::{self, CapStream};
 use guest_agent::gateway::rfb::client::RfbClient;
@@ -392,10 +393,7 @@ async fn a_viewer_breaking_rfb_is_reset_and_bad_requests_are_refused() -> Result
     // Message type 7 does not exist: its length is unknown, so the connection must end.
     view.send_raw(&[7, 0, 0, 0]).await?;
     let reset = stream_end(&mut view.into_inner()).await?;
-    assert_eq!(
-        reset,
-        Some(guest_agent::gateway::relay::RESET_PROTOCOL.into())
-    );
+    assert_eq!(reset, Some(RESET_PROTOCOL.into()));
     guest.shutdown().await;
     Ok(())
 }
@@ -412,10 +410,7 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
 
     guest.revoke("bot-a", RevokeScope::Control).await?;
     let reset = stream_end(&mut control.into_inner()).await?;
-    assert_eq!(
-        reset,
-        Some(guest_agent::gateway::relay::RESET_REVOKED.into())
-    );
+    assert_eq!(reset, Some(RESET_REVOKED.into()));
     view.request_update(false).await?;
     within("an update after revoking control", view.next_update()).await??;
     assert_eq!(guest.ops.gateway().capability_count(&bot_a).await, 1);
@@ -431,15 +426,9 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
     // Releasing the screen revokes everything before Chrome and X stop.
     guest.release_screen("bot-a").await?;
     let reset = stream_end(&mut view.into_inner()).await?;
-    assert_eq!(
-        reset,
-        Some(guest_agent::gateway::relay::RESET_REVOKED.into())
-    );
+    assert_eq!(reset, Some(RESET_REVOKED.into()));
     let reset = stream_end(&mut control.into_inner()).await?;
-    assert_eq!(
-        reset,
-        Some(guest_agent::gateway::relay::RESET_REVOKED.into())
-    );
+    assert_eq!(reset, Some(RESET_REVOKED.into()));
     assert_eq!(guest.ops.gateway().capability_count(&bot_a).await, 0);
     let after = guest.gateway_files();
     assert!(
@@ -658,10 +647,7 @@ async fn terminals_resize_run_as_the_workspace_user_and_end_with_control() -> Re
     guest.revoke("bot-term", RevokeScope::Control).await?;
     for mut term in [first, second] {
         let reset = stream_end(&mut term).await?;
-        assert_eq!(
-            reset,
-            Some(guest_agent::gateway::relay::RESET_REVOKED.into())
-        );
+        assert_eq!(reset, Some(RESET_REVOKED.into()));
     }
     assert!(
         !process_alive(pid_1),

@@ -48,10 +48,6 @@ use tokio::sync::{watch, Notify};
 pub const DEFAULT_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// QUIC application close code of a connection replaced or disconnected by the control plane.
 const CLOSE_SUPERSEDED: u32 = 2;
-/// Stream reset code for a malformed operation stream.
-pub const RESET_PROTOCOL: u32 = 3;
-/// Stream reset code for an operation the control plane gave up on (client went away).
-pub const RESET_ABORTED: u32 = 4;
 
 /// Checks guest credentials and records connectivity; implemented over the computer store.
 pub trait GuestAuth: Send + Sync + 'static {

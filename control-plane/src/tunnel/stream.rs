@@ -1,7 +1,8 @@
 //! One operation's stream to a guest: typed frames, then optionally raw bytes, every wait bounded.
 
 use super::deadlines::{within, Deadlines};
-use super::{TunnelError, RESET_ABORTED, RESET_PROTOCOL};
+use super::TunnelError;
+use gateway_proto::wire::{RESET_ABORTED, RESET_PROTOCOL};
 use gateway_proto::{encode, FrameDecoder, FrameError};
 use serde::{de::DeserializeOwned, Serialize};
 use std::time::Duration;

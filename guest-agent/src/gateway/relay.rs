@@ -8,14 +8,11 @@
 //! with [`RESET_PROTOCOL`].
 
 use super::rfb::{ClientFilter, FilterError};
+use gateway_proto::wire::{RESET_PROTOCOL, RESET_REVOKED};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-/// Stream reset code: the client broke the RFB protocol (same code as a malformed request).
-pub const RESET_PROTOCOL: u32 = 3;
-/// Stream reset code: the capability was revoked.
-pub const RESET_REVOKED: u32 = 5;
 /// Largest read from either side.
 const CHUNK: usize = 64 * 1024;
 
