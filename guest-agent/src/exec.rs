@@ -3,9 +3,9 @@
 //! This module owns one command's life: validating the request, resolving its working directory,
 //! building its environment, spawning it in its own process group, streaming stdin in and
 //! stdout/stderr out, and ending it: a normal exit, a timeout (exit 124) or an abort (exit 130),
-//! the last two killing the whole process tree. It knows nothing about QUIC or frames: the tunnel
-//! hands it two channels. Lease checks are the caller's job ([`crate::fence`]), done before
-//! [`run`] is called.
+//! the last two killing the whole process tree. [`run`] knows nothing about QUIC or frames:
+//! [`pump`] hands it two channels fed from and drained into the op stream. Lease checks are the
+//! caller's job ([`crate::fence`]), done before [`run`] is called.
 //!
 //! Commands run with the agent user's full rights; the cwd check enforces the contract
 //! ("a cwd outside the home fails"), it does not confine the command.
@@ -737,6 +737,8 @@ fn kill_tree(root: i32, root_alive: bool, exec_id: &str, wait: bool) {
         }
     }
 }
+
+pub mod pump;
 
 #[cfg(test)]
 mod tests;

@@ -653,5 +653,7 @@ fn not_regular(path: &RelPath) -> OpError {
     )
 }
 
+pub mod stream;
+
 #[cfg(test)]
 mod tests;

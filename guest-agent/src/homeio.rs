@@ -19,7 +19,7 @@
 //! storage to the control plane.
 
 use crate::home::Home;
-use crate::ops::{refuse, write_frame};
+use crate::opstream::{refuse, write_frame};
 use crate::screens::Screens;
 use bytes::Bytes;
 use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};

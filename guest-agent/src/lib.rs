@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod home;
 pub mod homeio;
 pub mod ops;
+pub mod opstream;
 pub mod orphans;
 pub mod pagebrowser;
 pub mod privilege;

@@ -10,21 +10,16 @@ use crate::clock::now_ms;
 use crate::exec;
 use crate::fence::{FenceTable, HomeOp};
 use crate::gateway::{Gateway, GatewayConfig};
+use crate::home::stream::{self, FileChanged};
 use crate::home::Home;
+use crate::opstream::write_frame;
 use crate::screens::Screens;
 use gateway_proto::desktop::ObservationMeta;
 use gateway_proto::{
-    encode, BotId, BotLease, ErrorCode, ExecEvent, ExecInput, FrameDecoder, LeaseToken, OpError,
-    Reply, Request, MAX_CHUNK,
+    BotId, BotLease, ErrorCode, ExecEvent, FrameDecoder, LeaseToken, OpError, Reply, Request,
 };
-use serde::Serialize;
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
-
-/// Buffer size of file writes during an upload.
-const WRITE_BUF: usize = 256 * 1024;
 
 use gateway_proto::wire::RESET_PROTOCOL;
 
@@ -157,12 +152,17 @@ impl Ops {
                 let _ = write_frame(&mut send, &reply).await;
                 let _ = send.finish();
             }
-            Request::ReadFile(r) => self.read_file(send, &r.path, r.max_bytes).await,
-            Request::WriteFile(r) => {
-                self.write_file(send, recv, remainder, &r.path, r.executable, r.size)
-                    .await
+            Request::ReadFile(r) => {
+                let read = stream::read_file(&self.home, &mut send, &r.path, r.max_bytes).await;
+                if let Err(FileChanged) = read {
+                    let _ = send.reset(RESET_PROTOCOL.into());
+                }
             }
-            Request::Exec(r) => self.exec(send, recv, remainder, r).await,
+            Request::WriteFile(r) => {
+                let (path, executable, size) = (&r.path, r.executable, r.size);
+                stream::write_file(&self.home, send, recv, remainder, path, executable, size).await
+            }
+            Request::Exec(r) => exec::pump::serve(&self.home, send, recv, remainder, r).await,
             Request::ScreenEnsure(r) => {
                 let reply = match self.screens.ensure(&r.bot).await {
                     Ok(info) => Reply::Screen(info),
@@ -240,198 +240,6 @@ impl Ops {
             }
         }
     }
-
-    async fn read_file(&self, mut send: quinn::SendStream, path: &str, max: u64) {
-        let (mut file, size) = match self.home.open_read(path, max) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = write_frame(&mut send, &Reply::Error(e)).await;
-                let _ = send.finish();
-                return;
-            }
-        };
-        if write_frame(&mut send, &Reply::ReadStart { size })
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut left = size;
-        while left > 0 {
-            let want = WRITE_BUF.min(usize::try_from(left).unwrap_or(usize::MAX));
-            // A fresh buffer per chunk is handed to quinn whole (write_chunk), without a copy.
-            let mut buf = vec![0u8; want];
-            // A blocking read of a local file chunk is short; the runtime tolerates it.
-            let n = match tokio::task::block_in_place(|| file.read(&mut buf)) {
-                Ok(0) | Err(_) => {
-                    // The file shrank or failed under us: the promised size cannot be met.
-                    warn!(path, "file changed while being read; resetting the stream");
-                    let _ = send.reset(RESET_PROTOCOL.into());
-                    return;
-                }
-                Ok(n) => n,
-            };
-            buf.truncate(n);
-            if send.write_chunk(bytes::Bytes::from(buf)).await.is_err() {
-                return;
-            }
-            left -= n as u64;
-        }
-        let _ = send.finish();
-    }
-
-    async fn write_file(
-        &self,
-        mut send: quinn::SendStream,
-        mut recv: quinn::RecvStream,
-        remainder: Vec<u8>,
-        path: &str,
-        executable: bool,
-        size: u64,
-    ) {
-        let reply = match self
-            .receive_file(&mut recv, remainder, path, executable, size)
-            .await
-        {
-            Ok(()) => Reply::Written { size },
-            Err(e) => Reply::Error(e),
-        };
-        let _ = write_frame(&mut send, &reply).await;
-        let _ = send.finish();
-    }
-
-    async fn receive_file(
-        &self,
-        recv: &mut quinn::RecvStream,
-        remainder: Vec<u8>,
-        path: &str,
-        executable: bool,
-        size: u64,
-    ) -> Result<(), OpError> {
-        let pending = self.home.create_write(path, executable)?;
-        let io_err =
-            |e: std::io::Error| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}"));
-        // A writer thread takes 256 KiB buffers, so the disk and the network overlap and the
-        // file is written in large pieces rather than one QUIC packet at a time.
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut pending = pending;
-            while let Some(buf) = rx.blocking_recv() {
-                if let Err(e) = pending.file().write_all(&buf) {
-                    return (pending, Err(e));
-                }
-            }
-            (pending, Ok(()))
-        });
-        let received = async {
-            let mut got = remainder.len() as u64;
-            if got > size {
-                return Err(too_many(path, size));
-            }
-            let mut buf = remainder;
-            buf.reserve(WRITE_BUF.saturating_sub(buf.len()));
-            while got < size {
-                match recv.read_chunk(WRITE_BUF, true).await {
-                    Ok(Some(chunk)) => {
-                        got += chunk.bytes.len() as u64;
-                        if got > size {
-                            return Err(too_many(path, size));
-                        }
-                        buf.extend_from_slice(&chunk.bytes);
-                        if buf.len() >= WRITE_BUF {
-                            let full = std::mem::replace(&mut buf, Vec::with_capacity(WRITE_BUF));
-                            if tx.send(full).await.is_err() {
-                                // The writer stopped on an error; it reports it below.
-                                return Ok(());
-                            }
-                        }
-                    }
-                    Ok(None) | Err(_) => {
-                        return Err(OpError::new(
-                            ErrorCode::BadRequest,
-                            format!("upload of {path:?} ended after {got} of {size} bytes"),
-                        ))
-                    }
-                }
-            }
-            // Anything past the announced size is a protocol violation, not data.
-            if let Ok(Some(_)) = recv.read_chunk(1, true).await {
-                return Err(too_many(path, size));
-            }
-            if !buf.is_empty() {
-                let _ = tx.send(buf).await;
-            }
-            Ok(())
-        }
-        .await;
-        drop(tx);
-        let (pending, written) = writer
-            .await
-            .map_err(|e| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}")))?;
-        // On any error `pending` is dropped here, which removes its temp file.
-        received?;
-        written.map_err(io_err)?;
-        tokio::task::block_in_place(|| pending.commit())
-    }
-
-    async fn exec(
-        &self,
-        mut send: quinn::SendStream,
-        mut recv: quinn::RecvStream,
-        remainder: Vec<u8>,
-        req: gateway_proto::ExecRequest,
-    ) {
-        let (input_tx, input_rx) = mpsc::channel::<ExecInput>(16);
-        let (event_tx, mut event_rx) = mpsc::channel::<ExecEvent>(64);
-        // Input pump: frames from the control plane to the command. When the stream is reset
-        // (the client went away) or the connection drops, the sender is dropped: exec aborts.
-        let pump = tokio::spawn(async move {
-            let mut decoder = FrameDecoder::with_max(MAX_CHUNK + 1024);
-            decoder.push(&remainder);
-            loop {
-                loop {
-                    match decoder.next_message::<ExecInput>() {
-                        Ok(Some(input)) => {
-                            if input_tx.send(input).await.is_err() {
-                                return;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            warn!(error = %e, "malformed exec input; aborting the command");
-                            let _ = input_tx.send(ExecInput::Abort).await;
-                            return;
-                        }
-                    }
-                }
-                match recv.read_chunk(64 * 1024, true).await {
-                    Ok(Some(chunk)) => decoder.push(&chunk.bytes),
-                    // A clean finish means "no more input"; the command keeps running.
-                    Ok(None) => {
-                        let _ = input_tx.send(ExecInput::CloseStdin).await;
-                        input_tx.closed().await;
-                        return;
-                    }
-                    Err(_) => {
-                        let _ = input_tx.send(ExecInput::Abort).await;
-                        return;
-                    }
-                }
-            }
-        });
-        let home = &self.home;
-        let writer = async {
-            while let Some(event) = event_rx.recv().await {
-                if write_frame(&mut send, &event).await.is_err() {
-                    // Nobody is listening any more; dropping the receiver aborts the command.
-                    return;
-                }
-            }
-            let _ = send.finish();
-        };
-        tokio::join!(exec::run(home, req, input_rx, event_tx), writer);
-        pump.abort();
-    }
 }
 
 /// The lease a request acts under, if any: checked against the fence table before it runs. A
@@ -462,19 +270,6 @@ fn request_lease(request: &Request) -> Option<BotLease> {
     }
 }
 
-/// Answers `err` and finishes the stream.
-pub(crate) async fn refuse(mut send: quinn::SendStream, err: OpError) {
-    let _ = write_frame(&mut send, &Reply::Error(err)).await;
-    let _ = send.finish();
-}
-
-fn too_many(path: &str, size: u64) -> OpError {
-    OpError::new(
-        ErrorCode::BadRequest,
-        format!("upload of {path:?} sent more than {size} bytes"),
-    )
-}
-
 /// An observation: its metadata frame, then the PNG raw.
 async fn write_observation(
     send: &mut quinn::SendStream,
@@ -483,12 +278,4 @@ async fn write_observation(
 ) -> std::io::Result<()> {
     write_frame(send, &Reply::Observation(meta)).await?;
     send.write_all(png).await.map_err(std::io::Error::other)
-}
-
-pub(crate) async fn write_frame<T: Serialize>(
-    send: &mut quinn::SendStream,
-    msg: &T,
-) -> std::io::Result<()> {
-    let frame = encode(msg).map_err(std::io::Error::other)?;
-    send.write_all(&frame).await.map_err(std::io::Error::other)
 }

@@ -159,7 +159,7 @@ impl Gateway {
             Err(e) => {
                 debug!(bot = %bot, kind = kind.as_str(), error = %e, "capability refused");
                 let _ = recv.stop(0u32.into());
-                crate::ops::refuse(send, e).await;
+                crate::opstream::refuse(send, e).await;
                 return;
             }
         };
@@ -170,7 +170,7 @@ impl Gateway {
             filter,
             terminal,
         } = opened;
-        let end = if crate::ops::write_frame(&mut send, &Reply::Opened)
+        let end = if crate::opstream::write_frame(&mut send, &Reply::Opened)
             .await
             .is_ok()
         {

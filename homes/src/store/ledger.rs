@@ -11,7 +11,7 @@
 //! no object listing shows them and not every S3-compatible server can list uploads; the record
 //! is how the reconciler finds and aborts them.
 
-use super::object::parse_object_key;
+use super::keys::parse_object_key;
 use crate::seal::WrappedKey;
 use crate::{HomeKey, Revision};
 use std::collections::{BTreeSet, HashMap};

@@ -11,6 +11,8 @@
 //! control plane.
 
 #[cfg(feature = "object")]
+mod keys;
+#[cfg(feature = "object")]
 mod ledger;
 mod local;
 mod locks;
@@ -18,13 +20,15 @@ mod locks;
 mod object;
 
 #[cfg(feature = "object")]
+pub use keys::object_key;
+#[cfg(feature = "object")]
 pub use ledger::{
     BadUpload, LedgerEntry, LedgerError, MemRevisionLedger, PendingUpload, RevisionLedger,
     UploadId, MAX_UPLOAD_ID_LEN,
 };
 pub use local::LocalHomeStore;
 #[cfg(feature = "object")]
-pub use object::{object_key, ObjectHomeStore, ObjectStoreConfig, ReconcileStats};
+pub use object::{ObjectHomeStore, ObjectStoreConfig, ReconcileStats};
 
 use crate::archive::ArchiveError;
 use crate::seal::SealError;

@@ -19,6 +19,7 @@
 //! Configuration comes from the caller ([`ObjectStoreConfig`]); nothing here reads the
 //! environment. Credentials are static keys; there is no `aws-config` chain.
 
+use super::keys::{object_key, parse_object_key, OBJECT_PREFIX};
 use super::ledger::{LedgerEntry, LedgerError, PendingUpload, RevisionLedger, UploadId};
 use super::locks::KeyLocks;
 use super::{Checkpoint, Guarded, HomeStore, HomeStoreError};
@@ -44,8 +45,6 @@ pub const MIN_PART_SIZE: usize = 5 << 20;
 pub const DEFAULT_PART_SIZE: usize = 8 << 20;
 /// Most parts of one multipart upload (an S3 limit).
 pub const MAX_PARTS: i32 = 10_000;
-/// Prefix of every object this store writes.
-pub const OBJECT_PREFIX: &str = "homes/";
 
 /// Where the bucket is and how to reach it.
 #[derive(Clone)]
@@ -128,18 +127,6 @@ pub struct ObjectHomeStore<L> {
     part_size: usize,
     parts_in_flight: usize,
     limits: Limits,
-}
-
-/// The object name of a checkpoint.
-pub fn object_key(home: &HomeKey, revision: Revision) -> String {
-    format!("{OBJECT_PREFIX}{home}/{revision}")
-}
-
-/// The (home, revision) an object name stands for, if this store could have written it.
-pub(crate) fn parse_object_key(key: &str) -> Option<(HomeKey, Revision)> {
-    let rest = key.strip_prefix(OBJECT_PREFIX)?;
-    let (home, rev) = rest.split_once('/')?;
-    Some((HomeKey::new(home).ok()?, Revision::parse(rev).ok()?))
 }
 
 fn s3_err<E>(op: &'static str, object: &str, e: E) -> HomeStoreError
@@ -768,26 +755,6 @@ impl<L: RevisionLedger> HomeStore for ObjectHomeStore<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn object_keys_round_trip() {
-        let home = HomeKey::new("team-w1").unwrap();
-        let key = object_key(&home, Revision::new(7).unwrap());
-        assert_eq!(key, "homes/team-w1/7");
-        assert_eq!(
-            parse_object_key(&key),
-            Some((home, Revision::new(7).unwrap()))
-        );
-        for foreign in [
-            "homes/x",
-            "homes/x/0",
-            "homes/x/y",
-            "other/x/1",
-            "homes/a b/1",
-        ] {
-            assert_eq!(parse_object_key(foreign), None, "{foreign}");
-        }
-    }
 
     #[test]
     fn config_debug_hides_the_secret() {
