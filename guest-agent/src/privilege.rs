@@ -152,44 +152,36 @@ fn verify(run_as: &RunAs) -> Result<(), PrivilegeError> {
 /// computer of a non-root control plane) non-dumpable as well: its commands share its uid, and
 /// `/proc/<guest pid>/environ`, `mem` and ptrace must stay closed to them.
 pub fn make_private() -> Result<(), PrivilegeError> {
-    let uid = nix::unistd::getuid().as_raw();
-    nix::sys::prctl::set_dumpable(false).map_err(|source| PrivilegeError::Drop {
-        uid,
-        gid: nix::unistd::getgid().as_raw(),
-        step: "prctl(PR_SET_DUMPABLE)",
-        source,
-    })?;
-    match nix::sys::prctl::get_dumpable() {
-        Ok(false) => Ok(()),
-        Ok(true) => Err(PrivilegeError::NotDropped {
-            uid,
-            what: "the process is still dumpable".into(),
-        }),
-        Err(e) => Err(PrivilegeError::NotDropped {
-            uid,
-            what: format!("prctl(PR_GET_DUMPABLE): {e}"),
-        }),
-    }
+    set_undumpable(
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    )
 }
 
 /// Commands run as the same uid as the guest: without this they could ptrace it or read its
 /// memory and `/proc/<pid>/environ`. The kernel already clears the flag on a credential
 /// change; setting it explicitly also covers a guest started as the user, and is checked.
 fn make_undumpable(run_as: &RunAs) -> Result<(), PrivilegeError> {
+    set_undumpable(run_as.uid, run_as.gid)
+}
+
+/// Clears the dumpable flag and checks that it stayed clear; `uid`/`gid` only name the user in
+/// the error.
+fn set_undumpable(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
     nix::sys::prctl::set_dumpable(false).map_err(|source| PrivilegeError::Drop {
-        uid: run_as.uid,
-        gid: run_as.gid,
+        uid,
+        gid,
         step: "prctl(PR_SET_DUMPABLE)",
         source,
     })?;
     match nix::sys::prctl::get_dumpable() {
         Ok(false) => Ok(()),
         Ok(true) => Err(PrivilegeError::NotDropped {
-            uid: run_as.uid,
+            uid,
             what: "the process is still dumpable".into(),
         }),
         Err(e) => Err(PrivilegeError::NotDropped {
-            uid: run_as.uid,
+            uid,
             what: format!("prctl(PR_GET_DUMPABLE): {e}"),
         }),
     }
