@@ -144,11 +144,6 @@ impl LocalProvider {
         self.dir(computer).join("home")
     }
 
-    /// The guest's runtime dir (X cookies, sockets): outside the home and the computer's dir.
-    fn runtime_dir(computer: &str) -> PathBuf {
-        process::runtime_dir(computer)
-    }
-
     async fn spawn(&self, spec: &SandboxSpec) -> Result<LocalRef, ProviderError> {
         let id = &spec.computer_id;
         let dir = self.dir(id);
@@ -310,14 +305,14 @@ impl SandboxProvider for LocalProvider {
         let local = LocalRef::parse(r)?;
         self.kill_all(&local).await?;
         // Nothing in it outlives the guest: its X cookies and sockets are the next boot's anew.
-        process::remove_dir(&Self::runtime_dir(&local.computer))
+        process::remove_dir(&process::runtime_dir(&local.computer))
     }
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
         self.kill_all(&local).await?;
         process::remove_dir(&self.dir(&local.computer))?;
-        process::remove_dir(&Self::runtime_dir(&local.computer))?;
+        process::remove_dir(&process::runtime_dir(&local.computer))?;
         if self.isolated {
             users::remove(&local.computer, &self.home_dir(&local.computer)).await?;
         }
