@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod bench;
 pub mod bot;
 pub mod engine;
 pub mod fixture;
@@ -444,6 +445,28 @@ impl World {
             self.secrets.push(t);
         }
         Ok(id)
+    }
+
+    /// The computer as `GET /v1/computers/{id}` shows it.
+    pub async fn show(&self, computer: &str) -> Result<serde_json::Value> {
+        Ok(self
+            .client
+            .json(Method::GET, &format!("/v1/computers/{}", q(computer)), None)
+            .await?)
+    }
+
+    /// The stored home's revision (`GET /v1/computers/{id}/home`); `None` before the first
+    /// checkpoint.
+    pub async fn home_revision(&self, computer: &str) -> Result<Option<u64>> {
+        let v = self
+            .client
+            .json(
+                Method::GET,
+                &format!("/v1/computers/{}/home", q(computer)),
+                None,
+            )
+            .await?;
+        Ok(v["revision"].as_u64())
     }
 
     /// Runs a command; returns the NDJSON events.

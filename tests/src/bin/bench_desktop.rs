@@ -44,7 +44,8 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tests::bench::{ms, now};
 use tests::fixture::Fixture;
 use tests::{pids_with_env, wait_for};
 
@@ -134,12 +135,6 @@ fn page_html(tag: &str) -> String {
     PAGE.replace("{TAG}", tag)
         .replace("{BARS}", &bars)
         .replace("{ROWS}", &rows)
-}
-
-/// The benchmark's one clock read.
-#[allow(clippy::disallowed_methods)] // benchmark clock: measuring wall time is this binary's job
-fn now() -> Instant {
-    Instant::now()
 }
 
 struct Options {
@@ -236,10 +231,6 @@ fn median_usize(v: &[usize]) -> usize {
     let mut s = v.to_vec();
     s.sort_unstable();
     s.get(s.len().saturating_sub(1) / 2).copied().unwrap_or(0)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn us(d: Duration) -> f64 {

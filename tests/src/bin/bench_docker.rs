@@ -14,13 +14,9 @@
 
 use anyhow::{bail, Context, Result};
 use hyper::Method;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tests::bench::{arg, ms, now};
 use tests::{engine, World, WorldOptions};
-
-#[allow(clippy::disallowed_methods)] // reason: a benchmark measures wall-clock time
-fn now() -> Instant {
-    Instant::now()
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -28,10 +24,6 @@ fn median(mut v: Vec<f64>) -> f64 {
         return f64::NAN;
     }
     v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// RSS (KiB) of the processes of this host whose cgroup names `needle` (a container id).
@@ -100,15 +92,6 @@ async fn ensure(w: &World, c: &str, bot: &str) -> Result<Duration> {
     )
     .await?;
     Ok(t.elapsed())
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[tokio::main]

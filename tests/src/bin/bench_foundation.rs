@@ -42,18 +42,13 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
+use tests::bench::{ms, now};
 use tests::procstat::{cpu_ticks, TICKS_PER_SEC};
 use tests::{pids_with_env, wait_for, ExecOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Size of the chunks the bench writes (HTTP body frames, TCP writes, disk writes).
 const CHUNK: usize = 256 * 1024;
-
-/// The benchmark's one clock read.
-#[allow(clippy::disallowed_methods)] // benchmark clock: measuring wall time is this binary's job
-fn now() -> Instant {
-    Instant::now()
-}
 
 struct Options {
     exec_runs: usize,
@@ -511,10 +506,6 @@ fn summarize(samples: &[Duration]) -> Summary {
         p99: rank(99),
         mean: total / u32::try_from(s.len()).unwrap_or(u32::MAX),
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,14 +13,10 @@
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tests::bench::{arg, ms, now};
 use tests::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-#[allow(clippy::disallowed_methods)] // reason: a benchmark measures wall-clock time
-fn now() -> Instant {
-    Instant::now()
-}
 
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
@@ -30,19 +26,6 @@ fn percentile(v: &[f64], p: f64) -> f64 {
     }
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Keeps `n` connections with half-sent heads open against `addr` until `stop`; counts how many

@@ -21,16 +21,12 @@ use rand::RngCore;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tests::bench::now;
 use tests::garage::Garage;
 use tests::procstat::cpu_s;
 use tests::s3::S3Server;
 use tests::{ObjectStoreOptions, World, WorldOptions};
-
-#[allow(clippy::disallowed_methods)] // reason: a benchmark measures wall-clock time
-fn now() -> Instant {
-    Instant::now()
-}
 
 fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / 1e6 / elapsed.as_secs_f64()

@@ -28,6 +28,7 @@ use http_body_util::BodyExt;
 use hyper::Method;
 use std::process::Stdio;
 use std::time::Duration;
+use tests::bench::ms;
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, RawIo, Rfb, RfbIo, WsBytes};
 use tests::procstat::cpu_s;
@@ -93,10 +94,6 @@ fn args() -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {

@@ -31,19 +31,14 @@ use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
 use guest_agent::pagebrowser::{PageBrowser, MAX_SNAPSHOT_BYTES};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tests::bench::now;
 use tests::fixture::Fixture;
 
 /// The bench's displays start here, away from the guest's slots and the other benches.
 const DISPLAY_BASE: u16 = 760;
 /// Interactive elements on the benchmark pages.
 const SIZES: [usize; 2] = [500, 5000];
-
-/// The benchmark's one clock read.
-#[allow(clippy::disallowed_methods)] // benchmark clock: measuring wall time is this binary's job
-fn now() -> Instant {
-    Instant::now()
-}
 
 struct Options {
     runs: usize,
