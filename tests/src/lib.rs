@@ -17,6 +17,7 @@ use std::time::Duration;
 
 pub mod bench;
 pub mod bot;
+pub mod bystander;
 pub mod engine;
 pub mod fixture;
 pub mod garage;

@@ -2,60 +2,13 @@
 //! the control plane from outside, and through all of it a bystander computer keeps working (an
 //! exec loop on it never fails).
 
-use anyhow::{anyhow, bail, Context, Result};
-use control_plane::client::Client;
+use anyhow::{anyhow, bail, Result};
 use hyper::Method;
 use std::time::Duration;
 use tests::bot::Bot;
+use tests::bystander::Bystander;
 use tests::{probes, rogue, World, WorldOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-
-/// An exec loop on another computer, from the start of the attacks to their end.
-struct Bystander {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<Result<u64>>,
-}
-
-impl Bystander {
-    fn start(client: Client, computer: String) -> Self {
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            let mut n = 0u64;
-            while !*stopped.borrow() {
-                n += 1;
-                let path = format!("/v1/computers/{computer}/exec");
-                let want = format!("alive {n}\n");
-                let body = serde_json::json!({ "argv": ["echo", "alive", n.to_string()] });
-                let out = tokio::time::timeout(
-                    Duration::from_secs(30),
-                    tests::exec_via(&client, &path, &body),
-                )
-                .await
-                .map_err(|_| anyhow!("bystander exec {n} took over 30 s"))?
-                .with_context(|| format!("bystander exec {n}"))?;
-                if out.stdout != want.as_bytes() || out.code != Some(0) {
-                    bail!("bystander exec {n} answered {out:?}");
-                }
-                tokio::select! {
-                    _ = stopped.changed() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-            }
-            Ok(n)
-        });
-        Self { stop, task }
-    }
-
-    /// Stops the loop; an error if any exec failed. Returns how many ran.
-    async fn finish(self) -> Result<u64> {
-        let _ = self.stop.send(true);
-        let n = self.task.await??;
-        assert!(n >= 3, "the bystander ran only {n} commands");
-        Ok(n)
-    }
-}
 
 /// Runs a python3 probe inside `computer`; its stdout lines.
 async fn probe(w: &World, computer: &str, script: &str, args: &[&str]) -> Result<Vec<String>> {
@@ -229,10 +182,7 @@ async fn the_control_plane_keeps_serving_through_attacks_from_outside() -> Resul
     );
 
     // A sparse 60 GB file: the checkpoint fails on the quota and keeps the previous revision.
-    let before = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
-        .await?;
+    let before = w.home_revision(&c).await?;
     w.sh(&c, "truncate -s 60G big.bin").await?;
     let lines = w.home_flow(&c, "checkpoint").await?;
     let last = lines.last().cloned().unwrap_or_default();
@@ -242,11 +192,8 @@ async fn the_control_plane_keeps_serving_through_attacks_from_outside() -> Resul
         message.contains("quota") || message.contains("limit"),
         "the error does not say which limit: {last}"
     );
-    let after = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
-        .await?;
-    assert_eq!(before["revision"], after["revision"], "{after}");
+    let after = w.home_revision(&c).await?;
+    assert_eq!(before, after, "the refused checkpoint changed the revision");
 
     // A guest that answers its hello and then nothing: its operations fail at the deadline,
     // clearly, and its home lock is free again (a second checkpoint meets the same deadline,

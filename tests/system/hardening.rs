@@ -1,27 +1,11 @@
 //! What a new user hit, and what a command inside a computer could reach (issue 11): each test
 //! names the behaviour and fails without its mechanism.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
 use std::time::Duration;
 use tests::World;
-
-async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
-    Ok(w.client
-        .json(Method::GET, &format!("/v1/computers/{c}"), None)
-        .await?)
-}
-
-async fn revision(w: &World, c: &str) -> Result<u64> {
-    let v = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
-        .await?;
-    v["revision"]
-        .as_u64()
-        .ok_or_else(|| anyhow!("no revision in {v}"))
-}
 
 #[tokio::test]
 async fn a_second_computer_for_a_workspace_is_a_conflict_naming_the_first() -> Result<()> {
@@ -67,7 +51,7 @@ async fn releasing_a_released_lease_changes_nothing() -> Result<()> {
     let body = serde_json::json!({ "lease": lease, "outcome": "success" });
     let first = w.post(&path, body.clone()).await?;
     assert_eq!(first["checkpoint"]["status"], "saved", "{first}");
-    let saved = revision(&w, &c).await?;
+    let saved = w.home_revision(&c).await?.context("a revision")?;
     for _ in 0..2 {
         let again = w.post(&path, body.clone()).await?;
         assert_eq!(again["released"], true, "{again}");
@@ -75,7 +59,7 @@ async fn releasing_a_released_lease_changes_nothing() -> Result<()> {
         assert_eq!(again["checkpoint"]["reason"], "already released", "{again}");
     }
     assert_eq!(
-        revision(&w, &c).await?,
+        w.home_revision(&c).await?.context("a revision")?,
         saved,
         "a repeated release checkpointed the home again"
     );
@@ -89,12 +73,12 @@ async fn a_stopped_computer_is_not_connected_and_leaves_no_runtime_dir() -> Resu
     // A desktop puts X cookies and sockets in the guest's runtime dir.
     let runtime = std::env::temp_dir().join(format!("rakazo-guest-{c}"));
     assert!(runtime.is_dir(), "{} missing", runtime.display());
-    assert_eq!(show(&w, &c).await?["connected"], true);
+    assert_eq!(w.show(&c).await?["connected"], true);
 
     w.post(&format!("/v1/computers/{c}/stop"), serde_json::json!({}))
         .await?;
     // At once, not after some timeout: the control plane closed the connection itself.
-    let v = show(&w, &c).await?;
+    let v = w.show(&c).await?;
     assert_eq!(v["state"], "stopped", "{v}");
     assert_eq!(
         v["connected"], false,
@@ -106,7 +90,7 @@ async fn a_stopped_computer_is_not_connected_and_leaves_no_runtime_dir() -> Resu
 
     w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
         .await?;
-    assert_eq!(show(&w, &c).await?["connected"], true);
+    assert_eq!(w.show(&c).await?["connected"], true);
     w.sh(&c, "true").await?;
     w.client
         .json(Method::DELETE, &format!("/v1/computers/{c}"), None)

@@ -16,26 +16,13 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::time::Duration;
+use tests::bystander::Bystander;
 use tests::{rogue, World, WorldOptions};
 
 /// Bound on any one thing these tests wait for.
 const WAIT: Duration = Duration::from_secs(90);
-
-async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
-    Ok(w.client
-        .json(Method::GET, &format!("/v1/computers/{c}"), None)
-        .await?)
-}
-
-async fn revision(w: &World, c: &str) -> Result<Option<u64>> {
-    let v: serde_json::Value = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
-        .await?;
-    Ok(v["revision"].as_u64())
-}
 
 /// A checkpoint's last NDJSON line, bounded by [`WAIT`] (a flow that hangs fails the test).
 async fn checkpoint(w: &World, c: &str) -> Result<serde_json::Value> {
@@ -69,37 +56,11 @@ async fn a_silent_guest_fails_its_checkpoint_and_holds_nothing() -> Result<()> {
     );
 
     // An exec loop on the real computer for as long as the stalled checkpoints run.
-    let done = AtomicBool::new(false);
-    let ran = AtomicU64::new(0);
-    let exec_loop = async {
-        while !done.load(Ordering::Relaxed) {
-            let out = w
-                .exec(&real, serde_json::json!({ "argv": ["echo", "alive"] }))
-                .await
-                .map_err(|e| anyhow!("exec on the real computer failed: {e}"))?;
-            ensure!(
-                out.code == Some(0) && out.stdout == b"alive\n",
-                "exec on the real computer: {:?} {:?}",
-                out.code,
-                out.error
-            );
-            ran.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok::<(), anyhow::Error>(())
-    };
-    let checkpoints = async {
-        let result = async {
-            let first = checkpoint(&w, &stalled).await?;
-            let second = checkpoint(&w, &stalled).await?;
-            Ok::<_, anyhow::Error>((first, second))
-        }
-        .await;
-        done.store(true, Ordering::Relaxed);
-        result
-    };
-    let (looped, outcomes) = tokio::join!(exec_loop, checkpoints);
-    let (first, second) = outcomes?;
-    looped?;
+    let bystander = Bystander::start(w.client.clone(), real.clone());
+    let first = checkpoint(&w, &stalled).await;
+    let second = checkpoint(&w, &stalled).await;
+    let ran = bystander.finish().await?;
+    let (first, second) = (first?, second?);
     for (n, line) in [("first", &first), ("second", &second)] {
         ensure!(line["type"] == "error", "{n} checkpoint: {line}");
         ensure!(line["code"] == "guest_timeout", "{n} checkpoint: {line}");
@@ -110,12 +71,9 @@ async fn a_silent_guest_fails_its_checkpoint_and_holds_nothing() -> Result<()> {
         );
         ensure!(line["uncertain"] == true, "{n} checkpoint: {line}");
     }
+    ensure!(ran > 0, "the exec loop never ran on the real computer");
     ensure!(
-        ran.load(Ordering::Relaxed) > 0,
-        "the exec loop never ran on the real computer"
-    );
-    ensure!(
-        revision(&w, &stalled).await?.is_none(),
+        w.home_revision(&stalled).await?.is_none(),
         "a failed checkpoint recorded a revision"
     );
     // Other operations on the stalled computer fail the same way, not forever.
@@ -161,7 +119,7 @@ async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
     // The stalled computer is claimed (its checkpoint waits on the guest) ...
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let v = show(&w, &stalled).await?;
+        let v = w.show(&stalled).await?;
         if v["idle"]["decision"] == "suspending" {
             break;
         }
@@ -176,7 +134,7 @@ async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
         .await?;
     let deadline = tokio::time::Instant::now() + WAIT;
     let suspended = loop {
-        let v = show(&w, &real).await?;
+        let v = w.show(&real).await?;
         if v["state"] == "stopped" {
             break v;
         }
@@ -188,10 +146,10 @@ async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
     };
     ensure!(suspended["idle"]["decision"] == "suspended", "{suspended}");
     ensure!(
-        revision(&w, &real).await?.is_some(),
+        w.home_revision(&real).await?.is_some(),
         "suspended without a checkpoint"
     );
-    let v = show(&w, &stalled).await?;
+    let v = w.show(&stalled).await?;
     ensure!(
         v["state"] == "running" && v["idle"]["decision"] == "suspending",
         "the stalled computer: {v}"
@@ -248,7 +206,7 @@ async fn a_sparse_60_gb_file_fails_the_checkpoint_and_writes_nothing_large() -> 
         "{msg}"
     );
     ensure!(
-        revision(&w, &c).await? == Some(rev),
+        w.home_revision(&c).await? == Some(rev),
         "the revision moved after a refused checkpoint"
     );
     let grown = apparent_size(w.data_dir.path()).saturating_sub(store_before);
@@ -418,7 +376,7 @@ async fn a_home_operation_on_stale_leases_is_refused_by_the_guest() -> Result<()
     let saved = w.home_ok(&c, "checkpoint").await?;
     let old = w.lease(&c, "b1", "run-1").await?;
     release_saving(&w, &c, &old).await?;
-    let rev = revision(&w, &c).await?.context("a revision")?;
+    let rev = w.home_revision(&c).await?.context("a revision")?;
     ensure!(
         saved["revision"].as_u64().is_some_and(|r| r < rev),
         "{saved} then {rev}"
@@ -458,7 +416,7 @@ async fn a_home_operation_on_stale_leases_is_refused_by_the_guest() -> Result<()
         );
         ensure!(line["uncertain"] == false, "{flow}: {line}");
         ensure!(
-            revision(&w, &c).await? == Some(rev),
+            w.home_revision(&c).await? == Some(rev),
             "the revision moved after a refused {flow}"
         );
         ensure!(

@@ -18,12 +18,6 @@ use tests::{ObjectStoreOptions, World, WorldOptions};
 /// Upper bound for anything the idle job is expected to do (it looks every few hundred ms).
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
-    Ok(w.client
-        .json(Method::GET, &format!("/v1/computers/{c}"), None)
-        .await?)
-}
-
 /// Polls the computer until `pred` holds; returns the view that satisfied it.
 async fn wait_view(
     w: &World,
@@ -34,7 +28,7 @@ async fn wait_view(
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut last = serde_json::Value::Null;
     while tokio::time::Instant::now() < deadline {
-        last = show(w, c).await?;
+        last = w.show(c).await?;
         if pred(&last) {
             return Ok(last);
         }
@@ -49,14 +43,6 @@ fn decision(v: &serde_json::Value) -> &str {
 
 fn reason(v: &serde_json::Value) -> &str {
     v["idle"]["reason"].as_str().unwrap_or("")
-}
-
-async fn revision(w: &World, c: &str) -> Result<Option<u64>> {
-    let v: serde_json::Value = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/home"), None)
-        .await?;
-    Ok(v["revision"].as_u64())
 }
 
 /// The API error's status and code.
@@ -114,14 +100,14 @@ async fn an_idle_computer_is_checkpointed_then_stopped() -> Result<()> {
         false,
     )
     .await?;
-    let before = revision(&w, &c).await?;
+    let before = w.home_revision(&c).await?;
 
     let stopped = wait_view(&w, &c, "the idle computer to stop", |v| {
         v["state"] == "stopped"
     })
     .await?;
     assert_eq!(decision(&stopped), "suspended", "{stopped}");
-    let after = revision(&w, &c).await?;
+    let after = w.home_revision(&c).await?;
     assert!(
         after.is_some() && after > before,
         "the checkpoint advanced the revision: {before:?} -> {after:?}"
@@ -283,7 +269,7 @@ async fn a_run_that_starts_during_the_claim_is_refused() -> Result<()> {
     signal(pid, "CONT")?;
     outcome?;
     wait_view(&w, &c, "the computer to stop", |v| v["state"] == "stopped").await?;
-    assert_eq!(revision(&w, &c).await?, Some(1));
+    assert_eq!(w.home_revision(&c).await?, Some(1));
     let lease = w
         .client
         .json(
@@ -321,13 +307,13 @@ async fn a_failed_checkpoint_leaves_the_computer_running() -> Result<()> {
     .await?;
     assert!(reason(&failed).contains("checkpoint failed"), "{failed}");
     // Read after the failure was reported: nothing stopped it.
-    let now = show(&w, &c).await?;
+    let now = w.show(&c).await?;
     assert_eq!(now["state"], "running", "{now}");
     assert_eq!(
         &w.get_file(&c, "unsaved.txt").await?[..],
         b"only on the machine"
     );
-    assert_eq!(revision(&w, &c).await?, None);
+    assert_eq!(w.home_revision(&c).await?, None);
     assert!(w.log().contains("idle checkpoint failed"));
 
     s3.restart().await?;
@@ -335,7 +321,7 @@ async fn a_failed_checkpoint_leaves_the_computer_running() -> Result<()> {
         v["state"] == "stopped"
     })
     .await?;
-    assert_eq!(revision(&w, &c).await?, Some(1));
+    assert_eq!(w.home_revision(&c).await?, Some(1));
     w.check_log()
 }
 

@@ -128,12 +128,6 @@ impl Machine<'_> {
     }
 }
 
-async fn show(w: &World, c: &str) -> Result<serde_json::Value> {
-    Ok(w.client
-        .json(Method::GET, &format!("/v1/computers/{c}"), None)
-        .await?)
-}
-
 async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value, ClientError> {
     w.post(
         &format!("/v1/computers/{c}/{action}"),
@@ -155,7 +149,7 @@ async fn conformance(kind: Kind) -> Result<()> {
         kind,
         c: c.clone(),
     };
-    let v = show(&w, &c).await?;
+    let v = w.show(&c).await?;
     assert_eq!(
         (v["provider"].as_str(), v["state"].as_str()),
         (Some(kind.name()), Some("running"))
@@ -215,7 +209,7 @@ async fn conformance(kind: Kind) -> Result<()> {
     // stop (twice), then start: the home is kept. The stop checkpoints it.
     lifecycle(&w, &c, "stop").await?;
     lifecycle(&w, &c, "stop").await?;
-    assert_eq!(show(&w, &c).await?["state"], "stopped");
+    assert_eq!(w.show(&c).await?["state"], "stopped");
     lifecycle(&w, &c, "start").await?;
     assert_eq!(w.get_file(&c, "kept/a.txt").await?.as_ref(), b"first");
 
