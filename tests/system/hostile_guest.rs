@@ -135,7 +135,8 @@ async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let suspended = loop {
         let v = w.show(&real).await?;
-        if v["state"] == "stopped" {
+        // The idle job records its decision just after the stop: wait for both.
+        if v["state"] == "stopped" && v["idle"]["decision"] != "suspending" {
             break v;
         }
         ensure!(

@@ -102,8 +102,9 @@ async fn an_idle_computer_is_checkpointed_then_stopped() -> Result<()> {
     .await?;
     let before = w.home_revision(&c).await?;
 
+    // The idle job records its decision just after the stop: wait for both.
     let stopped = wait_view(&w, &c, "the idle computer to stop", |v| {
-        v["state"] == "stopped"
+        v["state"] == "stopped" && decision(v) != "suspending"
     })
     .await?;
     assert_eq!(decision(&stopped), "suspended", "{stopped}");
