@@ -250,6 +250,17 @@ async fn a_restarted_guest_refuses_a_fence_older_than_it_was_told() -> Result<()
             nix::sys::signal::Signal::SIGKILL,
         )?;
     }
+    // SIGKILL is delivered asynchronously: wait until the guest is dead (gone or a zombie),
+    // or start would still find it running.
+    let dead = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, f)| f.starts_with('Z'))
+        })
+    };
+    tests::wait_for(WAIT, "the killed guest to die", || {
+        guests.iter().all(dead).then_some(())
+    })
+    .await?;
     // Start finds the machine's guest dead and starts a new one (with a new token).
     w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
         .await?;
