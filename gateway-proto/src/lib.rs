@@ -30,6 +30,7 @@ pub mod home;
 pub mod lease;
 pub mod live;
 pub mod msg;
+pub mod op;
 pub mod page;
 pub mod secret;
 pub mod termframe;
@@ -41,24 +42,4 @@ pub use handshake::{
 };
 pub use lease::{BotId, LeaseParseError, LeaseToken};
 pub use msg::*;
-
-/// The protocol version this build speaks.
-///
-/// History (one line per version; golden-byte tests pin every message, so a wire change cannot
-/// land without a bump here):
-/// - 1: hello/welcome handshake, lease push, exec with streamed stdin/stdout/stderr, file
-///   list/read/write with raw bulk bodies.
-/// - 2: desktops: `ScreenEnsure`, `ScreenRelease`, `ScreenList`, `Observe`, `Act` requests, their
-///   replies, and the `ScreenUnavailable`, `ScreenReleasing`, `ActionRefused` error codes.
-/// - 3: page browser: `Navigate`, `Snapshot`, `PageAct` requests; `Snapshot` and
-///   `PageActFailed` replies.
-/// - 4: live screens and homes: `Connect`, `Revoke`, `HomeExport`, `HomeImport` requests;
-///   `Opened`, `Revoked`, `ExportStart`, `Imported` replies.
-/// - 5: `ExecRequest.start` and `ConnectRequest.start` (`StartDir`): a Team computer's bot
-///   starts its commands and terminals in `bots/<bot-id>/`.
-/// - 6: `HomeExportRequest.authority` and `HomeImportRequest.authority` (`HomeAuthority`: the
-///   lease fences a home operation acts under; the guest refuses one older than its own).
-pub const PROTOCOL_VERSION: u16 = 6;
-
-/// The oldest protocol version this build still accepts from a peer.
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+pub use op::{Op, Reply, Request, UnaryOp, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};

@@ -1,17 +1,12 @@
-//! Every typed message on the tunnel.
+//! The handshake and control-stream messages, and the exec and file messages.
 //!
-//! Variant order is wire order (postcard encodes the variant index): append new variants at the
-//! end and bump [`crate::PROTOCOL_VERSION`]. Golden-byte tests in `tests/golden.rs` pin each one.
-//! Only these wire types derive `Serialize`; the guest and the control plane convert at the edge.
+//! The operation streams' first frames ([`crate::Request`]) and single answers ([`crate::Reply`])
+//! are declared with their operations in [`crate::op`]. Variant order is wire order (postcard
+//! encodes the variant index): append new variants at the end and bump
+//! [`crate::PROTOCOL_VERSION`]. Golden-byte tests in `tests/golden.rs` pin each one. Only these
+//! wire types derive `Serialize`; the guest and the control plane convert at the edge.
 
-use crate::desktop::{
-    ActOutcome, ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease,
-    ScreenRequest,
-};
-use crate::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
 use crate::lease::{BotId, LeaseToken};
-use crate::live::{ConnectRequest, RevokeRequest};
-use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
 use crate::secret::Secret;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -110,52 +105,6 @@ pub struct BotLease {
     pub token: LeaseToken,
 }
 
-/// First frame of every operation stream, control plane to guest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Request {
-    /// Run a command. Then: control plane sends [`ExecInput`] frames, the guest sends
-    /// [`ExecEvent`] frames ending with `Exit` or `Failed`, then finishes its side.
-    Exec(ExecRequest),
-    /// List a directory. The guest answers one [`Reply`]: `Files` or `Error`.
-    ListFiles(ListFiles),
-    /// Read a file. The guest answers [`Reply::ReadStart`] then exactly `size` raw bytes, or
-    /// `Error`.
-    ReadFile(ReadFile),
-    /// Write a file. The control plane sends exactly `size` raw bytes after the request frame;
-    /// the guest answers [`Reply::Written`] or `Error`.
-    WriteFile(WriteFile),
-    /// Round trip with no work, for health checks and latency measurement. Answer: `Pong`.
-    Ping,
-    /// Start (or keep) the bot's desktop. Answer: `Screen` or `Error`.
-    ScreenEnsure(ScreenRequest),
-    /// Tear the bot's desktop down (§3 order). Answer: `Released` or `Error`.
-    ScreenRelease(ScreenRelease),
-    /// The live desktops. Answer: `Screens`.
-    ScreenList,
-    /// Screenshot. Answer: `Observation` then `png_len` raw bytes, or `Error`.
-    Observe(ObserveRequest),
-    /// Run a batch of actions. Answer: `Acted`, then (if asked) `Observation` and its bytes; or
-    /// `Error`.
-    Act(ActRequest),
-    /// browser_navigate. Answer: `Snapshot` of the page after it settled, or `Error`.
-    Navigate(NavigateRequest),
-    /// browser_snapshot. Answer: `Snapshot` or `Error`.
-    Snapshot(SnapshotRequest),
-    /// browser_act. Answer: `Snapshot` after the steps, `PageActFailed`, or `Error` (nothing
-    /// ran: validation, tab selection).
-    PageAct(PageActRequest),
-    /// Open a view, control or terminal capability (§6, §7). Answer: `Opened`, then raw bytes
-    /// both ways (see [`crate::live`]); or `Error`.
-    Connect(ConnectRequest),
-    /// Revoke a bot's capabilities. Answer: `Revoked`.
-    Revoke(RevokeRequest),
-    /// Export the home as an archive. Answer: `ExportStart`, then the raw archive bytes until the
-    /// stream finishes; or `Error`.
-    HomeExport(HomeExportRequest),
-    /// Import an archive into the home: `size` raw bytes follow. Answer: `Imported` or `Error`.
-    HomeImport(HomeImportRequest),
-}
-
 /// A command to run in the home.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecRequest {
@@ -244,25 +193,4 @@ pub struct FileEntry {
 pub enum FileKind {
     File,
     Dir,
-}
-
-/// The guest's single answer to a non-streaming request (or the header before raw bytes).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Reply {
-    Files(Vec<FileEntry>),
-    ReadStart { size: u64 },
-    Written { size: u64 },
-    Pong,
-    Error(OpError),
-    Screen(ScreenInfo),
-    Screens(Vec<ScreenInfo>),
-    Released,
-    Observation(ObservationMeta),
-    Acted(ActOutcome),
-    Snapshot(Snapshot),
-    PageActFailed(PageActFailure),
-    Opened,
-    Revoked,
-    ExportStart(ExportStart),
-    Imported(Imported),
 }
