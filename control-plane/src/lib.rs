@@ -16,6 +16,7 @@ pub mod image;
 pub mod lease;
 pub mod live;
 pub mod provider_set;
+pub mod schema;
 pub mod serve;
 pub mod tls;
 pub mod tunnel;

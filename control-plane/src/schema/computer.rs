@@ -1,0 +1,87 @@
+//! `/v1/computers`: create, list, show, start, stop (each answers a [`Computer`]) and destroy
+//! (`204`, no body).
+
+use providers::MachineLimits;
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/computers`: exactly one of `workspace` (a Team computer) and `private_bot` (a
+/// Private computer for that bot).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateComputer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_bot: Option<String>,
+    /// The provider to run it on (default: the server's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Resource limits of its machines; every one unset leaves the provider's default.
+    #[serde(default, skip_serializing_if = "is_default_limits")]
+    pub limits: MachineLimits,
+}
+
+/// Whether `limits` sets nothing (it is then left out).
+pub fn is_default_limits(limits: &MachineLimits) -> bool {
+    *limits == MachineLimits::default()
+}
+
+/// A computer as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Computer {
+    pub id: String,
+    pub kind: ComputerKind,
+    /// A Team computer's workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// A Private computer's bot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot: Option<String>,
+    pub home_key: String,
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "is_default_limits")]
+    pub limits: MachineLimits,
+    pub state: ComputerState,
+    /// Whether its guest is connected now.
+    pub connected: bool,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    /// What idle suspension last decided about it (shown by list and show, on computers the
+    /// idle job has looked at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleReport>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputerKind {
+    Team,
+    Private,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputerState {
+    Provisioning,
+    Running,
+    Stopped,
+    Destroyed,
+}
+
+/// Idle suspension's last decision about a computer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleReport {
+    /// `awake`, `busy`, `blocked`, `suspending`, `failed` or `suspended`.
+    pub decision: String,
+    pub reason: String,
+    pub at_ms: i64,
+    /// `awake`: not idle before then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+}
+
+/// `GET /v1/computers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComputerList {
+    pub computers: Vec<Computer>,
+}

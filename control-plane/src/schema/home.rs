@@ -1,0 +1,81 @@
+//! `/v1/computers/{id}/home…` and `/v1/homes…`: checkpoints and restores (NDJSON, one
+//! [`HomeLine`] per line), the home's state, browsing the latest checkpoint, reconcile and
+//! purge (contracts.md §9). `…/home/content?path=` answers raw bytes.
+
+use super::error::ErrorInfo;
+use super::files::Entry;
+use serde::{Deserialize, Serialize};
+
+/// One line of `POST …/home/checkpoint[?wait_ms=]` and `POST …/home/restore`: `progress` lines,
+/// then exactly one `done` or `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum HomeLine {
+    Progress {
+        /// `starting`, `waiting`, `exporting`, `committing`, `verifying`, `importing`.
+        phase: String,
+        /// Archive bytes moved so far in this phase.
+        done: u64,
+        /// Expected bytes of the phase; 0 when unknown.
+        total: u64,
+    },
+    Done(HomeDone),
+    Error(ErrorInfo),
+}
+
+/// A finished checkpoint (`revision`, `bytes`) or restore (also `content_bytes`, `entries`;
+/// `revision: null` and nothing else when there was no stored home).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomeDone {
+    pub revision: Option<u64>,
+    /// Archive bytes moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+}
+
+/// `GET /v1/computers/{id}/home`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomeInfo {
+    pub computer: String,
+    pub home_key: String,
+    /// `local` or `object`.
+    pub store: String,
+    /// `null` before the first checkpoint.
+    pub revision: Option<u64>,
+    pub pending_restore: bool,
+}
+
+/// `GET …/home/entries[?prefix=&limit=]`: entries of the latest checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomeEntries {
+    pub entries: Vec<Entry>,
+    /// More entries matched than `limit`.
+    pub truncated: bool,
+}
+
+/// `POST /v1/homes/reconcile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "store", rename_all = "lowercase")]
+pub enum Reconciled {
+    /// The object store: what the reconciler found.
+    Object {
+        kept: u64,
+        deleted: u64,
+        /// Objects under `homes/` this store never writes; left alone.
+        foreign: u64,
+        aborted_uploads: u64,
+        abort_failed: u64,
+    },
+    /// The local store has nothing to reconcile.
+    Local,
+}
+
+/// `DELETE /v1/homes/{home_key}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Purged {
+    pub purged: String,
+}

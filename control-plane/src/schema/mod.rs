@@ -1,0 +1,48 @@
+//! The bodies of the `/v1` HTTP API as plain types, shared by the API (which serializes its
+//! answers and parses requests with them) and the CLI (which builds requests and reads answers
+//! with them), so the two cannot drift apart.
+//!
+//! One module per area of the API, as the CLI is split: [`computer`], [`exec`] (the request and
+//! its NDJSON event lines), [`files`], [`screen`] (desktops, observe and act, live and terminal
+//! URLs, takeover), [`browser`], [`lease`], [`home`], and [`error`] (the one error body). Every
+//! type derives both `Serialize` and `Deserialize`; request bodies deny unknown fields, answers do
+//! not (a newer server may add one). An optional field the API leaves out when unset says so
+//! with `skip_serializing_if`; one it sends as `null` has no such attribute.
+//!
+//! Only shapes live here: checks and defaults that need the domain (bounds, lease parsing,
+//! policies) stay with the handlers, whose error texts are part of the contract. Nothing here
+//! imports another module of this crate.
+
+pub mod browser;
+pub mod computer;
+pub mod error;
+pub mod exec;
+pub mod files;
+pub mod home;
+pub mod lease;
+pub mod screen;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+/// The body of a request that takes no fields: `{}` (takeover, release-control).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// `GET /v1/health` (no token needed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ok: bool,
+}
+
+/// The JSON string `value` serializes to, to print it as the API spells it (a field-less enum's
+/// name: `ComputerState::Running` is `running`); empty when it is not a string.
+pub fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
+}

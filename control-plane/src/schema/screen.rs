@@ -1,0 +1,253 @@
+//! `/v1/computers/{id}/screens/{bot}/…` and `/terminals/{bot}/url`: a bot's desktop (ensure,
+//! release, list), computer_observe and computer_act (contracts.md §4), live view, control and
+//! terminal URLs, takeover and its release, and `…/leases/{bot}/waiting_takeover`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Number;
+
+/// The body of ensure, observe and release: the bot's lease (required by ensure and observe;
+/// release also takes `null`, to tear down without one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseBody {
+    pub lease: Option<String>,
+}
+
+/// A bot's desktop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Screen {
+    pub bot: String,
+    pub slot: u32,
+    /// X display number.
+    pub display: u16,
+    pub width: u16,
+    pub height: u16,
+    /// Chrome's pid, when it runs.
+    pub browser_pid: Option<u32>,
+    /// Whether this call started it.
+    pub started: bool,
+}
+
+/// `GET /v1/computers/{id}/screens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenList {
+    pub screens: Vec<Screen>,
+}
+
+/// `POST …/screens/{bot}/release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenReleased {
+    pub released: bool,
+}
+
+/// computer_observe's answer (contracts.md §4); also `ActResult::observation`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    /// sha256 hex of the PNG.
+    pub frame_id: String,
+    pub captured_at: i64,
+    /// `image/png`.
+    pub mime_type: String,
+    pub width: u16,
+    pub height: u16,
+    pub cursor: Cursor,
+    pub active_window: Option<Window>,
+    /// The frame equals the bot's previous one: `image` is `null` and `note` says the previous
+    /// screenshot remains valid.
+    pub unchanged: bool,
+    /// The PNG in base64; `null` when unchanged.
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    pub x: i32,
+    pub y: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub id: u32,
+    pub title: String,
+}
+
+/// `POST …/screens/{bot}/act`: a batch of actions, validated whole before any runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActRequest {
+    pub lease: String,
+    pub actions: Vec<Action>,
+    /// Observe after the actions.
+    #[serde(default)]
+    pub observe: bool,
+    /// A fixed settle time (0..5000) instead of waiting for the screen to go quiet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_ms: Option<u32>,
+}
+
+/// One §4 action; a field left out takes the contract's default. Coordinates are any JSON
+/// number (rounded to a pixel).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Action {
+    Click {
+        x: Number,
+        y: Number,
+        /// Default `left`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        button: Option<MouseButton>,
+        /// Two clicks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        double: Option<bool>,
+    },
+    Move {
+        x: Number,
+        y: Number,
+    },
+    Down {
+        x: Number,
+        y: Number,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        button: Option<MouseButton>,
+    },
+    Up {
+        x: Number,
+        y: Number,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        button: Option<MouseButton>,
+    },
+    Type {
+        text: String,
+    },
+    Key {
+        key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        modifiers: Option<Vec<String>>,
+    },
+    Scroll {
+        direction: ScrollDirection,
+        /// 1..20, default 3.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        amount: Option<u8>,
+    },
+    Wait {
+        /// 0..5000, default 350.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ms: Option<u32>,
+    },
+    /// Raise the application, or launch it if absent.
+    Focus {
+        application: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uri: Option<String>,
+    },
+    Launch {
+        application: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uri: Option<String>,
+    },
+    /// Open a path or an http(s) URL: `target`, else `url`, else `path`.
+    Open {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MouseButton {
+    Left,
+    Right,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScrollDirection {
+    Up,
+    Down,
+}
+
+/// computer_act's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActResult {
+    pub ok: bool,
+    /// Actions completed, after expansion (a double click is two).
+    pub completed: u32,
+    /// How long the guest waited for the screen to settle (or the fixed `settle_ms`).
+    pub settled_ms: u32,
+    /// Whether the screen had gone quiet when observed.
+    pub settled: bool,
+    /// With `observe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<Observation>,
+}
+
+/// `POST …/screens/{bot}/url` and `…/terminals/{bot}/url`; the body may also be empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlRequest {
+    /// `view` (default), `control` or `terminal` (the terminals route takes only `terminal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Shorter than the 60-minute default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<u64>,
+}
+
+/// A capability URL: the URL is the credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveUrl {
+    /// Absolute when the request named its host, else the same as `path`.
+    pub url: String,
+    /// `/cap/<sealed>`.
+    pub path: String,
+    /// `view`, `control` or `terminal`.
+    pub policy: String,
+    pub expires_at_ms: i64,
+}
+
+/// `POST …/screens/{bot}/takeover` (body [`super::Empty`]): the user's control lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlTaken {
+    pub computer: String,
+    pub bot: String,
+    pub control_lease: String,
+    pub expires_at_ms: i64,
+}
+
+/// `POST …/screens/{bot}/release-control` (body [`super::Empty`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlReleased {
+    pub released: bool,
+    /// Whether a control lease was held.
+    pub had_control: bool,
+}
+
+/// `POST …/leases/{bot}/waiting_takeover`: the run holding `lease` asks for (or no longer
+/// needs) a person to take over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitingTakeoverRequest {
+    pub lease: String,
+    /// Default `true`.
+    #[serde(default = "yes")]
+    pub waiting: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The answer to [`WaitingTakeoverRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingTakeover {
+    pub waiting_takeover: bool,
+}
