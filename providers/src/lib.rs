@@ -14,13 +14,19 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 
+pub mod daytona;
 pub mod docker;
+pub mod e2b;
 pub mod fake;
+mod remote;
 pub mod local;
 mod process;
 
+pub use daytona::DaytonaProvider;
 pub use docker::DockerProvider;
+pub use e2b::E2bProvider;
 pub use fake::FakeProvider;
+pub use remote::http::BaseUrl;
 pub use local::LocalProvider;
 
 /// Opaque provider-specific reference to a machine. An acceleration path, not durable data: a
@@ -235,6 +241,8 @@ pub trait SandboxProvider: Send + Sync {
 pub enum AnyProvider {
     Local(LocalProvider),
     Docker(DockerProvider),
+    E2b(E2bProvider),
+    Daytona(DaytonaProvider),
     Fake(FakeProvider),
 }
 
@@ -243,6 +251,8 @@ macro_rules! dispatch {
         match $self {
             AnyProvider::Local($p) => $e,
             AnyProvider::Docker($p) => $e,
+            AnyProvider::E2b($p) => $e,
+            AnyProvider::Daytona($p) => $e,
             AnyProvider::Fake($p) => $e,
         }
     };
