@@ -1,5 +1,8 @@
 //! Every configured provider at once: `rakazo serve`'s provider flags, their checks, and the
-//! [`ProviderSet`] the core picks from by kind (`local`, `docker`, `fake`).
+//! [`ProviderSet`] the core picks from by kind (`local`, `docker`, `e2b`, `daytona`, `fake`).
+//!
+//! The API keys of E2B and Daytona come from the environment (`E2B_API_KEY`,
+//! `DAYTONA_API_KEY`) or from a file only its owner can read, never from argv.
 //!
 //! A computer records the kind it was created on; restart recovery and every lifecycle call use
 //! that kind's provider. A computer whose kind is no longer configured gets a replacement on the
@@ -8,21 +11,28 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use providers::daytona::DaytonaConfig;
+use providers::e2b::E2bConfig;
 use providers::{
-    AnyProvider, DockerProvider, FakeProvider, LocalProvider, MachineLimits, SandboxProvider,
+    AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
+    LocalProvider, MachineLimits, SandboxProvider, Secret,
 };
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// The kinds `rakazo serve` knows.
-pub const KINDS: [&str; 3] = ["local", "docker", "fake"];
+pub const KINDS: [&str; 5] = ["local", "docker", "e2b", "daytona", "fake"];
+/// Environment variable holding the E2B API key (or use `--e2b-api-key-file`).
+pub const E2B_KEY_ENV: &str = "E2B_API_KEY";
+/// Environment variable holding the Daytona API key (or use `--daytona-api-key-file`).
+pub const DAYTONA_KEY_ENV: &str = "DAYTONA_API_KEY";
 
 /// `rakazo serve` flags of the providers.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
-    /// Providers to run computers on, comma-separated: local, docker, fake (fake is for tests:
-    /// its computers run as this process's user, without isolation).
+    /// Providers to run computers on, comma-separated: local, docker, e2b, daytona, fake (fake
+    /// is for tests: its computers run as this process's user, without isolation).
     #[arg(
         long,
         env = "RAKAZO_PROVIDERS",
@@ -71,6 +81,68 @@ pub struct ProviderArgs {
     /// Where the fake provider keeps its machines (default: `fake/` in the data dir).
     #[arg(long, env = "RAKAZO_FAKE_ROOT")]
     pub fake_root: Option<PathBuf>,
+    /// The static rakazo-guest uploaded into E2B and Daytona sandboxes (default: the guest
+    /// binary of local computers).
+    #[arg(long, env = "RAKAZO_REMOTE_GUEST_BIN")]
+    pub remote_guest_bin: Option<PathBuf>,
+    /// E2B's API.
+    #[arg(
+        long,
+        env = "RAKAZO_E2B_API_URL",
+        default_value = "https://api.e2b.app"
+    )]
+    pub e2b_api_url: String,
+    /// File (mode 0600) holding the E2B API key (or set E2B_API_KEY).
+    #[arg(long, env = "RAKAZO_E2B_API_KEY_FILE")]
+    pub e2b_api_key_file: Option<PathBuf>,
+    /// The E2B template computers start from (it must carry Xvfb, Chromium and x11vnc).
+    #[arg(long, env = "RAKAZO_E2B_TEMPLATE")]
+    pub e2b_template: Option<String>,
+    /// E2B's sandbox domain: the daemon of sandbox <id> is https://49983-<id>.<domain>.
+    #[arg(long, env = "RAKAZO_E2B_DOMAIN", default_value = "e2b.app")]
+    pub e2b_domain: String,
+    /// One URL for every E2B sandbox's daemon, requests routed by header (E2B's
+    /// E2B_SANDBOX_URL).
+    #[arg(long, env = "RAKAZO_E2B_SANDBOX_URL")]
+    pub e2b_sandbox_url: Option<String>,
+    /// The sandbox user an E2B guest drops to after reading its token (`none`: it stays root).
+    #[arg(long, env = "RAKAZO_E2B_RUN_AS", default_value = "user")]
+    pub e2b_run_as: String,
+    /// The computer's home in an E2B sandbox.
+    #[arg(
+        long,
+        env = "RAKAZO_E2B_HOME",
+        default_value = "/home/user/rakazo-home"
+    )]
+    pub e2b_home: String,
+    /// Seconds an E2B sandbox lives without a refresh; refreshed every third of it while its
+    /// computer is in use (an expired one pauses).
+    #[arg(long, env = "RAKAZO_E2B_TIMEOUT_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(3..=86_400))]
+    pub e2b_timeout_secs: u64,
+    /// Daytona's API.
+    #[arg(
+        long,
+        env = "RAKAZO_DAYTONA_API_URL",
+        default_value = "https://app.daytona.io/api"
+    )]
+    pub daytona_api_url: String,
+    /// File (mode 0600) holding the Daytona API key (or set DAYTONA_API_KEY).
+    #[arg(long, env = "RAKAZO_DAYTONA_API_KEY_FILE")]
+    pub daytona_api_key_file: Option<PathBuf>,
+    /// The Daytona snapshot computers start from (it must carry Xvfb, Chromium and x11vnc).
+    #[arg(long, env = "RAKAZO_DAYTONA_SNAPSHOT")]
+    pub daytona_snapshot: Option<String>,
+    /// The Daytona region (`target`; default: Daytona's).
+    #[arg(long, env = "RAKAZO_DAYTONA_TARGET")]
+    pub daytona_target: Option<String>,
+    /// CIDRs Daytona sandboxes may reach, comma-separated; the control plane's address is
+    /// added (unset: Daytona's default network).
+    #[arg(long, env = "RAKAZO_DAYTONA_NETWORK_ALLOW", value_delimiter = ',')]
+    pub daytona_network_allow: Vec<String>,
+    /// Disk of a Daytona sandbox, GB (default: the snapshot's).
+    #[arg(long, env = "RAKAZO_DAYTONA_DISK_GB")]
+    pub daytona_disk_gb: Option<u32>,
 }
 
 /// Checked provider settings.
@@ -82,6 +154,13 @@ pub struct ProviderConfig {
     pub local_root: Option<PathBuf>,
     pub docker: Option<DockerSettings>,
     pub fake_root: Option<PathBuf>,
+    /// The E2B adapter's settings; its guest and guest env are filled in by
+    /// [`ProviderSet::build`].
+    pub e2b: Option<E2bConfig>,
+    /// The Daytona adapter's settings, completed the same way.
+    pub daytona: Option<DaytonaConfig>,
+    /// The guest uploaded into remote sandboxes (`None`: the local guest).
+    pub remote_guest_bin: Option<PathBuf>,
 }
 
 /// The Docker provider's settings.
@@ -103,6 +182,9 @@ impl Default for ProviderConfig {
             local_root: None,
             docker: None,
             fake_root: None,
+            e2b: None,
+            daytona: None,
+            remote_guest_bin: None,
         }
     }
 }
@@ -121,9 +203,22 @@ fn known_kind(k: &str) -> anyhow::Result<&'static str> {
         })
 }
 
+fn base_url(flag: &str, url: &str) -> anyhow::Result<BaseUrl> {
+    BaseUrl::parse(url).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+}
+
 impl ProviderArgs {
-    /// Checks the flags: known kinds, a default among them, what docker needs.
+    /// Checks the flags and reads the API keys from the process environment or their files.
     pub fn resolve(&self) -> anyhow::Result<ProviderConfig> {
+        self.resolve_with(&crate::homes::config::process_env)
+    }
+
+    /// Checks the flags: known kinds, a default among them, what docker, e2b and daytona need.
+    /// `env` reads one variable (the process environment, a map in tests).
+    pub fn resolve_with(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<ProviderConfig> {
         let mut kinds = Vec::new();
         for k in self.providers.iter().filter(|k| !k.trim().is_empty()) {
             let k = known_kind(k)?;
@@ -173,21 +268,114 @@ impl ProviderArgs {
             None
         };
         Ok(ProviderConfig {
+            e2b: if kinds.contains(&"e2b") {
+                Some(self.e2b(env)?)
+            } else {
+                None
+            },
+            daytona: if kinds.contains(&"daytona") {
+                Some(self.daytona(env)?)
+            } else {
+                None
+            },
             kinds,
             default,
             advertise_addr: self.advertise_addr,
             local_root: self.local_root.clone(),
             docker,
             fake_root: self.fake_root.clone(),
+            remote_guest_bin: self.remote_guest_bin.clone(),
         })
+    }
+
+    fn e2b(&self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<E2bConfig> {
+        let Some(template) = self.e2b_template.clone().filter(|t| !t.trim().is_empty()) else {
+            bail!("the e2b provider needs --e2b-template (RAKAZO_E2B_TEMPLATE)");
+        };
+        let key = crate::homes::config::secret(
+            env,
+            E2B_KEY_ENV,
+            self.e2b_api_key_file.as_deref(),
+            "the E2B API key",
+        )?;
+        let mut c = E2bConfig::new(Secret(key), template, PathBuf::new());
+        c.api_url = base_url("e2b-api-url", &self.e2b_api_url)?;
+        c.sandbox_url = self
+            .e2b_sandbox_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| base_url("e2b-sandbox-url", u))
+            .transpose()?;
+        c.domain = self.e2b_domain.trim().to_string();
+        c.run_as = match self.e2b_run_as.trim() {
+            "none" => None,
+            "" | "root" => bail!("--e2b-run-as must name the sandbox's user (or be `none`)"),
+            user => Some(user.to_string()),
+        };
+        if !self.e2b_home.starts_with('/') {
+            bail!("--e2b-home must be an absolute path");
+        }
+        c.home = self.e2b_home.clone();
+        c.timeout = std::time::Duration::from_secs(self.e2b_timeout_secs);
+        Ok(c)
+    }
+
+    fn daytona(&self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<DaytonaConfig> {
+        let Some(snapshot) = self
+            .daytona_snapshot
+            .clone()
+            .filter(|s| !s.trim().is_empty())
+        else {
+            bail!("the daytona provider needs --daytona-snapshot (RAKAZO_DAYTONA_SNAPSHOT)");
+        };
+        let key = crate::homes::config::secret(
+            env,
+            DAYTONA_KEY_ENV,
+            self.daytona_api_key_file.as_deref(),
+            "the Daytona API key",
+        )?;
+        let mut c = DaytonaConfig::new(Secret(key), snapshot, PathBuf::new());
+        c.api_url = base_url("daytona-api-url", &self.daytona_api_url)?;
+        c.target = self.daytona_target.clone().filter(|t| !t.trim().is_empty());
+        c.network_allow = self
+            .daytona_network_allow
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(bad) = c.network_allow.iter().find(|n| !is_cidr(n)) {
+            bail!("--daytona-network-allow: {bad:?} is not a CIDR (like 10.0.0.0/8)");
+        }
+        c.disk_gb = self.daytona_disk_gb;
+        Ok(c)
     }
 }
 
-/// What every host-process guest is handed (local and fake): the binary and non-secret env.
+/// `addr/prefix` with a prefix the address family allows.
+fn is_cidr(s: &str) -> bool {
+    let Some((ip, prefix)) = s.split_once('/') else {
+        return false;
+    };
+    match (ip.parse::<std::net::IpAddr>(), prefix.parse::<u8>()) {
+        (Ok(std::net::IpAddr::V4(_)), Ok(p)) => p <= 32,
+        (Ok(std::net::IpAddr::V6(_)), Ok(p)) => p <= 128,
+        _ => false,
+    }
+}
+
+/// What every guest is handed: the binary (local and fake start it; e2b and daytona upload it
+/// unless a remote guest is configured) and non-secret env.
 #[derive(Debug, Clone)]
 pub struct GuestSettings {
     pub bin: PathBuf,
     pub env: Vec<(String, String)>,
+}
+
+/// The guest remote sandboxes get.
+fn remote_guest(cfg: &ProviderConfig, guest: &GuestSettings) -> PathBuf {
+    cfg.remote_guest_bin
+        .clone()
+        .unwrap_or_else(|| guest.bin.clone())
 }
 
 /// The configured providers, by kind.
@@ -242,6 +430,26 @@ impl ProviderSet {
                         format!("connect to the Docker engine at {}", d.socket.display())
                     })?;
                     AnyProvider::Docker(docker)
+                }
+                "e2b" => {
+                    let mut c = cfg
+                        .e2b
+                        .clone()
+                        .context("the e2b provider is not configured")?;
+                    c.guest_bin = remote_guest(cfg, guest);
+                    c.guest_env = guest.env.clone();
+                    AnyProvider::E2b(E2bProvider::new(c).context("set up the e2b provider")?)
+                }
+                "daytona" => {
+                    let mut c = cfg
+                        .daytona
+                        .clone()
+                        .context("the daytona provider is not configured")?;
+                    c.guest_bin = remote_guest(cfg, guest);
+                    c.guest_env = guest.env.clone();
+                    AnyProvider::Daytona(
+                        DaytonaProvider::new(c).context("set up the daytona provider")?,
+                    )
                 }
                 other => bail!("unknown provider {other:?}"),
             };
@@ -302,9 +510,19 @@ mod tests {
     }
 
     fn resolve(args: &[&str]) -> anyhow::Result<ProviderConfig> {
+        resolve_env(args, &[])
+    }
+
+    fn resolve_env(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ProviderConfig> {
         let mut argv = vec!["t"];
         argv.extend_from_slice(args);
-        T::try_parse_from(argv)?.p.resolve()
+        let env: std::collections::HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        T::try_parse_from(argv)?
+            .p
+            .resolve_with(&|k| env.get(k).cloned())
     }
 
     #[test]
@@ -363,5 +581,110 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("memory_mb must be between 16"), "{e}");
+    }
+
+    #[test]
+    fn sandbox_services_need_a_template_and_a_key_kept_out_of_argv_and_logs() {
+        let e = resolve(&["--providers", "e2b"]).unwrap_err().to_string();
+        assert!(e.contains("--e2b-template"), "{e}");
+        let e = resolve(&["--providers", "e2b", "--e2b-template", "t"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("E2B_API_KEY"), "{e}");
+        let key = "e2b_secret_0123456789";
+        let c = resolve_env(
+            &[
+                "--providers",
+                "e2b,daytona",
+                "--e2b-template",
+                "rakazo",
+                "--daytona-snapshot",
+                "s",
+            ],
+            &[
+                (E2B_KEY_ENV, key),
+                (DAYTONA_KEY_ENV, "dtn_secret_0123456789"),
+            ],
+        )
+        .unwrap();
+        let e2b = c.e2b.as_ref().unwrap();
+        assert_eq!(e2b.api_key.0, key);
+        assert_eq!(e2b.api_url.as_str(), "https://api.e2b.app");
+        assert_eq!(e2b.run_as.as_deref(), Some("user"));
+        assert_eq!(c.daytona.as_ref().unwrap().snapshot, "s");
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains(key) && !shown.contains("dtn_secret"),
+            "{shown}"
+        );
+
+        // A key file must be private.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "k-from-file\n").unwrap();
+        let args = |f: &str| {
+            vec![
+                "--providers".to_string(),
+                "daytona".into(),
+                "--daytona-snapshot".into(),
+                "s".into(),
+                "--daytona-api-key-file".into(),
+                f.to_string(),
+            ]
+        };
+        let f = file.display().to_string();
+        let argv = args(&f);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = resolve(&argv).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            resolve(&argv).unwrap().daytona.unwrap().api_key.0,
+            "k-from-file"
+        );
+    }
+
+    #[test]
+    fn sandbox_service_urls_are_https_or_loopback() {
+        let base = ["--providers", "e2b", "--e2b-template", "t"];
+        let env = [(E2B_KEY_ENV, "k")];
+        let with = |extra: &[&str]| {
+            let mut a = base.to_vec();
+            a.extend_from_slice(extra);
+            resolve_env(&a, &env)
+        };
+        let e = with(&["--e2b-api-url", "http://api.example.com"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use https"), "{e}");
+        let c = with(&[
+            "--e2b-api-url",
+            "http://127.0.0.1:9000",
+            "--e2b-sandbox-url",
+            "http://127.0.0.1:9001",
+            "--e2b-run-as",
+            "none",
+        ])
+        .unwrap()
+        .e2b
+        .unwrap();
+        assert_eq!(c.sandbox_url.unwrap().as_str(), "http://127.0.0.1:9001");
+        assert_eq!(c.run_as, None);
+        let e = resolve_env(
+            &[
+                "--providers",
+                "daytona",
+                "--daytona-snapshot",
+                "s",
+                "--daytona-network-allow",
+                "10.0.0.0/8,example.com",
+            ],
+            &[(DAYTONA_KEY_ENV, "k")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"example.com\" is not a CIDR"), "{e}");
     }
 }

@@ -180,7 +180,7 @@ pub fn process_env(name: &str) -> Option<String> {
 }
 
 /// A secret from the environment or from a file that only its owner can read; exactly one.
-fn secret(
+pub(crate) fn secret(
     env: &dyn Fn(&str) -> Option<String>,
     var: &str,
     file: Option<&Path>,
