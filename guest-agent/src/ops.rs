@@ -1,10 +1,17 @@
-//! Serving one operation stream: decode the request, check its lease, dispatch, answer.
+//! Serving one operation stream: decode the request, check its authority, dispatch, answer.
 //!
 //! This is the guest's single front door for the tunnel: every stream is parsed into a typed
-//! [`Request`] and handed to the capability that owns it ([`crate::exec`], [`crate::home`]).
-//! Lease fences are checked here, before any capability runs: a request's own lease, or for a
-//! home export or import the whole authority it acts under. A stream whose first frame is
-//! malformed or oversized is answered with an error and reset; other streams are unaffected.
+//! [`Request`] and handed to the capability that owns it ([`crate::exec`], [`crate::home`],
+//! [`crate::screens`], [`crate::gateway`], [`crate::homeio`]). Dispatch is one table
+//! (`Ops::dispatch`) from operation to handler. What an operation answers and refuses with is
+//! its [`Op`] declaration in `gateway_proto::op`: the table refuses, and answers for the unary
+//! handlers, through it; streaming handlers write their own header frames.
+//!
+//! Fences are checked here, before any capability runs, against what the request acts under
+//! ([`Request::authority`]): a bot's lease, or for a home export or import every bot's fence.
+//! A refused operation is answered with its own refusal frame ([`Op::refusal_frame`]). A stream
+//! whose first frame is malformed or oversized is answered with an error and reset; other
+//! streams are unaffected.
 
 use crate::clock::now_ms;
 use crate::exec;
@@ -14,10 +21,20 @@ use crate::home::stream::{self, FileChanged};
 use crate::home::Home;
 use crate::opstream::write_frame;
 use crate::screens::Screens;
-use gateway_proto::desktop::ObservationMeta;
-use gateway_proto::{
-    BotId, BotLease, ErrorCode, ExecEvent, FrameDecoder, LeaseToken, OpError, Reply, Request,
+use gateway_proto::desktop::{
+    ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease, ScreenRequest,
 };
+use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
+use gateway_proto::live::{ConnectRequest, RevokeRequest};
+use gateway_proto::op::{malformed, Authority, PingRequest, ScreenListRequest};
+use gateway_proto::page::{
+    NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest,
+};
+use gateway_proto::{
+    BotId, BotLease, ExecRequest, FileEntry, FrameDecoder, LeaseToken, ListFiles, Op, OpError,
+    ReadFile, Reply, Request, UnaryOp, WriteFile,
+};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tracing::{debug, warn};
 
@@ -29,6 +46,36 @@ pub struct Ops {
     fences: Mutex<FenceTable>,
     screens: Arc<Screens>,
     gateway: Arc<Gateway>,
+}
+
+/// An operation stream past its request frame: what a streaming handler serves.
+struct Io {
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    /// Bytes read past the request frame: the first input frames or raw bytes.
+    remainder: Vec<u8>,
+}
+
+/// A stream and the fence check of its request, on its way to the operation's handler.
+struct Checked {
+    io: Io,
+    fence: Result<(), OpError>,
+}
+
+impl Checked {
+    /// The stream when the fence check passed; otherwise answers `O`'s refusal frame, finishes
+    /// and gives nothing: the handler never runs.
+    async fn admit<O: Op>(self) -> Option<Io> {
+        let Checked { mut io, fence } = self;
+        let err = match fence {
+            Ok(()) => return Some(io),
+            Err(err) => err,
+        };
+        debug!(op = O::NAME, error = %err, "refused a stale lease");
+        let _ = write_frame(&mut io.send, &O::refusal_frame(err)).await;
+        let _ = io.send.finish();
+        None
+    }
 }
 
 impl Ops {
@@ -66,216 +113,251 @@ impl Ops {
             .update(bot, lease);
     }
 
-    fn check_lease(&self, lease: Option<&BotLease>) -> Result<(), OpError> {
-        match lease {
-            Some(lease) => self
-                .fences
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .check(lease),
-            None => Ok(()),
-        }
-    }
-
-    /// Checks what `request` acts under against the fence table: its lease, or for a home
+    /// Checks what a request acts under against the fence table: its lease, or for a home
     /// export or import its whole authority.
-    fn check_request(&self, request: &Request) -> Result<(), OpError> {
-        let fences = || self.fences.lock().unwrap_or_else(|e| e.into_inner());
-        match request {
-            Request::HomeExport(r) => fences().check_home(HomeOp::Export, &r.authority),
-            Request::HomeImport(r) => fences().check_home(HomeOp::Import, &r.authority),
-            other => self.check_lease(request_lease(other).as_ref()),
+    fn check(&self, authority: Authority<'_>) -> Result<(), OpError> {
+        let mut fences = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        match authority {
+            Authority::None => Ok(()),
+            Authority::Lease(bot, token) => fences.check(&BotLease {
+                bot: bot.clone(),
+                token: token.clone(),
+            }),
+            Authority::HomeExport(a) => fences.check_home(HomeOp::Export, a),
+            Authority::HomeImport(a) => fences.check_home(HomeOp::Import, a),
         }
     }
 
     /// Serves one operation stream to its end.
-    pub async fn serve_stream(&self, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
-        let mut decoder = FrameDecoder::new();
-        let request = loop {
-            match decoder.next_message::<Request>() {
-                Ok(Some(req)) => break req,
-                Ok(None) => {}
-                Err(e) => {
-                    warn!(error = %e, "malformed request frame; resetting the stream");
-                    let err =
-                        OpError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
-                    // Finish rather than reset our side, so the error reaches the control plane;
-                    // stop reading theirs.
-                    let _ = write_frame(&mut send, &Reply::Error(err)).await;
-                    let _ = send.finish();
-                    let _ = recv.stop(RESET_PROTOCOL.into());
-                    return;
-                }
-            }
-            match recv.read_chunk(64 * 1024, true).await {
-                Ok(Some(chunk)) => decoder.push(&chunk.bytes),
-                Ok(None) | Err(_) => return,
-            }
-        };
-        let remainder = decoder.into_remainder();
-        // Before anything runs: no browser quiesced, no byte of an import read.
-        if let Err(err) = self.check_request(&request) {
-            debug!(error = %err, "refused a stale lease");
-            match request {
-                Request::Exec(_) => {
-                    let _ = write_frame(&mut send, &ExecEvent::Failed(err)).await;
-                }
-                _ => {
-                    let _ = write_frame(&mut send, &Reply::Error(err)).await;
-                }
-            }
-            let _ = send.finish();
+    pub async fn serve_stream(&self, send: quinn::SendStream, recv: quinn::RecvStream) {
+        let Some((request, io)) = read_request(send, recv).await else {
             return;
-        }
+        };
+        // Before anything runs: no browser quiesced, no byte of an import read.
+        let fence = self.check(request.authority());
+        self.dispatch(request, Checked { io, fence }).await
+    }
+
+    /// The table: each operation and the handler serving it. Unary operations answer through
+    /// [`Ops::unary`] from a typed handler; the others own their stream through
+    /// [`Ops::streaming`]. Both refuse a request the fence check refused with its operation's
+    /// refusal frame.
+    async fn dispatch(&self, request: Request, s: Checked) {
         match request {
-            Request::Connect(r) => self.gateway.connect(send, recv, remainder, r).await,
-            Request::Revoke(r) => {
-                self.gateway.revoke(&r).await;
-                let _ = write_frame(&mut send, &Reply::Revoked).await;
-                let _ = send.finish();
+            Request::Exec(r) => self.streaming(r, s, Self::exec).await,
+            Request::ListFiles(r) => self.unary(r, s, Self::list_files).await,
+            Request::ReadFile(r) => self.streaming(r, s, Self::read_file).await,
+            Request::WriteFile(r) => self.streaming(r, s, Self::write_file).await,
+            Request::Ping => self.unary(PingRequest, s, Self::ping).await,
+            Request::ScreenEnsure(r) => self.unary(r, s, Self::screen_ensure).await,
+            Request::ScreenRelease(r) => self.unary(r, s, Self::screen_release).await,
+            Request::ScreenList => self.unary(ScreenListRequest, s, Self::screen_list).await,
+            Request::Observe(r) => self.streaming(r, s, Self::observe).await,
+            Request::Act(r) => self.streaming(r, s, Self::act).await,
+            Request::Navigate(r) => self.unary(r, s, Self::navigate).await,
+            Request::Snapshot(r) => self.unary(r, s, Self::snapshot).await,
+            Request::PageAct(r) => self.unary(r, s, Self::page_act).await,
+            Request::Connect(r) => self.streaming(r, s, Self::connect).await,
+            Request::Revoke(r) => self.unary(r, s, Self::revoke).await,
+            Request::HomeExport(r) => self.streaming(r, s, Self::home_export).await,
+            Request::HomeImport(r) => self.streaming(r, s, Self::home_import).await,
+        }
+    }
+
+    /// Serves a unary operation: answers its handler's reply as `O`'s reply frame, or its error
+    /// as `O`'s refusal frame, and finishes.
+    async fn unary<'s, O, F>(
+        &'s self,
+        r: O,
+        checked: Checked,
+        handler: impl FnOnce(&'s Self, O) -> F,
+    ) where
+        O: UnaryOp,
+        F: Future<Output = Result<O::Reply, OpError>>,
+    {
+        let Some(mut io) = checked.admit::<O>().await else {
+            return;
+        };
+        let frame = match handler(self, r).await {
+            Ok(reply) => O::reply_frame(reply),
+            Err(err) => O::refusal_frame(err),
+        };
+        let _ = write_frame(&mut io.send, &frame).await;
+        let _ = io.send.finish();
+    }
+
+    /// Serves a streaming operation: its handler answers and owns the stream to its end.
+    async fn streaming<'s, O, F>(
+        &'s self,
+        r: O,
+        checked: Checked,
+        handler: impl FnOnce(&'s Self, O, Io) -> F,
+    ) where
+        O: Op,
+        F: Future<Output = ()>,
+    {
+        if let Some(io) = checked.admit::<O>().await {
+            handler(self, r, io).await
+        }
+    }
+
+    // Unary handlers.
+
+    async fn ping(&self, _: PingRequest) -> Result<(), OpError> {
+        Ok(())
+    }
+
+    async fn list_files(&self, r: ListFiles) -> Result<Vec<FileEntry>, OpError> {
+        self.home.list(&r.path)
+    }
+
+    async fn screen_ensure(&self, r: ScreenRequest) -> Result<ScreenInfo, OpError> {
+        self.screens.ensure(&r.bot).await
+    }
+
+    async fn screen_release(&self, r: ScreenRelease) -> Result<(), OpError> {
+        self.screens.release(&r.bot).await
+    }
+
+    async fn screen_list(&self, _: ScreenListRequest) -> Result<Vec<ScreenInfo>, OpError> {
+        Ok(self.screens.list().await)
+    }
+
+    async fn navigate(&self, r: NavigateRequest) -> Result<Snapshot, OpError> {
+        self.screens.page_navigate(&r.bot, &r.url).await
+    }
+
+    async fn snapshot(&self, r: SnapshotRequest) -> Result<Snapshot, OpError> {
+        self.screens.page_snapshot(&r.bot).await
+    }
+
+    async fn page_act(
+        &self,
+        r: PageActRequest,
+    ) -> Result<Result<Snapshot, PageActFailure>, OpError> {
+        self.screens.page_act(&r.bot, &r.steps).await
+    }
+
+    async fn revoke(&self, r: RevokeRequest) -> Result<(), OpError> {
+        self.gateway.revoke(&r).await;
+        Ok(())
+    }
+
+    // Streaming handlers: each answers its header frame itself.
+
+    async fn exec(&self, r: ExecRequest, io: Io) {
+        exec::pump::serve(&self.home, io.send, io.recv, io.remainder, r).await
+    }
+
+    async fn read_file(&self, r: ReadFile, mut io: Io) {
+        let read = stream::read_file(&self.home, &mut io.send, &r.path, r.max_bytes).await;
+        if let Err(FileChanged) = read {
+            let _ = io.send.reset(RESET_PROTOCOL.into());
+        }
+    }
+
+    async fn write_file(&self, r: WriteFile, io: Io) {
+        let (path, executable, size) = (&r.path, r.executable, r.size);
+        let (send, recv, remainder) = (io.send, io.recv, io.remainder);
+        stream::write_file(&self.home, send, recv, remainder, path, executable, size).await
+    }
+
+    async fn observe(&self, r: ObserveRequest, mut io: Io) {
+        match self.screens.observe(&r.bot, now_ms()).await {
+            Ok((meta, png)) => {
+                let _ = write_observation(&mut io.send, meta, &png).await;
             }
-            Request::HomeExport(r) => {
-                crate::homeio::export(&self.home, &self.screens, send, r).await;
+            Err(e) => {
+                let _ = write_frame(&mut io.send, &ObserveRequest::refusal_frame(e)).await;
             }
-            Request::HomeImport(r) => {
-                crate::homeio::import(&self.home, &self.screens, send, recv, remainder, r).await;
-            }
-            Request::Ping => {
-                let _ = write_frame(&mut send, &Reply::Pong).await;
-                let _ = send.finish();
-            }
-            Request::ListFiles(r) => {
-                let reply = match self.home.list(&r.path) {
-                    Ok(entries) => Reply::Files(entries),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::ReadFile(r) => {
-                let read = stream::read_file(&self.home, &mut send, &r.path, r.max_bytes).await;
-                if let Err(FileChanged) = read {
-                    let _ = send.reset(RESET_PROTOCOL.into());
-                }
-            }
-            Request::WriteFile(r) => {
-                let (path, executable, size) = (&r.path, r.executable, r.size);
-                stream::write_file(&self.home, send, recv, remainder, path, executable, size).await
-            }
-            Request::Exec(r) => exec::pump::serve(&self.home, send, recv, remainder, r).await,
-            Request::ScreenEnsure(r) => {
-                let reply = match self.screens.ensure(&r.bot).await {
-                    Ok(info) => Reply::Screen(info),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::ScreenRelease(r) => {
-                let reply = match self.screens.release(&r.bot).await {
-                    Ok(()) => Reply::Released,
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::ScreenList => {
-                let _ = write_frame(&mut send, &Reply::Screens(self.screens.list().await)).await;
-                let _ = send.finish();
-            }
-            Request::Observe(r) => {
-                match self.screens.observe(&r.bot, now_ms()).await {
-                    Ok((meta, png)) => {
-                        let _ = write_observation(&mut send, meta, &png).await;
-                    }
-                    Err(e) => {
-                        let _ = write_frame(&mut send, &Reply::Error(e)).await;
-                    }
-                }
-                let _ = send.finish();
-            }
-            Request::Navigate(r) => {
-                let reply = match self.screens.page_navigate(&r.bot, &r.url).await {
-                    Ok(s) => Reply::Snapshot(s),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::Snapshot(r) => {
-                let reply = match self.screens.page_snapshot(&r.bot).await {
-                    Ok(s) => Reply::Snapshot(s),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::PageAct(r) => {
-                let reply = match self.screens.page_act(&r.bot, &r.steps).await {
-                    Ok(Ok(s)) => Reply::Snapshot(s),
-                    Ok(Err(failure)) => Reply::PageActFailed(failure),
-                    Err(e) => Reply::Error(e),
-                };
-                let _ = write_frame(&mut send, &reply).await;
-                let _ = send.finish();
-            }
-            Request::Act(r) => {
-                match self
-                    .screens
-                    .act(&r.bot, &r.actions, r.observe, r.settle_ms, now_ms)
+        }
+        let _ = io.send.finish();
+    }
+
+    async fn act(&self, r: ActRequest, mut io: Io) {
+        let send = &mut io.send;
+        match self
+            .screens
+            .act(&r.bot, &r.actions, r.observe, r.settle_ms, now_ms)
+            .await
+        {
+            Ok((outcome, observation)) => {
+                if write_frame(send, &ActRequest::reply_frame(outcome))
                     .await
+                    .is_ok()
                 {
-                    Ok((outcome, observation)) => {
-                        if write_frame(&mut send, &Reply::Acted(outcome)).await.is_ok() {
-                            if let Some((meta, png)) = observation {
-                                let _ = write_observation(&mut send, meta, &png).await;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        let _ = write_frame(&mut send, &Reply::Error(e)).await;
+                    if let Some((meta, png)) = observation {
+                        let _ = write_observation(send, meta, &png).await;
                     }
                 }
-                let _ = send.finish();
             }
+            Err(e) => {
+                let _ = write_frame(send, &ActRequest::refusal_frame(e)).await;
+            }
+        }
+        let _ = io.send.finish();
+    }
+
+    async fn connect(&self, r: ConnectRequest, io: Io) {
+        self.gateway
+            .connect(io.send, io.recv, io.remainder, r)
+            .await
+    }
+
+    async fn home_export(&self, r: HomeExportRequest, io: Io) {
+        crate::homeio::export(&self.home, &self.screens, io.send, r).await;
+    }
+
+    async fn home_import(&self, r: HomeImportRequest, io: Io) {
+        let (send, recv, remainder) = (io.send, io.recv, io.remainder);
+        crate::homeio::import(&self.home, &self.screens, send, recv, remainder, r).await;
+    }
+}
+
+/// Reads the request frame that opens a stream. A malformed one is answered with
+/// [`malformed`] and the stream given up; a stream that ends first is dropped.
+async fn read_request(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) -> Option<(Request, Io)> {
+    let mut decoder = FrameDecoder::new();
+    loop {
+        match decoder.next_message::<Request>() {
+            Ok(Some(request)) => {
+                let remainder = decoder.into_remainder();
+                return Some((
+                    request,
+                    Io {
+                        send,
+                        recv,
+                        remainder,
+                    },
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, "malformed request frame; resetting the stream");
+                // Finish rather than reset our side, so the error reaches the control plane;
+                // stop reading theirs.
+                let _ = write_frame(&mut send, &Reply::Error(malformed(e))).await;
+                let _ = send.finish();
+                let _ = recv.stop(RESET_PROTOCOL.into());
+                return None;
+            }
+        }
+        match recv.read_chunk(64 * 1024, true).await {
+            Ok(Some(chunk)) => decoder.push(&chunk.bytes),
+            Ok(None) | Err(_) => return None,
         }
     }
 }
 
-/// The lease a request acts under, if any: checked against the fence table before it runs. A
-/// home export or import acts under a whole authority instead ([`Ops::check_request`]).
-fn request_lease(request: &Request) -> Option<BotLease> {
-    let with_bot = |bot: &BotId, token: &LeaseToken| BotLease {
-        bot: bot.clone(),
-        token: token.clone(),
-    };
-    match request {
-        Request::Exec(r) => r.lease.clone(),
-        Request::ListFiles(r) => r.lease.clone(),
-        Request::ReadFile(r) => r.lease.clone(),
-        Request::WriteFile(r) => r.lease.clone(),
-        Request::ScreenEnsure(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::ScreenRelease(r) => r.lease.as_ref().map(|t| with_bot(&r.bot, t)),
-        Request::Observe(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::Act(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::Navigate(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::Snapshot(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::PageAct(r) => Some(with_bot(&r.bot, &r.lease)),
-        Request::Ping
-        | Request::ScreenList
-        | Request::Connect(_)
-        | Request::Revoke(_)
-        | Request::HomeExport(_)
-        | Request::HomeImport(_) => None,
-    }
-}
-
-/// An observation: its metadata frame, then the PNG raw.
+/// An observation: its metadata frame (an observe's answer), then the PNG raw.
 async fn write_observation(
     send: &mut quinn::SendStream,
     meta: ObservationMeta,
     png: &[u8],
 ) -> std::io::Result<()> {
-    write_frame(send, &Reply::Observation(meta)).await?;
+    write_frame(send, &ObserveRequest::reply_frame(meta)).await?;
     send.write_all(png).await.map_err(std::io::Error::other)
 }
