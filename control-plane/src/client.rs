@@ -4,6 +4,7 @@
 //! the server's code and message, and can stream request and response bodies. It speaks
 //! `http://` and `https://`; which server certificates it accepts is a [`Trust`].
 
+use crate::schema::error::ErrorBody;
 use bytes::Bytes;
 use gateway_proto::Secret;
 use http_body_util::combinators::BoxBody;
@@ -17,6 +18,8 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,15 +180,8 @@ impl Client {
             return Ok(resp);
         }
         let status = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?
-            .to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        let e = &v["error"];
-        let Some(message) = e["message"].as_str() else {
+        let bytes = whole_body(resp).await?;
+        let Ok(ErrorBody { error }) = serde_json::from_slice(&bytes) else {
             // Not our error shape: something else answered (a proxy, or --url pointing at
             // another server).
             return Err(ClientError::Api {
@@ -200,38 +196,73 @@ impl Client {
         };
         Err(ClientError::Api {
             status,
-            code: e["code"].as_str().unwrap_or("unknown").to_string(),
-            message: message.to_string(),
-            uncertain: e["uncertain"].as_bool().unwrap_or(false),
+            code: error.code,
+            message: error.message,
+            uncertain: error.uncertain,
         })
     }
 
-    /// A JSON request with a JSON response.
+    /// A request with the JSON body `body`, answered with JSON (`R = ()` for no answer body).
+    pub async fn call<B: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> Result<R, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Request(e.to_string()))?;
+        let resp = self
+            .send(
+                method,
+                path,
+                Some("application/json"),
+                None,
+                full_body(bytes),
+            )
+            .await?;
+        json_answer(resp).await
+    }
+
+    /// A request without a body, answered with JSON (`R = ()` for no answer body).
+    pub async fn fetch<R: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<R, ClientError> {
+        let resp = self
+            .send(method, path, None, None, full_body(Bytes::new()))
+            .await?;
+        json_answer(resp).await
+    }
+
+    /// A request with an optional untyped JSON body and an untyped JSON answer (`null` when the
+    /// answer has no body), for tests and scripts; the CLI uses [`Client::call`] and
+    /// [`Client::fetch`] with the `schema` types.
     pub async fn json(
         &self,
         method: Method,
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<serde_json::Value, ClientError> {
-        let (ct, body) = match body {
-            Some(v) => (
-                Some("application/json"),
-                full_body(serde_json::to_vec(v).unwrap_or_default()),
-            ),
-            None => (None, full_body(Bytes::new())),
-        };
-        let resp = self.send(method, path, ct, None, body).await?;
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?
-            .to_bytes();
-        if bytes.is_empty() {
-            return Ok(serde_json::Value::Null);
+        match body {
+            Some(v) => self.call(method, path, v).await,
+            None => self.fetch(method, path).await,
         }
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::BadResponse(e.to_string()))
     }
+}
+
+/// Reads a successful answer's JSON body as `R`; an empty body reads as `null`.
+pub async fn json_answer<R: DeserializeOwned>(resp: Response<Incoming>) -> Result<R, ClientError> {
+    let bytes = whole_body(resp).await?;
+    let bytes: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+    serde_json::from_slice(bytes).map_err(|e| ClientError::BadResponse(e.to_string()))
+}
+
+/// An answer's whole body.
+async fn whole_body(resp: Response<Incoming>) -> Result<Bytes, ClientError> {
+    let body = resp.into_body().collect().await;
+    Ok(body
+        .map_err(|e| ClientError::BadResponse(e.to_string()))?
+        .to_bytes())
 }
 
 /// Percent-encodes a query value.
@@ -243,14 +274,20 @@ pub fn q(value: &str) -> String {
 /// records (`addresses.json`: `http`, `http_cert_sha256`).
 fn local_pin(base: &str, data_dir: &Path) -> Option<Trust> {
     let text = std::fs::read_to_string(data_dir.join(crate::serve::ADDRESSES_FILE)).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let recorded = v["http"].as_str()?;
-    if recorded.trim_end_matches('/') != base.trim_end_matches('/') {
+    let recorded: LocalAddresses = serde_json::from_str(&text).ok()?;
+    if recorded.http?.trim_end_matches('/') != base.trim_end_matches('/') {
         return None;
     }
-    v["http_cert_sha256"]
-        .as_str()
-        .map(|pin| Trust::Pinned(pin.to_string()))
+    recorded.http_cert_sha256.map(Trust::Pinned)
+}
+
+/// What the CLI reads of a local server's `addresses.json` (`crate::serve` writes it).
+#[derive(Debug, Deserialize)]
+pub struct LocalAddresses {
+    /// The API's base URL.
+    pub http: Option<String>,
+    /// The SHA-256 of the API's TLS certificate, when it speaks TLS.
+    pub http_cert_sha256: Option<String>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

@@ -1,8 +1,9 @@
 //! `rakazo browser …`: page tools on a bot's browser (`/v1/computers/{id}/browser/{bot}/…`).
 
-use super::{print_json, Global};
+use super::{print_json, user_array, Global};
 use crate::client::q;
-use anyhow::{Context, Result};
+use crate::schema::browser::{PageRequest, PageResult};
+use anyhow::Result;
 use clap::Subcommand;
 use hyper::Method;
 
@@ -49,7 +50,11 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
             computer,
             bot,
             "navigate",
-            serde_json::json!({ "lease": lease, "url": page_url }),
+            PageRequest {
+                lease,
+                url: Some(page_url),
+                steps: None,
+            },
         ),
         BrowserCmd::Snapshot {
             computer,
@@ -59,7 +64,10 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
             computer,
             bot,
             "snapshot",
-            serde_json::json!({ "lease": lease }),
+            PageRequest {
+                lease,
+                ..Default::default()
+            },
         ),
         BrowserCmd::Act {
             computer,
@@ -67,21 +75,12 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
             lease,
             steps,
         } => {
-            let raw = if steps == "-" {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
-                s
-            } else {
-                steps
+            let body = PageRequest {
+                lease,
+                url: None,
+                steps: Some(user_array(&steps, "--steps", "step")?),
             };
-            let steps: serde_json::Value =
-                serde_json::from_str(&raw).context("--steps must be a JSON array")?;
-            (
-                computer,
-                bot,
-                "act",
-                serde_json::json!({ "lease": lease, "steps": steps }),
-            )
+            (computer, bot, "act", body)
         }
     };
     let path = format!(
@@ -89,28 +88,24 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
         q(&computer),
         q(&bot)
     );
-    let v = c.json(Method::POST, &path, Some(&body)).await?;
+    let result: PageResult = c.call(Method::POST, &path, &body).await?;
     if g.json {
-        print_json(&v);
+        print_json(&result);
         // A failed page action fails the command in both output modes.
-        return Ok(if v["ok"] == false { 1 } else { 0 });
-    } else if v["ok"] == false {
-        eprintln!(
-            "rakazo: {} (completed {}, uncertain {}; fall back to {})",
-            v["error"].as_str().unwrap_or("failed"),
-            v["completed"],
-            v["uncertain"],
-            v["fallback"].as_str().unwrap_or("computer_act"),
-        );
-        return Ok(1);
-    } else {
-        let s = &v["snapshot"];
-        println!(
-            "{} — {}",
-            s["title"].as_str().unwrap_or(""),
-            s["url"].as_str().unwrap_or("")
-        );
-        println!("{}", s["tree"].as_str().unwrap_or(""));
+        return Ok(if result.ok() { 0 } else { 1 });
     }
-    Ok(0)
+    match result {
+        PageResult::Failed(f) => {
+            eprintln!(
+                "rakazo: {} (completed {}, uncertain {}; fall back to {})",
+                f.error, f.completed, f.uncertain, f.fallback,
+            );
+            Ok(1)
+        }
+        PageResult::Done(d) => {
+            println!("{} — {}", d.snapshot.title, d.snapshot.url);
+            println!("{}", d.snapshot.tree);
+            Ok(0)
+        }
+    }
 }

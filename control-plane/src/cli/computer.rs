@@ -3,9 +3,12 @@
 
 use super::{print_json, Global};
 use crate::client::q;
+use crate::schema::computer::{Computer, ComputerList, CreateComputer};
+use crate::schema::wire_name;
 use anyhow::Result;
 use clap::Subcommand;
 use hyper::Method;
+use serde::Serialize;
 
 #[derive(Subcommand)]
 pub enum ComputerCmd {
@@ -52,19 +55,20 @@ pub enum ComputerCmd {
     },
 }
 
-fn print_computer(v: &serde_json::Value) {
-    let owner = v["workspace"]
-        .as_str()
+fn print_computer(c: &Computer) {
+    let owner = c
+        .workspace
+        .as_ref()
         .map(|w| format!("workspace {w}"))
-        .or_else(|| v["bot"].as_str().map(|b| format!("bot {b}")))
+        .or_else(|| c.bot.as_ref().map(|b| format!("bot {b}")))
         .unwrap_or_default();
     println!(
         "{}\t{}\t{}\t{}\t{}",
-        v["id"].as_str().unwrap_or("?"),
-        v["kind"].as_str().unwrap_or("?"),
+        c.id,
+        wire_name(&c.kind),
         owner,
-        v["state"].as_str().unwrap_or("?"),
-        if v["connected"].as_bool() == Some(true) {
+        wire_name(&c.state),
+        if c.connected {
             "connected"
         } else {
             "disconnected"
@@ -72,9 +76,15 @@ fn print_computer(v: &serde_json::Value) {
     );
 }
 
+/// What `computer destroy --json` prints (the API answers 204 without a body).
+#[derive(Serialize)]
+struct Destroyed {
+    destroyed: String,
+}
+
 pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     let c = g.client()?;
-    let v = match cmd {
+    let computer: Computer = match cmd {
         ComputerCmd::Create {
             workspace,
             private_bot,
@@ -84,63 +94,45 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             pids,
             shm_mb,
         } => {
-            let mut body = serde_json::json!({});
-            let limits = providers::MachineLimits {
-                memory_mb,
-                cpu_millis,
-                pids,
-                shm_mb,
+            let body = CreateComputer {
+                workspace,
+                private_bot,
+                provider,
+                limits: providers::MachineLimits {
+                    memory_mb,
+                    cpu_millis,
+                    pids,
+                    shm_mb,
+                },
             };
-            if limits != providers::MachineLimits::default() {
-                body["limits"] = serde_json::to_value(limits)?;
-            }
-            if let Some(w) = workspace {
-                body["workspace"] = w.into();
-            }
-            if let Some(b) = private_bot {
-                body["private_bot"] = b.into();
-            }
-            if let Some(p) = provider {
-                body["provider"] = p.into();
-            }
-            c.json(Method::POST, "/v1/computers", Some(&body)).await?
+            c.call(Method::POST, "/v1/computers", &body).await?
         }
         ComputerCmd::List => {
-            let v = c.json(Method::GET, "/v1/computers", None).await?;
+            let list: ComputerList = c.fetch(Method::GET, "/v1/computers").await?;
             if g.json {
-                print_json(&v);
+                print_json(&list);
             } else {
-                for comp in v["computers"].as_array().into_iter().flatten() {
-                    print_computer(comp);
-                }
+                list.computers.iter().for_each(print_computer);
             }
             return Ok(0);
         }
         ComputerCmd::Show { id } => {
-            c.json(Method::GET, &format!("/v1/computers/{}", q(&id)), None)
+            c.fetch(Method::GET, &format!("/v1/computers/{}", q(&id)))
                 .await?
         }
         ComputerCmd::Start { id } => {
-            c.json(
-                Method::POST,
-                &format!("/v1/computers/{}/start", q(&id)),
-                None,
-            )
-            .await?
+            c.fetch(Method::POST, &format!("/v1/computers/{}/start", q(&id)))
+                .await?
         }
         ComputerCmd::Stop { id } => {
-            c.json(
-                Method::POST,
-                &format!("/v1/computers/{}/stop", q(&id)),
-                None,
-            )
-            .await?
+            c.fetch(Method::POST, &format!("/v1/computers/{}/stop", q(&id)))
+                .await?
         }
         ComputerCmd::Destroy { id } => {
-            c.json(Method::DELETE, &format!("/v1/computers/{}", q(&id)), None)
+            c.fetch::<()>(Method::DELETE, &format!("/v1/computers/{}", q(&id)))
                 .await?;
             if g.json {
-                print_json(&serde_json::json!({ "destroyed": id }));
+                print_json(&Destroyed { destroyed: id });
             } else {
                 println!("destroyed {id}");
             }
@@ -148,9 +140,9 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
         }
     };
     if g.json {
-        print_json(&v)
+        print_json(&computer)
     } else {
-        print_computer(&v)
+        print_computer(&computer)
     }
     Ok(0)
 }

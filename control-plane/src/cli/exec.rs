@@ -3,11 +3,13 @@
 
 use super::Global;
 use crate::client::{full_body, q};
+use crate::schema::exec::{ExecLine, ExecSpec};
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use clap::Args;
 use http_body_util::BodyExt;
 use hyper::Method;
+use std::collections::BTreeMap;
 use std::io::Write;
 
 #[derive(Args)]
@@ -37,24 +39,23 @@ pub struct ExecArgs {
 
 pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
     let c = g.client()?;
-    let mut env = serde_json::Map::new();
+    let mut env = BTreeMap::new();
     for kv in &a.env {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| anyhow!("--env takes KEY=VALUE, got {kv:?}"))?;
-        env.insert(k.to_string(), v.into());
+        env.insert(k.to_string(), v.to_string());
     }
-    let mut spec = serde_json::json!({ "argv": a.argv, "env": env });
-    if let Some(cwd) = a.cwd {
-        spec["cwd"] = cwd.into();
-    }
-    if let Some(t) = a.timeout_ms {
-        spec["timeout_ms"] = t.into();
-    }
-    if let (Some(b), Some(l)) = (a.bot, a.lease) {
-        spec["bot"] = b.into();
-        spec["lease"] = l.into();
-    }
+    // clap gives --bot and --lease together or neither.
+    let spec = ExecSpec {
+        argv: a.argv,
+        cwd: a.cwd,
+        env,
+        timeout_ms: a.timeout_ms,
+        stdin: None,
+        bot: a.bot,
+        lease: a.lease,
+    };
     let path = format!("/v1/computers/{}/exec", q(&a.computer));
     let resp = if a.stdin {
         let mut head = serde_json::to_vec(&spec)?;
@@ -92,38 +93,27 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
                 std::io::stdout().write_all(&line)?;
                 std::io::stdout().flush()?;
             }
-            let v: serde_json::Value = serde_json::from_slice(&line)?;
-            match v["type"].as_str() {
-                Some(s @ ("stdout" | "stderr")) if !g.json => {
-                    let bytes = match (v["data"].as_str(), v["data_b64"].as_str()) {
-                        (Some(t), _) => t.as_bytes().to_vec(),
-                        (None, Some(b)) => {
-                            use base64::Engine;
-                            base64::engine::general_purpose::STANDARD.decode(b)?
-                        }
-                        _ => Vec::new(),
-                    };
-                    if s == "stdout" {
-                        std::io::stdout().write_all(&bytes)?;
-                        std::io::stdout().flush()?;
-                    } else {
-                        std::io::stderr().write_all(&bytes)?;
-                    }
+            match serde_json::from_slice(&line)? {
+                ExecLine::Stdout(chunk) if !g.json => {
+                    std::io::stdout().write_all(&chunk.bytes()?)?;
+                    std::io::stdout().flush()?;
                 }
-                Some("exit") => {
-                    let c = v["code"].as_i64().unwrap_or(1);
-                    if let (Some(m), false) = (v["message"].as_str(), g.json) {
+                ExecLine::Stderr(chunk) if !g.json => {
+                    std::io::stderr().write_all(&chunk.bytes()?)?;
+                }
+                ExecLine::Exit { code: c, message } => {
+                    if let (Some(m), false) = (message, g.json) {
                         eprintln!("rakazo: {m}");
                     }
-                    code = Some(i32::try_from(c).unwrap_or(1));
+                    code = Some(c);
                 }
-                Some("error") => {
+                ExecLine::Error(e) => {
                     if !g.json {
-                        eprintln!("rakazo: {}", v["message"].as_str().unwrap_or("error"));
+                        eprintln!("rakazo: {}", e.message);
                     }
                     code = Some(125);
                 }
-                _ => {}
+                ExecLine::Started { .. } | ExecLine::Stdout(_) | ExecLine::Stderr(_) => {}
             }
         }
     }

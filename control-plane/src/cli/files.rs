@@ -2,7 +2,8 @@
 //! (`/v1/computers/{id}/files…`).
 
 use super::{print_entries, print_json, Global};
-use crate::client::{full_body, q};
+use crate::client::{full_body, json_answer, q};
+use crate::schema::files::{FileList, Written};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use clap::Subcommand;
@@ -41,17 +42,16 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
     let c = g.client()?;
     match cmd {
         FilesCmd::Ls { computer, path } => {
-            let v = c
-                .json(
+            let list: FileList = c
+                .fetch(
                     Method::GET,
                     &format!("/v1/computers/{}/files?path={}", q(&computer), q(&path)),
-                    None,
                 )
                 .await?;
             if g.json {
-                print_json(&v);
+                print_json(&list);
             } else {
-                print_entries(&v["entries"]);
+                print_entries(&list.entries);
             }
         }
         FilesCmd::Cat {
@@ -108,12 +108,11 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
                     body.boxed(),
                 )
                 .await?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&resp.into_body().collect().await?.to_bytes())?;
+            let written: Written = json_answer(resp).await?;
             if g.json {
-                print_json(&v)
+                print_json(&written)
             } else {
-                println!("wrote {} bytes to {remote}", v["written"]);
+                println!("wrote {} bytes to {remote}", written.written);
             }
         }
     }

@@ -2,7 +2,9 @@
 //! operator's reconcile and purge. Checkpoints and restores show a progress bar on a terminal
 //! (stderr) and plain progress lines otherwise.
 
+use super::print_json;
 use crate::client::{full_body, q, Client};
+use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
 use anyhow::{anyhow, bail, Result};
 use bytes::Bytes;
 use clap::Subcommand;
@@ -57,25 +59,19 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             .await
         }
         HomeCmd::Show { computer } => {
-            let v = c
-                .json(
-                    Method::GET,
-                    &format!("/v1/computers/{}/home", q(&computer)),
-                    None,
-                )
+            let info: HomeInfo = c
+                .fetch(Method::GET, &format!("/v1/computers/{}/home", q(&computer)))
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&info);
             } else {
                 println!(
                     "{} home {} in the {} store: revision {}{}",
-                    v["computer"].as_str().unwrap_or("?"),
-                    v["home_key"].as_str().unwrap_or("?"),
-                    v["store"].as_str().unwrap_or("?"),
-                    v["revision"]
-                        .as_u64()
-                        .map_or("none".to_string(), |r| r.to_string()),
-                    if v["pending_restore"].as_bool() == Some(true) {
+                    info.computer,
+                    info.home_key,
+                    info.store,
+                    info.revision.map_or("none".to_string(), |r| r.to_string()),
+                    if info.pending_restore {
                         " (restore pending)"
                     } else {
                         ""
@@ -96,13 +92,13 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             if let Some(l) = limit {
                 path.push_str(&format!("limit={l}"));
             }
-            let v = c.json(Method::GET, &path, None).await?;
+            let listed: HomeEntries = c.fetch(Method::GET, &path).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&listed);
                 return Ok(0);
             }
-            super::print_entries(&v["entries"]);
-            if v["truncated"] == true {
+            super::print_entries(&listed.entries);
+            if listed.truncated {
                 eprintln!("rakazo: listing truncated; use --limit or a prefix");
             }
             Ok(0)
@@ -133,29 +129,26 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             Ok(0)
         }
         HomeCmd::Reconcile => {
-            let v = c.json(Method::POST, "/v1/homes/reconcile", None).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else if v["store"] != "object" {
+            let done: Reconciled = c.fetch(Method::POST, "/v1/homes/reconcile").await?;
+            match done {
+                _ if json => print_json(&done),
                 // Only an object store can hold objects no computer owns.
-                println!(
-                    "the {} store has nothing to reconcile",
-                    v["store"].as_str().unwrap_or("?")
-                );
-            } else {
-                println!(
-                    "kept {}, deleted {}, left {} foreign objects",
-                    v["kept"], v["deleted"], v["foreign"]
-                );
+                Reconciled::Local => println!("the local store has nothing to reconcile"),
+                Reconciled::Object {
+                    kept,
+                    deleted,
+                    foreign,
+                    ..
+                } => println!("kept {kept}, deleted {deleted}, left {foreign} foreign objects"),
             }
             Ok(0)
         }
         HomeCmd::Purge { home_key } => {
-            let v = c
-                .json(Method::DELETE, &format!("/v1/homes/{}", q(&home_key)), None)
+            let purged: Purged = c
+                .fetch(Method::DELETE, &format!("/v1/homes/{}", q(&home_key)))
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(&purged);
             } else {
                 println!("purged home {home_key}");
             }
@@ -186,12 +179,8 @@ async fn flow(c: &Client, json: bool, path: &str) -> Result<i32> {
                 std::io::stdout().write_all(&line)?;
                 std::io::stdout().flush()?;
             }
-            let v: serde_json::Value = serde_json::from_slice(&line)?;
-            match v["type"].as_str() {
-                Some("progress") if !json => {
-                    let phase = v["phase"].as_str().unwrap_or("?").to_string();
-                    let done = v["done"].as_u64().unwrap_or(0);
-                    let total = v["total"].as_u64().unwrap_or(0);
+            match serde_json::from_slice(&line)? {
+                HomeLine::Progress { phase, done, total } if !json => {
                     if tty {
                         eprint!("\r\x1b[2K{}", bar(&phase, done, total));
                     } else {
@@ -204,34 +193,30 @@ async fn flow(c: &Client, json: bool, path: &str) -> Result<i32> {
                     }
                     shown_phase = phase;
                 }
-                Some("done") => {
+                HomeLine::Progress { .. } => {}
+                HomeLine::Done(done) => {
                     if tty {
                         eprintln!();
                     }
                     if !json {
-                        match v["revision"].as_u64() {
+                        match done.revision {
                             Some(r) => {
-                                println!("revision {r} ({})", mib(v["bytes"].as_u64().unwrap_or(0)))
+                                println!("revision {r} ({})", mib(done.bytes.unwrap_or(0)))
                             }
                             None => println!("no stored home: nothing to restore"),
                         }
                     }
                     return Ok(0);
                 }
-                Some("error") => {
+                HomeLine::Error(e) => {
                     if tty {
                         eprintln!();
                     }
                     if !json {
-                        eprintln!(
-                            "rakazo: {} ({})",
-                            v["message"].as_str().unwrap_or("failed"),
-                            v["code"].as_str().unwrap_or("error")
-                        );
+                        eprintln!("rakazo: {} ({})", e.message, e.code);
                     }
                     return Ok(1);
                 }
-                _ => {}
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use super::{print_json, Global};
 use crate::client::q;
+use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest, RunCheckpoint};
 use anyhow::Result;
 use clap::Subcommand;
 use hyper::Method;
@@ -42,85 +43,90 @@ pub enum LeaseCmd {
 
 pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
     let c = g.client()?;
-    let v = match cmd {
+    let (computer, bot, action, body) = match cmd {
         LeaseCmd::Acquire {
             computer,
             bot,
             owner,
             ttl_ms,
         } => {
-            let mut body = serde_json::json!({ "owner": owner });
-            if let Some(t) = ttl_ms {
-                body["ttl_ms"] = t.into();
-            }
-            c.json(
-                Method::POST,
-                &format!("/v1/computers/{}/leases/{}/acquire", q(&computer), q(&bot)),
-                Some(&body),
-            )
-            .await?
+            let body = LeaseRequest {
+                owner: Some(owner),
+                ttl_ms,
+                ..Default::default()
+            };
+            (computer, bot, "acquire", body)
         }
         LeaseCmd::Renew {
             computer,
             bot,
             lease,
             ttl_ms,
-        } => {
-            let mut body = serde_json::json!({ "lease": lease });
-            if let Some(t) = ttl_ms {
-                body["ttl_ms"] = t.into();
-            }
-            c.json(
-                Method::POST,
-                &format!("/v1/computers/{}/leases/{}/renew", q(&computer), q(&bot)),
-                Some(&body),
-            )
-            .await?
-        }
+        } => (
+            computer,
+            bot,
+            "renew",
+            LeaseRequest {
+                lease: Some(lease),
+                ttl_ms,
+                ..Default::default()
+            },
+        ),
         LeaseCmd::Release {
             computer,
             bot,
             lease,
             outcome,
-        } => {
-            let mut body = serde_json::json!({ "lease": lease });
-            if let Some(o) = outcome {
-                body["outcome"] = o.into();
-            }
-            c.json(
-                Method::POST,
-                &format!("/v1/computers/{}/leases/{}/release", q(&computer), q(&bot)),
-                Some(&body),
-            )
-            .await?
-        }
+        } => (
+            computer,
+            bot,
+            "release",
+            LeaseRequest {
+                lease: Some(lease),
+                outcome,
+                ..Default::default()
+            },
+        ),
         LeaseCmd::Show { computer, bot } => {
-            c.json(
-                Method::GET,
-                &format!("/v1/computers/{}/leases/{}", q(&computer), q(&bot)),
-                None,
-            )
-            .await?
+            let path = format!("/v1/computers/{}/leases/{}", q(&computer), q(&bot));
+            print_lease(g, &c.fetch(Method::GET, &path).await?);
+            return Ok(0);
         }
     };
+    let path = format!("/v1/computers/{}/leases/{}/{action}", q(&computer), q(&bot));
+    if action != "release" {
+        print_lease(g, &c.call(Method::POST, &path, &body).await?);
+        return Ok(0);
+    }
+    let released: LeaseReleased = c.call(Method::POST, &path, &body).await?;
     if g.json {
-        print_json(&v);
-    } else if let Some(l) = v["lease"].as_str() {
-        println!("{l}\texpires_at_ms={}", v["expires_at_ms"]);
+        print_json(&released);
     } else {
-        println!("released");
-        // The run-end checkpoint (contracts.md §9): a failure must reach the user, not only
-        // the server log; the release itself stands, and the previous revision stays current.
-        let cp = &v["checkpoint"];
-        match cp["status"].as_str() {
-            Some("saved") => println!("home checkpointed: revision {}", cp["revision"]),
-            Some("failed") => eprintln!(
-                "rakazo: the home checkpoint after this run failed (the previous revision stays current): {}",
-                cp["error"].as_str().unwrap_or("unknown error")
-            ),
-            Some(other) => println!("home checkpoint {other}"),
-            None => {}
-        }
+        print_released(&released);
     }
     Ok(0)
+}
+
+/// `<owner>:<fence>\texpires_at_ms=<ms>`.
+fn print_lease(g: &Global, lease: &Lease) {
+    if g.json {
+        print_json(lease);
+    } else {
+        println!("{}\texpires_at_ms={}", lease.lease, lease.expires_at_ms);
+    }
+}
+
+/// `released`, then what the run-end checkpoint did (contracts.md §9): a failure must reach the
+/// user, not only the server log; the release itself stands, and the previous revision stays
+/// current.
+fn print_released(released: &LeaseReleased) {
+    println!("released");
+    match &released.checkpoint {
+        RunCheckpoint::Saved { revision, .. } => println!("home checkpointed: revision {revision}"),
+        RunCheckpoint::Failed { error } => eprintln!(
+            "rakazo: the home checkpoint after this run failed (the previous revision stays current): {error}"
+        ),
+        RunCheckpoint::Deferred { .. } => println!("home checkpoint deferred"),
+        RunCheckpoint::Skipped { .. } => println!("home checkpoint skipped"),
+    }
 }

@@ -28,11 +28,14 @@ pub use lease::LeaseCmd;
 pub use screen::{ActArgs, ObserveArgs, ScreenCmd, TerminalCmd};
 pub use serve::ServeArgs;
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, LocalAddresses};
+use crate::schema::files::{Entry, EntryKind};
 use crate::serve::{ADDRESSES_FILE, API_TOKEN_FILE};
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use gateway_proto::Secret;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -138,11 +141,10 @@ impl Global {
                         path.display()
                     )
                 })?;
-                let v: serde_json::Value = serde_json::from_str(&text)?;
-                v["http"]
-                    .as_str()
+                let recorded: LocalAddresses = serde_json::from_str(&text)?;
+                recorded
+                    .http
                     .ok_or_else(|| anyhow!("{} has no http address", path.display()))?
-                    .to_string()
             }
         };
         #[allow(clippy::disallowed_methods)] // the CLI's one read of the token variable
@@ -168,25 +170,41 @@ impl Global {
 }
 
 /// A listing (`files ls`, `home ls`): kind (`d`, `x` executable, `-`), size, path.
-fn print_entries(entries: &serde_json::Value) {
-    for e in entries.as_array().into_iter().flatten() {
-        let kind = if e["kind"] == "dir" {
-            "d"
-        } else if e["executable"] == true {
-            "x"
-        } else {
-            "-"
+fn print_entries(entries: &[Entry]) {
+    for e in entries {
+        let kind = match (e.kind, e.executable) {
+            (EntryKind::Dir, _) => "d",
+            (EntryKind::File, true) => "x",
+            (EntryKind::File, false) => "-",
         };
-        println!(
-            "{kind} {:>12} {}",
-            e["size"].as_u64().unwrap_or(0),
-            e["path"].as_str().unwrap_or("?")
-        );
+        println!("{kind} {:>12} {}", e.size, e.path);
     }
 }
 
-fn print_json(v: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+/// Prints an answer for `--json`: pretty, with its keys in order (as a `serde_json::Value`
+/// orders them), whatever order its type declares them in.
+fn print_json<T: Serialize>(answer: &T) {
+    let v = serde_json::to_value(answer).unwrap_or_default();
+    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+}
+
+/// A JSON array a user gave as `flag` (`-`: read from stdin), each element read as a `T`; a bad
+/// element is named by its position, as the API names it (`action 2: …`).
+fn user_array<T: DeserializeOwned>(arg: &str, flag: &str, what: &str) -> Result<Vec<T>> {
+    let raw = if arg == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        s
+    } else {
+        arg.to_string()
+    };
+    let items: Vec<serde_json::Value> =
+        serde_json::from_str(&raw).with_context(|| format!("{flag} must be a JSON array"))?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| serde_json::from_value(v).map_err(|e| anyhow!("{what} {}: {e}", i + 1)))
+        .collect()
 }
 
 /// Runs a parsed command; returns the process exit code.

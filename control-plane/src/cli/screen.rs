@@ -1,11 +1,17 @@
 //! `rakazo screen …`, `terminal …`, `observe` and `act`: a bot's desktop and its live views
 //! (`/v1/computers/{id}/screens/…` and `/v1/computers/{id}/terminals/…`).
 
-use super::{print_json, Global};
+use super::{print_json, user_array, Global};
 use crate::client::{q, Client};
+use crate::schema::screen::{
+    ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
+    ScreenList, ScreenReleased, UrlRequest,
+};
+use crate::schema::Empty;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use hyper::Method;
+use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -76,16 +82,15 @@ pub struct ActArgs {
     pub out: Option<PathBuf>,
 }
 
-/// `POST .../screens/{bot}/takeover` or `.../release-control`.
-async fn control_action(
+/// `POST .../screens/{bot}/takeover` or `.../release-control`, which take an empty object.
+async fn control_action<R: DeserializeOwned>(
     c: &Client,
     computer: &str,
     bot: &str,
     action: &str,
-) -> Result<serde_json::Value> {
+) -> Result<R> {
     let path = format!("/v1/computers/{}/screens/{}/{action}", q(computer), q(bot));
-    Ok(c.json(Method::POST, &path, Some(&serde_json::json!({})))
-        .await?)
+    Ok(c.call(Method::POST, &path, &Empty {}).await?)
 }
 
 /// Prints a capability URL: on stdout only, so it can be piped and never lands in a log.
@@ -96,36 +101,40 @@ pub(super) async fn live_url(g: &Global, computer: &str, bot: &str, policy: &str
     } else {
         format!("/v1/computers/{}/screens/{}/url", q(computer), q(bot))
     };
-    let v = c
-        .json(
-            Method::POST,
-            &path,
-            Some(&serde_json::json!({ "policy": policy })),
-        )
-        .await?;
+    let body = UrlRequest {
+        policy: Some(policy.to_string()),
+        ttl_secs: None,
+    };
+    let url: LiveUrl = c.call(Method::POST, &path, &body).await?;
     if g.json {
-        print_json(&v);
+        print_json(&url);
     } else {
-        println!("{}", v["url"].as_str().unwrap_or_default());
+        println!("{}", url.url);
     }
     Ok(0)
 }
 
+/// `{bot}\tslot {slot}\tdisplay :{display}`
+fn print_screen(s: &Screen) {
+    println!("{}\tslot {}\tdisplay :{}", s.bot, s.slot, s.display);
+}
+
 pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
     let c = g.client()?;
-    let v = match cmd {
+    match cmd {
         ScreenCmd::Ensure {
             computer,
             bot,
             lease,
         } => {
             let path = format!("/v1/computers/{}/screens/{}/ensure", q(&computer), q(&bot));
-            c.json(
-                Method::POST,
-                &path,
-                Some(&serde_json::json!({ "lease": lease })),
-            )
-            .await?
+            let body = LeaseBody { lease: Some(lease) };
+            let screen: Screen = c.call(Method::POST, &path, &body).await?;
+            if g.json {
+                print_json(&screen);
+            } else {
+                print_screen(&screen);
+            }
         }
         ScreenCmd::Url {
             computer,
@@ -136,26 +145,24 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             return live_url(g, &computer, &bot, policy).await;
         }
         ScreenCmd::Takeover { computer, bot } => {
-            let v = control_action(&c, &computer, &bot, "takeover").await?;
+            let taken: ControlTaken = control_action(&c, &computer, &bot, "takeover").await?;
             if g.json {
-                print_json(&v);
+                print_json(&taken);
             } else {
                 println!(
                     "control of {bot} taken (lease {}, until {} ms)",
-                    v["control_lease"].as_str().unwrap_or("?"),
-                    v["expires_at_ms"]
+                    taken.control_lease, taken.expires_at_ms
                 );
             }
-            return Ok(0);
         }
         ScreenCmd::Release { computer, bot } => {
-            let v = control_action(&c, &computer, &bot, "release-control").await?;
+            let released: ControlReleased =
+                control_action(&c, &computer, &bot, "release-control").await?;
             if g.json {
-                print_json(&v);
+                print_json(&released);
             } else {
                 println!("control of {bot} released");
             }
-            return Ok(0);
         }
         ScreenCmd::Stop {
             computer,
@@ -163,74 +170,61 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             lease,
         } => {
             let path = format!("/v1/computers/{}/screens/{}/release", q(&computer), q(&bot));
-            c.json(
-                Method::POST,
-                &path,
-                Some(&serde_json::json!({ "lease": lease })),
-            )
-            .await?
+            let released: ScreenReleased =
+                c.call(Method::POST, &path, &LeaseBody { lease }).await?;
+            if g.json {
+                print_json(&released);
+            } else {
+                println!("released");
+            }
         }
         ScreenCmd::List { computer } => {
-            c.json(
-                Method::GET,
-                &format!("/v1/computers/{}/screens", q(&computer)),
-                None,
-            )
-            .await?
+            let path = format!("/v1/computers/{}/screens", q(&computer));
+            let list: ScreenList = c.fetch(Method::GET, &path).await?;
+            if g.json {
+                print_json(&list);
+            } else {
+                list.screens.iter().for_each(print_screen);
+            }
         }
-    };
-    if g.json {
-        print_json(&v);
-    } else if let Some(all) = v["screens"].as_array() {
-        for s in all {
-            println!(
-                "{}\tslot {}\tdisplay :{}",
-                s["bot"].as_str().unwrap_or("?"),
-                s["slot"],
-                s["display"]
-            );
-        }
-    } else if v["released"] == true {
-        println!("released");
-    } else {
-        println!(
-            "{}\tslot {}\tdisplay :{}",
-            v["bot"].as_str().unwrap_or("?"),
-            v["slot"],
-            v["display"]
-        );
     }
     Ok(0)
 }
 
-/// Writes an observation's image to `out` (if any) and prints its metadata.
-fn save_observation(g: &Global, obs: &serde_json::Value, out: Option<&PathBuf>) -> Result<()> {
-    use base64::Engine;
-    if let (Some(path), Some(img)) = (out, obs["image"].as_str()) {
-        let png = base64::engine::general_purpose::STANDARD.decode(img)?;
-        std::fs::write(path, png).with_context(|| format!("write {}", path.display()))?;
-    }
+/// Writes an observation's image to `out` (if any), then prints it: its metadata for `--json`
+/// (the image left out), else one line.
+fn save_observation(g: &Global, mut obs: Observation, out: Option<&PathBuf>) -> Result<()> {
+    write_image(obs.image.as_deref(), out)?;
     if g.json {
-        let mut meta = obs.clone();
-        meta["image"] = serde_json::Value::Null;
-        print_json(&meta);
-    } else if obs["unchanged"] == true {
+        obs.image = None;
+        print_json(&obs);
+    } else if obs.unchanged {
         println!(
             "frame {} unchanged: the previous screenshot remains valid",
-            obs["frameId"].as_str().unwrap_or("?")
+            obs.frame_id
         );
     } else {
         println!(
             "frame {} {}x{} cursor {},{} window {:?}{}",
-            obs["frameId"].as_str().unwrap_or("?"),
-            obs["width"],
-            obs["height"],
-            obs["cursor"]["x"],
-            obs["cursor"]["y"],
-            obs["activeWindow"]["title"].as_str().unwrap_or(""),
+            obs.frame_id,
+            obs.width,
+            obs.height,
+            obs.cursor.x,
+            obs.cursor.y,
+            obs.active_window.as_ref().map_or("", |w| w.title.as_str()),
             out.map(|p| format!(" -> {}", p.display()))
                 .unwrap_or_default(),
         );
+    }
+    Ok(())
+}
+
+/// Writes an observation's PNG (`image`, base64) to `out`, when both are there.
+fn write_image(image: Option<&str>, out: Option<&PathBuf>) -> Result<()> {
+    use base64::Engine;
+    if let (Some(path), Some(img)) = (out, image) {
+        let png = base64::engine::general_purpose::STANDARD.decode(img)?;
+        std::fs::write(path, png).with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
 }
@@ -242,55 +236,40 @@ pub(super) async fn observe(g: &Global, a: ObserveArgs) -> Result<i32> {
         q(&a.computer),
         q(&a.bot)
     );
-    let v = c
-        .json(
-            Method::POST,
-            &path,
-            Some(&serde_json::json!({ "lease": a.lease })),
-        )
-        .await?;
-    save_observation(g, &v, a.out.as_ref())?;
+    let body = LeaseBody {
+        lease: Some(a.lease),
+    };
+    let obs: Observation = c.call(Method::POST, &path, &body).await?;
+    save_observation(g, obs, a.out.as_ref())?;
     Ok(0)
 }
 
 pub(super) async fn act(g: &Global, a: ActArgs) -> Result<i32> {
     let c = g.client()?;
-    let raw = if a.actions == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
-        s
-    } else {
-        a.actions.clone()
+    let body = ActRequest {
+        lease: a.lease,
+        actions: user_array(&a.actions, "--actions", "action")?,
+        observe: a.observe,
+        settle_ms: a.settle_ms,
     };
-    let actions: serde_json::Value =
-        serde_json::from_str(&raw).context("--actions must be a JSON array")?;
-    let mut body =
-        serde_json::json!({ "lease": a.lease, "actions": actions, "observe": a.observe });
-    if let Some(ms) = a.settle_ms {
-        body["settle_ms"] = ms.into();
-    }
     let path = format!("/v1/computers/{}/screens/{}/act", q(&a.computer), q(&a.bot));
-    let v = c.json(Method::POST, &path, Some(&body)).await?;
-    if let Some(obs) = v.get("observation") {
-        if g.json {
-            let mut meta = v.clone();
-            meta["observation"]["image"] = serde_json::Value::Null;
-            print_json(&meta);
-            if let (Some(path), Some(img)) = (a.out.as_ref(), obs["image"].as_str()) {
-                use base64::Engine;
-                std::fs::write(path, base64::engine::general_purpose::STANDARD.decode(img)?)?;
-            }
-        } else {
+    let mut result: ActResult = c.call(Method::POST, &path, &body).await?;
+    match result.observation.take() {
+        Some(mut obs) if g.json => {
+            let image = obs.image.take();
+            result.observation = Some(obs);
+            print_json(&result);
+            write_image(image.as_deref(), a.out.as_ref())?;
+        }
+        Some(obs) => {
             println!(
                 "completed {} actions (settled after {} ms)",
-                v["completed"], v["settledMs"]
+                result.completed, result.settled_ms
             );
             save_observation(g, obs, a.out.as_ref())?;
         }
-    } else if g.json {
-        print_json(&v);
-    } else {
-        println!("completed {} actions", v["completed"]);
+        None if g.json => print_json(&result),
+        None => println!("completed {} actions", result.completed),
     }
     Ok(0)
 }
