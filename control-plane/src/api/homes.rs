@@ -17,6 +17,9 @@ use crate::core::{Core, CoreError};
 use crate::homes::browse::{clean_path, Walker};
 use crate::homes::flow::DEFAULT_LEASE_WAIT;
 use crate::homes::{chain, HomeError, Progress, ProgressReport};
+use crate::schema::error::ErrorInfo;
+use crate::schema::files::{Entry, EntryKind};
+use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::{header, Response, StatusCode};
@@ -37,16 +40,18 @@ const PROGRESS_STEP: u64 = 8 << 20;
 
 type Out = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
-fn line(value: serde_json::Value) -> Bytes {
-    let mut v = serde_json::to_vec(&value).unwrap_or_default();
+fn line(value: &HomeLine) -> Bytes {
+    let mut v = serde_json::to_vec(value).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
 
 fn progress_line(r: &ProgressReport) -> Bytes {
-    line(serde_json::json!({
-        "type": "progress", "phase": r.phase, "done": r.done, "total": r.total,
-    }))
+    line(&HomeLine::Progress {
+        phase: r.phase.to_string(),
+        done: r.done,
+        total: r.total,
+    })
 }
 
 /// The API shape of a home error. Store failures carry their cause chain: it names objects and
@@ -79,8 +84,10 @@ pub fn home_error(e: HomeError) -> ApiError {
 }
 
 fn error_line(e: ApiError) -> Bytes {
-    line(serde_json::json!({
-        "type": "error", "code": e.code, "message": e.message, "uncertain": e.uncertain,
+    line(&HomeLine::Error(ErrorInfo {
+        code: e.code.to_string(),
+        message: e.message,
+        uncertain: e.uncertain,
     }))
 }
 
@@ -191,12 +198,9 @@ fn wait_of(q: &HashMap<String, String>) -> Result<Duration, ApiError> {
     }
 }
 
-fn outcome_line(r: Result<serde_json::Value, CoreError>) -> Bytes {
+fn outcome_line(r: Result<HomeDone, CoreError>) -> Bytes {
     match r {
-        Ok(mut v) => {
-            v["type"] = serde_json::json!("done");
-            line(v)
-        }
+        Ok(done) => line(&HomeLine::Done(done)),
         Err(e) => error_line(e.into()),
     }
 }
@@ -216,7 +220,12 @@ pub async fn checkpoint(
         if let Err(e) = &r {
             warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
         }
-        r.map(|d| serde_json::json!({ "revision": d.revision.get(), "bytes": d.bytes }))
+        r.map(|d| HomeDone {
+            revision: Some(d.revision.get()),
+            bytes: Some(d.bytes),
+            content_bytes: None,
+            entries: None,
+        })
     };
     Ok(ndjson_flow(progress, flow, outcome_line))
 }
@@ -231,12 +240,11 @@ pub async fn restore(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, Api
         if let Err(e) = &r {
             warn!(computer_id = %c.id, error = %chain(e), "home restore failed; nothing was written");
         }
-        r.map(|d| match d {
-            Some(d) => serde_json::json!({
-                "revision": d.revision.get(), "bytes": d.bytes,
-                "content_bytes": d.content_bytes, "entries": d.entries,
-            }),
-            None => serde_json::json!({ "revision": null }),
+        r.map(|d| HomeDone {
+            revision: d.map(|d| d.revision.get()),
+            bytes: d.map(|d| d.bytes),
+            content_bytes: d.map(|d| d.content_bytes),
+            entries: d.map(|d| d.entries),
         })
     };
     Ok(ndjson_flow(progress, flow, outcome_line))
@@ -255,16 +263,14 @@ pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
         .pending_restore(&c.id)
         .await
         .map_err(|e| home_error(e.into()))?;
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({
-            "computer": c.id.as_str(),
-            "home_key": c.home_key,
-            "store": homes.kind(),
-            "revision": revision.map(|r| r.get()),
-            "pending_restore": pending,
-        }),
-    ))
+    let info = HomeInfo {
+        computer: c.id.as_str().to_string(),
+        home_key: c.home_key,
+        store: homes.kind().to_string(),
+        revision: revision.map(|r| r.get()),
+        pending_restore: pending,
+    };
+    Ok(json_response(StatusCode::OK, &info))
 }
 
 /// The walker over the latest checkpoint of `id`'s home.
@@ -321,17 +327,22 @@ pub async fn entries(
             truncated = true;
             break;
         }
-        out.push(serde_json::json!({
-            "path": e.path,
-            "kind": if e.dir { "dir" } else { "file" },
-            "size": e.size,
-            "executable": e.executable,
-        }));
+        out.push(Entry {
+            path: e.path,
+            kind: if e.dir {
+                EntryKind::Dir
+            } else {
+                EntryKind::File
+            },
+            size: e.size,
+            executable: e.executable,
+        });
     }
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "entries": out, "truncated": truncated }),
-    ))
+    let listed = HomeEntries {
+        entries: out,
+        truncated,
+    };
+    Ok(json_response(StatusCode::OK, &listed))
 }
 
 pub async fn content(
@@ -378,11 +389,14 @@ pub async fn content(
 pub async fn reconcile(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
     let stats = api.core.homes.reconcile().await.map_err(home_error)?;
     let body = match stats {
-        Some(s) => serde_json::json!({
-            "store": "object", "kept": s.kept, "deleted": s.deleted, "foreign": s.foreign,
-            "aborted_uploads": s.aborted, "abort_failed": s.abort_failed,
-        }),
-        None => serde_json::json!({ "store": "local" }),
+        Some(s) => Reconciled::Object {
+            kept: s.kept,
+            deleted: s.deleted,
+            foreign: s.foreign,
+            aborted_uploads: s.aborted,
+            abort_failed: s.abort_failed,
+        },
+        None => Reconciled::Local,
     };
     Ok(json_response(StatusCode::OK, &body))
 }
@@ -414,11 +428,15 @@ pub async fn purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody>,
         .map_err(home_error)?
         .ok_or_else(|| ApiError::not_found(format!("home {home_key} not found")))?;
     core.homes.purge(&key).await.map_err(home_error)?;
+    Ok(purged(home_key))
+}
+
+fn purged(home_key: &str) -> Response<RespBody> {
     tracing::info!(home_key, "stored home purged");
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "purged": home_key }),
-    ))
+    let body = Purged {
+        purged: home_key.to_string(),
+    };
+    json_response(StatusCode::OK, &body)
 }
 
 /// The local store keys homes by home key; purging one needs no computer row.
@@ -438,11 +456,7 @@ async fn local_purge(api: &Arc<Api>, home_key: &str) -> Result<Response<RespBody
     let key = homes::HomeKey::new(home_key)
         .map_err(|e| ApiError::bad_request(format!("home key: {e}")))?;
     core.homes.purge(&key).await.map_err(home_error)?;
-    tracing::info!(home_key, "stored home purged");
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "purged": home_key }),
-    ))
+    Ok(purged(home_key))
 }
 
 #[cfg(test)]
@@ -452,12 +466,9 @@ mod tests {
     fn phases(lines: &[Bytes]) -> Vec<(String, u64)> {
         lines
             .iter()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_slice(l).expect("json line");
-                (
-                    v["phase"].as_str().unwrap_or("").to_string(),
-                    v["done"].as_u64().unwrap_or(0),
-                )
+            .map(|l| match serde_json::from_slice(l).expect("json line") {
+                HomeLine::Progress { phase, done, .. } => (phase, done),
+                other => panic!("not a progress line: {other:?}"),
             })
             .collect()
     }

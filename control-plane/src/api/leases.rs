@@ -3,42 +3,52 @@
 use super::body::{json_response, ApiError, RespBody};
 use super::{bot_json, parse_bot, parse_lease, Api};
 use crate::core::RunOutcome;
-use crate::lease::{Lease, EXEC_LEASE_TTL};
+use crate::homes::flow;
+use crate::lease::EXEC_LEASE_TTL;
+use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest, RunCheckpoint};
 use gateway_proto::LeaseToken;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest TTL a caller may ask for.
 const MAX_TTL_MS: u64 = 60 * 60 * 1000;
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct LeaseBody {
-    /// acquire: the run id that will own the lease.
-    owner: Option<String>,
-    /// renew, release: the lease as `<owner>:<fence>`.
-    lease: Option<String>,
-    ttl_ms: Option<u64>,
-    /// release: how the run ended (`success`, `failed`, `cancelled`); a failed or cancelled run
-    /// tears the bot's desktop down (contracts.md §3).
-    outcome: Option<String>,
+/// The API's view of a lease.
+fn view(l: &crate::lease::Lease) -> Lease {
+    Lease {
+        computer: l.computer.as_str().to_string(),
+        bot: l.bot.as_str().to_string(),
+        lease: l.token.to_string(),
+        owner: l.token.owner().to_string(),
+        fence: l.token.fence(),
+        expires_at_ms: l.expires_at_ms,
+    }
 }
 
-fn view(l: &Lease) -> serde_json::Value {
-    serde_json::json!({
-        "computer": l.computer.as_str(),
-        "bot": l.bot.as_str(),
-        "lease": l.token.to_string(),
-        "owner": l.token.owner(),
-        "fence": l.token.fence(),
-        "expires_at_ms": l.expires_at_ms,
-    })
+/// What the run-end checkpoint did, as the release answers it: a failed checkpoint is reported
+/// to the run, not only logged.
+fn checkpoint_view(c: &flow::RunCheckpoint) -> RunCheckpoint {
+    use flow::RunCheckpoint as Done;
+    match c {
+        Done::Saved(done) => RunCheckpoint::Saved {
+            revision: done.revision.get(),
+            bytes: done.bytes,
+        },
+        Done::Deferred(bots) => RunCheckpoint::Deferred {
+            waiting_for: bots.clone(),
+        },
+        Done::Skipped(why) => RunCheckpoint::Skipped {
+            reason: why.to_string(),
+        },
+        Done::Failed(error) => RunCheckpoint::Failed {
+            error: error.clone(),
+        },
+    }
 }
 
-fn ttl(body: &LeaseBody) -> Result<Duration, ApiError> {
+fn ttl(body: &LeaseRequest) -> Result<Duration, ApiError> {
     match body.ttl_ms {
         None => Ok(EXEC_LEASE_TTL),
         Some(ms) if (1..=MAX_TTL_MS).contains(&ms) => Ok(Duration::from_millis(ms)),
@@ -48,7 +58,7 @@ fn ttl(body: &LeaseBody) -> Result<Duration, ApiError> {
     }
 }
 
-fn token(body: &LeaseBody) -> Result<LeaseToken, ApiError> {
+fn token(body: &LeaseRequest) -> Result<LeaseToken, ApiError> {
     let raw = body
         .lease
         .as_deref()
@@ -63,7 +73,7 @@ pub async fn act(
     action: &str,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
+    let (bot, body): (_, LeaseRequest) = bot_json(bot, req).await?;
     match action {
         "acquire" => {
             let owner = body
@@ -95,10 +105,11 @@ pub async fn act(
                 .core
                 .release_lease(id, &bot, &token(&body)?, outcome)
                 .await?;
-            Ok(json_response(
-                StatusCode::OK,
-                &serde_json::json!({ "released": true, "checkpoint": checkpoint.to_json() }),
-            ))
+            let released = LeaseReleased {
+                released: true,
+                checkpoint: checkpoint_view(&checkpoint),
+            };
+            Ok(json_response(StatusCode::OK, &released))
         }
         other => Err(ApiError::not_found(format!(
             "no lease action {other:?}; use acquire, renew or release"
