@@ -10,6 +10,7 @@ pub mod clock;
 pub mod computers;
 pub mod core;
 pub mod db;
+pub mod guest;
 pub mod homes;
 pub mod idle;
 pub mod image;

@@ -1,0 +1,62 @@
+//! Screenshots and batches of actions: a typed answer, then (when asked) an observation's PNG.
+
+use super::raw::{next_exact, ByteError};
+use super::Guest;
+use crate::tunnel::{OpReceiver, TunnelError};
+use gateway_proto::desktop::{ActOutcome, ActRequest, ObservationMeta, ObserveRequest};
+use gateway_proto::Reply;
+
+/// Largest PNG accepted from a guest (a 1280x800 desktop is far below this).
+const MAX_PNG: u64 = 32 << 20;
+/// Raw bytes read at once.
+const PNG_CHUNK: usize = 256 * 1024;
+
+/// A screenshot: what the guest says about it, and its PNG (empty when `meta.unchanged`).
+pub struct Observation {
+    pub meta: ObservationMeta,
+    pub png: Vec<u8>,
+}
+
+impl Guest {
+    /// Takes a screenshot of the bot's desktop.
+    pub async fn observe(&self, req: ObserveRequest) -> Result<Observation, TunnelError> {
+        let mut op = self.open(req).await?;
+        self.observation(&mut op.rx).await
+    }
+
+    /// Runs a batch of actions; with `observe`, the screenshot taken after it.
+    pub async fn act(
+        &self,
+        req: ActRequest,
+    ) -> Result<(ActOutcome, Option<Observation>), TunnelError> {
+        let observe = req.observe;
+        let mut op = self.open(req).await?;
+        let outcome = self.answer::<ActRequest>(&mut op.rx).await?;
+        let observation = match observe {
+            true => Some(self.observation(&mut op.rx).await?),
+            false => None,
+        };
+        Ok((outcome, observation))
+    }
+
+    /// Reads an observation: its meta frame (answered as an observe's is), then its PNG. A PNG
+    /// over [`MAX_PNG`], one announced for an unchanged screen, or more bytes than announced
+    /// are protocol errors.
+    async fn observation(&self, rx: &mut OpReceiver) -> Result<Observation, TunnelError> {
+        let meta = self.answer::<ObserveRequest>(rx).await?;
+        if meta.png_len > MAX_PNG || (meta.unchanged && meta.png_len != 0) {
+            return Err(self.protocol(Reply::Observation(meta)));
+        }
+        rx.start_raw();
+        let mut png = Vec::with_capacity(meta.png_len as usize);
+        let mut left = meta.png_len;
+        loop {
+            match next_exact(rx, self.computer(), &mut left, PNG_CHUNK).await {
+                Ok(Some(piece)) => png.extend_from_slice(&piece),
+                Ok(None) => return Ok(Observation { meta, png }),
+                Err(ByteError::Overrun) => return Err(self.protocol(Reply::Observation(meta))),
+                Err(ByteError::Tunnel(e)) => return Err(e),
+            }
+        }
+    }
+}
