@@ -14,7 +14,8 @@
 //! Parts: [`rules`] decides (pure), [`gate`] holds the claim and the operations in flight (the
 //! API router enters it for every operation on a computer), [`store`] keeps when each computer
 //! was last used and its keep-awake window on the computer row (migration 0005), and [`spawn`]
-//! runs the job that looks at every running computer each [`IdleConfig::period`]. The checkpoint
+//! runs the job ([`job`]) that looks at every running computer each [`IdleConfig::period`]; the job
+//! drives the core, while the core holds only this module's state ([`Idle`]), never the job. The checkpoint
 //! is the homes flow's (`Core::checkpoint_home`), the stop is `Core::stop_machine`.
 //!
 //! Computers are looked at concurrently, at most [`CONCURRENT_CHECKS`] at a time, each in its own
@@ -28,22 +29,22 @@
 
 pub mod config;
 pub mod gate;
+mod job;
 pub mod rules;
 pub mod store;
 
 pub use config::{IdleArgs, IdleConfig, DEFAULT_IDLE_TIMEOUT, TAKEOVER_KEEP_AWAKE};
+pub use job::spawn;
 
 use crate::clock::now_ms;
-use crate::computers::{Computer, ComputerId, ComputerState};
-use crate::core::Core;
+use crate::computers::ComputerId;
 use crate::db::Db;
-use gate::{Claim, Claimed, Entered, Gate};
-use rules::{Decision, Observed};
+use gate::{Claimed, Entered, Gate};
+use rules::Decision;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::Semaphore;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
 /// What the job last decided about a computer, shown by `GET /v1/computers/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,187 +217,4 @@ impl Idle {
     pub fn report(&self, computer: &str) -> Option<Report> {
         self.gate.report(computer)
     }
-}
-
-/// Starts the idle job (nothing when disabled).
-pub fn spawn(core: Arc<Core>) {
-    let Some(timeout) = core.idle.config.timeout else {
-        info!("idle suspension disabled");
-        return;
-    };
-    let period = core.idle.config.period();
-    info!(
-        timeout_secs = timeout.as_secs_f64(),
-        keep_awake_secs = core.idle.config.keep_awake.as_secs_f64(),
-        "idle suspension on"
-    );
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(period).await;
-            scan(&core, timeout).await;
-        }
-    });
-}
-
-/// Starts a look at every running computer not being looked at already, each in its own task,
-/// at most [`CONCURRENT_CHECKS`] running at once; returns without waiting for them.
-async fn scan(core: &Arc<Core>, timeout: Duration) {
-    let list = match core.computers.list().await {
-        Ok(list) => list,
-        Err(e) => {
-            warn!(error = %crate::homes::chain(&e), "idle job could not list computers");
-            return;
-        }
-    };
-    let live: std::collections::HashSet<&str> = list
-        .iter()
-        .filter(|c| c.state != ComputerState::Destroyed)
-        .map(|c| c.id.as_str())
-        .collect();
-    core.idle.gate.retain(&live);
-    for c in list {
-        if c.state != ComputerState::Running || !core.has_provider(&c) {
-            continue;
-        }
-        let id = c.id.as_str().to_owned();
-        let fresh = core
-            .idle
-            .looking
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone());
-        if !fresh {
-            debug!(computer_id = %id, "still being looked at: skipped this round");
-            continue;
-        }
-        let core = core.clone();
-        tokio::spawn(async move {
-            // Forgets the computer however the look ends (even a panic), so the next round
-            // looks again.
-            let _looking = Looking(core.idle.looking.clone(), id);
-            let Ok(_slot) = core.idle.slots.clone().acquire_owned().await else {
-                return;
-            };
-            if let Err(e) = consider(&core, &c, timeout).await {
-                warn!(computer_id = %c.id, error = %crate::homes::chain(e.as_ref()), "idle check failed");
-            }
-        });
-    }
-}
-
-/// A computer's entry in [`Idle::looking`], removed when dropped.
-struct Looking(Arc<Mutex<HashSet<String>>>, String);
-
-impl Drop for Looking {
-    fn drop(&mut self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.1);
-    }
-}
-
-type DynError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Decides about one running computer and, if it is idle, suspends it.
-async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(), DynError> {
-    let idle = &core.idle;
-    let id = c.id.as_str();
-    let seen = idle.gate.snapshot(id);
-    let now = now_ms();
-    let Some(stored) = idle.store.observe(&c.id, now).await? else {
-        return Ok(());
-    };
-    let observed = Observed {
-        connected: core.registry.get(id).is_some(),
-        pending_restore: core.homes.ledger().pending_restore(&c.id).await?,
-        in_flight: seen.in_flight,
-        streams: core.live.streams.open_on(id),
-        control: stored.control,
-        runs: stored.runs,
-        active_at_ms: stored.active_at_ms.max(seen.last_used_ms),
-        awake_until_ms: stored.awake_until_ms,
-    };
-    let decision = rules::decide(&observed, timeout, now);
-    let Decision::Suspend { except } = &decision else {
-        debug!(computer_id = %id, ?decision, "not idle");
-        idle.gate.set_report(id, Report::of(&decision, now));
-        return Ok(());
-    };
-    // Used since the look (an operation began or ended): look again next time.
-    let Some(claim) = idle.gate.try_claim(id, &seen) else {
-        return Ok(());
-    };
-    // Reported only once claimed: whoever sees `suspending` is refused.
-    idle.gate.set_report(id, Report::of(&decision, now));
-    let except = except.clone();
-    suspend(core, c, &except, claim).await
-}
-
-/// Holding the claim: checkpoint, then stop. A failed checkpoint stops nothing.
-async fn suspend(
-    core: &Arc<Core>,
-    c: &Computer,
-    except: &[gateway_proto::BotId],
-    claim: Claim,
-) -> Result<(), DynError> {
-    let id = c.id.as_str();
-    // A viewer may have opened a stream between the look and the claim (capability routes do
-    // not pass the gate); it keeps the computer up.
-    if core.live.streams.open_on(id) > 0 {
-        return Ok(());
-    }
-    // State as of now, under the claim: nothing else changes it until the claim drops.
-    let c = core.get(id).await?;
-    if c.state != ComputerState::Running {
-        return Ok(());
-    }
-    info!(computer_id = %id, waiting_runs = ?except.iter().map(|b| b.as_str()).collect::<Vec<_>>(), "computer idle: checkpointing its home, then stopping it");
-    let progress = crate::homes::Progress::new();
-    // The lease wait is zero: under the claim no lease can be taken, so a holder other than
-    // those in `except` means the computer is in use after all.
-    if let Err(e) = core
-        .checkpoint_home(&c, except, Duration::ZERO, &progress)
-        .await
-    {
-        let error = crate::homes::chain(&e);
-        warn!(computer_id = %id, error, "idle checkpoint failed; the computer keeps running and suspension is retried after another idle timeout");
-        let now = now_ms();
-        core.idle.gate.set_report(
-            id,
-            Report {
-                at_ms: now,
-                decision: "failed",
-                reason: format!("checkpoint failed: {error}"),
-                until_ms: None,
-            },
-        );
-        // Restarting the idle timer spaces the retries one timeout apart.
-        core.idle.gate.touch(id, now);
-        core.idle.store.used(&c.id, now).await?;
-        drop(claim);
-        return Ok(());
-    }
-    match core.stop_machine(&c).await {
-        Ok(_) => {
-            info!(computer_id = %id, "computer suspended after being idle");
-            core.idle.gate.set_report(
-                id,
-                Report {
-                    at_ms: now_ms(),
-                    decision: "suspended",
-                    reason: "idle: home checkpointed, machine stopped".into(),
-                    until_ms: None,
-                },
-            );
-        }
-        Err(e) => {
-            warn!(computer_id = %id, error = %crate::homes::chain(&e), "stopping an idle computer failed after its checkpoint; retried after another idle timeout");
-            let now = now_ms();
-            core.idle.gate.touch(id, now);
-            core.idle.store.used(&c.id, now).await?;
-        }
-    }
-    drop(claim);
-    Ok(())
 }
