@@ -66,6 +66,8 @@ pub enum RunOutcome {
 #[derive(Debug, Clone)]
 pub struct Enrollment {
     pub control_addr: SocketAddr,
+    /// The tunnel's TCP carrier, for guests whose UDP gets no answer.
+    pub control_tcp_addr: SocketAddr,
     pub cert_sha256: String,
 }
 
@@ -111,6 +113,7 @@ impl Core {
             home_key: c.home_key.clone(),
             guest: GuestEnrollment {
                 control_addr: self.enrollment.control_addr,
+                control_tcp_addr: Some(self.enrollment.control_tcp_addr),
                 cert_sha256: self.enrollment.cert_sha256.clone(),
                 token: providers::Secret(token.expose().to_string()),
             },

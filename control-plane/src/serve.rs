@@ -1,7 +1,8 @@
 //! `rakazo serve`: start-up and wiring of the control plane.
 //!
 //! Creates the data dir on first start (API token, tunnel certificate, SQLite database),
-//! connects the database and runs migrations, binds the tunnel (UDP) and the HTTP API (TCP),
+//! connects the database and runs migrations, binds the tunnel (QUIC on UDP, and the same QUIC
+//! over the TCP carrier on the same port number) and the HTTP API (TCP),
 //! writes the chosen addresses to `addresses.json` (so port 0 works), recovers local computers,
 //! and serves until killed. The API token is printed once, when it is created.
 //!
@@ -44,7 +45,11 @@ pub const SECRET_FILES: &[(&str, &str)] = &[
 pub struct ServeConfig {
     pub data_dir: PathBuf,
     pub http_addr: SocketAddr,
+    /// The tunnel: QUIC on this UDP address, the TCP carrier on the same address over TCP.
     pub tunnel_addr: SocketAddr,
+    /// The TCP address guests fall back to when UDP gets no answer (`--advertise-tcp-addr`);
+    /// port 0 is the tunnel's bound port. Default: the address guests dial for QUIC, over TCP.
+    pub advertise_tcp_addr: Option<SocketAddr>,
     /// `postgres://...` or `sqlite://...`; `None` is SQLite in the data dir.
     pub database_url: Option<String>,
     /// The guest binary the local provider starts.
@@ -134,27 +139,29 @@ fn check_secrets(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Binds the tunnel. Asked for port 0, it first tries the port of the previous run (guests of
-/// computers still running dial that address and reconnect); when that port is taken it binds
-/// another and warns that those guests cannot come back until their computers restart.
+/// Binds the tunnel (UDP and TCP on one port). Asked for port 0, it first tries the port of the
+/// previous run (guests of computers still running dial that address and reconnect); when that
+/// port is taken it binds another and warns that those guests cannot come back until their
+/// computers restart.
 fn bind_tunnel(
     cfg: &ServeConfig,
     server_config: quinn::ServerConfig,
     reset_key: &[u8; 32],
-) -> Result<quinn::Endpoint> {
+) -> Result<tunnel::Listening> {
     let port_file = cfg.data_dir.join(TUNNEL_PORT_FILE);
     let previous = std::fs::read_to_string(&port_file)
         .ok()
         .and_then(|t| t.trim().parse::<u16>().ok())
         .filter(|p| *p != 0);
-    let endpoint = match previous {
+    let listening = match previous {
         Some(port) if cfg.tunnel_addr.port() == 0 => {
             let again = SocketAddr::new(cfg.tunnel_addr.ip(), port);
             match tunnel::bind(again, server_config.clone(), reset_key) {
                 Ok(e) => e,
                 Err(error) => {
-                    let e = tunnel::bind(cfg.tunnel_addr, server_config, reset_key)
-                        .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?;
+                    let e = tunnel::bind(cfg.tunnel_addr, server_config, reset_key).with_context(
+                        || format!("bind tunnel on {} (udp and tcp)", cfg.tunnel_addr),
+                    )?;
                     warn!(
                         previous = %again,
                         bound = %e.local_addr()?,
@@ -169,13 +176,13 @@ fn bind_tunnel(
             }
         }
         _ => tunnel::bind(cfg.tunnel_addr, server_config, reset_key)
-            .with_context(|| format!("bind tunnel on udp {}", cfg.tunnel_addr))?,
+            .with_context(|| format!("bind tunnel on {} (udp and tcp)", cfg.tunnel_addr))?,
     };
     write_atomic(
         &port_file,
-        format!("{}\n", endpoint.local_addr()?.port()).as_bytes(),
+        format!("{}\n", listening.local_addr()?.port()).as_bytes(),
     )?;
-    Ok(endpoint)
+    Ok(listening)
 }
 
 /// Runs the control plane until the process is killed.
@@ -214,8 +221,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     db.migrate(now_ms()).await.context("run migrations")?;
 
     let reset_key = load_or_create_key(&cfg.data_dir.join("tunnel-reset-key"))?;
-    let endpoint = bind_tunnel(&cfg, identity.server_config()?, &reset_key)?;
-    let tunnel_addr = endpoint.local_addr()?;
+    let listening = bind_tunnel(&cfg, identity.server_config()?, &reset_key)?;
+    let tunnel_addr = listening.local_addr()?;
+    let tunnel_tcp_addr = listening.tcp_addr()?;
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
         .with_context(|| format!("bind http on {}", cfg.http_addr))?;
@@ -238,8 +246,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let registry = Registry::with_guest_timeout(cfg.guest_timeout);
     // Guests dial the advertised address when one is set (a machine elsewhere), else the
     // tunnel's own.
+    let control_addr = cfg.providers.advertise_addr.unwrap_or(tunnel_addr);
     let enrollment = Enrollment {
-        control_addr: cfg.providers.advertise_addr.unwrap_or(tunnel_addr),
+        control_addr,
+        control_tcp_addr: advertised_tcp(cfg.advertise_tcp_addr, control_addr, tunnel_tcp_addr),
         cert_sha256: identity.fingerprint(),
     };
     let homes = Arc::new(crate::homes::HomeService::new(
@@ -257,7 +267,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     ));
 
     tokio::spawn(tunnel::serve(
-        endpoint,
+        listening,
         registry,
         Arc::new(CoreAuth(core.clone())),
     ));
@@ -265,6 +275,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let mut addresses = serde_json::json!({
         "http": format!("{scheme}://{http_addr}"),
         "tunnel": tunnel_addr.to_string(),
+        "tunnel_tcp": tunnel_tcp_addr.to_string(),
         "tunnel_cert_sha256": identity.fingerprint(),
     });
     if let Some(t) = &api_tls {
@@ -275,7 +286,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         &cfg.data_dir.join(ADDRESSES_FILE),
         &serde_json::to_vec_pretty(&addresses)?,
     )?;
-    info!(%http_addr, %tunnel_addr, tls = api_tls.is_some(), database = ?core_db_kind(&cfg), "control plane listening");
+    info!(%http_addr, %tunnel_addr, %tunnel_tcp_addr, tls = api_tls.is_some(), database = ?core_db_kind(&cfg), "control plane listening");
 
     let recover = core.clone();
     tokio::spawn(async move {
@@ -299,6 +310,20 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     )
     .await;
     Ok(())
+}
+
+/// The TCP address guests fall back to: `--advertise-tcp-addr` (its port 0 is the bound port),
+/// else the address they dial for QUIC, over TCP (the carrier listens on the same port number).
+fn advertised_tcp(
+    flag: Option<SocketAddr>,
+    control_addr: SocketAddr,
+    bound: SocketAddr,
+) -> SocketAddr {
+    match flag {
+        Some(a) if a.port() == 0 => SocketAddr::new(a.ip(), bound.port()),
+        Some(a) => a,
+        None => control_addr,
+    }
 }
 
 /// A 32-byte secret kept in the data dir (0600), created on first use.
@@ -328,4 +353,30 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(&tmp, bytes).with_context(|| format!("write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised_tcp;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn the_tcp_address_guests_get() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let bound = a("0.0.0.0:7443");
+        // Default: where guests dial QUIC, over TCP.
+        assert_eq!(
+            advertised_tcp(None, a("10.0.0.7:7443"), bound),
+            a("10.0.0.7:7443")
+        );
+        assert_eq!(
+            advertised_tcp(Some(a("10.0.0.9:443")), a("10.0.0.7:7443"), bound),
+            a("10.0.0.9:443")
+        );
+        // Port 0: that host at the bound port.
+        assert_eq!(
+            advertised_tcp(Some(a("127.0.0.1:0")), a("127.0.0.1:9"), bound),
+            a("127.0.0.1:7443")
+        );
+    }
 }

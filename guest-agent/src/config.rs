@@ -88,6 +88,9 @@ pub enum ConfigError {
 pub struct Config {
     /// The control plane's tunnel address (UDP).
     pub control_addr: SocketAddr,
+    /// The tunnel's TCP carrier (`RAKAZO_CONTROL_TCP_ADDR`, default `control_addr` over TCP),
+    /// dialled when UDP gets no answer.
+    pub control_tcp_addr: SocketAddr,
     /// SHA-256 of the control plane's certificate DER; the only certificate accepted.
     pub cert_sha256: [u8; 32],
     pub computer_id: String,
@@ -122,9 +125,15 @@ fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
 impl Config {
     pub fn from_source(src: &dyn ConfigSource) -> Result<Self, ConfigError> {
         let need = |key: &'static str| src.get(key).ok_or(ConfigError::Missing(key));
-        let control_addr = need("RAKAZO_CONTROL_ADDR")?
+        let control_addr: SocketAddr = need("RAKAZO_CONTROL_ADDR")?
             .parse()
             .map_err(|_| invalid("RAKAZO_CONTROL_ADDR", "expected ip:port"))?;
+        let control_tcp_addr = match src.get("RAKAZO_CONTROL_TCP_ADDR") {
+            Some(a) => a
+                .parse()
+                .map_err(|_| invalid("RAKAZO_CONTROL_TCP_ADDR", "expected ip:port"))?,
+            None => control_addr,
+        };
         let fp = need("RAKAZO_CONTROL_CERT_SHA256")?;
         let cert_sha256 = hex::decode(fp.trim())
             .ok()
@@ -185,6 +194,7 @@ impl Config {
         }
         Ok(Self {
             control_addr,
+            control_tcp_addr,
             cert_sha256,
             computer_id,
             token: Secret::new(token),
@@ -433,5 +443,20 @@ mod tests {
         env.insert("RAKAZO_CONTROL_CERT_SHA256".into(), "xyz".into());
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("RAKAZO_CONTROL_CERT_SHA256"), "{err}");
+    }
+
+    #[test]
+    fn the_tcp_address_defaults_to_the_quic_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        let cfg = Config::from_source(&env).unwrap();
+        assert_eq!(cfg.control_tcp_addr, cfg.control_addr);
+        env.insert("RAKAZO_CONTROL_TCP_ADDR".into(), "10.0.0.1:443".into());
+        let cfg = Config::from_source(&env).unwrap();
+        assert_eq!(cfg.control_tcp_addr, "10.0.0.1:443".parse().unwrap());
+        env.insert("RAKAZO_CONTROL_TCP_ADDR".into(), "nope".into());
+        let err = Config::from_source(&env).unwrap_err().to_string();
+        assert!(err.contains("RAKAZO_CONTROL_TCP_ADDR"), "{err}");
     }
 }

@@ -1,9 +1,17 @@
-//! The guest's end of the QUIC tunnel: dial out, pin, say hello, serve operation streams.
+//! The guest's end of the tunnel: dial out, pin, say hello, serve operation streams.
 //!
 //! [`run`] keeps one connection to the control plane alive forever, reconnecting with jittered
 //! exponential backoff. The control plane's certificate is pinned by its SHA-256 fingerprint
 //! ([`PinnedCert`]); no CA or hostname is trusted. Each operation arrives as its own stream and
 //! is handed to [`crate::ops`]; this module only moves bytes and tracks the connection.
+//!
+//! The connection is QUIC, over UDP when UDP gets through, else over the TCP carrier (the
+//! `carrier` crate: the same QUIC connection, its datagrams framed on a TCP connection). A
+//! session dials QUIC over UDP first and falls back to TCP when no handshake completes within
+//! [`QUIC_HANDSHAKE_TIMEOUT`]; a refusal or a wrong certificate is an answer, not a reason to
+//! fall back. The next sessions dial what worked last first; a guest on TCP tries UDP first
+//! again every [`QUIC_RETRY_EVERY`] sessions, so a network that lets UDP through again is
+//! noticed. The transport is logged when it changes.
 
 use crate::config::Config;
 use crate::ops::Ops;
@@ -93,6 +101,20 @@ impl ServerCertVerifier for PinnedCert {
 
 /// The QUIC client configuration: TLS 1.3 on ring, the pinned certificate, our ALPN.
 pub fn client_config(cert_sha256: [u8; 32]) -> anyhow::Result<quinn::ClientConfig> {
+    build_client_config(cert_sha256, transport_config())
+}
+
+/// The same configuration for QUIC over the TCP carrier: only the packet size differs.
+pub fn carrier_client_config(cert_sha256: [u8; 32]) -> anyhow::Result<quinn::ClientConfig> {
+    let mut transport = transport_config();
+    carrier::tune_transport(&mut transport);
+    build_client_config(cert_sha256, transport)
+}
+
+fn build_client_config(
+    cert_sha256: [u8; 32],
+    transport: quinn::TransportConfig,
+) -> anyhow::Result<quinn::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -102,7 +124,7 @@ pub fn client_config(cert_sha256: [u8; 32]) -> anyhow::Result<quinn::ClientConfi
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(Arc::new(transport_config()));
+    config.transport_config(Arc::new(transport));
     Ok(config)
 }
 
@@ -132,16 +154,14 @@ enum SessionEnd {
 
 /// Stays connected to the control plane forever.
 pub async fn run(config: Config, ops: Arc<Ops>) -> anyhow::Result<()> {
-    let mut endpoint = quinn::Endpoint::client(if config.control_addr.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    })?;
-    endpoint.set_default_client_config(client_config(config.cert_sha256)?);
+    let mut dialer = Dialer::new(&config)?;
     let mut backoff = BACKOFF_START;
     loop {
         let started = tokio::time::Instant::now();
-        let end = session(&endpoint, &config, &ops).await;
+        let end = match dialer.dial().await {
+            Ok(dialed) => session(dialed, &config, &ops).await,
+            Err(e) => SessionEnd::Closed(format!("connect: {e}")),
+        };
         match &end {
             SessionEnd::Refused(reason) => warn!(%reason, "control plane refused this guest"),
             SessionEnd::Closed(why) => info!(reason = %why, "tunnel closed"),
@@ -156,14 +176,196 @@ pub async fn run(config: Config, ops: Arc<Ops>) -> anyhow::Result<()> {
     }
 }
 
-async fn session(endpoint: &quinn::Endpoint, config: &Config, ops: &Arc<Ops>) -> SessionEnd {
-    let conn = match endpoint.connect(config.control_addr, "rakazo-control-plane") {
-        Ok(connecting) => match connecting.await {
-            Ok(conn) => conn,
-            Err(e) => return SessionEnd::Closed(format!("connect: {e}")),
-        },
-        Err(e) => return SessionEnd::Closed(format!("connect: {e}")),
-    };
+/// How long a QUIC handshake over UDP may take before the guest tries the TCP carrier: a few
+/// Initial retransmissions on a lossy path, yet a guest whose network drops UDP is connected
+/// within seconds.
+pub const QUIC_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bounds the TCP connect, and then the QUIC handshake over it.
+const TCP_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// A guest on TCP tries UDP first again every this many sessions.
+pub const QUIC_RETRY_EVERY: u32 = 4;
+/// The name the control plane's certificate is issued for (the pin decides, not the name).
+const SERVER_NAME: &str = "rakazo-control-plane";
+
+/// What a session's QUIC connection runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// QUIC on UDP.
+    Quic,
+    /// QUIC over the TCP carrier.
+    Tcp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Quic => "quic",
+            Self::Tcp => "tcp",
+        })
+    }
+}
+
+/// An established connection, with the TCP carrier under it if any.
+struct Dialed {
+    conn: quinn::Connection,
+    transport: Transport,
+    carrier: Option<(Arc<carrier::ClientSocket>, quinn::Endpoint)>,
+}
+
+/// Why a dial failed.
+enum DialError {
+    /// Nothing answered: the other transport may get through.
+    Unreachable(String),
+    /// The control plane answered (a refused handshake, a wrong certificate): falling back
+    /// would reach the same control plane.
+    Failed(String),
+}
+
+/// Dials the control plane over UDP or TCP, remembering what worked.
+struct Dialer {
+    udp: quinn::Endpoint,
+    carrier_config: quinn::ClientConfig,
+    quic_addr: std::net::SocketAddr,
+    tcp_addr: std::net::SocketAddr,
+    /// What the last session ran over.
+    last: Option<Transport>,
+    /// Sessions in a row over TCP.
+    tcp_streak: u32,
+}
+
+impl Dialer {
+    fn new(config: &Config) -> anyhow::Result<Self> {
+        let mut udp = quinn::Endpoint::client(if config.control_addr.is_ipv4() {
+            "0.0.0.0:0".parse()?
+        } else {
+            "[::]:0".parse()?
+        })?;
+        udp.set_default_client_config(client_config(config.cert_sha256)?);
+        Ok(Self {
+            udp,
+            carrier_config: carrier_client_config(config.cert_sha256)?,
+            quic_addr: config.control_addr,
+            tcp_addr: config.control_tcp_addr,
+            last: None,
+            tcp_streak: 0,
+        })
+    }
+
+    /// The order to try: UDP first, unless the last session ran over TCP and this is not one
+    /// of the sessions that try UDP again.
+    fn order(&self) -> [Transport; 2] {
+        if self.last == Some(Transport::Tcp) && self.tcp_streak % QUIC_RETRY_EVERY != 0 {
+            [Transport::Tcp, Transport::Quic]
+        } else {
+            [Transport::Quic, Transport::Tcp]
+        }
+    }
+
+    async fn dial(&mut self) -> Result<Dialed, String> {
+        let mut unreachable = Vec::new();
+        for transport in self.order() {
+            let dialed = match transport {
+                Transport::Quic => self.dial_quic().await,
+                Transport::Tcp => self.dial_tcp().await,
+            };
+            match dialed {
+                Ok(dialed) => {
+                    self.worked(transport);
+                    return Ok(dialed);
+                }
+                Err(DialError::Unreachable(e)) => unreachable.push(format!("{transport}: {e}")),
+                Err(DialError::Failed(e)) => return Err(format!("{transport}: {e}")),
+            }
+        }
+        Err(unreachable.join("; "))
+    }
+
+    fn worked(&mut self, transport: Transport) {
+        if self.last != Some(transport) {
+            match transport {
+                Transport::Quic => info!(addr = %self.quic_addr, "tunnel over quic (udp)"),
+                Transport::Tcp => info!(
+                    addr = %self.tcp_addr,
+                    udp = %self.quic_addr,
+                    "tunnel over tcp: udp got no quic answer within {} s",
+                    QUIC_HANDSHAKE_TIMEOUT.as_secs()
+                ),
+            }
+        }
+        self.last = Some(transport);
+        self.tcp_streak = match transport {
+            Transport::Quic => 0,
+            Transport::Tcp => self.tcp_streak + 1,
+        };
+    }
+
+    async fn dial_quic(&self) -> Result<Dialed, DialError> {
+        let connecting = self
+            .udp
+            .connect(self.quic_addr, SERVER_NAME)
+            .map_err(|e| DialError::Failed(e.to_string()))?;
+        let conn = handshake(connecting, QUIC_HANDSHAKE_TIMEOUT).await?;
+        Ok(Dialed {
+            conn,
+            transport: Transport::Quic,
+            carrier: None,
+        })
+    }
+
+    async fn dial_tcp(&self) -> Result<Dialed, DialError> {
+        let limits = carrier::Limits::default();
+        let socket = tokio::time::timeout(
+            TCP_DIAL_TIMEOUT,
+            carrier::ClientSocket::connect(self.tcp_addr, &limits),
+        )
+        .await
+        .map_err(|_| DialError::Unreachable("tcp connect timed out".into()))?
+        .map_err(|e| DialError::Unreachable(format!("tcp connect: {e}")))?;
+        let endpoint = carrier::client_endpoint(socket.clone())
+            .map_err(|e| DialError::Failed(format!("carrier endpoint: {e}")))?;
+        let connecting = endpoint
+            .connect_with(self.carrier_config.clone(), socket.server(), SERVER_NAME)
+            .map_err(|e| DialError::Failed(e.to_string()))?;
+        let conn = handshake(connecting, TCP_DIAL_TIMEOUT).await?;
+        Ok(Dialed {
+            conn,
+            transport: Transport::Tcp,
+            carrier: Some((socket, endpoint)),
+        })
+    }
+}
+
+/// Completes a QUIC handshake within `limit`. Silence (our timer or quinn's idle timeout) is
+/// `Unreachable`; any answer that ends it is `Failed`.
+async fn handshake(
+    connecting: quinn::Connecting,
+    limit: Duration,
+) -> Result<quinn::Connection, DialError> {
+    match tokio::time::timeout(limit, connecting).await {
+        Err(_) => Err(DialError::Unreachable(format!(
+            "no quic handshake within {} s",
+            limit.as_secs()
+        ))),
+        Ok(Err(quinn::ConnectionError::TimedOut)) => {
+            Err(DialError::Unreachable("quic handshake timed out".into()))
+        }
+        Ok(Err(e)) => Err(DialError::Failed(e.to_string())),
+        Ok(Ok(conn)) => Ok(conn),
+    }
+}
+
+async fn session(dialed: Dialed, config: &Config, ops: &Arc<Ops>) -> SessionEnd {
+    let end = serve_session(&dialed, config, ops).await;
+    if let Some((socket, endpoint)) = &dialed.carrier {
+        // The endpoint lives for this session only: close it and its TCP connection.
+        endpoint.close(0u32.into(), b"session over");
+        socket.close();
+    }
+    end
+}
+
+async fn serve_session(dialed: &Dialed, config: &Config, ops: &Arc<Ops>) -> SessionEnd {
+    let conn = &dialed.conn;
     let (mut send, mut recv) = match conn.open_bi().await {
         Ok(s) => s,
         Err(e) => return SessionEnd::Closed(format!("open control stream: {e}")),
@@ -191,18 +393,32 @@ async fn session(endpoint: &quinn::Endpoint, config: &Config, ops: &Arc<Ops>) ->
     match outcome {
         AgentOutcome::Refused(reason) => return SessionEnd::Refused(reason),
         AgentOutcome::Welcome { version } => {
-            info!(computer_id = %config.computer_id, version, "tunnel connected")
+            info!(computer_id = %config.computer_id, version, transport = %dialed.transport, "tunnel connected")
         }
     }
     let remainder = hs.into_remainder();
     let control = tokio::spawn(control_loop(send, recv, remainder, ops.clone()));
-    let end = loop {
-        match conn.accept_bi().await {
-            Ok((send, recv)) => {
-                let ops = ops.clone();
-                tokio::spawn(async move { ops.serve_stream(send, recv).await });
+    // Over TCP, the end of the TCP connection ends the session at once (QUIC would notice only
+    // at its idle timeout).
+    let carrier_closed = async {
+        match &dialed.carrier {
+            Some((socket, _)) => {
+                socket.closed().await;
             }
-            Err(e) => break SessionEnd::Closed(e.to_string()),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(carrier_closed);
+    let end = loop {
+        tokio::select! {
+            accepted = conn.accept_bi() => match accepted {
+                Ok((send, recv)) => {
+                    let ops = ops.clone();
+                    tokio::spawn(async move { ops.serve_stream(send, recv).await });
+                }
+                Err(e) => break SessionEnd::Closed(e.to_string()),
+            },
+            () = &mut carrier_closed => break SessionEnd::Closed("tcp carrier connection ended".into()),
         }
     };
     control.abort();

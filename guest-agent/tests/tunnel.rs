@@ -13,7 +13,7 @@
 mod common;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use common::{identity, server};
+use common::{identity, server, tcp_server};
 use gateway_proto::{
     encode, BotId, BotLease, ControlHandshake, ControlMsg, ErrorCode, ExecEvent, ExecRequest,
     FrameDecoder, HandshakeEvent, LeaseToken, OpError, ReadFile, Reply, Request,
@@ -50,6 +50,9 @@ fn init_logging() {
 /// A fake control plane and the real guest dialing it.
 struct Harness {
     endpoint: quinn::Endpoint,
+    /// Over TCP: the carrier under `endpoint`, and the UDP socket the guest is told to dial,
+    /// which never answers (as where a network drops UDP).
+    tcp: Option<(carrier::Carrier, std::net::UdpSocket)>,
     home: PathBuf,
     token: String,
     guest: tokio::task::JoinHandle<Result<()>>,
@@ -64,14 +67,35 @@ impl Harness {
 
     /// Starts a fake control plane and a guest pinning `fingerprint` (default: the server's).
     async fn start_pinning(fingerprint: Option<String>) -> Result<Self> {
+        Self::start_with(fingerprint, false).await
+    }
+
+    /// Starts a fake control plane on the TCP carrier only, and a guest whose UDP address
+    /// never answers.
+    async fn start_over_tcp() -> Result<Self> {
+        Self::start_with(None, true).await
+    }
+
+    async fn start_with(fingerprint: Option<String>, over_tcp: bool) -> Result<Self> {
         init_logging();
         let (cert, key, real_fingerprint) = identity()?;
-        let endpoint = server(cert, key)?;
-        let addr: SocketAddr = endpoint.local_addr()?;
+        let (endpoint, tcp, udp_addr, tcp_addr) = if over_tcp {
+            let (endpoint, carrier) = tcp_server(cert, key).await?;
+            let black_hole = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            black_hole.set_nonblocking(true)?;
+            let udp_addr = black_hole.local_addr()?;
+            let tcp_addr = endpoint.local_addr()?;
+            (endpoint, Some((carrier, black_hole)), udp_addr, tcp_addr)
+        } else {
+            let endpoint = server(cert, key)?;
+            let addr: SocketAddr = endpoint.local_addr()?;
+            (endpoint, None, addr, addr)
+        };
         let home_dir = tempfile::tempdir()?;
         let token = hex::encode(rand::random::<[u8; 16]>());
         let env: HashMap<String, String> = HashMap::from([
-            ("RAKAZO_CONTROL_ADDR".into(), addr.to_string()),
+            ("RAKAZO_CONTROL_ADDR".into(), udp_addr.to_string()),
+            ("RAKAZO_CONTROL_TCP_ADDR".into(), tcp_addr.to_string()),
             (
                 "RAKAZO_CONTROL_CERT_SHA256".into(),
                 fingerprint.unwrap_or(real_fingerprint),
@@ -95,6 +119,7 @@ impl Harness {
         let guest = tokio::spawn(guest_agent::tunnel::run(config, ops));
         Ok(Self {
             endpoint,
+            tcp,
             home: std::fs::canonicalize(home_dir.path())?,
             token,
             guest,
@@ -142,6 +167,22 @@ impl Harness {
                 seq: 0,
             },
         })
+    }
+}
+
+impl Harness {
+    /// Datagrams the guest sent to its (never answering) UDP address since the last call.
+    fn udp_datagrams(&self) -> Result<usize> {
+        let (_, black_hole) = self.tcp.as_ref().context("not a tcp harness")?;
+        let mut buf = [0u8; 2048];
+        let mut n = 0;
+        loop {
+            match black_hole.recv_from(&mut buf) {
+                Ok(_) => n += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(n),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 }
 
@@ -515,5 +556,69 @@ async fn wrong_certificate_is_refused_by_the_guest() -> Result<()> {
     // The guest did try (and keeps trying with backoff); every attempt failed the TLS handshake.
     assert!(failed >= 1, "the guest never dialed");
     assert!(!h.guest.is_finished(), "the guest's tunnel loop ended");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_whose_udp_gets_no_answer_runs_the_tunnel_over_tcp() -> Result<()> {
+    let h = Harness::start_over_tcp().await?;
+    let (carrier, _) = h.tcp.as_ref().context("tcp harness")?;
+    // The QUIC handshake waits for the UDP attempt to time out, then goes over TCP.
+    let s = h.accept().await?;
+    let peer = carrier.tcp_peer(&s.conn.remote_address());
+    assert!(
+        peer.is_some_and(|p| p.ip().is_loopback()),
+        "the connection is not the carrier's: {peer:?}"
+    );
+    assert!(h.udp_datagrams()? > 0, "the guest never tried UDP first");
+
+    // Everything above the transport is unchanged: exec, streamed file bytes, fences.
+    s.ping().await?;
+    let events = s.exec(&["sh", "-c", "echo over-tcp"], None).await?;
+    assert_ran(&events);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ExecEvent::Stdout(b) if b.as_slice() == b"over-tcp\n")),
+        "{events:?}"
+    );
+    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(h.home.join("big.bin"), &big)?;
+    let end = s
+        .request(&Request::ReadFile(ReadFile {
+            path: "big.bin".into(),
+            max_bytes: 8 << 20,
+            lease: None,
+        }))
+        .await?;
+    let mut decoder = FrameDecoder::new();
+    decoder.push(&end.bytes);
+    assert_eq!(
+        decoder.next_message::<Reply>()?,
+        Some(Reply::ReadStart {
+            size: big.len() as u64
+        })
+    );
+    assert!(
+        decoder.into_remainder() == big,
+        "the file came back different"
+    );
+
+    // After a disconnect the guest redials what worked, TCP, without waiting on UDP again.
+    let mut s = s;
+    s.control.push_lease("b1", Some("run-b:2")).await?;
+    s.conn.close(0u32.into(), b"control plane going away");
+    let s2 = h.accept().await?;
+    assert!(carrier.tcp_peer(&s2.conn.remote_address()).is_some());
+    assert_eq!(
+        h.udp_datagrams()?,
+        0,
+        "the guest tried UDP before TCP again"
+    );
+    assert_stale(
+        &s2.exec(&["touch", "stale"], Some(("b1", "run-a:1")))
+            .await?,
+    );
+    assert_ran(&s2.exec(&["true"], Some(("b1", "run-b:2"))).await?);
     Ok(())
 }

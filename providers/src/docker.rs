@@ -243,6 +243,7 @@ impl DockerProvider {
             PATH_ENV.to_string(),
             "LANG=C.UTF-8".to_string(),
             format!("RAKAZO_CONTROL_ADDR={}", g.control_addr),
+            format!("RAKAZO_CONTROL_TCP_ADDR={}", g.tcp_addr()),
             format!("RAKAZO_CONTROL_CERT_SHA256={}", g.cert_sha256),
             format!("RAKAZO_COMPUTER_ID={}", spec.computer_id),
             format!("RAKAZO_HOME={HOME_DIR}"),

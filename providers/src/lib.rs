@@ -111,11 +111,26 @@ impl MachineLimits {
 }
 
 /// The guest's enrollment: where to dial, which certificate to pin, which token to present.
+///
+/// Every provider hands all of it to the guest: `RAKAZO_CONTROL_ADDR` = `control_addr`,
+/// `RAKAZO_CONTROL_TCP_ADDR` = [`GuestEnrollment::tcp_addr`], `RAKAZO_CONTROL_CERT_SHA256` =
+/// `cert_sha256`, and the token through a file or the environment, never argv.
 #[derive(Debug, Clone)]
 pub struct GuestEnrollment {
+    /// The tunnel's QUIC (UDP) address.
     pub control_addr: SocketAddr,
+    /// The tunnel's TCP address, dialled when UDP gets no answer (the same QUIC connection over
+    /// the TCP carrier). `None`: the same address as `control_addr`, over TCP.
+    pub control_tcp_addr: Option<SocketAddr>,
     pub cert_sha256: String,
     pub token: Secret,
+}
+
+impl GuestEnrollment {
+    /// The TCP address the guest falls back to (`RAKAZO_CONTROL_TCP_ADDR`).
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.control_tcp_addr.unwrap_or(self.control_addr)
+    }
 }
 
 /// A provider's view of a machine.

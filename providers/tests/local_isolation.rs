@@ -51,6 +51,7 @@ fn spec() -> SandboxSpec {
         guest: GuestEnrollment {
             // Nothing listens there: the guest keeps retrying, which is all these tests need.
             control_addr: "127.0.0.1:9".parse().unwrap(),
+            control_tcp_addr: None,
             cert_sha256: "ab".repeat(32),
             token: Secret("isolation-token".into()),
         },

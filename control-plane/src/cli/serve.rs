@@ -13,9 +13,15 @@ pub struct ServeArgs {
     /// HTTP API address; port 0 picks a free port (written to <data dir>/addresses.json).
     #[arg(long, env = "RAKAZO_HTTP_ADDR", default_value = "127.0.0.1:7090")]
     pub http_addr: SocketAddr,
-    /// QUIC tunnel address (UDP); port 0 picks a free port.
+    /// QUIC tunnel address (UDP); port 0 picks a free port. The tunnel's TCP carrier, for
+    /// guests whose network drops UDP, listens on the same address and port over TCP.
     #[arg(long, env = "RAKAZO_TUNNEL_ADDR", default_value = "127.0.0.1:7443")]
     pub tunnel_addr: SocketAddr,
+    /// The TCP address guests fall back to when UDP gets no answer, when it is not the address
+    /// they dial for QUIC (`--advertise-addr`, else the bound one) over TCP; port 0 stands for
+    /// the tunnel's bound port.
+    #[arg(long, env = "RAKAZO_ADVERTISE_TCP_ADDR")]
+    pub advertise_tcp_addr: Option<SocketAddr>,
     /// PostgreSQL URL; SQLite in the data dir when unset.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -65,6 +71,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         data_dir: g.data_dir(),
         http_addr: args.http_addr,
         tunnel_addr: args.tunnel_addr,
+        advertise_tcp_addr: args.advertise_tcp_addr,
         database_url: args.database_url,
         guest_bin,
         guest_log: args.guest_log,

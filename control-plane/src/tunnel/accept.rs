@@ -1,10 +1,16 @@
-//! Accepting guests: the endpoint, the accept loop, the handshake, the lease sync and the
-//! control loop of each connection.
+//! Accepting guests: the listeners (QUIC on UDP, the same QUIC over the TCP carrier on the same
+//! port), the accept loops, the handshake, the lease sync and the control loop of each connection.
+//!
+//! Both listeners feed the same code: a connection over TCP is a QUIC connection like any other
+//! (same server certificate, hello, streams); only [`Via`] knows the difference, to log the real
+//! TCP peer and to tell the carrier when its connection is the application's (confirmed after the
+//! hello) and when it is over (released).
 
 use super::{GuestAuth, GuestConn, Registry};
 use gateway_proto::{
     encode, ControlHandshake, ControlMsg, FrameDecoder, HandshakeEvent, RefuseReason,
 };
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -17,8 +23,31 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// QUIC application close codes.
 const CLOSE_REFUSED: u32 = 1;
 const CLOSE_PROTOCOL: u32 = 3;
+/// Tries at finding a port free for both UDP and TCP when the tunnel is asked for port 0.
+const PORT_0_TRIES: u32 = 16;
 
-/// Binds the tunnel endpoint.
+/// The tunnel's listeners: QUIC on UDP, and QUIC over the TCP carrier on the same address and
+/// port number, for guests whose network drops UDP.
+pub struct Listening {
+    quic: quinn::Endpoint,
+    tcp: quinn::Endpoint,
+    carrier: carrier::Carrier,
+}
+
+impl Listening {
+    /// The UDP (QUIC) address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.quic.local_addr()
+    }
+
+    /// The TCP carrier's address (the same port).
+    pub fn tcp_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// Binds the tunnel: UDP on `addr`, TCP on the same ip and port. On port 0 the UDP port is
+/// picked first, and another is tried while TCP is taken on it.
 ///
 /// `reset_key` must survive restarts (it lives in the data dir): with it, a restarted control
 /// plane answers packets of its predecessor's connections with valid stateless resets, so guests
@@ -27,25 +56,123 @@ pub fn bind(
     addr: SocketAddr,
     config: quinn::ServerConfig,
     reset_key: &[u8; 32],
-) -> std::io::Result<quinn::Endpoint> {
+) -> std::io::Result<Listening> {
+    let tries = if addr.port() == 0 { PORT_0_TRIES } else { 1 };
+    let mut attempt = 0;
+    let (udp, tcp) = loop {
+        attempt += 1;
+        let udp = std::net::UdpSocket::bind(addr)?;
+        let bound = SocketAddr::new(addr.ip(), udp.local_addr()?.port());
+        match std::net::TcpListener::bind(bound) {
+            Ok(tcp) => break (udp, tcp),
+            Err(e) if attempt < tries && e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("tcp {bound} (the carrier beside udp {bound}): {e}"),
+                ))
+            }
+        }
+    };
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
-    let endpoint_config = quinn::EndpointConfig::new(Arc::new(key));
-    let socket = std::net::UdpSocket::bind(addr)?;
     let runtime = quinn::default_runtime()
         .ok_or_else(|| std::io::Error::other("no async runtime for the tunnel"))?;
-    quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime)
+    let endpoint_config = quinn::EndpointConfig::new(Arc::new(key));
+    // The carrier's endpoint and transport differ only in packet size (`carrier::tune_*`); the
+    // rest is `TunnelIdentity::server_config`'s, so the same settings as over UDP.
+    let mut tcp_endpoint_config = endpoint_config.clone();
+    carrier::tune_endpoint(&mut tcp_endpoint_config);
+    let mut tcp_config = config.clone();
+    let mut transport = crate::tls::transport_config(1);
+    carrier::tune_transport(&mut transport);
+    tcp_config.transport_config(Arc::new(transport));
+
+    let quic = quinn::Endpoint::new(endpoint_config, Some(config), udp, runtime.clone())?;
+    tcp.set_nonblocking(true)?;
+    let (socket, carrier) = carrier::listen(
+        tokio::net::TcpListener::from_std(tcp)?,
+        carrier::Limits::default(),
+    )?;
+    let tcp = quinn::Endpoint::new_with_abstract_socket(
+        tcp_endpoint_config,
+        Some(tcp_config),
+        socket,
+        runtime,
+    )?;
+    Ok(Listening { quic, tcp, carrier })
 }
 
-/// Accepts guests until the endpoint closes.
-pub async fn serve<A: GuestAuth>(endpoint: quinn::Endpoint, registry: Arc<Registry>, auth: Arc<A>) {
+/// Which listener a connection came through.
+#[derive(Clone)]
+enum Via {
+    Quic,
+    Tcp(carrier::Carrier),
+}
+
+impl Via {
+    /// The peer to log: a TCP connection's real address, not the carrier's synthetic one.
+    fn peer(&self, remote: SocketAddr) -> SocketAddr {
+        match self {
+            Self::Quic => remote,
+            Self::Tcp(c) => c.tcp_peer(&remote).unwrap_or(remote),
+        }
+    }
+
+    /// The connection authenticated: its carrier connection is no longer on a deadline.
+    fn confirm(&self, remote: &SocketAddr) {
+        if let Self::Tcp(c) = self {
+            c.confirm(remote);
+        }
+    }
+
+    /// The connection is over: its carrier connection closes.
+    fn release(&self, remote: &SocketAddr) {
+        if let Self::Tcp(c) = self {
+            c.release(remote);
+        }
+    }
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Quic => "quic",
+            Self::Tcp(_) => "tcp",
+        })
+    }
+}
+
+/// Accepts guests on both listeners until they close.
+pub async fn serve<A: GuestAuth>(tunnel: Listening, registry: Arc<Registry>, auth: Arc<A>) {
+    let Listening { quic, tcp, carrier } = tunnel;
+    let over_tcp = tokio::spawn(accept_loop(
+        tcp,
+        Via::Tcp(carrier),
+        registry.clone(),
+        auth.clone(),
+    ));
+    accept_loop(quic, Via::Quic, registry, auth).await;
+    over_tcp.abort();
+}
+
+async fn accept_loop<A: GuestAuth>(
+    endpoint: quinn::Endpoint,
+    via: Via,
+    registry: Arc<Registry>,
+    auth: Arc<A>,
+) {
     while let Some(incoming) = endpoint.accept().await {
         let registry = registry.clone();
         let auth = auth.clone();
+        let via = via.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             match incoming.await {
-                Ok(conn) => handle_connection(conn, registry, auth).await,
-                Err(e) => info!(%remote, error = %e, "tunnel connection failed during setup"),
+                Ok(conn) => handle_connection(conn, via, registry, auth).await,
+                Err(e) => {
+                    let remote = via.peer(remote);
+                    info!(%remote, transport = %via, error = %e, "tunnel connection failed during setup");
+                }
             }
         });
     }
@@ -53,24 +180,39 @@ pub async fn serve<A: GuestAuth>(endpoint: quinn::Endpoint, registry: Arc<Regist
 
 async fn handle_connection<A: GuestAuth>(
     conn: quinn::Connection,
+    via: Via,
     registry: Arc<Registry>,
     auth: Arc<A>,
 ) {
     let remote = conn.remote_address();
-    let accepted = tokio::time::timeout(HELLO_TIMEOUT, handshake(&conn, auth.as_ref())).await;
+    serve_connection(&conn, &via, registry, auth).await;
+    // However it ended, the connection is over, and so is its carrier connection over TCP.
+    conn.closed().await;
+    via.release(&remote);
+}
+
+async fn serve_connection<A: GuestAuth>(
+    conn: &quinn::Connection,
+    via: &Via,
+    registry: Arc<Registry>,
+    auth: Arc<A>,
+) {
+    let remote = via.peer(conn.remote_address());
+    let accepted = tokio::time::timeout(HELLO_TIMEOUT, handshake(conn, auth.as_ref())).await;
     let (computer, mut send, mut recv, remainder) = match accepted {
         Ok(Ok(v)) => v,
         Ok(Err(reason)) => {
-            warn!(%remote, %reason, "guest connection refused");
+            warn!(%remote, transport = %via, %reason, "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), reason.to_string().as_bytes());
             return;
         }
         Err(_) => {
-            warn!(%remote, reason = "no hello within 10 s", "guest connection refused");
+            warn!(%remote, transport = %via, reason = "no hello within 10 s", "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), b"hello timeout");
             return;
         }
     };
+    via.confirm(&conn.remote_address());
     let epoch = registry.epochs.fetch_add(1, Ordering::Relaxed) + 1;
     let guest = Arc::new(GuestConn {
         computer: computer.clone(),
@@ -119,7 +261,7 @@ async fn handle_connection<A: GuestAuth>(
     // Again, now that it is the registry's: a superseded connection that ended between the
     // first write and the insert recorded `false` (it was still the registry's then).
     auth.set_connected(&computer, true).await;
-    info!(computer_id = %computer, %remote, live_leases = pushed, "guest connected");
+    info!(computer_id = %computer, %remote, transport = %via, live_leases = pushed, "guest connected");
 
     let reason = control_loop(send, recv, decoder, &guest).await;
     match &reason {

@@ -28,7 +28,7 @@ mod deadlines;
 mod slots;
 mod stream;
 
-pub use accept::{bind, serve};
+pub use accept::{bind, serve, Listening};
 pub use deadlines::Deadlines;
 pub use stream::{OpReceiver, OpSender, OpStream};
 

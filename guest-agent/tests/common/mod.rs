@@ -1,5 +1,5 @@
-//! What the guest-agent integration tests share: a fake control plane's QUIC endpoint with a
-//! self-signed certificate the guest pins.
+//! What the guest-agent integration tests share: a fake control plane's QUIC endpoint (on UDP,
+//! or over the TCP carrier) with a self-signed certificate the guest pins.
 
 use anyhow::Result;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -20,6 +20,37 @@ pub fn server(
     cert: CertificateDer<'static>,
     key: PrivateKeyDer<'static>,
 ) -> Result<quinn::Endpoint> {
+    Ok(quinn::Endpoint::server(
+        server_config(cert, key, quinn::TransportConfig::default())?,
+        "127.0.0.1:0".parse()?,
+    )?)
+}
+
+/// The same server over the TCP carrier on 127.0.0.1:0, as the control plane runs it beside the
+/// UDP one.
+#[allow(dead_code)] // reason: each test binary compiles this module; only tunnel.rs uses it
+pub async fn tcp_server(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<(quinn::Endpoint, carrier::Carrier)> {
+    let mut transport = quinn::TransportConfig::default();
+    carrier::tune_transport(&mut transport);
+    let config = server_config(cert, key, transport)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let (socket, carrier) = carrier::listen(listener, carrier::Limits::default())?;
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    carrier::tune_endpoint(&mut endpoint_config);
+    let runtime = quinn::default_runtime().ok_or_else(|| anyhow::anyhow!("no runtime"))?;
+    let endpoint =
+        quinn::Endpoint::new_with_abstract_socket(endpoint_config, Some(config), socket, runtime)?;
+    Ok((endpoint, carrier))
+}
+
+fn server_config(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+    transport: quinn::TransportConfig,
+) -> Result<quinn::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -27,6 +58,7 @@ pub fn server(
         .with_single_cert(vec![cert], key)?;
     tls.alpn_protocols = vec![guest_agent::tunnel::ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)?;
-    let config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    Ok(quinn::Endpoint::server(config, "127.0.0.1:0".parse()?)?)
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
 }
