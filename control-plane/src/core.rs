@@ -10,11 +10,14 @@ use crate::computers::{
     ComputerStore, NewComputer, TokenHash,
 };
 use crate::db::Db;
-use crate::homes::flow::RunCheckpoint;
+use crate::guest::Guest;
+use crate::homes::flow::{FlowError, RunCheckpoint};
 use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
+use crate::live::store::LiveStoreError;
 use crate::provider_set::ProviderSet;
-use crate::tunnel::{GuestAuth, OpStream, Registry, TunnelError};
-use gateway_proto::{BotId, BotLease, LeaseToken, Request, Secret};
+use crate::tunnel::{GuestAuth, Registry, TunnelError};
+use gateway_proto::desktop::ScreenRelease;
+use gateway_proto::{BotId, BotLease, LeaseToken, Op, Secret, UnaryOp};
 use providers::{
     AnyProvider, ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError,
     ProviderRef, SandboxProvider, SandboxSpec,
@@ -23,6 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
+
+mod home;
 
 /// How long `create` and `start` wait for a new guest to dial in.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,6 +57,15 @@ pub enum CoreError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Home(#[from] crate::homes::HomeError),
+}
+
+impl From<FlowError> for CoreError {
+    fn from(e: FlowError) -> Self {
+        match e {
+            FlowError::Tunnel(e) => Self::Tunnel(e),
+            FlowError::Home(e) => Self::Home(e),
+        }
+    }
 }
 
 /// How a run ended, given when its lease is released.
@@ -394,13 +408,10 @@ impl Core {
         }
     }
 
-    /// Opens an operation stream to a running computer's guest, after checking the lease.
-    pub async fn open(
-        &self,
-        id: &str,
-        lease: Option<&BotLease>,
-        req: &Request,
-    ) -> Result<OpStream, CoreError> {
+    /// The guest of running computer `id` for `op`: the lease `op` acts under, if any, must be
+    /// its bot's live lease (the guest checks it again against its fence), and the guest must
+    /// be connected, or connect within [`OPERATION_CONNECT_TIMEOUT`].
+    pub async fn guest_for<O: Op>(&self, id: &str, op: &O) -> Result<Guest, CoreError> {
         let c = self.get(id).await?;
         if c.state != ComputerState::Running {
             return Err(CoreError::NotRunning {
@@ -408,14 +419,30 @@ impl Core {
                 state: c.state,
             });
         }
-        if let Some(lease) = lease {
-            self.check_lease(&c, lease).await?;
+        if let Some(lease) = op.authority().lease() {
+            self.check_lease(&c, &lease).await?;
         }
-        let guest = self
+        Ok(self.wait_guest(&c).await?)
+    }
+
+    /// Runs a unary operation on running computer `id` ([`Core::guest_for`], then the call).
+    pub async fn call<O: UnaryOp>(&self, id: &str, op: O) -> Result<O::Reply, CoreError> {
+        let guest = self.guest_for(id, &op).await?;
+        Ok(guest.call(op).await?)
+    }
+
+    /// The guest of `c`, waiting up to [`OPERATION_CONNECT_TIMEOUT`] for it to connect.
+    async fn wait_guest(&self, c: &Computer) -> Result<Guest, TunnelError> {
+        let conn = self
             .registry
             .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
             .await?;
-        Ok(guest.open(req).await?)
+        Ok(conn.into())
+    }
+
+    /// The computer's guest if it is connected now (best-effort calls: revocations, teardown).
+    pub fn connected_guest(&self, id: &str) -> Option<Guest> {
+        self.registry.get(id).map(Guest::from)
     }
 
     /// Tells the computer's guest about a granted or released lease (the guest also learns
@@ -481,31 +508,34 @@ impl Core {
     /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.
     async fn release_screen(&self, c: &Computer, bot: &BotId) {
         // Its capabilities go first (contracts.md §3 teardown order).
-        if let Err(e) = crate::live::authority::screen_gone(self, &c.id, bot).await {
+        if let Err(e) = self.screen_gone(&c.id, bot).await {
             warn!(computer_id = %c.id.as_str(), bot = %bot, error = %e, "revoking the bot's capabilities failed");
         }
-        let Some(guest) = self.registry.get(c.id.as_str()) else {
+        let Some(guest) = self.connected_guest(c.id.as_str()) else {
             return;
         };
-        let req = Request::ScreenRelease(gateway_proto::desktop::ScreenRelease {
+        let release = ScreenRelease {
             bot: bot.clone(),
             lease: None,
-        });
-        let result = async {
-            let mut op = guest.open(&req).await?;
-            op.expect::<gateway_proto::Reply>().await
-        }
-        .await;
+        };
         let id = c.id.as_str();
-        match result {
-            Ok(gateway_proto::Reply::Released) => {
+        match guest.call(release).await {
+            Ok(()) => {
                 info!(computer_id = %id, bot = %bot, "desktop torn down after an unsuccessful run")
             }
-            Ok(other) => {
-                warn!(computer_id = %id, bot = %bot, reply = ?other, "desktop teardown refused")
+            Err(TunnelError::Guest(e)) => {
+                warn!(computer_id = %id, bot = %bot, error = %e, "desktop teardown refused")
             }
             Err(e) => warn!(computer_id = %id, bot = %bot, error = %e, "desktop teardown failed"),
         }
+    }
+
+    /// The bot's desktop is going away (released, or torn down after a failed run): its URLs
+    /// die, its streams close and its guest revokes its capabilities, before the desktop itself
+    /// is stopped (contracts.md §3 teardown order).
+    pub async fn screen_gone(&self, id: &ComputerId, bot: &BotId) -> Result<(), LiveStoreError> {
+        let guest = self.connected_guest(id.as_str());
+        self.live.screen_gone(guest.as_ref(), id, bot).await
     }
 
     pub async fn get_lease(&self, id: &str, bot: &BotId) -> Result<Option<Lease>, CoreError> {

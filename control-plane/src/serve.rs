@@ -291,7 +291,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let recover = core.clone();
     tokio::spawn(async move {
         // Before any commit of this process: orphans of a crashed one are deleted.
-        crate::homes::flow::reconcile_logged(&recover).await;
+        crate::homes::flow::reconcile_logged(&recover.homes).await;
         if let Err(e) = recover.recover().await {
             tracing::error!(error = %e, "recovering computers failed");
         }

@@ -6,13 +6,11 @@
 //! carry a saved login's secret) are never logged: only the request path is.
 
 use super::body::{json_response, ApiError, RespBody};
-use super::{bot_json, open_leased, parse_lease, Api};
-use crate::tunnel::TunnelError;
+use super::{bot_json, parse_lease, Api};
 use gateway_proto::page::{
     validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, Snapshot,
     SnapshotRequest, FALLBACK,
 };
-use gateway_proto::{Reply, Request};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde::Deserialize;
@@ -89,18 +87,13 @@ pub fn snapshot_json(s: &Snapshot) -> serde_json::Value {
     serde_json::json!({ "url": s.url, "title": s.title, "elements": elements, "tree": s.tree })
 }
 
-fn unexpected(id: &str, reply: &Reply) -> ApiError {
-    // Never echo a reply that could carry page text into logs at error level: name its kind.
-    let kind = match reply {
-        Reply::Snapshot(_) => "snapshot",
-        Reply::PageActFailed(_) => "page act failure",
-        _ => "other",
-    };
-    TunnelError::Protocol {
-        computer: id.to_string(),
-        detail: format!("unexpected {kind} reply"),
+/// A successful page tool's answer; a browser_act's also says how many steps completed.
+fn snapshot_answer(s: &Snapshot, completed: Option<usize>) -> Response<RespBody> {
+    let mut v = serde_json::json!({ "ok": true, "snapshot": snapshot_json(s) });
+    if let Some(n) = completed {
+        v["completed"] = serde_json::json!(n);
     }
-    .into()
+    json_response(StatusCode::OK, &v)
 }
 
 pub async fn handle(
@@ -112,22 +105,19 @@ pub async fn handle(
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, Body) = bot_json(bot, req).await?;
     let lease = parse_lease(&body.lease)?;
-    let request = match action {
+    match action {
         "navigate" => {
             let url = body
                 .url
                 .ok_or_else(|| ApiError::bad_request("url is required"))?;
             validate_url(&url).map_err(|e| ApiError::bad_request(e.message))?;
-            Request::Navigate(NavigateRequest {
-                bot: bot.clone(),
-                lease: lease.clone(),
-                url,
-            })
+            let page = api.core.call(id, NavigateRequest { bot, lease, url });
+            Ok(snapshot_answer(&page.await?, None))
         }
-        "snapshot" => Request::Snapshot(SnapshotRequest {
-            bot: bot.clone(),
-            lease: lease.clone(),
-        }),
+        "snapshot" => {
+            let page = api.core.call(id, SnapshotRequest { bot, lease }).await?;
+            Ok(snapshot_answer(&page, None))
+        }
         "act" => {
             let steps: Vec<PageStep> = body
                 .steps
@@ -136,39 +126,25 @@ pub async fn handle(
                 .map(PageStep::from)
                 .collect();
             validate_steps(&steps).map_err(|e| ApiError::bad_request(e.message))?;
-            Request::PageAct(PageActRequest {
-                bot: bot.clone(),
-                lease: lease.clone(),
-                steps,
-            })
-        }
-        other => {
-            return Err(ApiError::not_found(format!(
-                "no browser action {other:?}; use navigate, snapshot or act"
-            )))
-        }
-    };
-    let mut op = open_leased(api, id, &bot, &lease, &request).await?;
-    match op.expect::<Reply>().await? {
-        Reply::Snapshot(s) => {
-            let mut v = serde_json::json!({ "ok": true, "snapshot": snapshot_json(&s) });
-            if action == "act" {
-                v["completed"] = serde_json::json!(match &request {
-                    Request::PageAct(r) => r.steps.len(),
-                    _ => 0,
-                });
+            let completed = steps.len();
+            match api
+                .core
+                .call(id, PageActRequest { bot, lease, steps })
+                .await?
+            {
+                Ok(page) => Ok(snapshot_answer(&page, Some(completed))),
+                Err(f) => Ok(json_response(
+                    StatusCode::OK,
+                    &serde_json::json!({
+                        "ok": false, "completed": f.completed, "uncertain": f.uncertain,
+                        "error": f.error, "fallback": FALLBACK,
+                    }),
+                )),
             }
-            Ok(json_response(StatusCode::OK, &v))
         }
-        Reply::PageActFailed(f) => Ok(json_response(
-            StatusCode::OK,
-            &serde_json::json!({
-                "ok": false, "completed": f.completed, "uncertain": f.uncertain,
-                "error": f.error, "fallback": FALLBACK,
-            }),
-        )),
-        Reply::Error(e) => Err(TunnelError::Guest(e).into()),
-        other => Err(unexpected(id, &other)),
+        other => Err(ApiError::not_found(format!(
+            "no browser action {other:?}; use navigate, snapshot or act"
+        ))),
     }
 }
 

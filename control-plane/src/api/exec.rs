@@ -12,10 +12,11 @@
 use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
 use super::{bot_lease, Api};
 use crate::computers::ComputerKind;
-use crate::tunnel::{OpStream, TunnelError};
+use crate::guest::Exec;
+use crate::tunnel::TunnelError;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
-use gateway_proto::{ExecEvent, ExecInput, ExecRequest, Request, StartDir, MAX_CHUNK};
+use gateway_proto::{ExecEvent, ExecRequest, StartDir};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
@@ -120,24 +121,24 @@ pub async fn exec(
         (None, Some(_)) => start_dir(&api.core.get(id).await?.kind),
         _ => StartDir::Home,
     };
-    let request = Request::Exec(ExecRequest {
+    let request = ExecRequest {
         argv: body.argv,
         cwd: body.cwd,
         env: body.env.into_iter().collect(),
         timeout_ms: body.timeout_ms,
         stdin: !matches!(stdin, Stdin::None),
-        lease: lease.clone(),
+        lease,
         start,
-    });
-    let mut op = api.core.open(id, lease.as_ref(), &request).await?;
-    // The first event decides the status: a refusal (stale fence, bad request) is an HTTP error.
-    let first = match op.rx.expect::<ExecEvent>().await {
-        Ok(ExecEvent::Failed(e)) => return Err(TunnelError::Guest(e).into()),
-        Ok(ev) => ev,
-        Err(e) => return Err(e.into()),
     };
+    // The first event decides the status: a refusal (stale fence, bad request) is an HTTP error.
+    let exec = api
+        .core
+        .guest_for(id, &request)
+        .await?
+        .exec(request)
+        .await?;
     let (tx, body) = ChannelBody::new(32);
-    tokio::spawn(relay(op, first, stdin, tx));
+    tokio::spawn(relay(exec, stdin, tx));
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -191,14 +192,14 @@ fn event_line(ev: &ExecEvent) -> Bytes {
 
 /// Moves stdin to the guest and events to the client until the command ends or either side
 /// goes away.
-async fn relay(op: OpStream, first: ExecEvent, stdin: Stdin, out: Out) {
-    let OpStream {
-        tx: mut op_tx,
-        rx: mut op_rx,
-    } = op;
+async fn relay(exec: Exec, stdin: Stdin, out: Out) {
+    let Exec {
+        first,
+        stdin: mut stdin_tx,
+        mut events,
+    } = exec;
     if out.send(Ok(event_line(&first))).await.is_err() {
-        let _ = op_tx.send(&ExecInput::Abort).await;
-        op_tx.abort();
+        stdin_tx.abort().await;
         return;
     }
     if matches!(first, ExecEvent::Exit { .. }) {
@@ -212,32 +213,23 @@ async fn relay(op: OpStream, first: ExecEvent, stdin: Stdin, out: Out) {
     };
     let mut stdin_open = !matches!((&body, &pending), (None, None));
     if let Some(bytes) = pending {
-        for chunk in bytes.chunks(MAX_CHUNK) {
-            if op_tx
-                .send(&ExecInput::Stdin(chunk.to_vec().into()))
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
+        let _ = stdin_tx.write(&bytes).await;
         if body.is_none() {
-            let _ = op_tx.send(&ExecInput::CloseStdin).await;
+            let _ = stdin_tx.close().await;
             stdin_open = false;
         }
     }
     loop {
         tokio::select! {
-            ev = op_rx.recv::<ExecEvent>() => match ev {
+            ev = events.next() => match ev {
                 Ok(Some(ev)) => {
                     let last = matches!(ev, ExecEvent::Exit { .. } | ExecEvent::Failed(_));
                     if out.send(Ok(event_line(&ev))).await.is_err() {
-                        let _ = op_tx.send(&ExecInput::Abort).await;
-                        op_tx.abort();
+                        stdin_tx.abort().await;
                         return;
                     }
                     if last {
-                        let _ = op_tx.finish();
+                        stdin_tx.finish();
                         return;
                     }
                 }
@@ -261,27 +253,23 @@ async fn relay(op: OpStream, first: ExecEvent, stdin: Stdin, out: Out) {
             frame = async { body.as_mut()?.frame().await }, if stdin_open && body.is_some() => match frame {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        for chunk in data.chunks(MAX_CHUNK) {
-                            let _ = op_tx.send(&ExecInput::Stdin(chunk.to_vec().into())).await;
-                        }
+                        let _ = stdin_tx.write(&data).await;
                     }
                 }
                 Some(Err(_)) => {
                     // The client's request stream broke: it is gone.
-                    let _ = op_tx.send(&ExecInput::Abort).await;
-                    op_tx.abort();
+                    stdin_tx.abort().await;
                     body = None;
                     stdin_open = false;
                 }
                 None => {
-                    let _ = op_tx.send(&ExecInput::CloseStdin).await;
+                    let _ = stdin_tx.close().await;
                     body = None;
                     stdin_open = false;
                 }
             },
             () = out.closed() => {
-                let _ = op_tx.send(&ExecInput::Abort).await;
-                op_tx.abort();
+                stdin_tx.abort().await;
                 return;
             }
         }

@@ -6,8 +6,9 @@
 //! body to the guest, which commits the file only when every byte arrived.
 
 use super::body::{json_response, too_large, ApiError, ChannelBody, RespBody};
-use super::{bot_lease, reply_error, Api};
-use gateway_proto::{FileKind, ListFiles, ReadFile, Reply, Request, WriteFile};
+use super::{bot_lease, Api};
+use crate::guest::{ByteError, SendError};
+use gateway_proto::{FileKind, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
@@ -35,32 +36,28 @@ pub async fn list(
     id: &str,
     q: &HashMap<String, String>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let lease = lease_of(q)?;
-    let req = Request::ListFiles(ListFiles {
+    let req = ListFiles {
         path: path_of(q),
-        lease: lease.clone(),
-    });
-    let mut op = api.core.open(id, lease.as_ref(), &req).await?;
-    match op.expect::<Reply>().await? {
-        Reply::Files(entries) => {
-            let entries: Vec<serde_json::Value> = entries
-                .iter()
-                .map(|e| {
-                    serde_json::json!({
-                        "path": e.path,
-                        "kind": match e.kind { FileKind::File => "file", FileKind::Dir => "dir" },
-                        "size": e.size,
-                        "executable": e.executable,
-                    })
-                })
-                .collect();
-            Ok(json_response(
-                StatusCode::OK,
-                &serde_json::json!({ "entries": entries }),
-            ))
-        }
-        other => Err(reply_error(id, other)),
-    }
+        lease: lease_of(q)?,
+    };
+    let entries: Vec<serde_json::Value> = api
+        .core
+        .call(id, req)
+        .await?
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "path": e.path,
+                "kind": match e.kind { FileKind::File => "file", FileKind::Dir => "dir" },
+                "size": e.size,
+                "executable": e.executable,
+            })
+        })
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "entries": entries }),
+    ))
 }
 
 pub async fn read(
@@ -76,34 +73,26 @@ pub async fn read(
         None => api.limits.max_read_bytes,
     }
     .min(api.limits.max_read_bytes);
-    let req = Request::ReadFile(ReadFile {
+    let req = ReadFile {
         path: path_of(q),
         max_bytes,
-        lease: lease.clone(),
-    });
-    let mut op = api.core.open(id, lease.as_ref(), &req).await?;
-    let size = match op.expect::<Reply>().await? {
-        Reply::ReadStart { size } if size <= max_bytes => size,
-        other => return Err(reply_error(id, other)),
+        lease,
     };
+    let (size, mut bytes) = api.core.guest_for(id, &req).await?.read_file(req).await?;
     let (tx, body) = ChannelBody::new(8);
     let computer = id.to_string();
-    let mut rx = op.rx;
-    let mut op_tx = op.tx;
-    rx.start_raw();
     tokio::spawn(async move {
-        let mut left = size;
         let mut pending = bytes::BytesMut::with_capacity(BODY_CHUNK);
-        while left > 0 {
+        loop {
             let chunk = tokio::select! {
-                chunk = rx.read_raw(RAW_CHUNK) => chunk,
-                () = tx.closed() => { rx.abort(); op_tx.abort(); return; }
+                chunk = bytes.next(RAW_CHUNK) => chunk,
+                () = tx.closed() => { bytes.abort(); return; }
             };
             let chunk = match chunk {
-                Ok(Some(c)) if c.len() as u64 <= left => c,
-                Ok(Some(_)) => {
+                Ok(Some(c)) => c,
+                Ok(None) => return,
+                Err(ByteError::Overrun) => {
                     warn!(computer_id = %computer, "guest sent more bytes than it announced");
-                    rx.abort();
                     let _ = tx
                         .send(Err(std::io::Error::other(
                             "guest sent more bytes than announced",
@@ -111,25 +100,23 @@ pub async fn read(
                         .await;
                     return;
                 }
-                Ok(None) | Err(_) => {
+                Err(ByteError::Tunnel(_)) => {
                     let _ = tx
                         .send(Err(std::io::Error::other("file read ended early")))
                         .await;
                     return;
                 }
             };
-            left -= chunk.len() as u64;
             // QUIC hands over about one packet per read: gather them so the response body
             // moves 64 KiB at a time instead of 1.4 KB.
             pending.extend_from_slice(&chunk);
-            if (pending.len() >= BODY_CHUNK || left == 0)
+            if (pending.len() >= BODY_CHUNK || bytes.remaining() == 0)
                 && tx.send(Ok(pending.split().freeze())).await.is_err()
             {
-                rx.abort();
+                bytes.abort();
                 return;
             }
         }
-        let _ = op_tx.finish();
     });
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(
@@ -170,44 +157,27 @@ pub async fn write(
             usize::try_from(api.limits.max_upload_bytes).unwrap_or(usize::MAX),
         ));
     }
-    let path = path_of(q);
-    let wreq = Request::WriteFile(WriteFile {
-        path,
+    let wreq = WriteFile {
+        path: path_of(q),
         executable,
         size,
-        lease: lease.clone(),
-    });
-    let mut op = api.core.open(id, lease.as_ref(), &wreq).await?;
-    let mut body = req.into_body();
-    let mut sent = 0u64;
-    let mut send_failed = false;
-    while let Some(frame) = body.frame().await {
-        let frame = match frame {
-            Ok(f) => f,
-            Err(_) => {
-                op.abort();
-                return Err(ApiError::bad_request(format!(
-                    "upload ended after {sent} of {size} bytes"
-                )));
-            }
-        };
-        if let Ok(data) = frame.into_data() {
-            sent += data.len() as u64;
-            if op.tx.write_raw(data).await.is_err() {
-                // The guest stopped reading: its reply says why.
-                send_failed = true;
-                break;
-            }
-        }
-    }
-    if !send_failed {
-        op.tx.finish()?;
-    }
-    match op.rx.expect::<Reply>().await? {
-        Reply::Written { size } => Ok(json_response(
+        lease,
+    };
+    let guest = api.core.guest_for(id, &wreq).await?;
+    match guest
+        .write_file(wreq, req.into_body().into_data_stream())
+        .await
+    {
+        Ok(written) => Ok(json_response(
             StatusCode::OK,
-            &serde_json::json!({ "written": size }),
+            &serde_json::json!({ "written": written }),
         )),
-        other => Err(reply_error(id, other)),
+        Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
+            ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),
+        ),
+        Err(SendError::TooLong) => Err(ApiError::bad_request(format!(
+            "upload is longer than its {size} bytes"
+        ))),
+        Err(SendError::Tunnel(e)) => Err(e.into()),
     }
 }

@@ -9,6 +9,8 @@
 use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
 use super::{parse_bot, Api};
 use crate::clock::now_ms;
+use crate::core::CoreError;
+use crate::guest::ConnectError;
 use crate::live::authority::{self, LiveError, Rejection};
 use crate::live::pages::{self, cap_headers, Served};
 use crate::live::relay::{relay, ws_config, RelayCtx};
@@ -17,7 +19,7 @@ use crate::live::store::LiveStoreError;
 use crate::live::streams::UrlKey;
 use crate::tunnel::TunnelError;
 use gateway_proto::live::{CapabilityKind, ConnectRequest};
-use gateway_proto::{LeaseToken, Reply, Request, StartDir};
+use gateway_proto::{LeaseToken, StartDir};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
@@ -137,7 +139,10 @@ pub async fn url(
 pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), ApiError> {
     let bot = parse_bot(bot)?;
     let c = api.core.get(id).await?;
-    authority::screen_gone(&api.core, &c.id, &bot).await?;
+    api.core
+        .screen_gone(&c.id, &bot)
+        .await
+        .map_err(LiveError::from)?;
     Ok(())
 }
 
@@ -365,38 +370,40 @@ async fn websocket(
         },
         CapabilityKind::View | CapabilityKind::Control => StartDir::Home,
     };
-    let connect = Request::Connect(ConnectRequest {
+    let connect = ConnectRequest {
         bot: cap.scope.bot.clone(),
         kind: policy,
         control_lease: cap.scope.control_lease.clone(),
         start,
-    });
-    let mut op = match api.core.open(&cap.scope.computer, None, &connect).await {
+    };
+    let opened = match api.core.guest_for(&cap.scope.computer, &connect).await {
+        Ok(guest) => guest.connect(connect).await,
+        Err(CoreError::Tunnel(e)) => Err(ConnectError::Open(e)),
+        Err(_) => {
+            rejected(&cid, Some(policy), "authority_rejected");
+            return refusal(StatusCode::SERVICE_UNAVAILABLE);
+        }
+    };
+    let mut op = match opened {
         Ok(op) => op,
-        Err(e) => {
+        Err(ConnectError::Open(e)) => {
             let reason = match e {
-                crate::core::CoreError::Tunnel(TunnelError::NotConnected(_)) => {
-                    "authority_unavailable"
-                }
+                TunnelError::NotConnected(_) => "authority_unavailable",
                 _ => "authority_rejected",
             };
             rejected(&cid, Some(policy), reason);
             return refusal(StatusCode::SERVICE_UNAVAILABLE);
         }
-    };
-    match op.expect::<Reply>().await {
-        Ok(Reply::Opened) => {}
-        Ok(Reply::Error(e)) => {
+        Err(ConnectError::Refused(e)) => {
             info!(screen.connection_id = %cid, policy = policy.as_str(), code = e.code.as_str(), "guest refused the capability");
             rejected(&cid, Some(policy), "authority_rejected");
             return refusal(StatusCode::CONFLICT);
         }
-        Ok(_) | Err(_) => {
-            op.abort();
+        Err(ConnectError::Answer(_)) => {
             rejected(&cid, Some(policy), "invalid_authority_response");
             return refusal(StatusCode::BAD_GATEWAY);
         }
-    }
+    };
     let wants_binary = header_has(&req, header::SEC_WEBSOCKET_PROTOCOL, "binary");
     let core = api.core.clone();
     let task_cid = cid.clone();

@@ -23,11 +23,9 @@ pub use exec::EXEC_STREAM_CONTENT_TYPE;
 pub use listener::{serve, HttpArgs, HttpConfig};
 
 use crate::core::{Core, CoreError};
-use crate::tunnel::{OpStream, TunnelError};
+use crate::tunnel::TunnelError;
 use body::{json_response, read_json};
-use gateway_proto::{
-    BotId, BotLease, ErrorCode, LeaseToken, Reply, Request as GuestRequest, Secret,
-};
+use gateway_proto::{BotId, BotLease, ErrorCode, LeaseToken, Secret};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
@@ -458,38 +456,4 @@ async fn bot_json<T: DeserializeOwned>(
     let bot = parse_bot(bot)?;
     let body = read_json(req.into_body()).await?;
     Ok((bot, body))
-}
-
-/// Opens `request` on computer `id` for `bot` holding `lease`: the core checks the lease against
-/// the database, the guest checks it again against its fence.
-async fn open_leased(
-    api: &Api,
-    id: &str,
-    bot: &BotId,
-    lease: &LeaseToken,
-    request: &GuestRequest,
-) -> Result<OpStream, ApiError> {
-    let held = BotLease {
-        bot: bot.clone(),
-        token: lease.clone(),
-    };
-    Ok(api.core.open(id, Some(&held), request).await?)
-}
-
-/// The error for a reply a handler does not take: the guest's own refusal as it is, anything
-/// else as a protocol error naming the reply.
-fn reply_error(id: &str, reply: Reply) -> ApiError {
-    match reply {
-        Reply::Error(e) => TunnelError::Guest(e).into(),
-        other => unexpected(id, &other),
-    }
-}
-
-/// A protocol error: the guest sent `reply` where it had no business to.
-fn unexpected(id: &str, reply: &Reply) -> ApiError {
-    TunnelError::Protocol {
-        computer: id.to_string(),
-        detail: format!("unexpected reply {reply:?}"),
-    }
-    .into()
 }

@@ -6,21 +6,19 @@
 //! carries the bot's lease, checked against the database here and against the fence on the guest.
 
 use super::body::{json_response, ApiError, RespBody};
-use super::{bot_json, open_leased, parse_lease, reply_error, unexpected, Api};
-use crate::tunnel::{OpReceiver, OpStream, TunnelError};
+use super::{bot_json, parse_lease, Api};
+use crate::guest::Observation;
 use base64::Engine;
 use gateway_proto::desktop::{
-    validate_actions, ActRequest, Action, MouseButton, ObservationMeta, ObserveRequest, ScreenInfo,
-    ScreenRelease, ScreenRequest, ScrollDirection, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
+    validate_actions, ActRequest, Action, MouseButton, ObserveRequest, ScreenInfo, ScreenRelease,
+    ScreenRequest, ScrollDirection, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
 };
-use gateway_proto::{BotId, BotLease, LeaseToken, Reply, Request};
+use gateway_proto::op::ScreenListRequest;
+use gateway_proto::{BotId, LeaseToken};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde::Deserialize;
 use std::sync::Arc;
-
-/// Largest PNG accepted from a guest (a 1280x800 desktop is far below this).
-const MAX_PNG: u64 = 32 << 20;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,18 +47,13 @@ fn screen_view(s: &ScreenInfo) -> serde_json::Value {
     })
 }
 
-/// Opens the request `make` builds for a bot whose body holds only its lease, which it needs.
-async fn open_with_lease(
-    api: &Api,
-    id: &str,
+/// The bot named in the path and the lease its body must hold.
+async fn bot_and_lease(
     bot: &str,
     req: hyper::Request<Incoming>,
-    make: impl FnOnce(BotId, LeaseToken) -> Request,
-) -> Result<OpStream, ApiError> {
+) -> Result<(BotId, LeaseToken), ApiError> {
     let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
-    let lease = lease_of(body.lease.as_deref())?;
-    let request = make(bot.clone(), lease.clone());
-    open_leased(api, id, &bot, &lease, &request).await
+    Ok((bot, lease_of(body.lease.as_deref())?))
 }
 
 pub async fn ensure(
@@ -69,14 +62,9 @@ pub async fn ensure(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let mut op = open_with_lease(api, id, bot, req, |bot, lease| {
-        Request::ScreenEnsure(ScreenRequest { bot, lease })
-    })
-    .await?;
-    match op.expect::<Reply>().await? {
-        Reply::Screen(s) => Ok(json_response(StatusCode::OK, &screen_view(&s))),
-        other => Err(reply_error(id, other)),
-    }
+    let (bot, lease) = bot_and_lease(bot, req).await?;
+    let screen = api.core.call(id, ScreenRequest { bot, lease }).await?;
+    Ok(json_response(StatusCode::OK, &screen_view(&screen)))
 }
 
 pub async fn release(
@@ -87,65 +75,25 @@ pub async fn release(
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
     let lease = body.lease.as_deref().map(parse_lease).transpose()?;
-    let bl = lease.clone().map(|token| BotLease {
-        bot: bot.clone(),
-        token,
-    });
-    let mut op = api
-        .core
-        .open(
-            id,
-            bl.as_ref(),
-            &Request::ScreenRelease(ScreenRelease { bot, lease }),
-        )
-        .await?;
-    match op.expect::<Reply>().await? {
-        Reply::Released => Ok(json_response(
-            StatusCode::OK,
-            &serde_json::json!({ "released": true }),
-        )),
-        other => Err(reply_error(id, other)),
-    }
+    api.core.call(id, ScreenRelease { bot, lease }).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "released": true }),
+    ))
 }
 
 pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
-    let mut op = api.core.open(id, None, &Request::ScreenList).await?;
-    match op.expect::<Reply>().await? {
-        Reply::Screens(all) => {
-            let v: Vec<serde_json::Value> = all.iter().map(screen_view).collect();
-            Ok(json_response(
-                StatusCode::OK,
-                &serde_json::json!({ "screens": v }),
-            ))
-        }
-        other => Err(reply_error(id, other)),
-    }
+    let all = api.core.call(id, ScreenListRequest).await?;
+    let v: Vec<serde_json::Value> = all.iter().map(screen_view).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "screens": v }),
+    ))
 }
 
-/// Reads an observation (meta frame, then its PNG) and renders the §4 JSON.
-async fn read_observation(id: &str, rx: &mut OpReceiver) -> Result<serde_json::Value, ApiError> {
-    let meta = match rx.expect::<Reply>().await? {
-        Reply::Observation(m) => m,
-        other => return Err(reply_error(id, other)),
-    };
-    if meta.png_len > MAX_PNG || (meta.unchanged && meta.png_len != 0) {
-        return Err(unexpected(id, &Reply::Observation(meta)));
-    }
-    rx.start_raw();
-    let mut png = Vec::with_capacity(meta.png_len as usize);
-    while (png.len() as u64) < meta.png_len {
-        match rx.read_raw(256 * 1024).await? {
-            Some(chunk) if png.len() as u64 + chunk.len() as u64 <= meta.png_len => {
-                png.extend_from_slice(&chunk)
-            }
-            Some(_) => return Err(unexpected(id, &Reply::Observation(meta))),
-            None => return Err(TunnelError::Lost(id.to_string()).into()),
-        }
-    }
-    Ok(observation_json(&meta, &png))
-}
-
-fn observation_json(meta: &ObservationMeta, png: &[u8]) -> serde_json::Value {
+/// The §4 JSON of an observation.
+fn observation_json(o: &Observation) -> serde_json::Value {
+    let meta = &o.meta;
     let mut v = serde_json::json!({
         "frameId": meta.frame_id,
         "capturedAt": meta.captured_at_ms,
@@ -160,7 +108,9 @@ fn observation_json(meta: &ObservationMeta, png: &[u8]) -> serde_json::Value {
         v["image"] = serde_json::Value::Null;
         v["note"] = "The screen is unchanged since the previous observation; the previous screenshot remains valid.".into();
     } else {
-        v["image"] = base64::engine::general_purpose::STANDARD.encode(png).into();
+        v["image"] = base64::engine::general_purpose::STANDARD
+            .encode(&o.png)
+            .into();
     }
     v
 }
@@ -171,12 +121,13 @@ pub async fn observe(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let mut op = open_with_lease(api, id, bot, req, |bot, lease| {
-        Request::Observe(ObserveRequest { bot, lease })
-    })
-    .await?;
-    let v = read_observation(id, &mut op.rx).await?;
-    Ok(json_response(StatusCode::OK, &v))
+    let (bot, lease) = bot_and_lease(bot, req).await?;
+    let req = ObserveRequest { bot, lease };
+    let observation = api.core.guest_for(id, &req).await?.observe(req).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &observation_json(&observation),
+    ))
 }
 
 pub async fn act(
@@ -196,26 +147,23 @@ pub async fn act(
         })
         .collect::<Result<Vec<_>, _>>()?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
-    let request = Request::Act(ActRequest {
-        bot: bot.clone(),
-        lease: lease.clone(),
+    let request = ActRequest {
+        bot,
+        lease,
         actions,
         observe: body.observe,
         settle_ms: body.settle_ms,
-    });
-    let mut op = open_leased(api, id, &bot, &lease, &request).await?;
-    let outcome = match op.expect::<Reply>().await? {
-        Reply::Acted(o) => o,
-        other => return Err(reply_error(id, other)),
     };
+    let guest = api.core.guest_for(id, &request).await?;
+    let (outcome, observation) = guest.act(request).await?;
     let mut v = serde_json::json!({
         "ok": true,
         "completed": outcome.completed,
         "settledMs": outcome.settled_ms,
         "settled": outcome.settled,
     });
-    if body.observe {
-        v["observation"] = read_observation(id, &mut op.rx).await?;
+    if let Some(observation) = observation {
+        v["observation"] = observation_json(&observation);
     }
     Ok(json_response(StatusCode::OK, &v))
 }

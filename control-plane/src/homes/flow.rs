@@ -1,6 +1,8 @@
-//! The home flows between a guest and the store, as methods of [`Core`]: checkpoint (guest
-//! export → seal → store commit) and restore (store → open → guest import), both streaming end
-//! to end with bounded memory, plus the rules the §9 triggers in `core` share.
+//! The home flows between a guest and the store: checkpoint (guest export → quota → checker →
+//! sealer → store commit) and restore (store → open → guest import), both streaming end to end
+//! with bounded memory. When they run, under which lock, lease wait and authority, is the core's
+//! (`Core::checkpoint_home`, `Core::restore_home` and the §9 triggers); this module moves bytes
+//! through a [`Guest`] and the [`HomeService`] and knows nothing of computers' states.
 //!
 //! Checkpoint: the guest quiesces its browsers and streams its archive; the bytes go through the
 //! store's checker and sealer straight into the upload (the object store uploads parts of 8 MiB,
@@ -16,35 +18,31 @@
 //!
 //! Deadlines: every wait on the guest is bounded by the tunnel's (`tunnel` module doc): the
 //! answer to the export or import, and each next piece of the archive (no progress for that
-//! long fails the checkpoint with `guest_timeout`). The home's lock is a guard, released when
-//! the flow returns, whatever it returns.
+//! long fails the checkpoint with `guest_timeout`).
 //!
 //! Authority: both requests carry the lease fences the control plane knows for the computer
-//! when it opens the stream ([`Core::home_authority`], read after any lease wait), so a guest
-//! that knows a newer lease refuses with `stale_lease` before it quiesces or reads anything
-//! (guest `fence::FenceTable::check_home`). An import the guest refused may reach us as a stopped
-//! stream first: its answer is read then, so the refusal is reported and not a lost tunnel.
+//! when the core opens the stream, so a guest that knows a newer lease refuses with
+//! `stale_lease` before it quiesces or reads anything (guest `fence::FenceTable::check_home`).
+//! An import the guest refused may reach us as a stopped stream first: [`Guest::import_home`]
+//! reads its answer then, so the refusal is reported and not a lost tunnel.
 //!
 //! Restore: the guest protocol wants the archive's exact size first. The object store derives it
 //! from the sealed object's length, so the object streams once, straight into the guest's import;
 //! a tampered object fails authentication on the way, the stream to the guest is reset, and the
 //! guest's staging import writes nothing. The local store packs its tree on the fly and cannot
-//! know the size, so its checkpoint is read twice: once to check and count it, then into the
-//! guest.
+//! know the size, so its checkpoint is read twice: once to check and count it ([`sized`]), then
+//! into the guest.
 
-use super::{chain, HomeError, Progress};
-use crate::computers::{Computer, ComputerState};
-use crate::core::{Core, CoreError, OPERATION_CONNECT_TIMEOUT};
-use crate::db::DbError;
-use crate::tunnel::{OpReceiver, OpStream, TunnelError};
+use super::{chain, HomeError, HomeService, Progress};
+use crate::computers::ComputerId;
+use crate::guest::{ExportBytes, Guest, SendError};
+use crate::tunnel::TunnelError;
 use bytes::{Bytes, BytesMut};
-use gateway_proto::home::{
-    HomeAuthority, HomeAuthorityError, HomeExportRequest, HomeImportRequest, LeaseFence,
-    MAX_HOME_AUTHORITY,
-};
-use gateway_proto::{BotId, Reply, Request};
+use futures_util::StreamExt;
+use gateway_proto::home::{HomeAuthority, HomeExportRequest, HomeImportRequest, Imported};
 use homes::archive::{ArchiveChecker, ArchiveError, ArchiveParser, Limits};
-use homes::Revision;
+use homes::store::ArchiveStream;
+use homes::{Checkpoint, HomeKey, Revision};
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,10 +54,17 @@ use tracing::{info, warn};
 const RAW_CHUNK: usize = 256 * 1024;
 /// Bytes between two progress updates of an export.
 const PROGRESS_BATCH: u64 = 1 << 20;
-/// How often a checkpoint re-checks other bots' leases while it waits.
-const LEASE_POLL: Duration = Duration::from_millis(500);
 /// How long an explicit checkpoint or a stop waits for other bots' leases by default.
 pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// Why a flow failed: the tunnel (or the guest's refusal), or the home's store and rules.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowError {
+    #[error(transparent)]
+    Tunnel(#[from] TunnelError),
+    #[error(transparent)]
+    Home(#[from] HomeError),
+}
 
 /// A completed checkpoint.
 #[derive(Debug, Clone, Copy)]
@@ -109,369 +114,123 @@ impl RunCheckpoint {
     }
 }
 
-fn protocol(c: &Computer, reply: &Reply) -> CoreError {
-    CoreError::Tunnel(TunnelError::Protocol {
-        computer: c.id.as_str().to_owned(),
-        detail: format!("unexpected reply {reply:?}"),
-    })
-}
-
-/// A write into the guest's import failed. A guest that refused the import (a stale authority,
-/// a size it will not take) answered and stopped reading, so the write sees a lost stream: its
-/// answer, read within the reply deadline, says why. Anything else keeps the write's error.
-async fn refusal_or(op: &mut OpStream, e: TunnelError) -> CoreError {
-    if matches!(e, TunnelError::Lost(_)) {
-        if let Ok(Reply::Error(refusal)) = op.rx.expect::<Reply>().await {
-            return TunnelError::Guest(refusal).into();
+/// Has `guest` quiesce its browsers and export the home under `authority`, and commits the
+/// archive as the next revision of `key`.
+pub async fn checkpoint(
+    guest: &Guest,
+    homes: &HomeService,
+    id: &ComputerId,
+    key: &HomeKey,
+    authority: HomeAuthority,
+    progress: &Progress,
+) -> Result<Checkpointed, FlowError> {
+    let req = HomeExportRequest {
+        quiesce_browsers: true,
+        authority,
+    };
+    let (start, mut archive) = guest.export_home(req).await?;
+    let quota = homes.quota();
+    if let Some(what) = over_quota(start.content_bytes, start.entries, quota) {
+        // Reset at once: the guest stops packing instead of reading it all.
+        archive.abort();
+        return Err(HomeError::Quota {
+            id: id.clone(),
+            what,
         }
+        .into());
     }
-    e.into()
-}
-
-impl Core {
-    /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than those in
-    /// `except` hold execution leases, has the guest quiesce its browsers and export, and
-    /// commits the stream.
-    pub async fn checkpoint_home(
-        &self,
-        c: &Computer,
-        except: &[BotId],
-        lease_wait: Duration,
-        progress: &Progress,
-    ) -> Result<Checkpointed, CoreError> {
-        Self::require_running(c)?;
-        let _busy = self.homes.lock(&c.id).await;
-        if self.restore_pending(c).await? {
-            return Err(HomeError::PendingRestore(c.id.clone()).into());
-        }
-        self.wait_for_leases(c, except, lease_wait, progress)
-            .await?;
-        let key = self.homes.key_for(c).await?;
-        let guest = self
-            .registry
-            .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
-            .await?;
-        let req = Request::HomeExport(HomeExportRequest {
-            quiesce_browsers: true,
-            authority: self.home_authority(c).await?,
-        });
-        let mut op = guest.open(&req).await?;
-        let quota = self.homes.quota();
-        match op.expect::<Reply>().await? {
-            Reply::ExportStart(s) => {
-                if let Some(what) = over_quota(s.content_bytes, s.entries, quota) {
-                    // Reset at once: the guest stops packing instead of reading it all.
-                    op.abort();
-                    return Err(HomeError::Quota {
-                        id: c.id.clone(),
-                        what,
-                    }
-                    .into());
-                }
-                progress.phase("exporting", s.content_bytes)
+    progress.phase("exporting", start.content_bytes);
+    let fault = FaultSlot::default();
+    let (reader, counter) = export_reader(archive, progress.clone(), quota, fault.clone());
+    let committed = homes.commit(key, reader).await;
+    // The store saw only an I/O error; what the export itself ran into says more.
+    let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let revision = match (committed, fault) {
+        (Ok(revision), _) => revision,
+        (Err(_), Some(ExportFault::Quota(what))) => {
+            return Err(HomeError::Quota {
+                id: id.clone(),
+                what,
             }
-            Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
-            other => return Err(protocol(c, &other)),
-        }
-        op.rx.start_raw();
-        let fault = FaultSlot::default();
-        let (reader, counter) = export_reader(op.rx, progress.clone(), quota, fault.clone());
-        let committed = self.homes.commit(&key, reader).await;
-        // The store saw only an I/O error; what the export itself ran into says more.
-        let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let revision = match (committed, fault) {
-            (Ok(revision), _) => revision,
-            (Err(_), Some(ExportFault::Quota(what))) => {
-                return Err(HomeError::Quota {
-                    id: c.id.clone(),
-                    what,
-                }
-                .into());
-            }
-            (Err(_), Some(ExportFault::Tunnel(e))) => return Err(e.into()),
-            (Err(e), None) => return Err(e.into()),
-        };
-        let bytes = counter.report().done;
-        info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(), bytes,
-            "home checkpointed");
-        Ok(Checkpointed { revision, bytes })
-    }
-
-    /// Restores the latest stored home of the running computer `c` into its guest; `None` when
-    /// the store has none. Clears the computer's pending-restore mark on success (or when there
-    /// is nothing to restore).
-    pub async fn restore_home(
-        &self,
-        c: &Computer,
-        progress: &Progress,
-    ) -> Result<Option<Restored>, CoreError> {
-        Self::require_running(c)?;
-        self.restore_into(c, progress).await
-    }
-
-    /// [`Core::restore_home`] without the state check: `boot` restores a fresh machine while the
-    /// computer is still `provisioning`, so nothing else reaches its empty home first.
-    pub(crate) async fn restore_into(
-        &self,
-        c: &Computer,
-        progress: &Progress,
-    ) -> Result<Option<Restored>, CoreError> {
-        let _busy = self.homes.lock(&c.id).await;
-        let key = self.homes.key_for(c).await?;
-        let Some(first) = self.homes.open_latest(&key).await? else {
-            self.homes
-                .ledger()
-                .set_pending_restore(&c.id, false)
-                .await
-                .map_err(HomeError::from)?;
-            return Ok(None);
-        };
-        let revision = first.revision;
-        let (size, archive) = match first.archive_len {
-            // The object store knows the length from the sealed object's: one pass.
-            Some(size) => (size, first.archive),
-            None => {
-                progress.phase("verifying", 0);
-                let size = drain(
-                    ArchiveChecker::new(first.archive, Limits::default()),
-                    progress,
-                )
-                .await
-                .map_err(HomeError::Read)?;
-                let Some(second) = self.homes.open_latest(&key).await? else {
-                    return Err(HomeError::NoHome(c.home_key.clone()).into());
-                };
-                if second.revision != revision {
-                    return Err(HomeError::Changed {
-                        key: key.to_string(),
-                        before: revision,
-                        after: second.revision,
-                    }
-                    .into());
-                }
-                (size, second.archive)
-            }
-        };
-        let guest = self
-            .registry
-            .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
-            .await?;
-        let req = Request::HomeImport(HomeImportRequest {
-            size,
-            authority: self.home_authority(c).await?,
-        });
-        let mut op = guest.open(&req).await?;
-        progress.phase("importing", size);
-        // Checked on the way too, so a bad archive names its fault here and not only in the guest.
-        let mut archive = ArchiveChecker::new(archive, Limits::default());
-        let mut sent: u64 = 0;
-        loop {
-            let buf = match read_chunk(&mut archive).await {
-                Ok(buf) => buf,
-                Err(e) => {
-                    // The guest sees the reset and writes nothing.
-                    op.abort();
-                    return Err(HomeError::Read(e).into());
-                }
-            };
-            let n = buf.len();
-            if n == 0 {
-                break;
-            }
-            sent += n as u64;
-            if sent > size {
-                op.abort();
-                return Err(HomeError::Read(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("checkpoint of {key} grew past the {size} bytes verified"),
-                ))
-                .into());
-            }
-            if let Err(e) = op.tx.write_raw(buf.freeze()).await {
-                return Err(refusal_or(&mut op, e).await);
-            }
-            progress.add(n as u64);
-        }
-        if sent != size {
-            op.abort();
-            return Err(HomeError::Read(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("checkpoint of {key} ended after {sent} of {size} bytes verified"),
-            ))
             .into());
         }
-        if let Err(e) = op.tx.finish() {
-            return Err(refusal_or(&mut op, e).await);
-        }
-        let imported = match op.rx.expect::<Reply>().await? {
-            Reply::Imported(i) => i,
-            Reply::Error(e) => return Err(TunnelError::Guest(e).into()),
-            other => return Err(protocol(c, &other)),
-        };
-        self.homes
-            .ledger()
-            .set_pending_restore(&c.id, false)
-            .await
-            .map_err(HomeError::from)?;
-        info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(),
-            bytes = sent, "home restored");
-        Ok(Some(Restored {
-            revision,
-            bytes: sent,
-            content_bytes: imported.content_bytes,
-            entries: imported.entries,
-        }))
-    }
+        (Err(_), Some(ExportFault::Tunnel(e))) => return Err(e.into()),
+        (Err(e), None) => return Err(e.into()),
+    };
+    let bytes = counter.report().done;
+    info!(computer_id = %id, store = homes.kind(), revision = revision.get(), bytes,
+        "home checkpointed");
+    Ok(Checkpointed { revision, bytes })
+}
 
-    /// The run-completion trigger (§9): after `bot`'s lease is released, save the home unless
-    /// another bot still holds a lease (the last run to finish saves it).
-    pub(crate) async fn checkpoint_after_run(&self, c: &Computer, bot: &BotId) -> RunCheckpoint {
-        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
-            return RunCheckpoint::Skipped("the guest is not connected");
-        }
-        match self.homes.ledger().pending_restore(&c.id).await {
-            Ok(false) => {}
-            Ok(true) => return RunCheckpoint::Skipped("the stored home was not restored yet"),
-            Err(e) => return RunCheckpoint::Failed(chain(&e)),
-        }
-        match self
-            .homes
-            .ledger()
-            .live_lease_holders(&c.id, &[bot.as_str()], crate::clock::now_ms())
-            .await
-        {
-            Ok(bots) if !bots.is_empty() => return RunCheckpoint::Deferred(bots),
-            Ok(_) => {}
-            Err(e) => return RunCheckpoint::Failed(chain(&e)),
-        }
-        match self
-            .checkpoint_home(
-                c,
-                std::slice::from_ref(bot),
-                Duration::ZERO,
-                &Progress::new(),
-            )
-            .await
-        {
-            Ok(done) => RunCheckpoint::Saved(done),
-            Err(e) => RunCheckpoint::Failed(chain(&e)),
-        }
+/// The archive of `first` (the latest checkpoint of `key`) with its exact size. The object store
+/// knows it from the sealed object's length; otherwise the checkpoint is read once to check and
+/// count it, then opened again, which must give the same revision.
+pub async fn sized(
+    homes: &HomeService,
+    key: &HomeKey,
+    home_key: &str,
+    first: Checkpoint,
+    progress: &Progress,
+) -> Result<(u64, ArchiveStream), HomeError> {
+    if let Some(size) = first.archive_len {
+        return Ok((size, first.archive));
     }
-
-    /// The before-stop trigger (§9). An error refuses the stop, so the machine keeps running
-    /// with its home and the previous checkpoint stays current. Without a connected guest (or
-    /// before the stored home was restored) there is nothing newer to save: the stop proceeds.
-    pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
-        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
-            info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");
-            return Ok(());
-        }
-        if self.restore_pending(c).await? {
-            info!(computer_id = %c.id, "stopping without a checkpoint: the stored home was never restored");
-            return Ok(());
-        }
-        match self
-            .checkpoint_home(c, &[], DEFAULT_LEASE_WAIT, &Progress::new())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                warn!(computer_id = %c.id, error = %chain(&e), "checkpoint before stop failed; not stopping");
-                Err(e)
-            }
-        }
+    let revision = first.revision;
+    progress.phase("verifying", 0);
+    let size = drain(
+        ArchiveChecker::new(first.archive, Limits::default()),
+        progress,
+    )
+    .await
+    .map_err(HomeError::Read)?;
+    let Some(second) = homes.open_latest(key).await? else {
+        return Err(HomeError::NoHome(home_key.to_owned()));
+    };
+    if second.revision != revision {
+        return Err(HomeError::Changed {
+            key: key.to_string(),
+            before: revision,
+            after: second.revision,
+        });
     }
+    Ok((size, second.archive))
+}
 
-    /// What a home export or import of `c` acts under: the latest lease fence of every bot the
-    /// lease store knows on it, read now (after any wait for leases), so the guest can refuse an
-    /// operation begun before a lease it has already been told of.
-    pub(crate) async fn home_authority(&self, c: &Computer) -> Result<HomeAuthority, CoreError> {
-        let rows = self
-            .homes
-            .ledger()
-            .lease_fences(&c.id)
-            .await
-            .map_err(HomeError::from)?;
-        let mut fences = Vec::with_capacity(rows.len().min(MAX_HOME_AUTHORITY));
-        for (bot, fence) in rows {
-            let corrupt = |reason: String| {
-                HomeError::from(DbError::corrupt(
-                    "leases",
-                    format!("{}/{bot}", c.id),
-                    reason,
-                ))
-            };
-            let id = BotId::new(bot.as_str()).map_err(|e| corrupt(e.to_string()))?;
-            let fence = u64::try_from(fence).map_err(|_| corrupt(format!("fence is {fence}")))?;
-            fences.push(LeaseFence { bot: id, fence });
+/// Streams `archive` of exactly `size` bytes into `guest`'s import under `authority`.
+pub async fn import(
+    guest: &Guest,
+    key: &HomeKey,
+    size: u64,
+    archive: ArchiveStream,
+    authority: HomeAuthority,
+    progress: &Progress,
+) -> Result<Imported, FlowError> {
+    progress.phase("importing", size);
+    // Checked on the way too, so a bad archive names its fault here and not only in the guest.
+    let checker = ArchiveChecker::new(archive, Limits::default());
+    let counted = progress.clone();
+    let pieces = chunks(checker).inspect(move |piece| {
+        if let Ok(piece) = piece {
+            counted.add(piece.len() as u64);
         }
-        let count = fences.len();
-        HomeAuthority::new(fences).map_err(|e| match e {
-            HomeAuthorityError::TooMany(_) => HomeError::TooManyLeases {
-                id: c.id.clone(),
-                count,
-                max: MAX_HOME_AUTHORITY,
-            }
-            .into(),
-            // (computer, bot) is the lease table's key: a bot twice is a broken database.
-            HomeAuthorityError::Duplicate(_) => {
-                HomeError::from(DbError::corrupt("leases", c.id.as_str(), e.to_string())).into()
-            }
-        })
-    }
-
-    /// Whether `c`'s machine has not imported its stored home yet.
-    async fn restore_pending(&self, c: &Computer) -> Result<bool, CoreError> {
-        let pending = self.homes.ledger().pending_restore(&c.id).await;
-        Ok(pending.map_err(HomeError::from)?)
-    }
-
-    /// Checkpoints and restores need the computer's guest: refuse at once when it is not running.
-    fn require_running(c: &Computer) -> Result<(), CoreError> {
-        if c.state == ComputerState::Running {
-            Ok(())
-        } else {
-            Err(CoreError::NotRunning {
-                id: c.id.as_str().to_owned(),
-                state: c.state,
-            })
-        }
-    }
-
-    /// Waits while bots other than `except` hold execution leases on `c`, up to `wait`.
-    async fn wait_for_leases(
-        &self,
-        c: &Computer,
-        except: &[BotId],
-        wait: Duration,
-        progress: &Progress,
-    ) -> Result<(), CoreError> {
-        let polls = wait.as_millis() / LEASE_POLL.as_millis();
-        let except: Vec<&str> = except.iter().map(BotId::as_str).collect();
-        for poll in 0..=polls {
-            let bots = self
-                .homes
-                .ledger()
-                .live_lease_holders(&c.id, &except, crate::clock::now_ms())
-                .await
-                .map_err(HomeError::from)?;
-            if bots.is_empty() {
-                return Ok(());
-            }
-            if poll == polls {
-                return Err(HomeError::LeasesHeld {
-                    id: c.id.clone(),
-                    bots,
-                }
-                .into());
-            }
-            if poll == 0 {
-                progress.phase("waiting", 0);
-                info!(computer_id = %c.id, ?bots, "checkpoint waits for other bots' leases");
-            }
-            tokio::time::sleep(LEASE_POLL).await;
-        }
-        Ok(())
+    });
+    let req = HomeImportRequest { size, authority };
+    match guest.import_home(req, pieces).await {
+        Ok(imported) => Ok(imported),
+        // The guest sees the reset and writes nothing.
+        Err(SendError::Source { error, .. }) => Err(HomeError::Read(error).into()),
+        Err(SendError::TooLong) => Err(HomeError::Read(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("checkpoint of {key} grew past the {size} bytes verified"),
+        ))
+        .into()),
+        Err(SendError::TooShort { sent }) => Err(HomeError::Read(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("checkpoint of {key} ended after {sent} of {size} bytes verified"),
+        ))
+        .into()),
+        Err(SendError::Tunnel(e)) => Err(e.into()),
     }
 }
 
@@ -521,7 +280,7 @@ type FaultSlot = Arc<Mutex<Option<ExportFault>>>;
 /// as they arrive: an entry that passes `quota` fails the stream before any byte of its chunk is
 /// handed on, and says why in `fault`.
 fn export_reader(
-    rx: OpReceiver,
+    rx: ExportBytes,
     progress: Progress,
     quota: Limits,
     fault: FaultSlot,
@@ -540,7 +299,7 @@ fn export_reader(
                 let mut buf = BytesMut::new();
                 let mut ended = false;
                 while buf.len() < RAW_CHUNK {
-                    match rx.read_raw(RAW_CHUNK - buf.len()).await {
+                    match rx.read(RAW_CHUNK - buf.len()).await {
                         Ok(Some(b)) => buf.extend_from_slice(&b),
                         Ok(None) => {
                             ended = true;
@@ -597,6 +356,18 @@ fn export_reader(
     (StreamReader::new(Box::pin(stream)), counter)
 }
 
+/// `r` in chunks of [`RAW_CHUNK`] (see [`read_chunk`]) until its end or its first error.
+fn chunks<R: AsyncRead + Unpin>(r: R) -> impl futures_util::Stream<Item = io::Result<Bytes>> {
+    futures_util::stream::unfold(Some(r), |r| async move {
+        let mut r = r?;
+        match read_chunk(&mut r).await {
+            Ok(buf) if buf.is_empty() => None,
+            Ok(buf) => Some((Ok(buf.freeze()), Some(r))),
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
 /// Up to [`RAW_CHUNK`] bytes of `r`, as many as it has: a short chunk only at its end. quinn
 /// keeps each chunk it was handed, allocation and all, until the guest acknowledges it, so a
 /// half-empty buffer would cost its whole capacity for up to a stream window of data.
@@ -624,29 +395,10 @@ async fn drain<R: AsyncRead + Unpin>(mut r: R, progress: &Progress) -> io::Resul
     }
 }
 
-impl Core {
-    /// Logs what the run-completion trigger did: a failure is a WARN naming the computer, never
-    /// dropped; the previous revision stays current.
-    pub(crate) fn log_run_checkpoint(&self, c: &Computer, bot: &BotId, outcome: &RunCheckpoint) {
-        match outcome {
-            RunCheckpoint::Saved(_) => {}
-            RunCheckpoint::Deferred(bots) => {
-                info!(computer_id = %c.id, bot = %bot, ?bots, "checkpoint deferred: other bots still hold leases")
-            }
-            RunCheckpoint::Skipped(why) => {
-                info!(computer_id = %c.id, bot = %bot, why, "checkpoint after the run skipped")
-            }
-            RunCheckpoint::Failed(error) => {
-                warn!(computer_id = %c.id, bot = %bot, error, "checkpoint after the run failed; the previous revision stays current")
-            }
-        }
-    }
-}
-
 /// Runs the reconciler once and logs what it did (an error is logged, not fatal: the next run
 /// retries, and unowned objects are only garbage).
-pub async fn reconcile_logged(core: &Core) {
-    match core.homes.reconcile().await {
+pub async fn reconcile_logged(homes: &HomeService) {
+    match homes.reconcile().await {
         Ok(Some(stats)) => info!(
             kept = stats.kept,
             deleted = stats.deleted,

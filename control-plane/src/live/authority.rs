@@ -1,5 +1,6 @@
 //! The decisions about live screens: issuing capability URLs, checking an opened capability
-//! against the database, takeover and its release, and what a torn-down desktop revokes.
+//! against the database, takeover and its release (what a torn-down desktop revokes is
+//! `super::revoke`'s, called by the core).
 //!
 //! Everything here is checked against the database, never against memory alone: a capability
 //! opens only while the computer runs with the generation sealed into it, the bot's generation
@@ -7,14 +8,15 @@
 //! live one, and the URL's sealed expiry has not passed. The same [`check`] runs when a websocket
 //! opens and once a second while it is open.
 
+use super::revoke::revoke_on_guest;
 use super::seal::{Capability, Scope, SealError, Sealer};
 use super::store::{ControlLease, LiveStoreError};
 use super::streams::CloseScope;
 use crate::computers::{ComputerId, ComputerState};
 use crate::core::{Core, CoreError};
 use crate::lease::LeaseStore;
-use gateway_proto::live::{CapabilityKind, RevokeRequest, RevokeScope};
-use gateway_proto::{BotId, LeaseToken, Reply, Request};
+use gateway_proto::live::{CapabilityKind, RevokeScope};
+use gateway_proto::{BotId, LeaseToken};
 use std::time::Duration;
 use tracing::{debug, info};
 
@@ -187,7 +189,8 @@ pub async fn release_control(core: &Core, id: &str, bot: &BotId) -> Result<bool,
         .live
         .streams
         .close_bot(c.id.as_str(), bot, CloseScope::Control);
-    revoke_on_guest(core, c.id.as_str(), bot, RevokeScope::Control).await;
+    let guest = core.connected_guest(c.id.as_str());
+    revoke_on_guest(guest.as_ref(), bot, RevokeScope::Control).await;
     info!(computer_id = %id, bot = %bot, closed, "user released control");
     Ok(had.is_some())
 }
@@ -235,43 +238,4 @@ pub async fn set_waiting_takeover(
     }
     info!(computer_id = %id, bot = %bot, waiting, "run waiting_takeover changed");
     Ok(())
-}
-
-/// The bot's desktop is going away (released, or torn down after a failed run): bump its
-/// generation so every URL dies, close its streams and have the guest revoke its
-/// capabilities, before the desktop itself is stopped (contracts.md §3 teardown order).
-pub async fn screen_gone(core: &Core, computer: &ComputerId, bot: &BotId) -> Result<(), LiveError> {
-    core.live.store.bump_generation(computer, bot).await?;
-    core.live
-        .streams
-        .close_bot(computer.as_str(), bot, CloseScope::All);
-    revoke_on_guest(core, computer.as_str(), bot, RevokeScope::All).await;
-    Ok(())
-}
-
-/// Best effort: a guest that is not connected has no capability open to revoke.
-async fn revoke_on_guest(core: &Core, computer: &str, bot: &BotId, scope: RevokeScope) {
-    let Some(guest) = core.registry.get(computer) else {
-        return;
-    };
-    let req = Request::Revoke(RevokeRequest {
-        bot: bot.clone(),
-        scope,
-    });
-    let result = async {
-        let mut op = guest.open(&req).await?;
-        op.expect::<Reply>().await
-    }
-    .await;
-    match result {
-        Ok(Reply::Revoked) => {
-            debug!(computer_id = %computer, bot = %bot, "guest revoked capabilities")
-        }
-        Ok(other) => {
-            info!(computer_id = %computer, bot = %bot, reply = ?other, "guest did not confirm the revocation")
-        }
-        Err(e) => {
-            info!(computer_id = %computer, bot = %bot, error = %e, "revocation on the guest failed")
-        }
-    }
 }

@@ -11,6 +11,7 @@ pub mod authority;
 pub mod config;
 pub mod pages;
 pub mod relay;
+pub mod revoke;
 pub mod seal;
 pub mod store;
 pub mod streams;

@@ -1,4 +1,5 @@
-//! One live stream: a browser's websocket relayed to one QUIC operation stream of the guest.
+//! One live stream: a browser's websocket relayed to one live connection of the guest
+//! ([`LiveStream`], a `Connect` operation stream).
 //!
 //! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the §7 client
 //! frames one way, checked by [`FrameCheck`] on the way, and raw PTY bytes the other). Towards
@@ -17,7 +18,7 @@ use super::seal::Capability;
 use super::streams::StreamGuard;
 use crate::clock::now_ms;
 use crate::core::Core;
-use crate::tunnel::{OpReceiver, OpStream};
+use crate::guest::LiveStream;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use gateway_proto::live::CapabilityKind;
 use gateway_proto::termframe::FrameCheck;
@@ -72,7 +73,7 @@ pub struct RelayCtx {
 }
 
 /// Relays until either side ends or the capability is revoked; logs the close event.
-pub async fn relay<S>(mut ws: WebSocketStream<S>, mut op: OpStream, ctx: RelayCtx)
+pub async fn relay<S>(mut ws: WebSocketStream<S>, mut op: LiveStream, ctx: RelayCtx)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -81,7 +82,6 @@ where
     let mut frames = (policy == CapabilityKind::Terminal).then(FrameCheck::new);
     let mut recheck = tokio::time::interval_at(started + RECHECK_EVERY, RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    op.rx.start_raw();
     // Who ended the stream, why (the event's `reason`), and the close frame the browser gets.
     let (initiator, reason, close): (Initiator, &'static str, Option<CloseFrame>) = loop {
         tokio::select! {
@@ -93,7 +93,7 @@ where
                             break (Initiator::Client, "frame_refused", Some(close_frame(CloseCode::Size, "frame refused")));
                         }
                     }
-                    if op.tx.write_raw(bytes).await.is_err() {
+                    if op.write(bytes).await.is_err() {
                         break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
                     }
                 }
@@ -101,9 +101,9 @@ where
                 Some(Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break (Initiator::Client, "client_closed", None),
             },
-            chunk = op.rx.read_raw(GUEST_CHUNK) => match chunk {
+            chunk = op.read(GUEST_CHUNK) => match chunk {
                 Ok(Some(first)) => {
-                    let (bytes, ended) = gather(&mut op.rx, first);
+                    let (bytes, ended) = gather(&mut op, first);
                     if ws.send(Message::Binary(bytes)).await.is_err() {
                         break (Initiator::Client, "client_closed", None);
                     }
@@ -133,10 +133,7 @@ where
     };
     match initiator {
         // The browser is gone: end the guest's side cleanly so it can tidy up.
-        Initiator::Client => {
-            let _ = op.tx.finish();
-            op.rx.abort();
-        }
+        Initiator::Client => op.end(),
         Initiator::Upstream | Initiator::Revoked => op.abort(),
     }
     if let Some(frame) = close {
@@ -156,7 +153,7 @@ where
 
 /// `first` and whatever else the guest's side already holds, up to [`GUEST_CHUNK`], without
 /// waiting for more; `true` if the guest's side ended (or failed) meanwhile, after these bytes.
-fn gather(rx: &mut OpReceiver, first: bytes::Bytes) -> (bytes::Bytes, bool) {
+fn gather(op: &mut LiveStream, first: bytes::Bytes) -> (bytes::Bytes, bool) {
     let mut buf: Vec<u8> = Vec::new();
     let mut ended = false;
     loop {
@@ -170,7 +167,7 @@ fn gather(rx: &mut OpReceiver, first: bytes::Bytes) -> (bytes::Bytes, bool) {
         }
         // Polled once: ready data only. Dropping a pending read loses nothing (the relay's
         // select drops it the same way), and the next poll registers the real waker.
-        match rx.read_raw(GUEST_CHUNK - have).now_or_never() {
+        match op.read(GUEST_CHUNK - have).now_or_never() {
             None => break,
             Some(Ok(Some(more))) => {
                 if buf.is_empty() {

@@ -1,0 +1,266 @@
+//! The home triggers as the core runs them (contracts.md §9): checkpoint and restore under the
+//! home's lock, refused before the stored home was restored, after the other bots' leases (a
+//! checkpoint waits for them), under the authority of every bot's latest lease fence; the
+//! run-completion and before-stop triggers. The bytes themselves move in `homes::flow`.
+//!
+//! Authority: both flows carry the lease fences the control plane knows for the computer, read
+//! as the stream opens ([`Core::home_authority`], after any lease wait), so a guest that knows a
+//! newer lease refuses with `stale_lease` before it quiesces or reads anything. The home's lock
+//! is a guard, released when the flow returns, whatever it returns.
+
+use super::{Core, CoreError};
+use crate::computers::{Computer, ComputerState};
+use crate::db::DbError;
+use crate::homes::flow::{self, Checkpointed, Restored, RunCheckpoint, DEFAULT_LEASE_WAIT};
+use crate::homes::{chain, HomeError, Progress};
+use gateway_proto::home::{HomeAuthority, HomeAuthorityError, LeaseFence, MAX_HOME_AUTHORITY};
+use gateway_proto::BotId;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// How often a checkpoint re-checks other bots' leases while it waits.
+const LEASE_POLL: Duration = Duration::from_millis(500);
+
+impl Core {
+    /// Checkpoints `c`'s home now: waits up to `lease_wait` while bots other than those in
+    /// `except` hold execution leases, has the guest quiesce its browsers and export, and
+    /// commits the stream.
+    pub async fn checkpoint_home(
+        &self,
+        c: &Computer,
+        except: &[BotId],
+        lease_wait: Duration,
+        progress: &Progress,
+    ) -> Result<Checkpointed, CoreError> {
+        Self::require_running(c)?;
+        let _busy = self.homes.lock(&c.id).await;
+        if self.restore_pending(c).await? {
+            return Err(HomeError::PendingRestore(c.id.clone()).into());
+        }
+        self.wait_for_leases(c, except, lease_wait, progress)
+            .await?;
+        let key = self.homes.key_for(c).await?;
+        let guest = self.wait_guest(c).await?;
+        let authority = self.home_authority(c).await?;
+        Ok(flow::checkpoint(&guest, &self.homes, &c.id, &key, authority, progress).await?)
+    }
+
+    /// Restores the latest stored home of the running computer `c` into its guest; `None` when
+    /// the store has none. Clears the computer's pending-restore mark on success (or when there
+    /// is nothing to restore).
+    pub async fn restore_home(
+        &self,
+        c: &Computer,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
+        Self::require_running(c)?;
+        self.restore_into(c, progress).await
+    }
+
+    /// [`Core::restore_home`] without the state check: `boot` restores a fresh machine while the
+    /// computer is still `provisioning`, so nothing else reaches its empty home first.
+    pub(crate) async fn restore_into(
+        &self,
+        c: &Computer,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
+        let _busy = self.homes.lock(&c.id).await;
+        let key = self.homes.key_for(c).await?;
+        let Some(first) = self.homes.open_latest(&key).await? else {
+            self.set_restored(c).await?;
+            return Ok(None);
+        };
+        let revision = first.revision;
+        let (size, archive) = flow::sized(&self.homes, &key, &c.home_key, first, progress).await?;
+        let guest = self.wait_guest(c).await?;
+        let authority = self.home_authority(c).await?;
+        let imported = flow::import(&guest, &key, size, archive, authority, progress).await?;
+        self.set_restored(c).await?;
+        info!(computer_id = %c.id, store = self.homes.kind(), revision = revision.get(),
+            bytes = size, "home restored");
+        Ok(Some(Restored {
+            revision,
+            bytes: size,
+            content_bytes: imported.content_bytes,
+            entries: imported.entries,
+        }))
+    }
+
+    /// Clears `c`'s pending-restore mark: its machine has its stored home (or there is none).
+    async fn set_restored(&self, c: &Computer) -> Result<(), CoreError> {
+        self.homes
+            .ledger()
+            .set_pending_restore(&c.id, false)
+            .await
+            .map_err(HomeError::from)?;
+        Ok(())
+    }
+
+    /// The run-completion trigger (§9): after `bot`'s lease is released, save the home unless
+    /// another bot still holds a lease (the last run to finish saves it).
+    pub(crate) async fn checkpoint_after_run(&self, c: &Computer, bot: &BotId) -> RunCheckpoint {
+        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+            return RunCheckpoint::Skipped("the guest is not connected");
+        }
+        match self.homes.ledger().pending_restore(&c.id).await {
+            Ok(false) => {}
+            Ok(true) => return RunCheckpoint::Skipped("the stored home was not restored yet"),
+            Err(e) => return RunCheckpoint::Failed(chain(&e)),
+        }
+        match self
+            .homes
+            .ledger()
+            .live_lease_holders(&c.id, &[bot.as_str()], crate::clock::now_ms())
+            .await
+        {
+            Ok(bots) if !bots.is_empty() => return RunCheckpoint::Deferred(bots),
+            Ok(_) => {}
+            Err(e) => return RunCheckpoint::Failed(chain(&e)),
+        }
+        match self
+            .checkpoint_home(
+                c,
+                std::slice::from_ref(bot),
+                Duration::ZERO,
+                &Progress::new(),
+            )
+            .await
+        {
+            Ok(done) => RunCheckpoint::Saved(done),
+            Err(e) => RunCheckpoint::Failed(chain(&e)),
+        }
+    }
+
+    /// The before-stop trigger (§9). An error refuses the stop, so the machine keeps running
+    /// with its home and the previous checkpoint stays current. Without a connected guest (or
+    /// before the stored home was restored) there is nothing newer to save: the stop proceeds.
+    pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
+        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+            info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");
+            return Ok(());
+        }
+        if self.restore_pending(c).await? {
+            info!(computer_id = %c.id, "stopping without a checkpoint: the stored home was never restored");
+            return Ok(());
+        }
+        match self
+            .checkpoint_home(c, &[], DEFAULT_LEASE_WAIT, &Progress::new())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                warn!(computer_id = %c.id, error = %chain(&e), "checkpoint before stop failed; not stopping");
+                Err(e)
+            }
+        }
+    }
+
+    /// What a home export or import of `c` acts under: the latest lease fence of every bot the
+    /// lease store knows on it, read now (after any wait for leases), so the guest can refuse an
+    /// operation begun before a lease it has already been told of.
+    pub(crate) async fn home_authority(&self, c: &Computer) -> Result<HomeAuthority, CoreError> {
+        let rows = self
+            .homes
+            .ledger()
+            .lease_fences(&c.id)
+            .await
+            .map_err(HomeError::from)?;
+        let mut fences = Vec::with_capacity(rows.len().min(MAX_HOME_AUTHORITY));
+        for (bot, fence) in rows {
+            let corrupt = |reason: String| {
+                HomeError::from(DbError::corrupt(
+                    "leases",
+                    format!("{}/{bot}", c.id),
+                    reason,
+                ))
+            };
+            let id = BotId::new(bot.as_str()).map_err(|e| corrupt(e.to_string()))?;
+            let fence = u64::try_from(fence).map_err(|_| corrupt(format!("fence is {fence}")))?;
+            fences.push(LeaseFence { bot: id, fence });
+        }
+        let count = fences.len();
+        HomeAuthority::new(fences).map_err(|e| match e {
+            HomeAuthorityError::TooMany(_) => HomeError::TooManyLeases {
+                id: c.id.clone(),
+                count,
+                max: MAX_HOME_AUTHORITY,
+            }
+            .into(),
+            // (computer, bot) is the lease table's key: a bot twice is a broken database.
+            HomeAuthorityError::Duplicate(_) => {
+                HomeError::from(DbError::corrupt("leases", c.id.as_str(), e.to_string())).into()
+            }
+        })
+    }
+
+    /// Whether `c`'s machine has not imported its stored home yet.
+    async fn restore_pending(&self, c: &Computer) -> Result<bool, CoreError> {
+        let pending = self.homes.ledger().pending_restore(&c.id).await;
+        Ok(pending.map_err(HomeError::from)?)
+    }
+
+    /// Checkpoints and restores need the computer's guest: refuse at once when it is not running.
+    fn require_running(c: &Computer) -> Result<(), CoreError> {
+        if c.state == ComputerState::Running {
+            Ok(())
+        } else {
+            Err(CoreError::NotRunning {
+                id: c.id.as_str().to_owned(),
+                state: c.state,
+            })
+        }
+    }
+
+    /// Waits while bots other than `except` hold execution leases on `c`, up to `wait`.
+    async fn wait_for_leases(
+        &self,
+        c: &Computer,
+        except: &[BotId],
+        wait: Duration,
+        progress: &Progress,
+    ) -> Result<(), CoreError> {
+        let polls = wait.as_millis() / LEASE_POLL.as_millis();
+        let except: Vec<&str> = except.iter().map(BotId::as_str).collect();
+        for poll in 0..=polls {
+            let bots = self
+                .homes
+                .ledger()
+                .live_lease_holders(&c.id, &except, crate::clock::now_ms())
+                .await
+                .map_err(HomeError::from)?;
+            if bots.is_empty() {
+                return Ok(());
+            }
+            if poll == polls {
+                return Err(HomeError::LeasesHeld {
+                    id: c.id.clone(),
+                    bots,
+                }
+                .into());
+            }
+            if poll == 0 {
+                progress.phase("waiting", 0);
+                info!(computer_id = %c.id, ?bots, "checkpoint waits for other bots' leases");
+            }
+            tokio::time::sleep(LEASE_POLL).await;
+        }
+        Ok(())
+    }
+
+    /// Logs what the run-completion trigger did: a failure is a WARN naming the computer, never
+    /// dropped; the previous revision stays current.
+    pub(crate) fn log_run_checkpoint(&self, c: &Computer, bot: &BotId, outcome: &RunCheckpoint) {
+        match outcome {
+            RunCheckpoint::Saved(_) => {}
+            RunCheckpoint::Deferred(bots) => {
+                info!(computer_id = %c.id, bot = %bot, ?bots, "checkpoint deferred: other bots still hold leases")
+            }
+            RunCheckpoint::Skipped(why) => {
+                info!(computer_id = %c.id, bot = %bot, why, "checkpoint after the run skipped")
+            }
+            RunCheckpoint::Failed(error) => {
+                warn!(computer_id = %c.id, bot = %bot, error, "checkpoint after the run failed; the previous revision stays current")
+            }
+        }
+    }
+}
