@@ -404,6 +404,18 @@ impl DaytonaProvider {
         Ok(())
     }
 
+    /// A sandbox Daytona cannot bring back: one that still exists (in error, its build failed)
+    /// is deleted, best effort, so it does not linger; the computer gets a replacement.
+    async fn lost(&self, r: &ProviderRef, sb: &Sandbox) -> ProviderError {
+        if matches!(sb.state.as_deref(), Some("error" | "build_failed")) {
+            if let Err(e) = self.delete(r).await {
+                warn!(sandbox = %r, error = %e, "could not delete a Daytona sandbox it cannot recover");
+            }
+        }
+        info!(sandbox = %r, state = %sb.describe(), "Daytona sandbox is gone");
+        ProviderError::NotFound(r.clone())
+    }
+
     /// `DELETE /sandbox/{id}`; one already gone is fine.
     async fn delete(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let id = sandbox_id(r)?;
@@ -450,16 +462,17 @@ impl DaytonaProvider {
             body["disk"] = gb.into();
         }
         if !c.network_allow.is_empty() {
-            // The guest must reach home whatever else is allowed.
-            let ip = spec.guest.control_addr.ip();
-            let home = if ip.is_ipv4() {
-                format!("{ip}/32")
-            } else {
-                format!("{ip}/128")
-            };
+            // The guest must reach home (over UDP or TCP) whatever else is allowed.
             let mut list = c.network_allow.clone();
-            if !list.contains(&home) {
-                list.push(home);
+            for ip in [spec.guest.control_addr.ip(), spec.guest.tcp_addr().ip()] {
+                let home = if ip.is_ipv4() {
+                    format!("{ip}/32")
+                } else {
+                    format!("{ip}/128")
+                };
+                if !list.contains(&home) {
+                    list.push(home);
+                }
             }
             body["networkAllowList"] = list.join(",").into();
         }
@@ -524,7 +537,7 @@ impl SandboxProvider for DaytonaProvider {
     ) -> Result<ProviderRef, ProviderError> {
         let mut sb = self.settle(r).await?;
         match sb.phase() {
-            Phase::Gone => return Err(ProviderError::NotFound(r.clone())),
+            Phase::Gone => return Err(self.lost(r, &sb).await),
             Phase::Up => {}
             Phase::Down | Phase::Moving => {
                 self.act(r, "start").await?;
@@ -537,7 +550,7 @@ impl SandboxProvider for DaytonaProvider {
         }
         match sb.phase() {
             Phase::Up => {}
-            Phase::Gone => return Err(ProviderError::NotFound(r.clone())),
+            Phase::Gone => return Err(self.lost(r, &sb).await),
             _ => {
                 return Err(unavailable(
                     &format!("start Daytona sandbox {}", r.0),
@@ -639,6 +652,7 @@ mod tests {
             home_key: "team-w".into(),
             guest: GuestEnrollment {
                 control_addr: "192.0.2.7:7443".parse().unwrap(),
+                control_tcp_addr: Some("198.51.100.9:443".parse().unwrap()),
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken".into()),
             },
@@ -654,7 +668,10 @@ mod tests {
             (body["cpu"].as_u64(), body["memory"].as_u64()),
             (Some(2), Some(2))
         );
-        assert_eq!(body["networkAllowList"], "10.0.0.0/8,192.0.2.7/32");
+        assert_eq!(
+            body["networkAllowList"],
+            "10.0.0.0/8,192.0.2.7/32,198.51.100.9/32"
+        );
         assert_eq!(body["labels"][LABEL_COMPUTER], "c-1");
         assert!(!body.to_string().contains("t0ken"));
         assert!(!format!("{:?}", p.config()).contains("dtn_secret"));

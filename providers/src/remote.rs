@@ -36,6 +36,7 @@ pub(crate) fn guest_env(
         ("PATH", PATH_ENV.to_string()),
         ("LANG", "C.UTF-8".to_string()),
         ("RAKAZO_CONTROL_ADDR", g.control_addr.to_string()),
+        ("RAKAZO_CONTROL_TCP_ADDR", g.tcp_addr().to_string()),
         ("RAKAZO_CONTROL_CERT_SHA256", g.cert_sha256.clone()),
         ("RAKAZO_COMPUTER_ID", spec.computer_id.clone()),
         ("RAKAZO_HOME", home.to_string()),
@@ -75,6 +76,7 @@ mod tests {
             home_key: "team-w".into(),
             guest: GuestEnrollment {
                 control_addr: "127.0.0.1:7443".parse().unwrap(),
+                control_tcp_addr: None,
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken-never-in-env".into()),
             },
@@ -87,6 +89,7 @@ mod tests {
             &[("RAKAZO_LOG".into(), "info".into())],
         );
         assert_eq!(env["RAKAZO_ENROLL_TOKEN_FILE"], "/etc/t");
+        assert_eq!(env["RAKAZO_CONTROL_TCP_ADDR"], "127.0.0.1:7443");
         assert_eq!(env["RAKAZO_LOG"], "info");
         assert!(env.values().all(|v| !v.contains("t0ken")));
     }
