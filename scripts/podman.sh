@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # A Docker-Engine-compatible API served by podman, for the docker provider and its tests.
 #
-#   bash scripts/podman.sh install   apt-get install podman, runc, catatonit if missing
-#   bash scripts/podman.sh start     start the service unless one answers; print the socket path
-#   bash scripts/podman.sh sock      print the socket path
-#   bash scripts/podman.sh stop      stop the service this script started
+#   bash scripts/podman.sh install          apt-get install podman, runc, catatonit if missing
+#   bash scripts/podman.sh start [NAME]     start the service unless one answers; print its socket
+#   bash scripts/podman.sh sock [NAME]      print the socket path
+#   bash scripts/podman.sh stop [NAME]      stop the service this script started
+#   bash scripts/podman.sh kill [NAME]      SIGKILL it (an engine that dies; its containers live on)
 #
-# State lives in $RAKAZO_PODMAN_DIR (default /var/tmp/rakazo-podman): containers.conf,
-# podman.sock, service.log, service.pid. Idempotent: `start` twice leaves one service.
+# Without NAME (or $RAKAZO_PODMAN_INSTANCE) this is the host's podman: its usual storage. A named
+# instance is a second engine (tests run computers on several): its own image and container
+# storage in $dir/storage (kept, so images are imported once), its run state on tmpfs in
+# /run/rakazo-podman-NAME, and its own mount namespace with a private /dev/shm, where podman keeps
+# its locks, so the two never share a lock, a container or an image.
+#
+# State lives in $RAKAZO_PODMAN_DIR (default /var/tmp/rakazo-podman, or /var/tmp/rakazo-podman-NAME):
+# containers.conf, podman.sock, service.log, service.pid. Idempotent: `start` twice leaves one
+# service.
 set -euo pipefail
 
-dir="${RAKAZO_PODMAN_DIR:-/var/tmp/rakazo-podman}"
+instance="${2:-${RAKAZO_PODMAN_INSTANCE:-}}"
+case "$instance" in
+  "") dir="${RAKAZO_PODMAN_DIR:-/var/tmp/rakazo-podman}" ;;
+  *[!a-z0-9]*) echo "podman.sh: instance name $instance: use a-z and 0-9 only" >&2; exit 1 ;;
+  *) dir="${RAKAZO_PODMAN_DIR:-/var/tmp/rakazo-podman-$instance}" ;;
+esac
 sock="$dir/podman.sock"
 conf="$dir/containers.conf"
 log="$dir/service.log"
@@ -64,8 +77,19 @@ start() {
   write_conf
   # A stale socket from a dead service would make podman refuse to bind.
   rm -f "$sock"
-  CONTAINERS_CONF="$conf" setsid nohup podman system service --time 0 "unix://$sock" \
-    >>"$log" 2>&1 </dev/null &
+  if [ -z "$instance" ]; then
+    CONTAINERS_CONF="$conf" setsid nohup podman system service --time 0 "unix://$sock" \
+      >>"$log" 2>&1 </dev/null &
+  else
+    # The exit command conmon runs when a container stops gets --root, --runroot and --tmpdir
+    # from the service, and runs in this namespace, so it sees the same locks.
+    local run="/run/rakazo-podman-$instance"
+    mkdir -p "$dir/storage" "$run"
+    CONTAINERS_CONF="$conf" setsid nohup unshare --mount --propagation private sh -c \
+      'mount -t tmpfs -o mode=1777,size=64m shm /dev/shm && exec "$@"' sh \
+      podman --root "$dir/storage" --runroot "$run/run" --tmpdir "$run/tmp" \
+      system service --time 0 "unix://$sock" >>"$log" 2>&1 </dev/null &
+  fi
   echo $! >"$pidfile"
   for _ in $(seq 1 100); do
     if pinging; then
@@ -104,10 +128,19 @@ stop() {
   rm -f "$sock"
 }
 
+# The engine dies at once, as with a crashed host: no clean shutdown. Its containers keep running
+# under their conmon until something stops them.
+kill_service() {
+  [ -f "$pidfile" ] || die "no service started by this script ($pidfile is missing)"
+  kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
 case "${1:-}" in
   install) install ;;
   start) start ;;
   sock) echo "$sock" ;;
   stop) stop ;;
-  *) die "usage: $0 install|start|sock|stop" ;;
+  kill) kill_service ;;
+  *) die "usage: $0 install|start|sock|stop|kill [INSTANCE]" ;;
 esac

@@ -12,6 +12,7 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use providers::daytona::DaytonaConfig;
+use providers::docker::{Endpoint, EngineConfig, TlsFiles, DEFAULT_ENGINE};
 use providers::e2b::E2bConfig;
 use providers::{
     AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
@@ -52,14 +53,38 @@ pub struct ProviderArgs {
     /// of their own; `computers/` in the data dir otherwise).
     #[arg(long, env = "RAKAZO_LOCAL_ROOT")]
     pub local_root: Option<PathBuf>,
-    /// The Docker Engine API socket (podman's Docker-compatible service works).
+    /// The Docker Engine API socket (podman's Docker-compatible service works): the engine
+    /// named `default`. Default: /var/run/docker.sock, unless --docker-engine names the engines.
+    #[arg(long, env = "RAKAZO_DOCKER_SOCKET")]
+    pub docker_socket: Option<PathBuf>,
+    /// More Docker engines, NAME=unix:///path or NAME=tcp://host:port (TLS with a client
+    /// certificate, see --docker-tls-*), repeated or comma-separated. A new computer goes to the
+    /// engine with the fewest Rakazo computers among those that answer.
+    #[arg(
+        long = "docker-engine",
+        env = "RAKAZO_DOCKER_ENGINES",
+        value_delimiter = ','
+    )]
+    pub docker_engines: Vec<String>,
+    /// The CA a tcp engine's certificate must chain to, NAME=PATH (PEM), one per tcp engine.
+    #[arg(long, env = "RAKAZO_DOCKER_TLS_CA", value_delimiter = ',')]
+    pub docker_tls_ca: Vec<String>,
+    /// The client certificate presented to a tcp engine, NAME=PATH (PEM).
+    #[arg(long, env = "RAKAZO_DOCKER_TLS_CERT", value_delimiter = ',')]
+    pub docker_tls_cert: Vec<String>,
+    /// That certificate's private key, NAME=PATH (PEM, mode 0600).
+    #[arg(long, env = "RAKAZO_DOCKER_TLS_KEY", value_delimiter = ',')]
+    pub docker_tls_key: Vec<String>,
+    /// Seconds a Docker engine may answer nothing before its computers count as gone: a start
+    /// then replaces one on another engine, restored from its checkpoint (before that, 503).
     #[arg(
         long,
-        env = "RAKAZO_DOCKER_SOCKET",
-        default_value = "/var/run/docker.sock"
+        env = "RAKAZO_DOCKER_ENGINE_GONE_AFTER_SECS",
+        default_value_t = 120
     )]
-    pub docker_socket: PathBuf,
-    /// The computer image on that engine (`rakazo image build` prints it).
+    pub docker_engine_gone_after_secs: u64,
+    /// The computer image (`rakazo image build` prints it); an engine that lacks it gets it
+    /// from one that has it.
     #[arg(long, env = "RAKAZO_DOCKER_IMAGE")]
     pub docker_image: Option<String>,
     /// The containers' network mode (`host` puts guests on this host's loopback; default: the
@@ -166,10 +191,11 @@ pub struct ProviderConfig {
 /// The Docker provider's settings.
 #[derive(Debug, Clone)]
 pub struct DockerSettings {
-    pub socket: PathBuf,
+    pub engines: Vec<EngineConfig>,
     pub image: String,
     pub network: Option<String>,
     pub limits: MachineLimits,
+    pub engine_gone_after: std::time::Duration,
 }
 
 impl Default for ProviderConfig {
@@ -259,10 +285,13 @@ impl ProviderArgs {
                 .validate()
                 .map_err(|e| anyhow::anyhow!("docker default limits: {e}"))?;
             Some(DockerSettings {
-                socket: self.docker_socket.clone(),
+                engines: self.docker_engines()?,
                 image,
                 network: self.docker_network.clone().filter(|n| !n.is_empty()),
                 limits,
+                engine_gone_after: std::time::Duration::from_secs(
+                    self.docker_engine_gone_after_secs,
+                ),
             })
         } else {
             None
@@ -286,6 +315,58 @@ impl ProviderArgs {
             fake_root: self.fake_root.clone(),
             remote_guest_bin: self.remote_guest_bin.clone(),
         })
+    }
+
+    /// The Docker engines: `default` on --docker-socket, then every --docker-engine (with its
+    /// TLS files); /var/run/docker.sock alone when neither is given.
+    fn docker_engines(&self) -> anyhow::Result<Vec<EngineConfig>> {
+        let per_engine =
+            |flag: &str, values: &[String]| -> anyhow::Result<BTreeMap<String, PathBuf>> {
+                let mut map = BTreeMap::new();
+                for v in values.iter().filter(|v| !v.trim().is_empty()) {
+                    let Some((name, path)) = v.trim().split_once('=') else {
+                        bail!("--{flag} {v:?}: expected NAME=PATH");
+                    };
+                    if map.insert(name.to_string(), PathBuf::from(path)).is_some() {
+                        bail!("--{flag} names engine {name} twice");
+                    }
+                }
+                Ok(map)
+            };
+        let ca = per_engine("docker-tls-ca", &self.docker_tls_ca)?;
+        let cert = per_engine("docker-tls-cert", &self.docker_tls_cert)?;
+        let key = per_engine("docker-tls-key", &self.docker_tls_key)?;
+        let tls = |name: &str| -> Option<TlsFiles> {
+            Some(TlsFiles {
+                ca: ca.get(name)?.clone(),
+                cert: cert.get(name)?.clone(),
+                key: key.get(name)?.clone(),
+            })
+        };
+        let mut engines = Vec::new();
+        if let Some(socket) = &self.docker_socket {
+            engines.push(EngineConfig::unix(DEFAULT_ENGINE, socket.clone()));
+        }
+        for spec in self.docker_engines.iter().filter(|s| !s.trim().is_empty()) {
+            let e = EngineConfig::parse(spec, tls)
+                .map_err(|e| anyhow::anyhow!("--docker-engine {e}"))?;
+            if engines.iter().any(|o: &EngineConfig| o.name == e.name) {
+                bail!("two docker engines are named {} (--docker-socket is the engine named {DEFAULT_ENGINE})", e.name);
+            }
+            engines.push(e);
+        }
+        for name in ca.keys().chain(cert.keys()).chain(key.keys()) {
+            let is_tls = engines
+                .iter()
+                .any(|e| &e.name == name && matches!(e.endpoint, Endpoint::Tls { .. }));
+            if !is_tls {
+                bail!("TLS files are given for {name}, which is not a tcp:// docker engine");
+            }
+        }
+        if engines.is_empty() {
+            engines.push(EngineConfig::unix(DEFAULT_ENGINE, "/var/run/docker.sock"));
+        }
+        Ok(engines)
     }
 
     fn e2b(&self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<E2bConfig> {
@@ -421,13 +502,25 @@ impl ProviderSet {
                         .docker
                         .as_ref()
                         .context("the docker provider is not configured")?;
-                    let mut config =
-                        providers::docker::DockerConfig::new(d.socket.clone(), d.image.clone());
+                    let mut config = providers::docker::DockerConfig::with_engines(
+                        d.engines.clone(),
+                        d.image.clone(),
+                    );
                     config.network_mode = d.network.clone();
                     config.default_limits = d.limits;
                     config.guest_env = guest.env.clone();
+                    config.engine_gone_after = d.engine_gone_after;
                     let docker = DockerProvider::connect(config).await.with_context(|| {
-                        format!("connect to the Docker engine at {}", d.socket.display())
+                        // One engine on a socket is named as before: by its path.
+                        let engines: Vec<String> = d
+                            .engines
+                            .iter()
+                            .map(|e| match &e.endpoint {
+                                Endpoint::Unix(path) => path.display().to_string(),
+                                other => other.to_string(),
+                            })
+                            .collect();
+                        format!("connect to the Docker engine at {}", engines.join(", "))
                     })?;
                     AnyProvider::Docker(docker)
                 }
@@ -581,6 +674,83 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("memory_mb must be between 16"), "{e}");
+    }
+
+    #[test]
+    fn docker_engines_are_the_socket_and_named_engines() {
+        let engines = |extra: &[&str]| {
+            let mut a = vec!["--providers", "docker", "--docker-image", "i"];
+            a.extend_from_slice(extra);
+            resolve(&a).map(|c| c.docker.unwrap())
+        };
+        let d = engines(&[]).unwrap();
+        assert_eq!(
+            d.engines,
+            vec![EngineConfig::unix("default", "/var/run/docker.sock")]
+        );
+        assert_eq!(d.engine_gone_after, std::time::Duration::from_secs(120));
+        assert_eq!(
+            engines(&["--docker-socket", "/s.sock"]).unwrap().engines,
+            vec![EngineConfig::unix("default", "/s.sock")]
+        );
+        let d = engines(&[
+            "--docker-socket",
+            "/a.sock",
+            "--docker-engine",
+            "b=unix:///b.sock,far=tcp://10.1.2.3:2376",
+            "--docker-tls-ca",
+            "far=/t/ca.pem",
+            "--docker-tls-cert",
+            "far=/t/cert.pem",
+            "--docker-tls-key",
+            "far=/t/key.pem",
+            "--docker-engine-gone-after-secs",
+            "5",
+        ])
+        .unwrap();
+        let names: Vec<&str> = d.engines.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["default", "b", "far"]);
+        assert_eq!(
+            d.engines[2].endpoint,
+            Endpoint::Tls {
+                addr: "10.1.2.3:2376".into(),
+                tls: TlsFiles {
+                    ca: "/t/ca.pem".into(),
+                    cert: "/t/cert.pem".into(),
+                    key: "/t/key.pem".into(),
+                },
+            }
+        );
+        assert_eq!(d.engine_gone_after, std::time::Duration::from_secs(5));
+        // Without --docker-socket, the named engines are all.
+        let d = engines(&["--docker-engine", "b=unix:///b.sock"]).unwrap();
+        assert_eq!(d.engines, vec![EngineConfig::unix("b", "/b.sock")]);
+
+        for (args, says) in [
+            (
+                vec![
+                    "--docker-socket",
+                    "/a",
+                    "--docker-engine",
+                    "default=unix:///b",
+                ],
+                "two docker engines are named default",
+            ),
+            (
+                vec!["--docker-engine", "far=tcp://h:2376"],
+                "needs TLS files",
+            ),
+            (vec!["--docker-engine", "b"], "expected NAME="),
+            (vec!["--docker-engine", "B=unix:///b"], "engine name"),
+            (
+                vec!["--docker-engine", "b=unix:///b", "--docker-tls-ca", "b=/ca"],
+                "not a tcp:// docker engine",
+            ),
+            (vec!["--docker-tls-key", "/key.pem"], "expected NAME=PATH"),
+        ] {
+            let e = engines(&args).unwrap_err().to_string();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

@@ -1,11 +1,17 @@
-//! The `docker` provider: one container per computer on a Docker Engine API (podman's
-//! Docker-compatible service in tests), spoken through bollard over a unix socket.
+//! The `docker` provider: one container per computer on one of several Docker engines (podman's
+//! Docker-compatible service in tests), spoken through bollard over a unix socket or TCP with
+//! TLS client certificates.
 //!
 //! A computer `<id>` is the container `rakazo-<id>` with its home in the named volume
 //! `rakazo-home-<id>` at `/home/rakazo`; both carry the labels `io.rakazo.managed=true`,
 //! `io.rakazo.computer=<id>` and `io.rakazo.home-key=<key>`. The volume outlives the container:
 //! stop/start keeps it, and provisioning a computer whose container is gone mounts it again;
-//! only `destroy` removes it. The reference is the container's full hex id.
+//! only `destroy` removes it. The reference is `<engine>/<container's full hex id>` (a bare id,
+//! from before engines had names, is on the engine named `default`).
+//!
+//! A new computer goes to the engine the caller names, else to the one with the fewest Rakazo
+//! computers; an engine that lacks the image gets it from another ([`image::copy_image`]).
+//! `fleet` decides when a silent engine's computers count as gone.
 //!
 //! The container runs `/usr/local/bin/rakazo-guest` as root under an init (the guest drops to
 //! the workspace user itself). The enrollment token is never in the environment: before every
@@ -15,29 +21,32 @@
 //! failure is sorted into the crate's classes by `engine::Failure`. Building the image the
 //! containers run is `image`'s job; this module only refuses a missing one clearly.
 
+mod container;
 pub mod engine;
+mod fleet;
 pub mod image;
 mod tar;
+mod tls;
 
-pub use engine::connect_engine;
+pub use engine::{connect_engine, Endpoint, TlsFiles};
+pub use fleet::{engine_ref, valid_engine_name, EngineConfig, DEFAULT_ENGINE};
 
 use crate::{
     MachineLimits, MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec,
 };
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig,
-    ResourcesUlimits, VolumeCreateRequest,
-};
+use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, VolumeCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
-    StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
-use engine::{within, Failure};
+use container::{is_managed, label, labels, status, token_archive};
+use engine::Failure;
+use fleet::{split_ref, Engine, Fleet};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Label on every container and volume this provider creates; nothing else is ever touched.
 pub const LABEL_MANAGED: &str = "io.rakazo.managed";
@@ -62,11 +71,11 @@ const MIB: i64 = 1024 * 1024;
 /// Margin over the stop grace for the engine to answer a stop.
 const STOP_MARGIN: Duration = Duration::from_secs(30);
 
-/// How the docker provider reaches its engine and what it runs there.
+/// How the docker provider reaches its engines and what it runs there.
 #[derive(Debug, Clone)]
 pub struct DockerConfig {
-    /// The engine's unix socket.
-    pub socket: PathBuf,
+    /// The engines, in order of preference when they hold as many computers.
+    pub engines: Vec<EngineConfig>,
     /// The image every computer runs, e.g. `rakazo-computer:<hash16>` (see [`image`]).
     pub image: String,
     /// `HostConfig.NetworkMode`; `Some("host")` lets a guest dial a control plane on
@@ -80,27 +89,38 @@ pub struct DockerConfig {
     pub stop_grace: Duration,
     /// Deadline of one engine call (a stop gets `stop_grace` plus 30 s instead).
     pub call_timeout: Duration,
+    /// How long an engine may answer nothing before its computers count as gone (and are
+    /// replaced elsewhere, restored from their checkpoints); until then, a call on one of them
+    /// is `Unavailable`.
+    pub engine_gone_after: Duration,
 }
 
 impl DockerConfig {
-    /// A config with the defaults: engine network, no default limits but `/dev/shm` 256 MiB,
-    /// a 20 s stop grace and 60 s call deadline.
+    /// One engine named `default` on the unix socket `socket`, with the defaults: engine network,
+    /// no default limits but `/dev/shm` 256 MiB, a 20 s stop grace, a 60 s call deadline, and an
+    /// engine's computers gone after it has not answered for 2 minutes.
     pub fn new(socket: impl Into<PathBuf>, image: impl Into<String>) -> Self {
+        Self::with_engines(vec![EngineConfig::unix(DEFAULT_ENGINE, socket)], image)
+    }
+
+    /// The same defaults on `engines`.
+    pub fn with_engines(engines: Vec<EngineConfig>, image: impl Into<String>) -> Self {
         Self {
-            socket: socket.into(),
+            engines,
             image: image.into(),
             network_mode: None,
             default_limits: MachineLimits::default(),
             guest_env: Vec::new(),
             stop_grace: Duration::from_secs(20),
             call_timeout: Duration::from_secs(60),
+            engine_gone_after: Duration::from_secs(120),
         }
     }
 }
 
-/// Runs computers as containers on a Docker engine.
+/// Runs computers as containers on Docker engines.
 pub struct DockerProvider {
-    docker: Docker,
+    fleet: Fleet,
     config: DockerConfig,
 }
 
@@ -123,165 +143,71 @@ fn valid_computer_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// A reference is a container id: 12 to 64 lowercase hex digits.
-fn check_ref(r: &ProviderRef) -> Result<&str, ProviderError> {
-    let id = r.0.as_str();
-    if (12..=64).contains(&id.len()) && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        Ok(id)
-    } else {
-        Err(ProviderError::BadRef(r.0.clone()))
-    }
-}
-
-fn labels(spec: &SandboxSpec) -> HashMap<String, String> {
-    HashMap::from([
-        (LABEL_MANAGED.to_string(), "true".to_string()),
-        (LABEL_COMPUTER.to_string(), spec.computer_id.clone()),
-        (LABEL_HOME_KEY.to_string(), spec.home_key.clone()),
-    ])
-}
-
-fn is_managed(info: &ContainerInspectResponse) -> bool {
-    label(info, LABEL_MANAGED) == Some("true")
-}
-
-fn label<'a>(info: &'a ContainerInspectResponse, key: &str) -> Option<&'a str> {
-    info.config
-        .as_ref()?
-        .labels
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn status(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
-    info.state.as_ref()?.status
-}
-
-/// The tar uploaded at `/` before every start: `/etc/rakazo/` (0700) and the token (0600), both
-/// root's.
-fn token_archive(token: &str) -> Vec<u8> {
-    use tar::{Header, Kind};
-    tar::archive(&[
-        (
-            Header {
-                path: "etc/rakazo/",
-                mode: 0o700,
-                size: 0,
-                kind: Kind::Dir,
-            },
-            &[],
-        ),
-        (
-            Header {
-                path: &TOKEN_PATH[1..],
-                mode: 0o600,
-                size: token.len() as u64,
-                kind: Kind::File,
-            },
-            token.as_bytes(),
-        ),
-    ])
-}
-
 impl DockerProvider {
-    /// Connects to the engine at `config.socket` (agreeing on an API version). Fails with
-    /// `Unavailable` if the engine cannot be reached within `config.call_timeout`.
+    /// Makes clients for every engine and agrees on an API version with each, within
+    /// `config.call_timeout`. Fails with `Unavailable` only if no engine answers (the silent
+    /// ones are tried again on use), and with `BadSpec` for a configuration that cannot work
+    /// (no engine, two of one name, unreadable TLS files).
     pub async fn connect(config: DockerConfig) -> Result<Self, ProviderError> {
-        let docker = connect_engine(&config.socket, config.call_timeout).await?;
-        Ok(Self { docker, config })
+        let fleet = Fleet::new(
+            &config.engines,
+            config.call_timeout,
+            config.engine_gone_after,
+        )?;
+        fleet.connect(config.call_timeout).await?;
+        Ok(Self { fleet, config })
     }
 
-    /// The engine client, for image management and tests.
+    /// The first engine's client, for image management and tests.
     pub fn engine(&self) -> &Docker {
-        &self.docker
+        self.fleet.first().client_now()
+    }
+
+    /// The client of the engine named `name`, for tests.
+    pub fn engine_named(&self, name: &str) -> Option<&Docker> {
+        self.fleet.get(name).map(Engine::client_now)
     }
 
     /// The provider's configuration.
     pub fn config(&self) -> &DockerConfig {
         &self.config
     }
+    /// The engine and container id behind `r`; `None` if that engine is no longer configured
+    /// (its computers are gone for us). A malformed reference is `BadRef`.
+    fn locate<'a>(
+        &'a self,
+        r: &'a ProviderRef,
+    ) -> Result<Option<(&'a Engine, &'a str)>, ProviderError> {
+        let (name, id) = split_ref(r)?;
+        Ok(self.fleet.get(name).map(|e| (e, id)))
+    }
 
-    /// The limits a computer's container gets: the spec's over the provider's defaults.
-    fn host_config(&self, spec: &SandboxSpec) -> HostConfig {
-        let (l, d) = (&spec.limits, &self.config.default_limits);
-        let mib = |v: u64| i64::try_from(v).unwrap_or(i64::MAX / MIB) * MIB;
-        let shm = l.shm_mb.or(d.shm_mb).unwrap_or(DEFAULT_SHM_MB);
-        let ulimit = |name: &str, n: i64| ResourcesUlimits {
-            name: Some(name.to_string()),
-            soft: Some(n),
-            hard: Some(n),
-        };
-        HostConfig {
-            // An init reaps the zombies of everything the guest starts and forwards SIGTERM, so
-            // a stop takes as long as the guest needs and no longer.
-            init: Some(true),
-            network_mode: self.config.network_mode.clone(),
-            memory: l.memory_mb.or(d.memory_mb).map(mib),
-            nano_cpus: l
-                .cpu_millis
-                .or(d.cpu_millis)
-                .map(|m| i64::from(m) * 1_000_000),
-            pids_limit: l.pids.or(d.pids).map(i64::from),
-            shm_size: Some(mib(shm)),
-            // Soft equals hard: podman 4.3 swaps unequal limits on API-created containers.
-            ulimits: Some(vec![ulimit("nofile", 4096), ulimit("nproc", 8192)]),
-            binds: Some(vec![format!(
-                "{}:{HOME_DIR}",
-                volume_name(&spec.computer_id)
-            )]),
-            // The engine's default capability set is kept: the guest starts as root and needs
-            // SETUID, SETGID, CHOWN, DAC_OVERRIDE and FOWNER to drop to the workspace user.
-            privileged: Some(false),
-            ..Default::default()
+    /// `err`, a failure of a call on `e` about `r`; or `NotFound` if `e` has been silent long
+    /// enough to be lost, so the computer is replaced elsewhere.
+    fn unless_lost(&self, e: &Engine, r: &ProviderRef, err: ProviderError) -> ProviderError {
+        match err {
+            ProviderError::Unavailable { .. } if self.fleet.lost(e) => {
+                ProviderError::NotFound(r.clone())
+            }
+            other => other,
         }
     }
 
-    fn container_body(&self, spec: &SandboxSpec) -> ContainerCreateBody {
-        let g = &spec.guest;
-        let mut env = vec![
-            PATH_ENV.to_string(),
-            "LANG=C.UTF-8".to_string(),
-            format!("RAKAZO_CONTROL_ADDR={}", g.control_addr),
-            format!("RAKAZO_CONTROL_TCP_ADDR={}", g.tcp_addr()),
-            format!("RAKAZO_CONTROL_CERT_SHA256={}", g.cert_sha256),
-            format!("RAKAZO_COMPUTER_ID={}", spec.computer_id),
-            format!("RAKAZO_HOME={HOME_DIR}"),
-            format!("RAKAZO_RUN_AS={RUN_AS}"),
-            format!("RAKAZO_ENROLL_TOKEN_FILE={TOKEN_PATH}"),
-        ];
-        env.extend(
-            self.config
-                .guest_env
-                .iter()
-                .map(|(k, v)| format!("{k}={v}")),
-        );
-        ContainerCreateBody {
-            image: Some(self.config.image.clone()),
-            cmd: Some(vec![GUEST_PATH.to_string()]),
-            entrypoint: Some(Vec::new()),
-            user: Some("root".to_string()),
-            working_dir: Some(HOME_DIR.to_string()),
-            env: Some(env),
-            labels: Some(labels(spec)),
-            stop_timeout: Some(i64::try_from(self.config.stop_grace.as_secs()).unwrap_or(i64::MAX)),
-            host_config: Some(self.host_config(spec)),
-            ..Default::default()
-        }
-    }
-
-    /// Inspects the container behind `r`. A container that is missing, or that this provider
-    /// did not create, is `NotFound`: the machine the reference meant is gone.
-    async fn inspect(&self, r: &ProviderRef) -> Result<ContainerInspectResponse, ProviderError> {
-        let id = check_ref(r)?;
-        let context = format!("inspect container {id}");
-        let info = within(
-            self.config.call_timeout,
-            &context,
-            self.docker.inspect_container(id, None),
-        )
-        .await?
-        .map_err(|e| Failure::of(&e).for_container(&context, r))?;
+    /// Inspects container `id` on `e`. A container that is missing, or that this provider did
+    /// not create, is `NotFound`: the machine the reference meant is gone.
+    async fn inspect(
+        &self,
+        e: &Engine,
+        id: &str,
+        r: &ProviderRef,
+    ) -> Result<ContainerInspectResponse, ProviderError> {
+        let context = format!("inspect container {id} on engine {}", e.name);
+        let info = e
+            .call(self.config.call_timeout, &context, |d| {
+                d.inspect_container(id, None)
+            })
+            .await?
+            .map_err(|err| Failure::of(&err).for_container(&context, r))?;
         if is_managed(&info) {
             Ok(info)
         } else {
@@ -290,32 +216,34 @@ impl DockerProvider {
     }
 
     /// Writes the enrollment token into the (created or stopped) container `id`.
-    async fn upload_token(&self, r: &ProviderRef, spec: &SandboxSpec) -> Result<(), ProviderError> {
-        let context = format!("upload the enrollment token into container {}", r.0);
+    async fn upload_token(
+        &self,
+        e: &Engine,
+        id: &str,
+        r: &ProviderRef,
+        spec: &SandboxSpec,
+    ) -> Result<(), ProviderError> {
+        let context = format!("upload the enrollment token into container {id}");
         let body = bollard::body_full(token_archive(&spec.guest.token.0).into());
         let options = UploadToContainerOptionsBuilder::default().path("/").build();
-        within(
-            self.config.call_timeout,
-            &context,
-            self.docker.upload_to_container(&r.0, Some(options), body),
-        )
+        e.call(self.config.call_timeout, &context, |d| {
+            d.upload_to_container(id, Some(options), body)
+        })
         .await?
-        .map_err(|e| Failure::of(&e).for_container(&context, r))
+        .map_err(|err| Failure::of(&err).for_container(&context, r))
     }
 
-    async fn start(&self, r: &ProviderRef) -> Result<(), ProviderError> {
-        let context = format!("start container {}", r.0);
-        within(
-            self.config.call_timeout,
-            &context,
-            self.docker.start_container(&r.0, None),
-        )
+    async fn start(&self, e: &Engine, id: &str, r: &ProviderRef) -> Result<(), ProviderError> {
+        let context = format!("start container {id}");
+        e.call(self.config.call_timeout, &context, |d| {
+            d.start_container(id, None)
+        })
         .await?
-        .map_err(|e| Failure::of(&e).for_container(&context, r))
+        .map_err(|err| Failure::of(&err).for_container(&context, r))
     }
 
     /// Makes sure the home volume exists (an existing one is kept: it holds the home).
-    async fn ensure_volume(&self, spec: &SandboxSpec) -> Result<(), ProviderError> {
+    async fn ensure_volume(&self, e: &Engine, spec: &SandboxSpec) -> Result<(), ProviderError> {
         let name = volume_name(&spec.computer_id);
         let context = format!("create volume {name}");
         let request = VolumeCreateRequest {
@@ -323,17 +251,16 @@ impl DockerProvider {
             labels: Some(labels(spec)),
             ..Default::default()
         };
-        match within(
-            self.config.call_timeout,
-            &context,
-            self.docker.create_volume(request),
-        )
-        .await?
+        match e
+            .call(self.config.call_timeout, &context, |d| {
+                d.create_volume(request)
+            })
+            .await?
         {
             Ok(_) => Ok(()),
             // Docker answers a create of an existing volume with that volume; podman may refuse
             // it as a conflict. Either way the volume is there.
-            Err(e) => match Failure::of(&e) {
+            Err(err) => match Failure::of(&err) {
                 Failure::Conflict(_) => Ok(()),
                 f => Err(f.into_error(&context)),
             },
@@ -341,18 +268,17 @@ impl DockerProvider {
     }
 
     /// Removes a container of ours named `name` left by an earlier provision that did not finish.
-    async fn remove_leftover(&self, name: &str) -> Result<(), ProviderError> {
+    async fn remove_leftover(&self, e: &Engine, name: &str) -> Result<(), ProviderError> {
         let context = format!("inspect container {name}");
-        let info = match within(
-            self.config.call_timeout,
-            &context,
-            self.docker.inspect_container(name, None),
-        )
-        .await?
+        let info = match e
+            .call(self.config.call_timeout, &context, |d| {
+                d.inspect_container(name, None)
+            })
+            .await?
         {
             Ok(info) => info,
-            Err(e) => {
-                return match Failure::of(&e) {
+            Err(err) => {
+                return match Failure::of(&err) {
                     Failure::Missing(_) => Ok(()),
                     f => Err(f.into_error(&context)),
                 }
@@ -363,55 +289,160 @@ impl DockerProvider {
                 "a container named {name} exists and is not managed by rakazo"
             )));
         }
-        self.remove_container(name).await
+        self.remove_container(e, name).await
     }
 
     /// Force-removes container `id_or_name`; one already gone is fine.
-    async fn remove_container(&self, id_or_name: &str) -> Result<(), ProviderError> {
+    async fn remove_container(&self, e: &Engine, id_or_name: &str) -> Result<(), ProviderError> {
         let context = format!("remove container {id_or_name}");
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        match within(
-            self.config.call_timeout,
+        self.gone_is_fine(
             &context,
-            self.docker.remove_container(id_or_name, Some(options)),
+            e.call(self.config.call_timeout, &context, |d| {
+                d.remove_container(id_or_name, Some(options))
+            })
+            .await?,
         )
-        .await?
-        {
+    }
+
+    /// Removes volume `name`; one already gone is fine.
+    async fn remove_volume(&self, e: &Engine, name: &str) -> Result<(), ProviderError> {
+        let context = format!("remove volume {name}");
+        let options = RemoveVolumeOptionsBuilder::default().force(true).build();
+        self.gone_is_fine(
+            &context,
+            e.call(self.config.call_timeout, &context, |d| {
+                d.remove_volume(name, Some(options))
+            })
+            .await?,
+        )
+    }
+
+    /// An engine's answer to a removal: success, or the object was not there.
+    fn gone_is_fine(
+        &self,
+        context: &str,
+        answer: Result<(), bollard::errors::Error>,
+    ) -> Result<(), ProviderError> {
+        match answer {
             Ok(()) => Ok(()),
-            Err(e) => match Failure::of(&e) {
+            Err(err) => match Failure::of(&err) {
                 Failure::Missing(_) => Ok(()),
+                f => Err(f.into_error(context)),
+            },
+        }
+    }
+
+    /// Whether `e` has the computer image.
+    async fn has_image(&self, e: &Engine) -> Result<bool, ProviderError> {
+        let image = &self.config.image;
+        let context = format!("inspect image {image} on engine {}", e.name);
+        match e
+            .call(self.config.call_timeout, &context, |d| {
+                d.inspect_image(image)
+            })
+            .await?
+        {
+            Ok(_) => Ok(true),
+            Err(err) => match Failure::of(&err) {
+                Failure::Missing(_) => Ok(false),
                 f => Err(f.into_error(&context)),
             },
         }
     }
 
-    /// Refuses a spec naming a missing image with a message saying how to build it.
-    async fn check_image(&self) -> Result<(), ProviderError> {
-        if image::image_exists(&self.docker, &self.config.image, self.config.call_timeout).await? {
-            Ok(())
+    /// Makes sure `e` has the computer image, copying it from another engine that has it;
+    /// refuses with a message saying how to build it when none has.
+    async fn ensure_image(&self, e: &Engine) -> Result<(), ProviderError> {
+        if self.has_image(e).await? {
+            return Ok(());
+        }
+        let _loading = e.image_load.lock().await;
+        // Another provision may have loaded it while this one waited.
+        if self.has_image(e).await? {
+            return Ok(());
+        }
+        let t = self.config.call_timeout;
+        for source in self
+            .fleet
+            .engines()
+            .filter(|s| s.name != e.name && !s.silent())
+        {
+            if !matches!(self.has_image(source).await, Ok(true)) {
+                continue;
+            }
+            info!(image = %self.config.image, from = %source.name, to = %e.name,
+                  "copying the computer image to a docker engine that lacks it");
+            return image::copy_image(
+                source.docker(t).await?,
+                e.docker(t).await?,
+                &self.config.image,
+            )
+            .await;
+        }
+        Err(self.missing_image())
+    }
+
+    fn missing_image(&self) -> ProviderError {
+        let image = &self.config.image;
+        ProviderError::BadSpec(if self.fleet.len() == 1 {
+            format!("image {image} is not on the engine: run `rakazo image build`")
         } else {
-            Err(missing_image(&self.config.image))
+            format!("image {image} is on none of the docker engines: run `rakazo image build`")
+        })
+    }
+
+    /// Removes what `computer` left on the engines other than `except` (its container and home
+    /// from before it was replaced elsewhere, on an engine that has come back). An engine that is
+    /// silent or fails keeps its leftovers.
+    async fn sweep(&self, computer: &str, except: &Engine) {
+        for e in self.fleet.engines().filter(|e| e.name != except.name) {
+            if e.silent() {
+                info!(engine = %e.name, computer_id = computer,
+                      "docker engine silent: what the destroyed computer left there stays");
+                continue;
+            }
+            if let Err(err) = self.sweep_engine(e, computer).await {
+                warn!(engine = %e.name, computer_id = computer, error = %err,
+                      "what a destroyed docker computer left on another engine was not removed");
+            }
         }
     }
-}
 
-fn missing_image(image: &str) -> ProviderError {
-    ProviderError::BadSpec(format!(
-        "image {image} is not on the engine: run `rakazo image build`"
-    ))
-}
-
-impl SandboxProvider for DockerProvider {
-    fn kind(&self) -> &'static str {
-        "docker"
+    async fn sweep_engine(&self, e: &Engine, computer: &str) -> Result<(), ProviderError> {
+        let t = self.config.call_timeout;
+        for id in e.containers(t, Some(computer)).await? {
+            self.remove_container(e, &id).await?;
+        }
+        let filters = HashMap::from([(
+            "label",
+            vec![
+                format!("{LABEL_MANAGED}=true"),
+                format!("{LABEL_COMPUTER}={computer}"),
+            ],
+        )]);
+        let context = format!("list volumes of computer {computer} on engine {}", e.name);
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let volumes = e
+            .call(t, &context, |d| d.list_volumes(Some(options)))
+            .await?
+            .map_err(|err| Failure::of(&err).into_error(&context))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            self.remove_volume(e, &v.name).await?;
+        }
+        Ok(())
     }
 
-    /// Containers on our own engine cost nothing extra while they run.
-    fn bills_while_running(&self) -> bool {
-        false
-    }
-
-    async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
+    /// Provisions a computer on the engine named `engine`, or, with `None`, on the one with the
+    /// fewest Rakazo computers among those that answer (what [`SandboxProvider::provision`]
+    /// does). A named engine that does not answer is `Unavailable`; an unknown name, `BadSpec`.
+    pub async fn provision_on(
+        &self,
+        spec: &SandboxSpec,
+        engine: Option<&str>,
+    ) -> Result<ProviderRef, ProviderError> {
         let began = tokio::time::Instant::now();
         if !valid_computer_id(&spec.computer_id) {
             return Err(ProviderError::BadSpec(format!(
@@ -420,53 +451,57 @@ impl SandboxProvider for DockerProvider {
             )));
         }
         spec.limits.validate().map_err(ProviderError::BadSpec)?;
-        self.check_image().await?;
-        self.ensure_volume(spec).await?;
+        let placed = self.fleet.place(engine, self.config.call_timeout).await?;
+        let e = placed.0;
+        self.ensure_image(e).await?;
+        self.ensure_volume(e, spec).await?;
         let name = container_name(&spec.computer_id);
-        self.remove_leftover(&name).await?;
+        self.remove_leftover(e, &name).await?;
 
-        let context = format!("create container {name}");
+        let context = format!("create container {name} on engine {}", e.name);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let created = within(
-            self.config.call_timeout,
-            &context,
-            self.docker
-                .create_container(Some(options), self.container_body(spec)),
-        )
-        .await?
-        .map_err(|e| match Failure::of(&e) {
-            // Nothing else a create names can be missing (the volume was just made).
-            Failure::Missing(_) => missing_image(&self.config.image),
-            f => f.into_error(&context),
-        })?;
-        let r = ProviderRef(created.id);
-        if check_ref(&r).is_err() || r.0.len() != 64 {
+        let body = container::container_body(&self.config, spec);
+        let created = e
+            .call(self.config.call_timeout, &context, |d| {
+                d.create_container(Some(options), body)
+            })
+            .await?
+            .map_err(|err| match Failure::of(&err) {
+                // Nothing else a create names can be missing (the volume was just made).
+                Failure::Missing(_) => self.missing_image(),
+                f => f.into_error(&context),
+            })?;
+        let id = created.id;
+        if id.len() != 64 || !fleet::is_container_id(&id) {
             return Err(ProviderError::Unavailable {
                 context,
-                message: format!("the engine answered a malformed container id {:?}", r.0),
+                message: format!("the engine answered a malformed container id {id:?}"),
             });
         }
-        self.upload_token(&r, spec).await?;
-        self.start(&r).await?;
+        let r = engine_ref(&e.name, &id);
+        self.upload_token(e, &id, &r, spec).await?;
+        self.start(e, &id, &r).await?;
         info!(
             computer_id = %spec.computer_id,
-            container = %r.0,
+            engine = %e.name,
+            container = %id,
             elapsed_ms = began.elapsed().as_millis() as u64,
             "docker computer provisioned"
         );
         Ok(r)
     }
 
-    async fn prepare(
+    async fn prepare_on(
         &self,
+        e: &Engine,
+        id: &str,
         r: &ProviderRef,
         spec: &SandboxSpec,
     ) -> Result<ProviderRef, ProviderError> {
-        let info = self.inspect(r).await?;
+        let info = self.inspect(e, id, r).await?;
         if label(&info, LABEL_COMPUTER) != Some(spec.computer_id.as_str()) {
             return Err(ProviderError::BadSpec(format!(
-                "container {} belongs to computer {:?}, not {}",
-                r.0,
+                "container {id} belongs to computer {:?}, not {}",
                 label(&info, LABEL_COMPUTER).unwrap_or(""),
                 spec.computer_id
             )));
@@ -480,30 +515,94 @@ impl SandboxProvider for DockerProvider {
             }
             // A paused guest is alive and enrolled: let it run on.
             Some(ContainerStateStatusEnum::PAUSED) => {
-                let context = format!("unpause container {}", r.0);
-                return within(
-                    self.config.call_timeout,
-                    &context,
-                    self.docker.unpause_container(&r.0),
-                )
-                .await?
-                .map(|()| r.clone())
-                .map_err(|e| Failure::of(&e).for_container(&context, r));
+                let context = format!("unpause container {id}");
+                return e
+                    .call(self.config.call_timeout, &context, |d| {
+                        d.unpause_container(id)
+                    })
+                    .await?
+                    .map(|()| r.clone())
+                    .map_err(|err| Failure::of(&err).for_container(&context, r));
             }
             _ => {}
         }
         // Every boot gets the token of this boot: the previous one was rotated away.
-        self.upload_token(r, spec).await?;
-        self.start(r).await?;
-        info!(computer_id = %spec.computer_id, container = %r.0, "docker computer started");
+        self.upload_token(e, id, r, spec).await?;
+        self.start(e, id, r).await?;
+        info!(computer_id = %spec.computer_id, engine = %e.name, container = %id, "docker computer started");
         Ok(r.clone())
     }
 
+    async fn stop_on(&self, e: &Engine, id: &str, r: &ProviderRef) -> Result<(), ProviderError> {
+        self.inspect(e, id, r).await?;
+        let context = format!("stop container {id}");
+        let grace = self.config.stop_grace;
+        let options = StopContainerOptionsBuilder::default()
+            .t(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX))
+            .build();
+        // 304 (already stopped) is success in bollard.
+        self.gone_is_fine(
+            &context,
+            e.call(grace + STOP_MARGIN, &context, |d| {
+                d.stop_container(id, Some(options))
+            })
+            .await?,
+        )
+    }
+
+    async fn destroy_on(&self, e: &Engine, id: &str, r: &ProviderRef) -> Result<(), ProviderError> {
+        // Without the container, nothing records which volume was its home.
+        let info = self.inspect(e, id, r).await?;
+        self.remove_container(e, id).await?;
+        let Some(computer) = label(&info, LABEL_COMPUTER) else {
+            return Ok(());
+        };
+        self.remove_volume(e, &volume_name(computer)).await?;
+        info!(computer_id = %computer, engine = %e.name, container = %id, "docker computer destroyed");
+        self.sweep(computer, e).await;
+        Ok(())
+    }
+}
+
+impl SandboxProvider for DockerProvider {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    /// Containers on our own engines cost nothing extra while they run.
+    fn bills_while_running(&self) -> bool {
+        false
+    }
+
+    async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
+        self.provision_on(spec, None).await
+    }
+
+    async fn prepare(
+        &self,
+        r: &ProviderRef,
+        spec: &SandboxSpec,
+    ) -> Result<ProviderRef, ProviderError> {
+        let Some((e, id)) = self.locate(r)? else {
+            return Err(ProviderError::NotFound(r.clone()));
+        };
+        self.prepare_on(e, id, r, spec)
+            .await
+            .map_err(|err| self.unless_lost(e, r, err))
+    }
+
     async fn state(&self, r: &ProviderRef) -> Result<MachineState, ProviderError> {
-        let info = match self.inspect(r).await {
+        let Some((e, id)) = self.locate(r)? else {
+            return Ok(MachineState::Gone);
+        };
+        let info = match self.inspect(e, id, r).await {
             Ok(info) => info,
-            Err(ProviderError::NotFound(_)) => return Ok(MachineState::Gone),
-            Err(e) => return Err(e),
+            Err(err) => {
+                return match self.unless_lost(e, r, err) {
+                    ProviderError::NotFound(_) => Ok(MachineState::Gone),
+                    other => Err(other),
+                }
+            }
         };
         Ok(match status(&info) {
             Some(ContainerStateStatusEnum::RUNNING | ContainerStateStatusEnum::RESTARTING) => {
@@ -515,61 +614,34 @@ impl SandboxProvider for DockerProvider {
     }
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {
-        match self.inspect(r).await {
-            Ok(_) => {}
-            Err(ProviderError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        let context = format!("stop container {}", r.0);
-        let grace = self.config.stop_grace;
-        let options = StopContainerOptionsBuilder::default()
-            .t(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX))
-            .build();
-        // 304 (already stopped) is success in bollard.
-        match within(
-            grace + STOP_MARGIN,
-            &context,
-            self.docker.stop_container(&r.0, Some(options)),
-        )
-        .await?
-        {
+        let Some((e, id)) = self.locate(r)? else {
+            return Ok(());
+        };
+        match self.stop_on(e, id, r).await {
             Ok(()) => Ok(()),
-            Err(e) => match Failure::of(&e) {
-                Failure::Missing(_) => Ok(()),
-                f => Err(f.into_error(&context)),
+            Err(err) => match self.unless_lost(e, r, err) {
+                ProviderError::NotFound(_) => Ok(()),
+                other => Err(other),
             },
         }
     }
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
-        let info = match self.inspect(r).await {
-            Ok(info) => info,
-            // The container is gone, and with it the only record of which volume was its home.
-            Err(ProviderError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        self.remove_container(&r.0).await?;
-        let Some(computer) = label(&info, LABEL_COMPUTER) else {
+        let Some((e, id)) = self.locate(r)? else {
+            warn!(provider_ref = %r, "docker computer destroyed on an engine no longer configured: what it left there stays");
             return Ok(());
         };
-        let volume = volume_name(computer);
-        let context = format!("remove volume {volume}");
-        let options = RemoveVolumeOptionsBuilder::default().force(true).build();
-        match within(
-            self.config.call_timeout,
-            &context,
-            self.docker.remove_volume(&volume, Some(options)),
-        )
-        .await?
-        {
-            Ok(()) => {}
-            Err(e) => match Failure::of(&e) {
-                Failure::Missing(_) => {}
-                f => return Err(f.into_error(&context)),
+        match self.destroy_on(e, id, r).await {
+            Ok(()) => Ok(()),
+            Err(err) => match self.unless_lost(e, r, err) {
+                ProviderError::NotFound(_) if self.fleet.lost(e) => {
+                    warn!(engine = %e.name, provider_ref = %r, "docker computer destroyed on a lost engine: its container and home stay there");
+                    Ok(())
+                }
+                ProviderError::NotFound(_) => Ok(()),
+                other => Err(other),
             },
         }
-        info!(computer_id = %computer, container = %r.0, "docker computer destroyed");
-        Ok(())
     }
 }
 
@@ -579,8 +651,8 @@ mod tests {
 
     #[test]
     fn refs_are_container_ids() {
-        assert!(check_ref(&ProviderRef("0123456789ab".into())).is_ok());
-        assert!(check_ref(&ProviderRef("a".repeat(64))).is_ok());
+        assert!(split_ref(&ProviderRef("0123456789ab".into())).is_ok());
+        assert!(split_ref(&ProviderRef("a".repeat(64))).is_ok());
         for bad in [
             "",
             "0123456789a",
@@ -590,7 +662,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_ref(&ProviderRef(bad.into())),
+                    split_ref(&ProviderRef(bad.into())),
                     Err(ProviderError::BadRef(_))
                 ),
                 "{bad:?}"
@@ -606,13 +678,5 @@ mod tests {
         }
         assert_eq!(container_name("c1"), "rakazo-c1");
         assert_eq!(volume_name("c1"), "rakazo-home-c1");
-    }
-
-    #[test]
-    fn token_archive_holds_the_token_file_only_under_etc_rakazo() {
-        let a = token_archive("s3cret");
-        assert_eq!(&a[..12], b"etc/rakazo/\0");
-        assert_eq!(&a[512..535], b"etc/rakazo/enroll-token");
-        assert_eq!(&a[1024..1030], b"s3cret");
     }
 }

@@ -14,7 +14,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::TryStreamExt;
 use providers::docker::image::{ensure_image, image_exists, ImageSpec};
-use providers::docker::{container_name, volume_name, DockerConfig, DockerProvider};
+use providers::docker::{container_name, volume_name, DockerConfig, DockerProvider, EngineConfig};
 use providers::{
     ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError, ProviderRef,
     SandboxProvider, SandboxSpec, Secret,
@@ -161,6 +161,11 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
         },
         limits,
     }
+}
+
+/// The container id in a reference (`<engine>/<id>`).
+fn cid(r: &ProviderRef) -> &str {
+    r.0.rsplit('/').next().unwrap_or(&r.0)
 }
 
 /// One file read out of a container: its bytes, mode and owner.
@@ -367,10 +372,11 @@ async fn lifecycle_provision_prepare_stop_destroy() {
     let began = Instant::now();
     let r = p.provision(&first).await.expect("provision");
     eprintln!("timing: provision -> running {:?}", began.elapsed());
-    assert_eq!(r.0.len(), 64);
+    let (engine, container) = r.0.split_once('/').expect("an engine-qualified reference");
+    assert_eq!((engine, container.len()), ("default", 64));
     assert_eq!(p.state(&r).await.unwrap(), MachineState::Running);
 
-    let info = docker.inspect_container(&r.0, None).await.unwrap();
+    let info = docker.inspect_container(cid(&r), None).await.unwrap();
     assert_eq!(
         info.name.as_deref().map(|n| n.trim_start_matches('/')),
         Some(container_name(&id).as_str())
@@ -442,18 +448,18 @@ async fn lifecycle_provision_prepare_stop_destroy() {
         "home volume not mounted: {mounts:?}"
     );
 
-    let token = read_file(&docker, &r.0, "/etc/rakazo/enroll-token")
+    let token = read_file(&docker, cid(&r), "/etc/rakazo/enroll-token")
         .await
         .expect("the token file is in the container");
     assert_eq!(token.data, b"first-token-d1b9");
     assert_eq!((token.mode, token.uid), (0o600, 0));
 
     // Preparing a running computer changes nothing.
-    let started = started_at(&docker, &r.0).await;
+    let started = started_at(&docker, cid(&r)).await;
     let second = spec(&id, "second-token-77c0", limits);
     assert_eq!(p.prepare(&r, &second).await.unwrap(), r);
     assert_eq!(
-        started_at(&docker, &r.0).await,
+        started_at(&docker, cid(&r)).await,
         started,
         "prepare restarted a running container"
     );
@@ -476,7 +482,7 @@ async fn lifecycle_provision_prepare_stop_destroy() {
     assert_eq!(p.prepare(&r, &second).await.unwrap(), r);
     eprintln!("timing: prepare (start) -> running {:?}", began.elapsed());
     assert_eq!(p.state(&r).await.unwrap(), MachineState::Running);
-    let token = read_file(&docker, &r.0, "/etc/rakazo/enroll-token")
+    let token = read_file(&docker, cid(&r), "/etc/rakazo/enroll-token")
         .await
         .unwrap();
     assert_eq!(token.data, b"second-token-77c0");
@@ -522,19 +528,19 @@ async fn home_volume_survives_stop_start_and_a_replaced_container() {
         .unwrap();
 
     let r = p.provision(&s).await.expect("provision over a leftover");
-    assert_ne!(r.0, leftover.id);
+    assert_ne!(cid(&r), leftover.id);
     let host = docker
-        .inspect_container(&r.0, None)
+        .inspect_container(cid(&r), None)
         .await
         .unwrap()
         .host_config
         .unwrap();
     assert_eq!(host.shm_size, Some(256 * MIB), "default /dev/shm");
 
-    write_file(&docker, &r.0, "/home/rakazo", "marker.txt", b"kept").await;
+    write_file(&docker, cid(&r), "/home/rakazo", "marker.txt", b"kept").await;
     p.stop(&r).await.unwrap();
     p.prepare(&r, &s).await.unwrap();
-    let kept = read_file(&docker, &r.0, "/home/rakazo/marker.txt").await;
+    let kept = read_file(&docker, cid(&r), "/home/rakazo/marker.txt").await;
     assert_eq!(
         kept.map(|e| e.data),
         Some(b"kept".to_vec()),
@@ -543,7 +549,7 @@ async fn home_volume_survives_stop_start_and_a_replaced_container() {
 
     // The container disappears behind the provider's back: the machine is gone, its home is not.
     let force = RemoveContainerOptionsBuilder::default().force(true).build();
-    docker.remove_container(&r.0, Some(force)).await.unwrap();
+    docker.remove_container(cid(&r), Some(force)).await.unwrap();
     assert_eq!(p.state(&r).await.unwrap(), MachineState::Gone);
     match p.prepare(&r, &s).await {
         Err(ProviderError::NotFound(gone)) => assert_eq!(gone, r),
@@ -551,7 +557,7 @@ async fn home_volume_survives_stop_start_and_a_replaced_container() {
     }
     let replacement = p.provision(&s).await.expect("provision a replacement");
     assert_ne!(replacement, r);
-    let kept = read_file(&docker, &replacement.0, "/home/rakazo/marker.txt").await;
+    let kept = read_file(&docker, cid(&replacement), "/home/rakazo/marker.txt").await;
     assert_eq!(
         kept.map(|e| e.data),
         Some(b"kept".to_vec()),
@@ -637,8 +643,9 @@ async fn an_unreachable_engine_is_unavailable_within_the_deadline() {
     let mut c = config("rakazo-computer:unused");
     c.call_timeout = Duration::from_secs(2);
 
+    let on = |socket: PathBuf| vec![EngineConfig::unix("default", socket)];
     // No socket at all.
-    c.socket = dir.path().join("absent.sock");
+    c.engines = on(dir.path().join("absent.sock"));
     let err = DockerProvider::connect(c.clone())
         .await
         .err()
@@ -646,8 +653,9 @@ async fn an_unreachable_engine_is_unavailable_within_the_deadline() {
     assert_eq!(err.class(), ErrorClass::Transient, "{err}");
 
     // A socket nobody accepts on: connection refused.
-    c.socket = dir.path().join("refused.sock");
-    drop(std::os::unix::net::UnixListener::bind(&c.socket).unwrap());
+    let refused = dir.path().join("refused.sock");
+    drop(std::os::unix::net::UnixListener::bind(&refused).unwrap());
+    c.engines = on(refused);
     let err = DockerProvider::connect(c.clone())
         .await
         .err()
@@ -655,8 +663,9 @@ async fn an_unreachable_engine_is_unavailable_within_the_deadline() {
     assert!(matches!(err, ProviderError::Unavailable { .. }), "{err}");
 
     // An engine that accepts and never answers: the deadline ends the wait.
-    c.socket = dir.path().join("hung.sock");
-    let _hung = std::os::unix::net::UnixListener::bind(&c.socket).unwrap();
+    let hung = dir.path().join("hung.sock");
+    let _hung = std::os::unix::net::UnixListener::bind(&hung).unwrap();
+    c.engines = on(hung);
     let began = Instant::now();
     let err = DockerProvider::connect(c.clone())
         .await

@@ -1,30 +1,127 @@
-//! Talking to a Docker engine: connecting, a deadline on every call, and the translation of an
-//! engine's failures into [`ProviderError`] classes. What the calls are for lives in the provider
-//! and the image module.
+//! Talking to a Docker engine: where it listens ([`Endpoint`]), connecting, a deadline on every
+//! call, and the translation of an engine's failures into [`ProviderError`] classes. What the
+//! calls are for lives in the provider and the image module; which engine is asked, in `fleet`.
 
+pub use super::tls::TlsFiles;
 use crate::{ProviderError, ProviderRef};
 use bollard::errors::Error as EngineError;
 use bollard::{Docker, API_DEFAULT_VERSION};
+use std::fmt;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// bollard's own per-request timeout, in seconds. Every call is also bounded by a tighter
 /// deadline of ours; this one only has to outlast the longest (an image import).
 const CLIENT_TIMEOUT_SECS: u64 = 30 * 60;
 
-/// Connects to the engine on the unix socket `socket` and agrees on an API version (podman 4.3
-/// speaks 1.41), within `deadline`. An engine that is absent, refuses or hangs is `Unavailable`.
-pub async fn connect_engine(socket: &Path, deadline: Duration) -> Result<Docker, ProviderError> {
-    let context = format!("connect to the docker engine at {}", socket.display());
-    let path = socket.to_str().ok_or_else(|| {
-        ProviderError::BadSpec(format!("engine socket path {socket:?} is not utf-8"))
-    })?;
-    let docker = Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, API_DEFAULT_VERSION)
-        .map_err(|e| unavailable(&context, &e))?;
-    within(deadline, &context, docker.negotiate_version())
+/// Where an engine's API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A unix socket on this host (`unix:///var/run/docker.sock`).
+    Unix(PathBuf),
+    /// `host:port` over TLS (`tcp://host:port`): the engine's certificate must chain to `tls.ca`
+    /// (the system's roots are not trusted for engines) and we present `tls.cert`. Plain TCP is
+    /// never spoken: the Engine API is root on the engine's host.
+    Tls { addr: String, tls: TlsFiles },
+}
+
+impl Endpoint {
+    /// Parses `unix:///absolute/path` or `tcp://host:port`; a `tcp` engine needs `tls`, a unix
+    /// one takes none. The message says what is wrong.
+    pub fn parse(url: &str, tls: Option<TlsFiles>) -> Result<Self, String> {
+        if let Some(path) = url.strip_prefix("unix://") {
+            if !path.starts_with('/') {
+                return Err(format!("{url}: a unix socket path must be absolute"));
+            }
+            if tls.is_some() {
+                return Err(format!("{url}: a unix socket takes no TLS files"));
+            }
+            return Ok(Self::Unix(PathBuf::from(path)));
+        }
+        let Some(addr) = url.strip_prefix("tcp://") else {
+            return Err(format!("{url}: expected unix:///path or tcp://host:port"));
+        };
+        let addr = addr.trim_end_matches('/');
+        let port_ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok || addr.contains(['/', '@', '?', '#']) {
+            return Err(format!("{url}: expected tcp://host:port"));
+        }
+        let Some(tls) = tls else {
+            return Err(format!(
+                "{url}: a tcp engine needs TLS files (a CA and a client certificate and key)"
+            ));
+        };
+        Ok(Self::Tls {
+            addr: addr.to_string(),
+            tls,
+        })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unix(path) => write!(f, "unix://{}", path.display()),
+            Self::Tls { addr, .. } => write!(f, "tcp://{addr}"),
+        }
+    }
+}
+
+/// A client for `endpoint`, not yet connected (its API version is agreed by [`negotiate`]).
+/// Unreadable or malformed TLS files are `BadSpec`.
+pub(crate) fn client(
+    endpoint: &Endpoint,
+    connect_timeout: Duration,
+) -> Result<Docker, ProviderError> {
+    match endpoint {
+        Endpoint::Unix(socket) => {
+            let path = socket.to_str().ok_or_else(|| {
+                ProviderError::BadSpec(format!("engine socket path {socket:?} is not utf-8"))
+            })?;
+            Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, API_DEFAULT_VERSION).map_err(|e| {
+                unavailable(&format!("connect to the docker engine at {endpoint}"), &e)
+            })
+        }
+        Endpoint::Tls { addr, tls } => {
+            super::tls::client(addr, tls, connect_timeout, CLIENT_TIMEOUT_SECS)
+        }
+    }
+}
+
+/// Agrees on an API version with the engine behind `docker` (podman 4.3 speaks 1.41) within
+/// `deadline`. An engine that is absent, refuses or hangs is `Unavailable`.
+pub(crate) async fn negotiate(
+    docker: Docker,
+    deadline: Duration,
+    context: &str,
+) -> Result<Docker, ProviderError> {
+    within(deadline, context, docker.negotiate_version())
         .await?
-        .map_err(|e| unavailable(&context, &e))
+        .map_err(|e| unavailable(context, &e))
+}
+
+/// Connects to the engine on the unix socket `socket` and agrees on an API version, within
+/// `deadline`. An engine that is absent, refuses or hangs is `Unavailable`.
+pub async fn connect_engine(socket: &Path, deadline: Duration) -> Result<Docker, ProviderError> {
+    let endpoint = Endpoint::Unix(socket.to_path_buf());
+    let context = format!("connect to the docker engine at {}", socket.display());
+    negotiate(client(&endpoint, deadline)?, deadline, &context).await
+}
+
+/// Whether a failed call got no answer from the engine at all (unreachable, refused, cut off),
+/// as opposed to an answer that refused the request.
+pub(crate) fn unanswered(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::HyperLegacyError { .. }
+            | EngineError::HyperResponseError { .. }
+            | EngineError::IOError { .. }
+            | EngineError::SocketNotFoundError(_)
+            | EngineError::RequestTimeoutError
+    )
 }
 
 /// Runs one engine call under `deadline`: an engine that does not answer in time is

@@ -9,7 +9,8 @@
 //!   container of the base and committing it.
 //!
 //! A tag the engine already has is used as is, so a second [`ensure_image`] does no work.
-//! Building the root filesystem tar is not this module's job.
+//! Building the root filesystem tar is not this module's job. An engine that lacks the image
+//! gets it from one that has it ([`copy_image`]: exported and loaded through the Engine API).
 
 use super::engine::{unavailable, within, Failure};
 use super::tar::{self, Header, Kind};
@@ -18,7 +19,7 @@ use crate::ProviderError;
 use bollard::models::{ContainerConfig, ContainerCreateBody};
 use bollard::query_parameters::{
     CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    ImportImageOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use bytes::Bytes;
@@ -109,6 +110,38 @@ pub async fn ensure_image(docker: &Docker, spec: &ImageSpec<'_>) -> Result<Strin
     }
     layer_guest(docker, &base, spec.guest_bin, &tag).await?;
     Ok(tag)
+}
+
+/// Copies the image `reference` from the engine `from` to the engine `to`: the image archive
+/// streams from one engine's export into the other's load, never touching the disk here. Within
+/// the build deadline; `Unavailable` if either side fails, or if `to` has no such tag after.
+pub async fn copy_image(from: &Docker, to: &Docker, reference: &str) -> Result<(), ProviderError> {
+    let began = tokio::time::Instant::now();
+    let context = format!("copy image {reference} between docker engines");
+    let archive = from
+        .export_image(reference)
+        .map(|chunk| chunk.map_err(std::io::Error::other));
+    let options = ImportImageOptionsBuilder::default().quiet(true).build();
+    within(
+        BUILD_TIMEOUT,
+        &context,
+        to.import_image(options, bollard::body_try_stream(archive), None)
+            .try_for_each(|_progress| async { Ok(()) }),
+    )
+    .await?
+    .map_err(|e| unavailable(&context, &e))?;
+    if !image_exists(to, reference, CALL_TIMEOUT).await? {
+        return Err(ProviderError::Unavailable {
+            context,
+            message: "the load finished but the engine has no such tag".into(),
+        });
+    }
+    info!(
+        image = reference,
+        elapsed_ms = began.elapsed().as_millis() as u64,
+        "image copied between docker engines"
+    );
+    Ok(())
 }
 
 async fn sha256_file(path: &Path) -> Result<String, ProviderError> {

@@ -1,0 +1,141 @@
+//! The container a computer runs as: its create body (image, command, environment, labels,
+//! limits, home mount), what we read back from an inspect (our labels, its state), and the
+//! token archive uploaded before every start. No engine calls: those are the provider's.
+
+use super::{
+    volume_name, DockerConfig, DEFAULT_SHM_MB, GUEST_PATH, HOME_DIR, LABEL_COMPUTER,
+    LABEL_HOME_KEY, LABEL_MANAGED, MIB, PATH_ENV, RUN_AS, TOKEN_PATH,
+};
+use crate::SandboxSpec;
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig,
+    ResourcesUlimits,
+};
+use std::collections::HashMap;
+
+pub(super) fn labels(spec: &SandboxSpec) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_COMPUTER.to_string(), spec.computer_id.clone()),
+        (LABEL_HOME_KEY.to_string(), spec.home_key.clone()),
+    ])
+}
+
+pub(super) fn is_managed(info: &ContainerInspectResponse) -> bool {
+    label(info, LABEL_MANAGED) == Some("true")
+}
+
+pub(super) fn label<'a>(info: &'a ContainerInspectResponse, key: &str) -> Option<&'a str> {
+    info.config
+        .as_ref()?
+        .labels
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+pub(super) fn status(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
+    info.state.as_ref()?.status
+}
+
+/// The tar uploaded at `/` before every start: `/etc/rakazo/` (0700) and the token (0600), both
+/// root's.
+pub(super) fn token_archive(token: &str) -> Vec<u8> {
+    use super::tar::{archive, Header, Kind};
+    archive(&[
+        (
+            Header {
+                path: "etc/rakazo/",
+                mode: 0o700,
+                size: 0,
+                kind: Kind::Dir,
+            },
+            &[],
+        ),
+        (
+            Header {
+                path: &TOKEN_PATH[1..],
+                mode: 0o600,
+                size: token.len() as u64,
+                kind: Kind::File,
+            },
+            token.as_bytes(),
+        ),
+    ])
+}
+
+/// The limits a computer's container gets: the spec's over the provider's defaults.
+pub(super) fn host_config(config: &DockerConfig, spec: &SandboxSpec) -> HostConfig {
+    let (l, d) = (&spec.limits, &config.default_limits);
+    let mib = |v: u64| i64::try_from(v).unwrap_or(i64::MAX / MIB) * MIB;
+    let shm = l.shm_mb.or(d.shm_mb).unwrap_or(DEFAULT_SHM_MB);
+    let ulimit = |name: &str, n: i64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(n),
+        hard: Some(n),
+    };
+    HostConfig {
+        // An init reaps the zombies of everything the guest starts and forwards SIGTERM, so
+        // a stop takes as long as the guest needs and no longer.
+        init: Some(true),
+        network_mode: config.network_mode.clone(),
+        memory: l.memory_mb.or(d.memory_mb).map(mib),
+        nano_cpus: l
+            .cpu_millis
+            .or(d.cpu_millis)
+            .map(|m| i64::from(m) * 1_000_000),
+        pids_limit: l.pids.or(d.pids).map(i64::from),
+        shm_size: Some(mib(shm)),
+        // Soft equals hard: podman 4.3 swaps unequal limits on API-created containers.
+        ulimits: Some(vec![ulimit("nofile", 4096), ulimit("nproc", 8192)]),
+        binds: Some(vec![format!(
+            "{}:{HOME_DIR}",
+            volume_name(&spec.computer_id)
+        )]),
+        // The engine's default capability set is kept: the guest starts as root and needs
+        // SETUID, SETGID, CHOWN, DAC_OVERRIDE and FOWNER to drop to the workspace user.
+        privileged: Some(false),
+        ..Default::default()
+    }
+}
+
+pub(super) fn container_body(config: &DockerConfig, spec: &SandboxSpec) -> ContainerCreateBody {
+    let g = &spec.guest;
+    let mut env = vec![
+        PATH_ENV.to_string(),
+        "LANG=C.UTF-8".to_string(),
+        format!("RAKAZO_CONTROL_ADDR={}", g.control_addr),
+        format!("RAKAZO_CONTROL_TCP_ADDR={}", g.tcp_addr()),
+        format!("RAKAZO_CONTROL_CERT_SHA256={}", g.cert_sha256),
+        format!("RAKAZO_COMPUTER_ID={}", spec.computer_id),
+        format!("RAKAZO_HOME={HOME_DIR}"),
+        format!("RAKAZO_RUN_AS={RUN_AS}"),
+        format!("RAKAZO_ENROLL_TOKEN_FILE={TOKEN_PATH}"),
+    ];
+    env.extend(config.guest_env.iter().map(|(k, v)| format!("{k}={v}")));
+    ContainerCreateBody {
+        image: Some(config.image.clone()),
+        cmd: Some(vec![GUEST_PATH.to_string()]),
+        entrypoint: Some(Vec::new()),
+        user: Some("root".to_string()),
+        working_dir: Some(HOME_DIR.to_string()),
+        env: Some(env),
+        labels: Some(labels(spec)),
+        stop_timeout: Some(i64::try_from(config.stop_grace.as_secs()).unwrap_or(i64::MAX)),
+        host_config: Some(host_config(config, spec)),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_archive_holds_the_token_file_only_under_etc_rakazo() {
+        let a = token_archive("s3cret");
+        assert_eq!(&a[..12], b"etc/rakazo/\0");
+        assert_eq!(&a[512..535], b"etc/rakazo/enroll-token");
+        assert_eq!(&a[1024..1030], b"s3cret");
+    }
+}
