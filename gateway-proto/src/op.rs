@@ -43,7 +43,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   starts its commands and terminals in `bots/<bot-id>/`.
 /// - 6: `HomeExportRequest.authority` and `HomeImportRequest.authority` (`HomeAuthority`: the
 ///   lease fences a home operation acts under; the guest refuses one older than its own).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// - 7: `Status` request and `Status` reply (`MachineStatus`: uptime, load, CPUs, home disk),
+///   shown by `computer show`.
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -243,6 +245,8 @@ pub enum Request {
     HomeExport(HomeExportRequest),
     /// Import an archive into the home: `size` raw bytes follow. Answer: `Imported` or `Error`.
     HomeImport(HomeImportRequest),
+    /// The machine's uptime, load and home disk. Answer: `Status`.
+    Status,
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -264,6 +268,7 @@ pub enum Reply {
     Revoked,
     ExportStart(ExportStart),
     Imported(Imported),
+    Status(MachineStatus),
 }
 
 /// The request of [`Request::Ping`] (it carries nothing).
@@ -422,6 +427,33 @@ impl UnaryOp for SnapshotRequest {}
 impl UnaryOp for PageActRequest {}
 impl UnaryOp for RevokeRequest {}
 
+/// The request of [`Request::Status`] (it carries nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusRequest;
+
+/// What a guest reports about its machine: read-only, cheap (two small `/proc` files and one
+/// `statvfs`), so the control plane can ask whenever a computer is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    /// Seconds since the kernel booted (in a container: the host's kernel).
+    pub uptime_secs: u64,
+    /// The 1, 5 and 15 minute load averages, in thousandths.
+    pub load_milli: [u32; 3],
+    /// CPUs the guest may run on.
+    pub cpus: u32,
+    /// Size of the filesystem holding the home, and what is still free to its user.
+    pub home_total_bytes: u64,
+    pub home_free_bytes: u64,
+}
+
+reply_op!(StatusRequest, "status", Unary, Nothing, MachineStatus,
+    request(_r) Request::Status,
+    authority(_r) Authority::None,
+    reply(status) Reply::Status(status),
+    read { Reply::Status(status) => status });
+
+impl UnaryOp for StatusRequest {}
+
 impl Request {
     /// What the request acts under ([`Op::authority`] of its operation).
     pub fn authority(&self) -> Authority<'_> {
@@ -443,6 +475,7 @@ impl Request {
             Request::Revoke(r) => r.authority(),
             Request::HomeExport(r) => r.authority(),
             Request::HomeImport(r) => r.authority(),
+            Request::Status => Authority::None,
         }
     }
 
@@ -466,6 +499,7 @@ impl Request {
             Request::Revoke(_) => RevokeRequest::NAME,
             Request::HomeExport(_) => HomeExportRequest::NAME,
             Request::HomeImport(_) => HomeImportRequest::NAME,
+            Request::Status => StatusRequest::NAME,
         }
     }
 }
@@ -544,6 +578,7 @@ mod tests {
             entries: 2,
         };
         round_trip::<HomeImportRequest>(done, Reply::ExportStart(start));
+        round_trip::<StatusRequest>(MachineStatus::default(), Reply::Pong);
     }
 
     #[test]

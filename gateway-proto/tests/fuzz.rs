@@ -18,6 +18,7 @@ use gateway_proto::home::{
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::op::MachineStatus;
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -325,6 +326,14 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             content_bytes: 1 << 30,
             entries: 12,
         })),
+        sample(Request::Status),
+        sample(Reply::Status(MachineStatus {
+            uptime_secs: 86_400,
+            load_milli: [1500, 900, 400],
+            cpus: 2,
+            home_total_bytes: 1 << 36,
+            home_free_bytes: 1 << 34,
+        })),
     ]
 });
 
@@ -601,6 +610,7 @@ fn request() -> impl Strategy<Value = Request> {
         (any::<u64>(), home_authority()).prop_map(|(size, authority)| Request::HomeImport(
             HomeImportRequest { size, authority }
         )),
+        Just(Request::Status),
     ]
 }
 
@@ -661,6 +671,24 @@ fn reply() -> impl Strategy<Value = Reply> {
                 entries,
             })
         }),
+        (
+            any::<u64>(),
+            any::<[u32; 3]>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(uptime_secs, load_milli, cpus, home_total_bytes, home_free_bytes)| {
+                    Reply::Status(MachineStatus {
+                        uptime_secs,
+                        load_milli,
+                        cpus,
+                        home_total_bytes,
+                        home_free_bytes,
+                    })
+                }
+            ),
     ]
 }
 

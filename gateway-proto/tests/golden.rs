@@ -1,7 +1,7 @@
 //! Golden bytes for every message on the tunnel.
 //!
 //! WIRE CHANGE WARNING: changing any byte in this file is a wire change. It needs a
-//! `PROTOCOL_VERSION` bump with a history line in `gateway-proto/src/lib.rs`, and new goldens for
+//! `PROTOCOL_VERSION` bump with a history line in `gateway-proto/src/op.rs`, and new goldens for
 //! the new version. Never "fix" a golden to match new output without that bump.
 //!
 //! Each golden is the whole frame as produced by [`gateway_proto::encode`]: the 4-byte big-endian
@@ -17,6 +17,7 @@ use gateway_proto::home::{
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::op::MachineStatus;
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -90,7 +91,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 6);
+    assert_eq!(PROTOCOL_VERSION, 7);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -512,6 +513,22 @@ fn reply_opened_revoked_export_start_imported() {
 }
 
 #[test]
+fn status_request_and_reply() {
+    golden(&Request::Status, "00000001 11");
+    golden(
+        &Reply::Status(MachineStatus {
+            uptime_secs: 300,
+            load_milli: [120, 1, 0],
+            cpus: 2,
+            home_total_bytes: 1 << 20,
+            home_free_bytes: 5,
+        }),
+        // Status, uptime 300, load 120 1 0, 2 CPUs, 1 MiB, 5
+        "0000000b 10 ac02 7801 00 02 80804005",
+    );
+}
+
+#[test]
 fn reply_read_start_written_pong() {
     golden(&Reply::ReadStart { size: 5 }, "00000002 01 05");
     golden(&Reply::Written { size: 200 }, "00000003 02 c801");
@@ -578,10 +595,10 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("11");
+    rejected::<Request>("12");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("10");
+    rejected::<Reply>("11");
     rejected::<OpError>("0a 00"); // ErrorCode index 10
     rejected::<FileKind>("02");
 }

@@ -26,13 +26,15 @@ use gateway_proto::desktop::{
 };
 use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
 use gateway_proto::live::{ConnectRequest, RevokeRequest};
-use gateway_proto::op::{malformed, Authority, PingRequest, ScreenListRequest};
+use gateway_proto::op::{
+    malformed, Authority, MachineStatus, PingRequest, ScreenListRequest, StatusRequest,
+};
 use gateway_proto::page::{
     NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest,
 };
 use gateway_proto::{
-    BotId, BotLease, ExecRequest, FileEntry, FrameDecoder, LeaseToken, ListFiles, Op, OpError,
-    ReadFile, Reply, Request, UnaryOp, WriteFile,
+    BotId, BotLease, ErrorCode, ExecRequest, FileEntry, FrameDecoder, LeaseToken, ListFiles, Op,
+    OpError, ReadFile, Reply, Request, UnaryOp, WriteFile,
 };
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -161,6 +163,7 @@ impl Ops {
             Request::Revoke(r) => self.unary(r, s, Self::revoke).await,
             Request::HomeExport(r) => self.streaming(r, s, Self::home_export).await,
             Request::HomeImport(r) => self.streaming(r, s, Self::home_import).await,
+            Request::Status => self.unary(StatusRequest, s, Self::status).await,
         }
     }
 
@@ -205,6 +208,26 @@ impl Ops {
 
     async fn ping(&self, _: PingRequest) -> Result<(), OpError> {
         Ok(())
+    }
+
+    /// The machine's uptime and load (`/proc`) and the home's filesystem (`statvfs`).
+    async fn status(&self, _: StatusRequest) -> Result<MachineStatus, OpError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            OpError::new(ErrorCode::Failed, format!("cannot read {what}: {e}"))
+        };
+        let read = |path: &str| std::fs::read_to_string(path).map_err(|e| failed(path, &e));
+        let (uptime_secs, load_milli) = parse_proc(&read("/proc/uptime")?, &read("/proc/loadavg")?)
+            .ok_or_else(|| failed("/proc/uptime and /proc/loadavg", &"unexpected format"))?;
+        let fs = nix::sys::statvfs::statvfs(self.home.root())
+            .map_err(|e| failed("the home's filesystem", &e))?;
+        let block = fs.fragment_size() as u64;
+        Ok(MachineStatus {
+            uptime_secs,
+            load_milli,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            home_total_bytes: (fs.blocks() as u64).saturating_mul(block),
+            home_free_bytes: (fs.blocks_available() as u64).saturating_mul(block),
+        })
     }
 
     async fn list_files(&self, r: ListFiles) -> Result<Vec<FileEntry>, OpError> {
@@ -360,4 +383,30 @@ async fn write_observation(
 ) -> std::io::Result<()> {
     write_frame(send, &ObserveRequest::reply_frame(meta)).await?;
     send.write_all(png).await.map_err(std::io::Error::other)
+}
+
+/// Seconds of uptime from `/proc/uptime` and the three load averages, in thousandths, from
+/// `/proc/loadavg`; `None` when either is not in the kernel's format.
+fn parse_proc(uptime: &str, loadavg: &str) -> Option<(u64, [u32; 3])> {
+    let secs = uptime.split_whitespace().next()?.parse::<f64>().ok()?;
+    let mut loads = loadavg.split_whitespace().map(|l| l.parse::<f64>().ok());
+    let mut milli = || -> Option<u32> { Some((loads.next()?? * 1000.0).round() as u32) };
+    let load_milli = [milli()?, milli()?, milli()?];
+    Some((secs as u64, load_milli))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_proc;
+
+    #[test]
+    fn proc_uptime_and_loadavg_are_read_in_the_kernels_format() {
+        assert_eq!(
+            parse_proc("12345.67 4567.89\n", "0.12 1.50 10.01 1/234 5678\n"),
+            Some((12345, [120, 1500, 10010]))
+        );
+        assert_eq!(parse_proc("", "0.1 0.2 0.3"), None);
+        assert_eq!(parse_proc("5.0 1.0", "0.1 x 0.3"), None);
+        assert_eq!(parse_proc("5.0 1.0", "0.1 0.2"), None);
+    }
 }

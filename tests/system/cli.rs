@@ -281,8 +281,34 @@ async fn cli_manages_the_lifecycle_of_computers() -> Result<()> {
     let mut want = vec![id.as_str(), private.as_str()];
     want.sort_unstable();
     assert_eq!(ids, want);
+    // `show` adds what the guest reports about the machine on a second line.
     let show = text(&rakazo_ok(&w, &["computer", "show", &id]).await?);
-    assert_eq!(show.trim_end(), line);
+    let mut show_lines = show.lines();
+    assert_eq!(show_lines.next(), Some(line.as_str()), "{show}");
+    let machine_line = show_lines.next().unwrap_or_default();
+    assert!(
+        machine_line.starts_with("\tup ")
+            && machine_line.contains(" CPUs\thome ")
+            && machine_line.ends_with(" GiB"),
+        "{show}"
+    );
+    // The report is the machine's own: the home's filesystem as the computer's shell sees it.
+    let shown = rakazo_json(&w, &["computer", "show", &id]).await?;
+    let m = &shown["machine"];
+    let df = w.sh(&id, "stat -f -c '%S %b' .").await?;
+    let (block, blocks) = df.trim().split_once(' ').context("stat -f")?;
+    let total = block.parse::<u64>()? * blocks.parse::<u64>()?;
+    assert_eq!(m["home_total_bytes"].as_u64(), Some(total), "{shown}");
+    assert!(m["home_free_bytes"].as_u64() <= Some(total), "{shown}");
+    let host_uptime: f64 = std::fs::read_to_string("/proc/uptime")?
+        .split_whitespace()
+        .next()
+        .context("/proc/uptime")?
+        .parse()?;
+    let uptime = m["uptime_secs"].as_f64().context("uptime_secs")?;
+    assert!((host_uptime - uptime).abs() < 60.0, "{shown}");
+    assert!(m["cpus"].as_u64() >= Some(1), "{shown}");
+    assert_eq!(m["load"].as_array().map(Vec::len), Some(3), "{shown}");
 
     // A second Team computer for the same workspace is a conflict that names the first one.
     // (Known server bug being fixed: it answers 500 today.)
@@ -313,6 +339,10 @@ async fn cli_manages_the_lifecycle_of_computers() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(last["state"], "stopped");
+    assert!(
+        last.get("machine").is_none(),
+        "a stopped computer reports no machine: {last}"
+    );
     assert_eq!(
         listed(&w, &id).await?.as_deref(),
         Some(format!("{id}\tteam\tworkspace acme\tstopped\tdisconnected").as_str())

@@ -4,9 +4,14 @@ use super::body::{empty, json_response, read_json, ApiError, RespBody};
 use super::{parse_bot, Api};
 use crate::computers::{Computer, ComputerKind, ComputerState, WorkspaceId};
 use crate::schema::computer::{self as schema, ComputerList, CreateComputer, IdleReport};
+use gateway_proto::op::StatusRequest;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `show` waits for the guest's machine report before it shows the computer without it.
+const MACHINE_REPORT_WAIT: Duration = Duration::from_secs(2);
 
 /// The API's view of a computer (its idle report left to [`with_idle`]).
 fn view(c: &Computer) -> schema::Computer {
@@ -40,6 +45,7 @@ fn view(c: &Computer) -> schema::Computer {
         created_at_ms: c.created_at_ms,
         updated_at_ms: c.updated_at_ms,
         idle: None,
+        machine: None,
     }
 }
 
@@ -88,7 +94,30 @@ pub async fn list(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
 
 pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
     let c = api.core.get(id).await?;
-    Ok(json_response(StatusCode::OK, &with_idle(api, &c)))
+    let machine = machine(api, &c).await;
+    let shown = schema::Computer {
+        machine,
+        ..with_idle(api, &c)
+    };
+    Ok(json_response(StatusCode::OK, &shown))
+}
+
+/// The guest's report on a running computer's machine; `None` when it is not connected, or
+/// does not answer within [`MACHINE_REPORT_WAIT`] (a computer is shown whatever its guest does).
+async fn machine(api: &Api, c: &Computer) -> Option<schema::Machine> {
+    if c.state != ComputerState::Running {
+        return None;
+    }
+    let guest = api.core.connected_guest(c.id.as_str())?;
+    let asked = tokio::time::timeout(MACHINE_REPORT_WAIT, guest.call(StatusRequest)).await;
+    let s = asked.ok()?.ok()?;
+    Some(schema::Machine {
+        uptime_secs: s.uptime_secs,
+        load: s.load_milli.map(|l| f64::from(l) / 1000.0),
+        cpus: s.cpus,
+        home_total_bytes: s.home_total_bytes,
+        home_free_bytes: s.home_free_bytes,
+    })
 }
 
 pub async fn start(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {

@@ -74,6 +74,29 @@ fn print_computer(c: &Computer) {
             "disconnected"
         },
     );
+    if let Some(m) = &c.machine {
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        println!(
+            "\tup {}\tload {:.2} {:.2} {:.2} on {} CPUs\thome {:.1} GiB free of {:.1} GiB",
+            uptime(m.uptime_secs),
+            m.load[0],
+            m.load[1],
+            m.load[2],
+            m.cpus,
+            gib(m.home_free_bytes),
+            gib(m.home_total_bytes),
+        );
+    }
+}
+
+/// `3d 4h`, `4h 12m`, `12m`.
+fn uptime(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60);
+    match (d, h) {
+        (0, 0) => format!("{m}m"),
+        (0, _) => format!("{h}h {m}m"),
+        _ => format!("{d}d {h}h"),
+    }
 }
 
 /// What `computer destroy --json` prints (the API answers 204 without a body).

@@ -27,7 +27,7 @@ pub fn is_default_limits(limits: &MachineLimits) -> bool {
 }
 
 /// A computer as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Computer {
     pub id: String,
     pub kind: ComputerKind,
@@ -50,6 +50,24 @@ pub struct Computer {
     /// idle job has looked at).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleReport>,
+    /// What its guest reports about the machine: shown by `show` for a running computer whose
+    /// guest answers in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+}
+
+/// A running computer's machine, as its guest reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Seconds since the kernel booted (a container reports its host's kernel).
+    pub uptime_secs: u64,
+    /// The 1, 5 and 15 minute load averages.
+    pub load: [f64; 3],
+    /// CPUs the guest may run on.
+    pub cpus: u32,
+    /// Size of the filesystem holding the home, and what is free to the home's user.
+    pub home_total_bytes: u64,
+    pub home_free_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +99,7 @@ pub struct IdleReport {
 }
 
 /// `GET /v1/computers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComputerList {
     pub computers: Vec<Computer>,
 }

@@ -87,6 +87,7 @@ fn computers() {
             at_ms: 3,
             until_ms: Some(4),
         }),
+        machine: None,
     };
     assert_eq!(super::wire_name(&c.state), "running");
     assert_eq!(super::wire_name(&c.id), "c-1");
