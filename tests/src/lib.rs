@@ -157,6 +157,24 @@ pub struct World {
     tokens_dir: tempfile::TempDir,
 }
 
+/// With `RAKAZO_TEST_TUNNEL=tcp`, the UDP address every [`World`] advertises as its tunnel so
+/// that its guests fall back to the TCP carrier: see [`udp_black_hole`].
+pub fn tcp_only_tunnel() -> Option<std::net::SocketAddr> {
+    let tcp = std::env::var_os("RAKAZO_TEST_TUNNEL").is_some_and(|v| v == "tcp");
+    tcp.then(udp_black_hole).flatten()
+}
+
+/// A loopback UDP address where nothing ever answers, as where a network drops UDP: a socket
+/// of this test process that is never read (one for the whole process).
+pub fn udp_black_hole() -> Option<std::net::SocketAddr> {
+    static BLACK_HOLE: std::sync::OnceLock<Option<std::net::UdpSocket>> =
+        std::sync::OnceLock::new();
+    BLACK_HOLE
+        .get_or_init(|| std::net::UdpSocket::bind("127.0.0.1:0").ok())
+        .as_ref()
+        .and_then(|s| s.local_addr().ok())
+}
+
 /// Waits for `f` to return `Some`, checking every 10 ms, up to `timeout`.
 pub async fn wait_for<T>(
     timeout: Duration,
@@ -267,6 +285,12 @@ impl World {
         if let Some(p) = &self.opts.default_provider {
             cmd.env("RAKAZO_DEFAULT_PROVIDER", p);
         }
+        if let Some(black_hole) = tcp_only_tunnel() {
+            // Guests dial a UDP address that never answers, so each falls back to the tunnel's
+            // TCP carrier (port 0: the tunnel's bound port). A test's own env comes after.
+            cmd.env("RAKAZO_ADVERTISE_ADDR", black_hole.to_string())
+                .env("RAKAZO_ADVERTISE_TCP_ADDR", "127.0.0.1:0");
+        }
         cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         if let Some(limit) = self.opts.screen_limit {
             cmd.env("SANDBOX_TEAM_SCREEN_LIMIT", limit.to_string());
@@ -345,6 +369,19 @@ impl World {
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The transport of each connection `computer`'s guests made, in order, from the log's
+    /// `guest connected … transport=quic|tcp` lines.
+    pub fn transports(&self, computer: &str) -> Vec<String> {
+        let id = format!("computer_id={computer} ");
+        self.log()
+            .lines()
+            .filter(|l| l.contains("guest connected") && l.contains(&id))
+            .filter_map(|l| l.split(" transport=").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
     }
 
     /// The home directory of a local computer.

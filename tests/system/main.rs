@@ -20,3 +20,4 @@ mod providers;
 mod start_checks;
 mod static_guest;
 mod tunnel_abuse;
+mod tunnel_tcp;

@@ -44,6 +44,11 @@ impl Listening {
     pub fn tcp_addr(&self) -> std::io::Result<SocketAddr> {
         self.tcp.local_addr()
     }
+
+    /// The QUIC endpoints, UDP then TCP, for a benchmark that drives them without [`serve`].
+    pub fn endpoints(&self) -> (&quinn::Endpoint, &quinn::Endpoint) {
+        (&self.quic, &self.tcp)
+    }
 }
 
 /// Binds the tunnel: UDP on `addr`, TCP on the same ip and port. On port 0 the UDP port is

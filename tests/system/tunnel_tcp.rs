@@ -1,0 +1,68 @@
+//! The tunnel over TCP: a computer whose UDP gets no answer runs its tunnel over the TCP
+//! carrier, and the control plane records which transport each guest connected over.
+//!
+//! `RAKAZO_TEST_TUNNEL=tcp` makes every [`World`] advertise a UDP address that never answers
+//! (`tests::tcp_only_tunnel`), so the capability suites run over TCP; the first test here checks
+//! that the switch really took (the fallback cannot silently be QUIC) and, without it, that
+//! guests use QUIC.
+
+use anyhow::{Context, Result};
+use tests::{udp_black_hole, World, WorldOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_connect_over_the_transport_the_run_asks_for() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-transport").await?;
+    let out = w
+        .exec(&c, serde_json::json!({ "argv": ["echo", "fine"] }))
+        .await?;
+    assert_eq!(out.stdout, b"fine\n");
+    let expected = if tests::tcp_only_tunnel().is_some() {
+        "tcp"
+    } else {
+        "quic"
+    };
+    assert_eq!(w.transports(&c), vec![expected.to_string()]);
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computer_whose_udp_is_dropped_works_over_tcp_and_comes_back_after_a_restart(
+) -> Result<()> {
+    let black_hole = udp_black_hole().context("no udp socket for the black hole")?;
+    let mut w = World::start_with(WorldOptions {
+        env: vec![
+            ("RAKAZO_ADVERTISE_ADDR".into(), black_hole.to_string()),
+            ("RAKAZO_ADVERTISE_TCP_ADDR".into(), "127.0.0.1:0".into()),
+        ],
+        ..WorldOptions::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-tcp").await?;
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 253) as u8).collect();
+    w.put_file(&c, "big.bin", data.clone(), false).await?;
+    assert!(
+        w.get_file(&c, "big.bin").await? == data,
+        "the file came back different"
+    );
+    assert_eq!(w.transports(&c), vec!["tcp".to_string()]);
+
+    // A crash of the control plane drops the TCP connection; its successor (same addresses)
+    // gets the guest back over TCP, with nothing lost.
+    w.kill_server();
+    w.spawn_server().await?;
+    tests::wait_for(std::time::Duration::from_secs(30), "the guest back", || {
+        (w.transports(&c).len() == 2).then_some(())
+    })
+    .await?;
+    assert_eq!(w.transports(&c), vec!["tcp".to_string(), "tcp".to_string()]);
+    let out = w
+        .exec(&c, serde_json::json!({ "argv": ["sha256sum", "big.bin"] }))
+        .await?;
+    let want = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&data));
+    assert!(
+        out.code == Some(0) && out.stdout.starts_with(want.as_bytes()),
+        "{out:?}"
+    );
+    w.check_log()
+}
