@@ -36,14 +36,13 @@ use crate::{
 };
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, VolumeCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveVolumeOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+    StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use container::{is_managed, label, labels, status, token_archive};
 use engine::Failure;
 use fleet::{split_ref, Engine, Fleet};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -410,28 +409,32 @@ impl DockerProvider {
     }
 
     async fn sweep_engine(&self, e: &Engine, computer: &str) -> Result<(), ProviderError> {
-        let t = self.config.call_timeout;
-        for id in e.containers(t, Some(computer)).await? {
-            self.remove_container(e, &id).await?;
+        let homes = e.homes(self.config.call_timeout, Some(computer)).await?;
+        if homes.is_empty() {
+            return Ok(());
         }
-        let filters = HashMap::from([(
-            "label",
-            vec![
-                format!("{LABEL_MANAGED}=true"),
-                format!("{LABEL_COMPUTER}={computer}"),
-            ],
-        )]);
-        let context = format!("list volumes of computer {computer} on engine {}", e.name);
-        let options = ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let volumes = e
-            .call(t, &context, |d| d.list_volumes(Some(options)))
+        // The container has the computer's name on every engine.
+        let name = container_name(computer);
+        let context = format!("inspect container {name} on engine {}", e.name);
+        match e
+            .call(self.config.call_timeout, &context, |d| {
+                d.inspect_container(&name, None)
+            })
             .await?
-            .map_err(|err| Failure::of(&err).into_error(&context))?;
-        for v in volumes.volumes.unwrap_or_default() {
-            self.remove_volume(e, &v.name).await?;
+        {
+            Ok(info) if is_managed(&info) && label(&info, LABEL_COMPUTER) == Some(computer) => {
+                self.remove_container(e, &name).await?;
+            }
+            Ok(_) => {}
+            Err(err) => match Failure::of(&err) {
+                Failure::Missing(_) => {}
+                f => return Err(f.into_error(&context)),
+            },
         }
+        for home in homes {
+            self.remove_volume(e, &home).await?;
+        }
+        info!(computer_id = computer, engine = %e.name, "what a destroyed docker computer left on another engine is removed");
         Ok(())
     }
 

@@ -6,6 +6,12 @@
 //! These tests check the provider's lifecycle, not the guest: the "guest" of the image they run
 //! is a shell script that sleeps, so containers stay up without a control plane. A missing engine
 //! or root filesystem fails the tests; nothing is skipped.
+//!
+//! Several engines: two more podman services with storage of their own (`scripts/podman.sh start
+//! b` and `c`, started by the test), one of them behind a relay the test closes to silence it;
+//! and an engine over TCP through a TLS front that requires a client certificate (certificates
+//! from rcgen). Those run a tiny image (a 129-byte static guest that waits) so no 1 GB image is
+//! copied between engines.
 
 use bollard::query_parameters::{
     DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
@@ -14,7 +20,9 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::TryStreamExt;
 use providers::docker::image::{ensure_image, image_exists, ImageSpec};
-use providers::docker::{container_name, volume_name, DockerConfig, DockerProvider, EngineConfig};
+use providers::docker::{
+    container_name, volume_name, DockerConfig, DockerProvider, Endpoint, EngineConfig, TlsFiles,
+};
 use providers::{
     ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError, ProviderRef,
     SandboxProvider, SandboxSpec, Secret,
@@ -199,13 +207,13 @@ async fn read_file(docker: &Docker, container: &str, path: &str) -> Option<Entry
     })
 }
 
-/// Writes `name` with `data` into `dir` of a container (0644, owned by the workspace user).
-async fn write_file(docker: &Docker, container: &str, dir: &str, name: &str, data: &[u8]) {
+/// One tar entry: a regular file `name` with `mode`, owned by `uid`.
+fn tar_entry(name: &str, mode: u32, uid: u32, data: &[u8]) -> Vec<u8> {
     let mut header = [0u8; 512];
     header[..name.len()].copy_from_slice(name.as_bytes());
-    header[100..108].copy_from_slice(b"0000644\0");
-    header[108..116].copy_from_slice(b"0001750\0");
-    header[116..124].copy_from_slice(b"0001750\0");
+    header[100..108].copy_from_slice(format!("{mode:07o}\0").as_bytes());
+    header[108..116].copy_from_slice(format!("{uid:07o}\0").as_bytes());
+    header[116..124].copy_from_slice(format!("{uid:07o}\0").as_bytes());
     header[124..136].copy_from_slice(format!("{:011o}\0", data.len()).as_bytes());
     header[136..148].copy_from_slice(b"00000000000\0");
     header[156] = b'0';
@@ -216,7 +224,14 @@ async fn write_file(docker: &Docker, container: &str, dir: &str, name: &str, dat
     header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
     let mut tar = header.to_vec();
     tar.extend_from_slice(data);
-    tar.resize(tar.len().div_ceil(512) * 512 + 1024, 0);
+    tar.resize(tar.len().div_ceil(512) * 512, 0);
+    tar
+}
+
+/// Writes `name` with `data` into `dir` of a container (0644, owned by the workspace user).
+async fn write_file(docker: &Docker, container: &str, dir: &str, name: &str, data: &[u8]) {
+    let mut tar = tar_entry(name, 0o644, 1000, data);
+    tar.resize(tar.len() + 1024, 0);
     let options = UploadToContainerOptionsBuilder::default().path(dir).build();
     docker
         .upload_to_container(container, Some(options), bollard::body_full(tar.into()))
@@ -239,6 +254,20 @@ async fn volume_exists(docker: &Docker, name: &str) -> bool {
     }
 }
 
+/// Removes a computer's container and home volume, whatever is left of them.
+async fn remove_computer(docker: &Docker, computer: &str) {
+    let force = RemoveContainerOptionsBuilder::default().force(true).build();
+    let _ = docker
+        .remove_container(&container_name(computer), Some(force))
+        .await;
+    let _ = docker
+        .remove_volume(
+            &volume_name(computer),
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await;
+}
+
 /// Removes a test computer's container and volume when dropped, so a failing test leaves
 /// nothing on the engine (a passing one has destroyed them already; removing twice is fine).
 struct Cleanup(String);
@@ -252,19 +281,7 @@ impl Drop for Cleanup {
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(async {
-                let docker = engine().await;
-                let force = RemoveContainerOptionsBuilder::default().force(true).build();
-                let _ = docker
-                    .remove_container(&container_name(&computer), Some(force))
-                    .await;
-                let _ = docker
-                    .remove_volume(
-                        &volume_name(&computer),
-                        None::<bollard::query_parameters::RemoveVolumeOptions>,
-                    )
-                    .await;
-            });
+            rt.block_on(async { remove_computer(&engine().await, &computer).await });
         })
         .join();
     }
@@ -712,4 +729,456 @@ async fn containers_rakazo_did_not_create_are_never_touched() {
         still.is_ok(),
         "destroy removed a container rakazo does not manage"
     );
+}
+
+// ---- Several engines ----------------------------------------------------------------------
+
+/// A second engine: the podman instance `name` of `scripts/podman.sh` (its own storage), started
+/// if it is not running; its socket and a client.
+async fn instance(name: &str) -> (PathBuf, Docker) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("bash")
+        .args(["scripts/podman.sh", "start", name])
+        .current_dir(&root)
+        .output()
+        .expect("run bash scripts/podman.sh start");
+    assert!(
+        out.status.success(),
+        "podman instance {name} did not start: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let sock = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let docker = providers::docker::connect_engine(&sock, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|e| panic!("podman instance {name} at {}: {e}", sock.display()));
+    (sock, docker)
+}
+
+/// A static x86-64 executable of 129 bytes that waits for a signal forever (`pause` in a loop):
+/// a guest that keeps its container running, with no libc and no shell to ship.
+fn pause_forever() -> Vec<u8> {
+    const BASE: u64 = 0x40_0000;
+    let code: [u8; 9] = [
+        0xb8, 0x22, 0, 0, 0, // mov eax, 34 (pause)
+        0x0f, 0x05, // syscall
+        0xeb, 0xf7, // jmp back to the mov
+    ];
+    let size = (64 + 56 + code.len()) as u64;
+    let mut elf = Vec::new();
+    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    elf.extend_from_slice(&2u16.to_le_bytes()); // executable
+    elf.extend_from_slice(&0x3eu16.to_le_bytes()); // x86-64
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&(BASE + 64 + 56).to_le_bytes()); // entry: the code
+    elf.extend_from_slice(&64u64.to_le_bytes()); // program headers right after this one
+    elf.extend_from_slice(&0u64.to_le_bytes()); // no section headers
+    elf.extend_from_slice(&0u32.to_le_bytes());
+    for half in [64u16, 56, 1, 0, 0, 0] {
+        elf.extend_from_slice(&half.to_le_bytes());
+    }
+    // One loadable, readable and executable segment: the whole file at BASE.
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&5u32.to_le_bytes());
+    for word in [0, BASE, BASE, size, size, 0x1000] {
+        elf.extend_from_slice(&word.to_le_bytes());
+    }
+    elf.extend_from_slice(&code);
+    elf
+}
+
+/// A root filesystem of one tiny static guest that waits forever ([`pause_forever`]) and a
+/// passwd for root: enough to create, start, stop and move containers between engines without
+/// a 1 GB image. Imported on `docker` under a tag named by its content; returns the tag.
+async fn tiny_image(docker: &Docker) -> String {
+    let guest = pause_forever();
+    let mut tar = tar_entry("usr/local/bin/rakazo-guest", 0o755, 0, &guest);
+    tar.extend(tar_entry(
+        "etc/passwd",
+        0o644,
+        0,
+        b"root:x:0:0:root:/root:/bin/sh\n",
+    ));
+    tar.extend(tar_entry("etc/group", 0o644, 0, b"root:x:0:\n"));
+    tar.resize(tar.len() + 1024, 0);
+    let tag = format!(
+        "rakazo-test-tiny:{}",
+        &hex::encode(Sha256::digest(&tar))[..16]
+    );
+    if image_exists(docker, &tag, Duration::from_secs(10))
+        .await
+        .unwrap()
+    {
+        return tag;
+    }
+    let options = bollard::query_parameters::CreateImageOptionsBuilder::default()
+        .from_src("-")
+        .repo(&tag)
+        .build();
+    docker
+        .create_image(Some(options), Some(bollard::body_full(tar.into())), None)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("import the tiny image");
+    tag
+}
+
+async fn remove_image(docker: &Docker, tag: &str) {
+    let options = RemoveImageOptionsBuilder::default().force(true).build();
+    let _ = docker.remove_image(tag, Some(options), None).await;
+}
+
+/// The computers of Rakazo home volumes on an engine (podman's container list has states
+/// bollard cannot read, so the volumes are what is listed).
+async fn computers_on(docker: &Docker) -> Vec<String> {
+    let filters =
+        std::collections::HashMap::from([("label", vec!["io.rakazo.managed=true".to_string()])]);
+    let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    docker
+        .list_volumes(Some(options))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| v.labels.get("io.rakazo.computer").cloned())
+        .collect()
+}
+
+/// Removes every Rakazo computer (container and home) from a test-only engine.
+async fn wipe(docker: &Docker) {
+    for computer in computers_on(docker).await {
+        remove_computer(docker, &computer).await;
+    }
+}
+
+/// Whether the engine has the container of `computer`.
+async fn has_container(docker: &Docker, computer: &str) -> bool {
+    docker
+        .inspect_container(&container_name(computer), None)
+        .await
+        .is_ok()
+}
+
+/// Forwards connections on a unix socket to `target`, each until either side closes. Closing
+/// it cuts every connection and removes the socket: the engine behind it goes silent.
+struct Relay {
+    path: PathBuf,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    fn open(path: &Path, target: &Path) -> Self {
+        let listener = tokio::net::UnixListener::bind(path).unwrap();
+        let target = target.to_path_buf();
+        let accept = tokio::spawn(async move {
+            // Aborting this task drops the set, which aborts every connection.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let target = target.clone();
+                connections.spawn(async move {
+                    if let Ok(mut engine) = tokio::net::UnixStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut engine).await;
+                    }
+                });
+            }
+        });
+        Self {
+            path: path.to_path_buf(),
+            accept,
+        }
+    }
+
+    fn close(self) {
+        self.accept.abort();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn tag_of(r: &ProviderRef) -> &str {
+    r.0.split_once('/').map_or("", |(engine, _)| engine)
+}
+
+/// Two engines, `b` (behind a relay that the test closes) and `c`: new computers go to the one
+/// with fewer Rakazo computers, or to the one named; an engine without the image gets it from
+/// the other; a silent engine is skipped, its computers `Unavailable` until it has been silent
+/// for the grace, then gone; when it answers again they are there; destroy removes what a
+/// computer left on the other engine.
+#[tokio::test]
+async fn computers_spread_over_engines_and_survive_one_going_silent() {
+    let (b_sock, b) = instance("b").await;
+    let (_c_sock, c) = instance("c").await;
+    wipe(&b).await;
+    wipe(&c).await;
+    let image = tiny_image(&b).await;
+    remove_image(&c, &image).await;
+    let dir = tempfile::tempdir().unwrap();
+    let relay_path = dir.path().join("b.sock");
+    let relay = Relay::open(&relay_path, &b_sock);
+
+    let mut config = DockerConfig::with_engines(
+        vec![
+            EngineConfig::unix("b", &relay_path),
+            EngineConfig::unix("c", _c_sock.clone()),
+        ],
+        image.clone(),
+    );
+    config.network_mode = Some("host".into());
+    config.stop_grace = Duration::from_secs(2);
+    config.call_timeout = Duration::from_secs(10);
+    config.engine_gone_after = Duration::from_secs(1);
+    let p = DockerProvider::connect(config).await.expect("connect");
+    let n = nonce();
+    let s = |name: &str| spec(&format!("t-{name}-{n}"), "t", MachineLimits::default());
+
+    // Fewest computers first (a tie goes to the first configured); c gets the image from b.
+    let x = p.provision(&s("x")).await.expect("provision x");
+    assert_eq!(tag_of(&x), "b");
+    let y = p.provision(&s("y")).await.expect("provision y");
+    assert_eq!(tag_of(&y), "c");
+    assert!(image_exists(&c, &image, Duration::from_secs(10))
+        .await
+        .unwrap());
+    assert_eq!(p.state(&y).await.unwrap(), MachineState::Running);
+    // A named engine, even with more computers.
+    let z = p
+        .provision_on(&s("z"), Some("c"))
+        .await
+        .expect("provision z");
+    assert_eq!(tag_of(&z), "c");
+    let err = p.provision_on(&s("q"), Some("nowhere")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Invalid, "{err}");
+
+    // b goes silent: its computers are unavailable, not gone, and new ones go to c.
+    relay.close();
+    let err = p.state(&x).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    let err = p.prepare(&x, &s("x")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    let w = p
+        .provision(&s("w"))
+        .await
+        .expect("provision w while b is silent");
+    assert_eq!(tag_of(&w), "c", "placed on the engine that answers");
+    let err = p.provision_on(&s("q"), Some("b")).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+
+    // Silent past the grace: b's computers are gone.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(p.state(&x).await.unwrap(), MachineState::Gone);
+    assert!(matches!(
+        p.prepare(&x, &s("x")).await,
+        Err(ProviderError::NotFound(_))
+    ));
+    p.stop(&x).await.expect("stop a computer of a lost engine");
+
+    // b answers again: the computer was there all along.
+    let relay = Relay::open(&relay_path, &b_sock);
+    assert_eq!(p.state(&x).await.unwrap(), MachineState::Running);
+
+    // x replaced on c (what a start does once b was lost); destroying it there also removes
+    // what it left on b.
+    let x2 = p
+        .provision_on(&s("x"), Some("c"))
+        .await
+        .expect("replace x on c");
+    assert!(has_container(&b, &format!("t-x-{n}")).await);
+    p.destroy(&x2).await.expect("destroy x");
+    assert!(!has_container(&b, &format!("t-x-{n}")).await, "left on b");
+    assert!(!has_container(&c, &format!("t-x-{n}")).await);
+    assert!(!volume_exists(&b, &volume_name(&format!("t-x-{n}"))).await);
+    for r in [&y, &z, &w] {
+        p.destroy(r).await.expect("destroy");
+    }
+    assert!(!has_container(&c, &format!("t-y-{n}")).await);
+    assert!(computers_on(&c).await.is_empty(), "homes left on c");
+    relay.close();
+    wipe(&b).await;
+    wipe(&c).await;
+}
+
+/// A certificate authority for the TLS engine test, and certificates it signs.
+struct Ca {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        Self {
+            issuer: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
+        }
+    }
+
+    /// A leaf for `names` (a server's addresses; empty for a client): its PEM and key PEM.
+    fn leaf(&self, names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "rakazo test");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A TLS front on 127.0.0.1 for the engine on `target`: the Docker daemon's `--tlsverify`, which
+/// podman's service lacks. Only clients with a certificate from `client_ca` get through.
+async fn tls_front(
+    server_cert: &str,
+    server_key: &str,
+    client_ca: &Ca,
+    target: PathBuf,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(client_ca.issuer.der().clone()).unwrap();
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .unwrap();
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(server_cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(server_key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, target) = (acceptor.clone(), target.clone());
+            connections.spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if let Ok(mut engine) = tokio::net::UnixStream::connect(&target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Writes `pem` to `dir/name` with `mode`; returns the path.
+fn pem_file(dir: &Path, name: &str, pem: &str, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, pem).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// An engine over TCP: TLS with our client certificate, the engine's certificate checked
+/// against its CA only. A computer runs there like on a socket; a client certificate the engine
+/// does not trust, an engine certificate we do not trust and a key others can read all fail.
+#[tokio::test]
+async fn a_tls_engine_runs_computers_for_clients_it_trusts() {
+    let docker = engine().await;
+    let image = tiny_image(&docker).await;
+    let (engine_ca, client_ca, stranger_ca) =
+        (Ca::new("engine"), Ca::new("clients"), Ca::new("stranger"));
+    let (server_cert, server_key) = engine_ca.leaf(&["127.0.0.1"]);
+    let (addr, front) = tls_front(&server_cert, &server_key, &client_ca, socket()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = client_ca.leaf(&[]);
+    let (stranger_cert, stranger_key) = stranger_ca.leaf(&[]);
+    let files = TlsFiles {
+        ca: pem_file(dir.path(), "ca.pem", &engine_ca.issuer.pem(), 0o644),
+        cert: pem_file(dir.path(), "cert.pem", &cert, 0o644),
+        key: pem_file(dir.path(), "key.pem", &key, 0o600),
+    };
+    let config_with = |tls: TlsFiles| {
+        let endpoint = Endpoint::parse(&format!("tcp://{addr}"), Some(tls)).unwrap();
+        let mut c = DockerConfig::with_engines(
+            vec![EngineConfig {
+                name: "far".into(),
+                endpoint,
+            }],
+            image.clone(),
+        );
+        c.network_mode = Some("host".into());
+        c.stop_grace = Duration::from_secs(2);
+        c.call_timeout = Duration::from_secs(10);
+        c
+    };
+
+    let p = DockerProvider::connect(config_with(files.clone()))
+        .await
+        .expect("connect over TLS");
+    let id = format!("t-tls-{}", nonce());
+    let _cleanup = Cleanup(id.clone());
+    let s = spec(&id, "tls-token", MachineLimits::default());
+    let r = p.provision(&s).await.expect("provision over TLS");
+    assert_eq!(tag_of(&r), "far");
+    assert_eq!(p.state(&r).await.unwrap(), MachineState::Running);
+    let token = read_file(&docker, cid(&r), "/etc/rakazo/enroll-token")
+        .await
+        .expect("the token went through the TLS engine");
+    assert_eq!(token.data, b"tls-token");
+    p.stop(&r).await.expect("stop over TLS");
+    assert_eq!(p.state(&r).await.unwrap(), MachineState::Stopped);
+    p.destroy(&r).await.expect("destroy over TLS");
+    assert!(!has_container(&docker, &id).await);
+
+    // A client certificate from a CA the engine does not trust: refused in the handshake.
+    let stranger = TlsFiles {
+        cert: pem_file(dir.path(), "stranger.pem", &stranger_cert, 0o644),
+        key: pem_file(dir.path(), "stranger-key.pem", &stranger_key, 0o600),
+        ..files.clone()
+    };
+    let err = DockerProvider::connect(config_with(stranger))
+        .await
+        .err()
+        .expect("a stranger");
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    assert!(err.to_string().contains("UnknownCA"), "{err}");
+    // An engine whose certificate does not chain to the CA we hold for it.
+    let wrong_ca = TlsFiles {
+        ca: pem_file(dir.path(), "wrong-ca.pem", &stranger_ca.issuer.pem(), 0o644),
+        ..files.clone()
+    };
+    let err = DockerProvider::connect(config_with(wrong_ca))
+        .await
+        .err()
+        .expect("an untrusted engine");
+    assert_eq!(err.class(), ErrorClass::Transient, "{err}");
+    assert!(
+        err.to_string().contains("invalid peer certificate"),
+        "{err}"
+    );
+    // A key others can read is refused before anything is dialled.
+    let open_key = TlsFiles {
+        key: pem_file(dir.path(), "open-key.pem", &key, 0o644),
+        ..files
+    };
+    let err = DockerProvider::connect(config_with(open_key))
+        .await
+        .err()
+        .expect("an open key");
+    assert!(
+        matches!(err, ProviderError::BadSpec(ref m) if m.contains("chmod 600")),
+        "{err}"
+    );
+    front.abort();
 }

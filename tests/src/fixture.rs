@@ -137,7 +137,7 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Seen>>) {
     let _ = stream.shutdown().await;
 }
 
-fn form_urlencoded(q: &str) -> HashMap<String, String> {
+pub(crate) fn form_urlencoded(q: &str) -> HashMap<String, String> {
     q.split('&')
         .filter(|kv| !kv.is_empty())
         .map(|kv| {

@@ -19,6 +19,9 @@ pub mod bench;
 pub mod bot;
 pub mod bystander;
 pub mod engine;
+pub mod fake_daytona;
+pub mod fake_e2b;
+pub mod fake_service;
 pub mod fixture;
 pub mod garage;
 pub mod live;
@@ -159,14 +162,14 @@ pub struct World {
 
 /// With `RAKAZO_TEST_TUNNEL=tcp`, the UDP address every [`World`] advertises as its tunnel so
 /// that its guests fall back to the TCP carrier: see [`udp_black_hole`].
-pub fn tcp_only_tunnel() -> Option<std::net::SocketAddr> {
+pub fn tcp_only_tunnel() -> Option<SocketAddr> {
     let tcp = std::env::var_os("RAKAZO_TEST_TUNNEL").is_some_and(|v| v == "tcp");
     tcp.then(udp_black_hole).flatten()
 }
 
 /// A loopback UDP address where nothing ever answers, as where a network drops UDP: a socket
 /// of this test process that is never read (one for the whole process).
-pub fn udp_black_hole() -> Option<std::net::SocketAddr> {
+pub fn udp_black_hole() -> Option<SocketAddr> {
     static BLACK_HOLE: std::sync::OnceLock<Option<std::net::UdpSocket>> =
         std::sync::OnceLock::new();
     BLACK_HOLE
@@ -774,7 +777,7 @@ fn kill_guest_of(dir: &Path) {
 }
 
 /// SIGTERM to each of `pids`, up to `grace` for them to exit, then SIGKILL to the rest.
-fn term_then_kill(pids: &[i32], grace: Duration) {
+pub fn term_then_kill(pids: &[i32], grace: Duration) {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     if pids.is_empty() {

@@ -17,6 +17,7 @@ mod image;
 mod live;
 mod page_browser;
 mod providers;
+mod sandbox_services;
 mod start_checks;
 mod static_guest;
 mod tunnel_abuse;

@@ -1,14 +1,18 @@
-//! The provider conformance suite (issue 10): one set of cases run against `local`, `docker`
-//! and `fake` through the real `rakazo serve`, plus the isolation boundary of the real ones.
+//! The provider conformance suite (issues 10, 13): one set of cases run against `local`,
+//! `docker`, `fake`, and the `e2b` and `daytona` adapters against in-memory fakes of their
+//! services (`e2b-fake`, `daytona-fake`, which run the guest for real on this host), through the
+//! real `rakazo serve`, plus the isolation boundary of the real ones.
 //!
 //! What "behind the control plane's back" means differs per provider (a killed guest process, a
-//! stopped or removed container, a deleted machine directory); [`Machine`] hides that, the
-//! cases do not.
+//! stopped or removed container, a deleted machine directory, a sandbox paused, stopped or lost
+//! by its service); [`Machine`] hides that, the cases do not.
 
 use anyhow::{bail, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
 use std::path::{Path, PathBuf};
+use tests::fake_daytona::FakeDaytona;
+use tests::fake_e2b::FakeE2b;
 use tests::{engine, pids_with_env, World, WorldOptions};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -16,6 +20,8 @@ enum Kind {
     Local,
     Docker,
     Fake,
+    E2b,
+    Daytona,
 }
 
 impl Kind {
@@ -24,19 +30,68 @@ impl Kind {
             Kind::Local => "local",
             Kind::Docker => "docker",
             Kind::Fake => "fake",
+            Kind::E2b => "e2b",
+            Kind::Daytona => "daytona",
         }
     }
 }
 
-async fn world(kind: Kind) -> Result<World> {
+/// The fake service a remote kind's computers live in; it lives as long as its world.
+enum Service {
+    Own,
+    E2b(FakeE2b),
+    Daytona(FakeDaytona),
+}
+
+impl Service {
+    async fn start(kind: Kind) -> Result<Self> {
+        Ok(match kind {
+            Kind::E2b => Service::E2b(FakeE2b::start().await?),
+            Kind::Daytona => Service::Daytona(FakeDaytona::start().await?),
+            _ => Service::Own,
+        })
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Service::Own => Vec::new(),
+            Service::E2b(f) => f.world_env(),
+            Service::Daytona(f) => f.world_env(),
+        }
+    }
+
+    fn api_key(&self) -> Option<&str> {
+        match self {
+            Service::Own => None,
+            Service::E2b(f) => Some(&f.api_key),
+            Service::Daytona(f) => Some(&f.api_key),
+        }
+    }
+
+    /// The sandboxes the service holds for computer `c`.
+    fn sandboxes(&self, c: &str) -> Vec<String> {
+        match self {
+            Service::Own => Vec::new(),
+            Service::E2b(f) => f.sandboxes_of(c),
+            Service::Daytona(f) => f.sandboxes_of(c),
+        }
+    }
+}
+
+async fn world(kind: Kind) -> Result<(World, Service)> {
+    let service = Service::start(kind).await?;
     let mut w = World::start_with(WorldOptions {
         providers: Some(format!("{},local", kind.name())),
         default_provider: Some(kind.name().into()),
+        env: service.env(),
         ..Default::default()
     })
     .await?;
     w.allow_warn("machine gone");
-    Ok(w)
+    if let Some(key) = service.api_key() {
+        w.add_secret(key);
+    }
+    Ok((w, service))
 }
 
 /// A computer's machine as the test sees it from outside.
@@ -44,13 +99,26 @@ struct Machine<'a> {
     w: &'a World,
     kind: Kind,
     c: String,
+    service: &'a Service,
 }
 
 impl Machine<'_> {
-    /// Identifies the running machine instance: the guest's pid (local, fake) or the
-    /// container's id and start time (docker).
+    /// The one sandbox a remote computer has.
+    fn sandbox(&self) -> Result<String> {
+        match self.service.sandboxes(&self.c).as_slice() {
+            [one] => Ok(one.clone()),
+            other => bail!("computer {} has sandboxes {other:?}", self.c),
+        }
+    }
+
+    /// Identifies the running machine instance: the guest's pid (local, fake; and the sandbox
+    /// of e2b, daytona) or the container's id and start time (docker).
     fn instance(&self) -> Result<String> {
         match self.kind {
+            Kind::E2b | Kind::Daytona => {
+                let pids = pids_with_env("RAKAZO_COMPUTER_ID", &self.c);
+                Ok(format!("{} {pids:?}", self.sandbox()?))
+            }
             Kind::Docker => Ok(engine::podman(&[
                 "inspect",
                 "--format",
@@ -81,8 +149,19 @@ impl Machine<'_> {
             .collect()
     }
 
-    /// The machine stops without the control plane knowing (a crash, an operator).
-    fn stop_behind_back(&self) -> Result<()> {
+    /// The machine stops without the control plane knowing (a crash, an operator, a lapsed
+    /// E2B timeout).
+    async fn stop_behind_back(&self) -> Result<()> {
+        match (self.kind, self.service) {
+            (Kind::E2b, Service::E2b(f)) => f.pause(&self.sandbox()?).await,
+            (Kind::Daytona, Service::Daytona(f)) => f.stop(&self.sandbox()?).await,
+            (Kind::E2b | Kind::Daytona, _) => bail!("no service for {:?}", self.kind),
+            _ => self.stop_own_behind_back()?,
+        }
+        Ok(())
+    }
+
+    fn stop_own_behind_back(&self) -> Result<()> {
         match self.kind {
             Kind::Docker => {
                 engine::podman(&["stop", "-t", "5", &engine::container_of(&self.c)])?;
@@ -105,13 +184,25 @@ impl Machine<'_> {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             }
+            Kind::E2b | Kind::Daytona => bail!("a remote machine stops through its service"),
         }
         Ok(())
     }
 
     /// The machine disappears with its disk (the provider lost it).
-    fn vanish(&self) -> Result<()> {
-        self.stop_behind_back()?;
+    async fn vanish(&self) -> Result<()> {
+        match (self.kind, self.service) {
+            (Kind::E2b, Service::E2b(f)) => {
+                f.kill(&self.sandbox()?).await;
+                return Ok(());
+            }
+            (Kind::Daytona, Service::Daytona(f)) => {
+                f.kill(&self.sandbox()?).await;
+                return Ok(());
+            }
+            _ => {}
+        }
+        self.stop_behind_back().await?;
         match self.kind {
             Kind::Docker => {
                 engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(&self.c)])?;
@@ -123,6 +214,7 @@ impl Machine<'_> {
                     std::fs::remove_dir_all(d)?;
                 }
             }
+            Kind::E2b | Kind::Daytona => bail!("no service for {:?}", self.kind),
         }
         Ok(())
     }
@@ -140,7 +232,7 @@ async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value
 /// replacement restoring the home, destroy (idempotent), exec and files; desktops on the real
 /// providers.
 async fn conformance(kind: Kind) -> Result<()> {
-    let mut w = world(kind).await?;
+    let (mut w, service) = world(kind).await?;
     let c = w
         .create_computer(&format!("ws-conf-{}", kind.name()))
         .await?;
@@ -148,6 +240,7 @@ async fn conformance(kind: Kind) -> Result<()> {
         w: &w,
         kind,
         c: c.clone(),
+        service: &service,
     };
     let v = w.show(&c).await?;
     assert_eq!(
@@ -217,17 +310,17 @@ async fn conformance(kind: Kind) -> Result<()> {
     // again through the reference the control plane holds; the home is its own, unrestored.
     w.put_file(&c, "kept/b.txt", b"since the checkpoint".to_vec(), false)
         .await?;
-    m.stop_behind_back()?;
+    m.stop_behind_back().await?;
     lifecycle(&w, &c, "start").await?;
     assert_eq!(
         w.get_file(&c, "kept/b.txt").await?.as_ref(),
         b"since the checkpoint"
     );
-    if kind == Kind::Docker {
+    if matches!(kind, Kind::Docker | Kind::E2b | Kind::Daytona) {
         assert_eq!(
             m.instance()?.split(' ').next(),
             before.split(' ').next(),
-            "the same container"
+            "the same container or sandbox"
         );
     }
 
@@ -237,7 +330,7 @@ async fn conformance(kind: Kind) -> Result<()> {
         .await
         .expect_err("a stopped computer takes no files");
     lifecycle(&w, &c, "start").await?;
-    m.vanish()?;
+    m.vanish().await?;
     let restarted = lifecycle(&w, &c, "start").await?;
     assert_eq!(restarted["state"], "running");
     assert_eq!(w.get_file(&c, "kept/a.txt").await?.as_ref(), b"first");
@@ -245,8 +338,17 @@ async fn conformance(kind: Kind) -> Result<()> {
         w.get_file(&c, "kept/b.txt").await?.as_ref(),
         b"since the checkpoint"
     );
-    if kind == Kind::Fake {
-        assert_eq!(m.fake_dirs().len(), 1, "one replacement machine");
+    match kind {
+        Kind::Fake => assert_eq!(m.fake_dirs().len(), 1, "one replacement machine"),
+        Kind::E2b | Kind::Daytona => {
+            let replacement = m.sandbox()?;
+            assert_ne!(
+                Some(replacement.as_str()),
+                before.split(' ').next(),
+                "a new sandbox"
+            );
+        }
+        _ => {}
     }
 
     // destroy is idempotent.
@@ -264,6 +366,17 @@ async fn conformance(kind: Kind) -> Result<()> {
         }
         Kind::Local => assert!(!w.local_dir_of(&c).exists()),
         Kind::Fake => assert!(m.fake_dirs().is_empty()),
+        Kind::E2b => assert!(
+            service.sandboxes(&c).is_empty(),
+            "sandbox left after destroy"
+        ),
+        Kind::Daytona => {
+            if let Service::Daytona(f) = &service {
+                for sb in f.sandboxes_of(&c) {
+                    assert_eq!(f.state_of(&sb), Some("destroying"), "sandbox {sb} left");
+                }
+            }
+        }
     }
     w.check_log()
 }
@@ -281,6 +394,16 @@ async fn conformance_docker() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_fake() -> Result<()> {
     conformance(Kind::Fake).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_e2b_fake() -> Result<()> {
+    conformance(Kind::E2b).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_daytona_fake() -> Result<()> {
+    conformance(Kind::Daytona).await
 }
 
 /// Every regular file under `dir`, recursively.
@@ -303,7 +426,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 /// From inside a computer, nothing of the control plane's or of another computer's is
 /// readable: the API token, the capability key, the tunnel key, the database, another home.
 async fn no_command_reads_past_its_computer(kind: Kind) -> Result<()> {
-    let mut w = world(kind).await?;
+    let (mut w, _service) = world(kind).await?;
     let c = w
         .create_computer(&format!("ws-iso-{}", kind.name()))
         .await?;
@@ -390,7 +513,7 @@ async fn isolation_docker() -> Result<()> {
 /// so, a refused request is a 422, and nothing is left half-made.
 #[tokio::test(flavor = "multi_thread")]
 async fn provider_errors_are_classified() -> Result<()> {
-    let mut w = world(Kind::Fake).await?;
+    let (mut w, _service) = world(Kind::Fake).await?;
     let faults = w.machines_dir.path().join("fake").join("faults");
     std::fs::create_dir_all(faults.parent().context("fake root")?)?;
     let expect = |e: ClientError, status: StatusCode, code: &str| -> Result<String> {

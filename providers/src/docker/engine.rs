@@ -158,7 +158,7 @@ impl Failure {
     /// Sorts a bollard error. Capacity is recognised from the message whatever the status,
     /// since engines report a full disk as a 500 and a memory refusal as a 400.
     pub fn of(e: &EngineError) -> Self {
-        let text = e.to_string();
+        let text = with_causes(e);
         if mentions_capacity(&text) {
             return Self::Capacity(text);
         }
@@ -228,13 +228,27 @@ fn mentions_capacity(text: &str) -> bool {
     .any(|needle| lower.contains(needle))
 }
 
+/// `e` and what caused it (a TLS refusal is two or three levels down in hyper's errors).
+fn with_causes(e: &EngineError) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text = format!("{text}: {c_text}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// An engine error that leaves nothing to branch on: the engine is not usable right now.
 pub(crate) fn unavailable(context: &str, e: &EngineError) -> ProviderError {
     match Failure::of(e) {
         Failure::Capacity(m) => ProviderError::Capacity(format!("{context}: {m}")),
         _ => ProviderError::Unavailable {
             context: context.to_string(),
-            message: e.to_string(),
+            message: with_causes(e),
         },
     }
 }

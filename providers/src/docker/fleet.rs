@@ -12,7 +12,7 @@ use super::engine::{client, negotiate, unanswered, within, Endpoint, Failure, Tl
 use super::{LABEL_COMPUTER, LABEL_MANAGED};
 use crate::{ProviderError, ProviderRef};
 use bollard::errors::Error as EngineError;
-use bollard::query_parameters::ListContainersOptionsBuilder;
+use bollard::query_parameters::ListVolumesOptionsBuilder;
 use bollard::Docker;
 use std::collections::HashMap;
 use std::future::Future;
@@ -213,9 +213,8 @@ impl Engine {
         lost
     }
 
-    /// The ids of Rakazo containers on the engine in any state, those of `computer` only if
-    /// named.
-    pub async fn containers(
+    /// The names of Rakazo home volumes on the engine, those of `computer` only if named.
+    pub async fn homes(
         &self,
         deadline: Duration,
         computer: Option<&str>,
@@ -223,26 +222,32 @@ impl Engine {
         let mut labels = vec![format!("{LABEL_MANAGED}=true")];
         labels.extend(computer.map(|c| format!("{LABEL_COMPUTER}={c}")));
         let context = format!(
-            "list the containers of {labels:?} on docker engine {}",
+            "list the volumes of {labels:?} on docker engine {}",
             self.name
         );
         let filters = HashMap::from([("label", labels)]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
+        let options = ListVolumesOptionsBuilder::default()
             .filters(&filters)
             .build();
         let listed = self
-            .call(deadline, &context, |d| d.list_containers(Some(options)))
+            .call(deadline, &context, |d| d.list_volumes(Some(options)))
             .await?
             .map_err(|e| Failure::of(&e).into_error(&context))?;
-        Ok(listed.into_iter().filter_map(|c| c.id).collect())
+        Ok(listed
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .collect())
     }
 
-    /// The number of Rakazo containers on the engine, any state (a stopped computer comes back
-    /// where it is), plus provisions placed here and not yet counted.
+    /// The number of Rakazo computers on the engine, counted by their home volumes (one per
+    /// computer whatever its container's state: a stopped computer comes back where it is; and
+    /// podman's container list has states bollard cannot read), plus provisions placed here and
+    /// not yet counted.
     async fn computers(&self, deadline: Duration) -> Result<usize, ProviderError> {
-        let listed = self.containers(deadline, None).await?;
-        Ok(listed.len() + self.placing.load(Ordering::Relaxed))
+        let homes = self.homes(deadline, None).await?;
+        Ok(homes.len() + self.placing.load(Ordering::Relaxed))
     }
 }
 
