@@ -114,3 +114,15 @@ impl<'a> Bot<'a> {
             .to_string())
     }
 }
+
+/// The ref of the element named `name` in a page snapshot (`browser/.../snapshot`).
+pub fn ref_of(snapshot: &serde_json::Value, name: &str) -> Result<String> {
+    snapshot["elements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"].as_str() == Some(name))
+        .and_then(|e| e["ref"].as_str())
+        .map(String::from)
+        .ok_or_else(|| anyhow!("no element named {name:?} in {snapshot}"))
+}

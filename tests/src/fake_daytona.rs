@@ -25,14 +25,14 @@
 //! injects error answers.
 
 use crate::fake_service::{
-    check, empty, end_processes, inside, json, multipart_part, serve, spawn, Body, Ledger, Proc,
-    Req, Schema, Ty,
+    self, check, empty, end_processes, env_pairs, halt, inside, json, multipart_part, serve_shared,
+    spawn, Body, Fake, Proc, Recorder, Req, Schema, Ty,
 };
 use hyper::Response;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const I32: i64 = i32::MAX as i64;
 
@@ -107,22 +107,11 @@ impl Sandbox {
 #[derive(Default)]
 struct State {
     sandboxes: HashMap<String, Sandbox>,
-    ledger: Ledger,
+    /// The `toolboxProxyUrl` sandboxes report.
+    toolbox_url: String,
 }
 
-struct Shared {
-    root: PathBuf,
-    api_key: String,
-    snapshot: String,
-    toolbox_url: Mutex<String>,
-    state: Mutex<State>,
-}
-
-impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+type Shared = fake_service::Shared<State>;
 
 /// A running fake Daytona: its API at `api_url`, toolboxes under `toolbox_url`.
 pub struct FakeDaytona {
@@ -146,7 +135,7 @@ fn error(status: u16, message: &str) -> Response<Body> {
     )
 }
 
-fn sandbox_json(s: &Shared, id: &str, sb: &Sandbox) -> Value {
+fn sandbox_json(toolbox_url: &str, id: &str, sb: &Sandbox) -> Value {
     let r = &sb.request;
     let mut v = json!({
         "id": id,
@@ -165,7 +154,7 @@ fn sandbox_json(s: &Shared, id: &str, sb: &Sandbox) -> Value {
         "disk": r["disk"].as_u64().unwrap_or(3),
         "state": sb.state,
         "recoverable": sb.recoverable,
-        "toolboxProxyUrl": *s.toolbox_url.lock().unwrap_or_else(|e| e.into_inner()),
+        "toolboxProxyUrl": toolbox_url,
     });
     if let Some(list) = r.get("networkAllowList") {
         v["networkAllowList"] = list.clone();
@@ -181,32 +170,18 @@ impl FakeDaytona {
     /// (`rakazo-computer`).
     pub async fn start() -> std::io::Result<Self> {
         let root = tempfile::Builder::new().prefix("dtn").tempdir()?;
-        let shared = Arc::new(Shared {
-            root: root.path().to_path_buf(),
-            api_key: format!("dtn_{}", hex::encode(rand::random::<[u8; 16]>())),
-            snapshot: "rakazo-computer".into(),
-            toolbox_url: Mutex::new(String::new()),
-            state: Mutex::new(State::default()),
-        });
-        let s = shared.clone();
-        let (api_url, api_task) = serve(move |req| {
-            let s = s.clone();
-            async move { api(&s, req).await }
-        })
-        .await?;
-        let s = shared.clone();
-        let (toolbox_base, toolbox_task) = serve(move |req| {
-            let s = s.clone();
-            async move { toolbox(&s, req).await }
-        })
-        .await?;
+        let shared = Shared::new(root.path(), "dtn");
+        let (api_url, api_task) =
+            serve_shared(&shared, |s, req| async move { api(&s, req).await }).await?;
+        let (toolbox_base, toolbox_task) =
+            serve_shared(&shared, |s, req| async move { toolbox(&s, req).await }).await?;
         let toolbox_url = format!("{toolbox_base}/toolbox");
-        *shared.toolbox_url.lock().unwrap_or_else(|e| e.into_inner()) = toolbox_url.clone();
+        shared.state().toolbox_url = toolbox_url.clone();
         Ok(Self {
             api_url,
             toolbox_url,
             api_key: shared.api_key.clone(),
-            snapshot: shared.snapshot.clone(),
+            snapshot: shared.image.clone(),
             shared,
             tasks: vec![api_task, toolbox_task],
             _root: root,
@@ -215,14 +190,11 @@ impl FakeDaytona {
 
     /// The `rakazo serve` environment that points the daytona provider here.
     pub fn world_env(&self) -> Vec<(String, String)> {
-        [
-            ("RAKAZO_DAYTONA_API_URL", self.api_url.as_str()),
-            ("DAYTONA_API_KEY", self.api_key.as_str()),
-            ("RAKAZO_DAYTONA_SNAPSHOT", self.snapshot.as_str()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        env_pairs(&[
+            ("RAKAZO_DAYTONA_API_URL", &self.api_url),
+            ("DAYTONA_API_KEY", &self.api_key),
+            ("RAKAZO_DAYTONA_SNAPSHOT", &self.snapshot),
+        ])
     }
 
     /// The sandboxes (in any state) whose labels name `computer`.
@@ -248,21 +220,6 @@ impl FakeDaytona {
             .sandboxes
             .get(id)
             .map(|s| s.request.clone())
-    }
-
-    /// `METHOD /path` of every API and toolbox request so far.
-    pub fn requests(&self) -> Vec<String> {
-        self.shared.state().ledger.requests.clone()
-    }
-
-    /// Makes the next request `method` to a path starting with `path` fail with `status`.
-    pub fn fail_next(&self, method: &str, path: &str, status: u16, message: &str) {
-        self.shared.state().ledger.faults.push_back((
-            method.into(),
-            path.into(),
-            status,
-            message.into(),
-        ));
     }
 
     /// Daytona loses the sandbox: its processes end, its files go, the API no longer knows it.
@@ -305,6 +262,12 @@ impl FakeDaytona {
     }
 }
 
+impl Fake for FakeDaytona {
+    fn recorder(&self) -> &Recorder {
+        &self.shared.recorder
+    }
+}
+
 impl Drop for FakeDaytona {
     fn drop(&mut self) {
         for t in &self.tasks {
@@ -324,21 +287,6 @@ impl Drop for FakeDaytona {
     }
 }
 
-/// Ends a sandbox's processes, clears its tmp (a stop restarts it), and with `remove` its
-/// files.
-async fn halt(procs: Vec<Proc>, dir: PathBuf, remove: bool) {
-    let _ = tokio::task::spawn_blocking(move || {
-        end_processes(&procs, &dir);
-        let _ = std::fs::remove_dir_all(dir.join("tmp"));
-        if remove {
-            let _ = std::fs::remove_dir_all(&dir);
-        } else {
-            let _ = std::fs::create_dir_all(dir.join("tmp"));
-        }
-    })
-    .await;
-}
-
 fn body_json(req: &Req, schema: &Schema) -> Result<Value, Box<Response<Body>>> {
     let v: Value = serde_json::from_slice(&req.body)
         .map_err(|e| Box::new(error(400, &format!("request body is not JSON: {e}"))))?;
@@ -347,7 +295,7 @@ fn body_json(req: &Req, schema: &Schema) -> Result<Value, Box<Response<Body>>> {
 }
 
 async fn api(s: &Shared, req: Req) -> Response<Body> {
-    let fault = s.state().ledger.take(&req);
+    let fault = s.recorder.take(&req);
     if req.header("authorization") != Some(format!("Bearer {}", s.api_key).as_str()) {
         return error(401, "Unauthorized");
     }
@@ -359,6 +307,7 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
         ("POST", ["sandbox"]) => create(s, &req),
         ("GET", ["sandbox", id]) => {
             let mut st = s.state();
+            let tb = st.toolbox_url.clone();
             let Some(sb) = st.sandboxes.get_mut(*id) else {
                 return not_found(id);
             };
@@ -372,16 +321,17 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
                 }
                 _ => {}
             }
-            json(200, &sandbox_json(s, id, &st.sandboxes[*id]))
+            json(200, &sandbox_json(&tb, id, &st.sandboxes[*id]))
         }
         ("DELETE", ["sandbox", id]) => {
             let halted = {
                 let mut st = s.state();
+                let tb = st.toolbox_url.clone();
                 let Some(sb) = st.sandboxes.get_mut(*id) else {
                     return not_found(id);
                 };
                 sb.state = "destroying";
-                (sb.take_procs(), sb.dir.clone(), sandbox_json(s, id, sb))
+                (sb.take_procs(), sb.dir.clone(), sandbox_json(&tb, id, sb))
             };
             halt(halted.0, halted.1, true).await;
             json(200, &halted.2)
@@ -389,6 +339,7 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
         ("POST", ["sandbox", id, action @ ("start" | "stop" | "recover")]) => {
             let halted = {
                 let mut st = s.state();
+                let tb = st.toolbox_url.clone();
                 let Some(sb) = st.sandboxes.get_mut(*id) else {
                     return not_found(id);
                 };
@@ -417,7 +368,7 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
                         Vec::new()
                     }
                 };
-                (procs, sb.dir.clone(), sandbox_json(s, id, sb))
+                (procs, sb.dir.clone(), sandbox_json(&tb, id, sb))
             };
             if !halted.0.is_empty() {
                 halt(halted.0, halted.1, false).await;
@@ -437,7 +388,7 @@ fn create(s: &Shared, req: &Req) -> Response<Body> {
         Ok(v) => v,
         Err(r) => return *r,
     };
-    if v["snapshot"] != s.snapshot.as_str() {
+    if v["snapshot"] != s.image.as_str() {
         return error(
             400,
             &format!(
@@ -465,8 +416,9 @@ fn create(s: &Shared, req: &Req) -> Response<Body> {
         dir,
         sessions: HashMap::new(),
     };
-    let answer = sandbox_json(s, &id, &sb);
-    s.state().sandboxes.insert(id, sb);
+    let mut st = s.state();
+    let answer = sandbox_json(&st.toolbox_url, &id, &sb);
+    st.sandboxes.insert(id, sb);
     json(200, &answer)
 }
 
@@ -476,7 +428,7 @@ fn confined(dir: &Path, path: &str) -> Option<PathBuf> {
 }
 
 async fn toolbox(s: &Shared, req: Req) -> Response<Body> {
-    let fault = s.state().ledger.take(&req);
+    let fault = s.recorder.take(&req);
     if req.header("authorization") != Some(format!("Bearer {}", s.api_key).as_str()) {
         return error(401, "Unauthorized");
     }

@@ -29,17 +29,17 @@
 //! [`FakeE2b::fail_next`] injects error answers.
 
 use crate::fake_service::{
-    check, empty, end_processes, inside, json, multipart_part, serve, spawn, streamed, Body,
-    Ledger, Proc, Req, Schema, Ty,
+    self, check, empty, end_processes, env_pairs, halt, inside, json, serve_shared, Body, Fake,
+    Proc, Recorder, Req, Schema, Ty,
 };
-use base64::Engine;
-use bytes::Bytes;
 use hyper::Response;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::time::{Duration, Instant};
+
+mod envd;
 
 const I32: i64 = i32::MAX as i64;
 
@@ -82,37 +82,6 @@ const PAUSE_REQUEST: Schema = Schema {
     required: &[],
     props: &[("memory", Ty::Bool)],
 };
-const START_REQUEST: Schema = Schema {
-    name: "process.StartRequest",
-    required: &["process"],
-    props: &[
-        ("process", Ty::Obj),
-        ("pty", Ty::Obj),
-        ("tag", Ty::Str),
-        ("stdin", Ty::Bool),
-    ],
-};
-const PROCESS_CONFIG: Schema = Schema {
-    name: "process.ProcessConfig",
-    required: &["cmd"],
-    props: &[
-        ("cmd", Ty::Str),
-        ("args", Ty::Arr),
-        ("envs", Ty::StrMap),
-        ("cwd", Ty::Str),
-    ],
-};
-const SIGNAL_REQUEST: Schema = Schema {
-    name: "process.SendSignalRequest",
-    required: &["process", "signal"],
-    props: &[("process", Ty::Obj), ("signal", Ty::Str)],
-};
-const PROCESS_SELECTOR: Schema = Schema {
-    name: "process.ProcessSelector",
-    required: &[],
-    props: &[("pid", Ty::Int(0, u32::MAX as i64)), ("tag", Ty::Str)],
-};
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
     Running,
@@ -134,21 +103,9 @@ struct Sandbox {
 #[derive(Default)]
 struct State {
     sandboxes: HashMap<String, Sandbox>,
-    ledger: Ledger,
 }
 
-struct Shared {
-    root: PathBuf,
-    api_key: String,
-    template: String,
-    state: Mutex<State>,
-}
-
-impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+type Shared = fake_service::Shared<State>;
 
 /// A running fake E2B: its API at `api_url`, every sandbox's envd at `sandbox_url`.
 pub struct FakeE2b {
@@ -188,24 +145,11 @@ impl FakeE2b {
     pub async fn start() -> std::io::Result<Self> {
         // A short root: a guest's unix sockets live under its sandbox's tmp/.
         let root = tempfile::Builder::new().prefix("e2b").tempdir()?;
-        let shared = Arc::new(Shared {
-            root: root.path().to_path_buf(),
-            api_key: format!("e2b_{}", hex::encode(rand::random::<[u8; 16]>())),
-            template: "rakazo-computer".into(),
-            state: Mutex::new(State::default()),
-        });
-        let s = shared.clone();
-        let (api_url, api) = serve(move |req| {
-            let s = s.clone();
-            async move { api(&s, req).await }
-        })
-        .await?;
-        let s = shared.clone();
-        let (sandbox_url, envd) = serve(move |req| {
-            let s = s.clone();
-            async move { envd(&s, req).await }
-        })
-        .await?;
+        let shared = Shared::new(root.path(), "e2b");
+        let (api_url, api) =
+            serve_shared(&shared, |s, req| async move { api(&s, req).await }).await?;
+        let (sandbox_url, envd) =
+            serve_shared(&shared, |s, req| async move { envd::serve(&s, req).await }).await?;
         let s = shared.clone();
         let ttl = tokio::spawn(async move {
             loop {
@@ -217,7 +161,7 @@ impl FakeE2b {
             api_url,
             sandbox_url,
             api_key: shared.api_key.clone(),
-            template: shared.template.clone(),
+            template: shared.image.clone(),
             shared,
             tasks: vec![api, envd, ttl],
             _root: root,
@@ -227,16 +171,13 @@ impl FakeE2b {
     /// The `rakazo serve` environment that points the e2b provider here. The fake cannot
     /// switch users, so guests stay the envd user (`RAKAZO_E2B_RUN_AS=none`).
     pub fn world_env(&self) -> Vec<(String, String)> {
-        [
-            ("RAKAZO_E2B_API_URL", self.api_url.as_str()),
-            ("RAKAZO_E2B_SANDBOX_URL", self.sandbox_url.as_str()),
-            ("E2B_API_KEY", self.api_key.as_str()),
-            ("RAKAZO_E2B_TEMPLATE", self.template.as_str()),
+        env_pairs(&[
+            ("RAKAZO_E2B_API_URL", &self.api_url),
+            ("RAKAZO_E2B_SANDBOX_URL", &self.sandbox_url),
+            ("E2B_API_KEY", &self.api_key),
+            ("RAKAZO_E2B_TEMPLATE", &self.template),
             ("RAKAZO_E2B_RUN_AS", "none"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        ])
     }
 
     /// The sandboxes (running or paused) whose metadata names `computer`.
@@ -276,26 +217,11 @@ impl FakeE2b {
         self.shared.state().sandboxes.get(id).map(|s| s.dir.clone())
     }
 
-    /// `METHOD /path` of every API and envd request so far.
-    pub fn requests(&self) -> Vec<String> {
-        self.shared.state().ledger.requests.clone()
-    }
-
-    /// Makes the next request `method` to a path starting with `path` fail with `status`.
-    pub fn fail_next(&self, method: &str, path: &str, status: u16, message: &str) {
-        self.shared.state().ledger.faults.push_back((
-            method.into(),
-            path.into(),
-            status,
-            message.into(),
-        ));
-    }
-
     /// E2B loses the sandbox: its processes end, its files go, the API no longer knows it.
     pub async fn kill(&self, id: &str) {
         let gone = self.shared.state().sandboxes.remove(id);
         if let Some(sb) = gone {
-            discard(sb).await;
+            halt(sb.procs, sb.dir, true).await;
         }
     }
 
@@ -310,7 +236,13 @@ impl FakeE2b {
             sb.phase = Phase::Paused;
             (std::mem::take(&mut sb.procs), sb.dir.clone())
         };
-        halt(procs.0, procs.1).await;
+        halt(procs.0, procs.1, false).await;
+    }
+}
+
+impl Fake for FakeE2b {
+    fn recorder(&self) -> &Recorder {
+        &self.shared.recorder
     }
 }
 
@@ -330,25 +262,6 @@ impl Drop for FakeE2b {
             end_processes(&sb.procs, &sb.dir);
         }
     }
-}
-
-/// Ends a sandbox's processes and clears its tmp (a filesystem-only pause reboots it).
-async fn halt(procs: Vec<Proc>, dir: PathBuf) {
-    let _ = tokio::task::spawn_blocking(move || {
-        end_processes(&procs, &dir);
-        let _ = std::fs::remove_dir_all(dir.join("tmp"));
-        let _ = std::fs::create_dir_all(dir.join("tmp"));
-    })
-    .await;
-}
-
-/// Ends a sandbox's processes and removes its files.
-async fn discard(sb: Sandbox) {
-    let _ = tokio::task::spawn_blocking(move || {
-        end_processes(&sb.procs, &sb.dir);
-        let _ = std::fs::remove_dir_all(&sb.dir);
-    })
-    .await;
 }
 
 /// Pauses or kills the sandboxes whose time ran out.
@@ -375,10 +288,10 @@ async fn expire(s: &Shared) {
         }
     }
     for (procs, dir) in paused {
-        halt(procs, dir).await;
+        halt(procs, dir, false).await;
     }
     for sb in killed {
-        discard(sb).await;
+        halt(sb.procs, sb.dir, true).await;
     }
 }
 
@@ -408,7 +321,7 @@ fn sandbox_json(id: &str, sb: &Sandbox) -> Value {
 }
 
 async fn api(s: &Shared, req: Req) -> Response<Body> {
-    let fault = s.state().ledger.take(&req);
+    let fault = s.recorder.take(&req);
     if req.header("x-api-key") != Some(s.api_key.as_str()) {
         return error(401, "Invalid API key");
     }
@@ -448,7 +361,7 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
             match gone {
                 None => error(404, &format!("sandbox \"{id}\" not found")),
                 Some(sb) => {
-                    discard(sb).await;
+                    halt(sb.procs, sb.dir, true).await;
                     empty(204)
                 }
             }
@@ -470,7 +383,7 @@ async fn api(s: &Shared, req: Req) -> Response<Body> {
                     }
                 }
             };
-            halt(halted.0, halted.1).await;
+            halt(halted.0, halted.1, false).await;
             empty(204)
         }
         ("POST", ["sandboxes", id, "connect"]) => {
@@ -527,7 +440,7 @@ fn create(s: &Shared, req: &Req) -> Response<Body> {
         Ok(v) => v,
         Err(r) => return *r,
     };
-    if v["templateID"] != s.template.as_str() {
+    if v["templateID"] != s.image.as_str() {
         return error(
             404,
             &format!(
@@ -545,7 +458,7 @@ fn create(s: &Shared, req: &Req) -> Response<Body> {
     }
     let timeout = secs(&v, "timeout");
     let sb = Sandbox {
-        template: s.template.clone(),
+        template: s.image.clone(),
         access_token: hex::encode(rand::random::<[u8; 16]>()),
         metadata: v.get("metadata").cloned().unwrap_or_else(|| json!({})),
         phase: Phase::Running,
@@ -560,278 +473,10 @@ fn create(s: &Shared, req: &Req) -> Response<Body> {
     json(201, &answer)
 }
 
-/// The user of an envd request (`Authorization: Basic <user>:`).
-fn envd_user(req: &Req) -> Result<String, Box<Response<Body>>> {
-    let user = req
-        .header("authorization")
-        .and_then(|h| h.strip_prefix("Basic "))
-        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-        .and_then(|b| String::from_utf8(b).ok())
-        .and_then(|s| s.split_once(':').map(|(u, _)| u.to_string()))
-        .ok_or_else(|| Box::new(error(401, "missing or malformed Authorization header")))?;
-    if user == "root" || user == "user" {
-        Ok(user)
-    } else {
-        Err(Box::new(error(
-            401,
-            &format!("error looking up user '{user}': user: unknown user {user}"),
-        )))
-    }
-}
-
-/// A Connect error answer of a unary call.
-fn connect_error(status: u16, code: &str, message: &str) -> Response<Body> {
-    json(status, &json!({ "code": code, "message": message }))
-}
-
-fn envelope(flags: u8, v: &Value) -> Bytes {
-    let m = v.to_string();
-    let mut out = vec![flags];
-    out.extend_from_slice(&(m.len() as u32).to_be_bytes());
-    out.extend_from_slice(m.as_bytes());
-    Bytes::from(out)
-}
-
-async fn envd(s: &Shared, req: Req) -> Response<Body> {
-    let fault = s.state().ledger.take(&req);
-    let Some(id) = req.header("e2b-sandbox-id").map(str::to_string) else {
-        return error(400, "missing E2b-Sandbox-Id");
-    };
-    if req.header("e2b-sandbox-port") != Some("49983") {
-        return error(502, "The sandbox port is not open");
-    }
-    let (dir, token) = {
-        let st = s.state();
-        match st.sandboxes.get(&id) {
-            Some(sb) if sb.phase == Phase::Running => (sb.dir.clone(), sb.access_token.clone()),
-            _ => {
-                return json(
-                    502,
-                    &json!({ "sandboxId": id, "message": "The sandbox was not found", "code": 502 }),
-                )
-            }
-        }
-    };
-    if req.header("x-access-token") != Some(token.as_str()) {
-        return error(
-            401,
-            "unauthorized access, please provide a valid access token",
-        );
-    }
-    if let Some((status, message)) = fault {
-        return error(status, &message);
-    }
-    let user = match envd_user(&req) {
-        Ok(u) => u,
-        Err(r) => return *r,
-    };
-    match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/health") => empty(204),
-        ("POST", "/files") => upload(&req, &dir, &user),
-        ("POST", "/process.Process/Start") => start(s, &req, &id, &dir, &user),
-        ("POST", "/process.Process/List") => {
-            let st = s.state();
-            let procs: Vec<Value> = st.sandboxes[&id]
-                .procs
-                .iter()
-                .filter(|p| p.running())
-                .map(|p| {
-                    let mut v = json!({ "config": { "cmd": "" }, "pid": p.pid });
-                    if let Some(t) = &p.tag {
-                        v["tag"] = t.as_str().into();
-                    }
-                    v
-                })
-                .collect();
-            json(200, &json!({ "processes": procs }))
-        }
-        ("POST", "/process.Process/SendSignal") => signal(s, &req, &id),
-        _ => error(404, "no such endpoint"),
-    }
-}
-
-fn upload(req: &Req, dir: &Path, user: &str) -> Response<Body> {
-    let Some(path) = req.query.get("path") else {
-        return error(400, "the path query parameter is required");
-    };
-    let Some(target) = in_sandbox(dir, user, path) else {
-        return error(400, &format!("path '{path}' is invalid"));
-    };
-    let Some(content) = multipart_part(req, "file") else {
-        return error(400, "the body holds no multipart part named file");
-    };
-    if target.is_dir() {
-        return error(400, &format!("path '{path}' is a directory"));
-    }
-    let written = target
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&target, &content))
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
-        });
-    if let Err(e) = written {
-        return error(500, &format!("error writing '{path}': {e}"));
-    }
-    let shown = target
-        .strip_prefix(dir)
-        .map_or(path.clone(), |p| format!("/{}", p.display()));
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    json(
-        200,
-        &json!([{ "path": shown, "name": name, "type": "file" }]),
-    )
-}
-
-/// `value` as the sandbox sees it → this host: an absolute path (not a list like `PATH`) is
-/// taken inside the sandbox.
-fn map_value(dir: &Path, value: &str) -> String {
-    if value.starts_with('/') && !value.contains(':') {
-        inside(dir, value).map_or(value.to_string(), |p| p.display().to_string())
-    } else {
-        value.to_string()
-    }
-}
-
-fn start(s: &Shared, req: &Req, id: &str, dir: &Path, user: &str) -> Response<Body> {
-    if req.header("content-type") != Some("application/connect+json") {
-        return connect_error(415, "invalid_argument", "expected application/connect+json");
-    }
-    let b = &req.body;
-    let len = b
-        .get(1..5)
-        .map(|l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize);
-    let Some(message) = len.and_then(|n| b.get(5..5 + n)) else {
-        return connect_error(400, "invalid_argument", "malformed envelope");
-    };
-    let v: Value = match serde_json::from_slice(message) {
-        Ok(v) => v,
-        Err(e) => return connect_error(400, "invalid_argument", &e.to_string()),
-    };
-    if let Err(e) = check(&START_REQUEST, &v).and_then(|()| check(&PROCESS_CONFIG, &v["process"])) {
-        return connect_error(400, "invalid_argument", &e);
-    }
-    let p = &v["process"];
-    let cmd = p["cmd"].as_str().unwrap_or("");
-    let in_box = inside(dir, cmd).filter(|p| cmd.starts_with('/') && p.exists());
-    let cmd = in_box.unwrap_or_else(|| PathBuf::from(cmd));
-    let args: Vec<String> = p["args"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(|a| map_value(dir, a))
-        .collect();
-    let home = in_sandbox(dir, user, ".").unwrap_or_else(|| dir.to_path_buf());
-    let mut env = vec![
-        ("HOME".to_string(), home.display().to_string()),
-        ("USER".to_string(), user.to_string()),
-        ("TMPDIR".to_string(), dir.join("tmp").display().to_string()),
-        (
-            "PATH".to_string(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
-        ),
-    ];
-    for (k, val) in p["envs"].as_object().into_iter().flatten() {
-        env.retain(|(e, _)| e != k);
-        env.push((k.clone(), map_value(dir, val.as_str().unwrap_or(""))));
-    }
-    let cwd = p["cwd"]
-        .as_str()
-        .and_then(|c| in_sandbox(dir, user, c))
-        .unwrap_or(home);
-    let log = dir.with_extension("log");
-    let tag = v["tag"].as_str().map(String::from);
-    let proc = match spawn(&cmd, &args, &env, &cwd, &log, tag) {
-        Ok(p) => p,
-        Err(e) => {
-            // envd answers a command it cannot start with an error in the stream.
-            let (tx, rx) = tokio::sync::mpsc::channel(2);
-            let _ = tx.try_send(envelope(
-                2,
-                &json!({ "error": { "code": "unknown", "message": format!("error starting process: {e}") } }),
-            ));
-            return streamed(200, "application/connect+json", rx);
-        }
-    };
-    let pid = proc.pid;
-    let mut exit = proc.exit.clone();
-    {
-        let mut st = s.state();
-        match st.sandboxes.get_mut(id) {
-            Some(sb) => sb.procs.push(proc),
-            None => return connect_error(404, "not_found", "sandbox gone"),
-        }
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    tokio::spawn(async move {
-        let start = json!({ "event": { "start": { "pid": pid } } });
-        if tx.send(envelope(0, &start)).await.is_err() {
-            return;
-        }
-        // Until the process ends or the client goes (the process runs on without it).
-        let code = tokio::select! {
-            r = exit.wait_for(Option::is_some) => r.ok().and_then(|c| *c),
-            () = tx.closed() => return,
-        };
-        let code = code.unwrap_or(-1);
-        let mut end = json!({ "exited": true, "status": format!("exit status {code}") });
-        if code != 0 {
-            end["exitCode"] = code.into();
-        }
-        let _ = tx
-            .send(envelope(0, &json!({ "event": { "end": end } })))
-            .await;
-        let _ = tx.send(envelope(2, &json!({}))).await;
-    });
-    streamed(200, "application/connect+json", rx)
-}
-
-fn signal(s: &Shared, req: &Req, id: &str) -> Response<Body> {
-    let v: Value = match serde_json::from_slice(&req.body) {
-        Ok(v) => v,
-        Err(e) => return connect_error(400, "invalid_argument", &e.to_string()),
-    };
-    if let Err(e) =
-        check(&SIGNAL_REQUEST, &v).and_then(|()| check(&PROCESS_SELECTOR, &v["process"]))
-    {
-        return connect_error(400, "invalid_argument", &e);
-    }
-    let sig = match v["signal"].as_str() {
-        Some("SIGNAL_SIGTERM") => nix::sys::signal::Signal::SIGTERM,
-        Some("SIGNAL_SIGKILL") => nix::sys::signal::Signal::SIGKILL,
-        other => {
-            return connect_error(
-                400,
-                "invalid_argument",
-                &format!("unknown signal {other:?}"),
-            )
-        }
-    };
-    let st = s.state();
-    let target = st.sandboxes[id].procs.iter().find(|p| {
-        p.running()
-            && (v["process"]["tag"]
-                .as_str()
-                .is_some_and(|t| p.tag.as_deref() == Some(t))
-                || v["process"]["pid"].as_i64() == Some(i64::from(p.pid)))
-    });
-    match target {
-        Some(p) => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid), sig);
-            json(200, &json!({}))
-        }
-        None => connect_error(404, "not_found", "process not found"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envd::map_value;
 
     #[test]
     fn sandbox_paths_resolve_against_the_users_home() {

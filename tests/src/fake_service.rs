@@ -215,24 +215,121 @@ pub fn check(schema: &Schema, v: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// What every fake records and injects.
+/// What every fake records and injects: the requests it saw and failures waiting to be
+/// answered.
 #[derive(Default)]
-pub struct Ledger {
+pub struct Recorder(std::sync::Mutex<Ledger>);
+
+#[derive(Default)]
+struct Ledger {
     /// `METHOD /path` of every request, in order.
-    pub requests: Vec<String>,
+    requests: Vec<String>,
     /// Injected failures: (method, path prefix, status, message), each used once.
-    pub faults: VecDeque<(String, String, u16, String)>,
+    faults: VecDeque<(String, String, u16, String)>,
 }
 
-impl Ledger {
-    /// Records `req` and takes the first fault that matches it.
-    pub fn take(&mut self, req: &Req) -> Option<(u16, String)> {
-        self.requests.push(req.line());
-        let i = self.faults.iter().position(|(m, p, _, _)| {
+impl Recorder {
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `req` and takes the first injected failure that matches it.
+    pub fn take(&self, req: &Req) -> Option<(u16, String)> {
+        let mut l = self.ledger();
+        l.requests.push(req.line());
+        let i = l.faults.iter().position(|(m, p, _, _)| {
             *m == req.method.as_str() && req.path.starts_with(p.as_str())
         })?;
-        self.faults.remove(i).map(|(_, _, s, m)| (s, m))
+        l.faults.remove(i).map(|(_, _, s, m)| (s, m))
     }
+}
+
+/// What a test does to any fake service.
+pub trait Fake {
+    fn recorder(&self) -> &Recorder;
+
+    /// `METHOD /path` of every request the fake answered so far.
+    fn requests(&self) -> Vec<String> {
+        self.recorder().ledger().requests.clone()
+    }
+
+    /// Makes the next request `method` to a path starting with `path` fail with `status`.
+    fn fail_next(&self, method: &str, path: &str, status: u16, message: &str) {
+        self.recorder().ledger().faults.push_back((
+            method.into(),
+            path.into(),
+            status,
+            message.into(),
+        ));
+    }
+}
+
+/// [`serve`] with a handler of the fake's shared state `shared`.
+pub async fn serve_shared<T, F, Fut>(
+    shared: &Arc<T>,
+    handler: F,
+) -> std::io::Result<(String, tokio::task::JoinHandle<()>)>
+where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>, Req) -> Fut + Send + Sync + Copy + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let shared = shared.clone();
+    serve(move |req| handler(shared.clone(), req)).await
+}
+
+/// The state every fake service shares between its servers: `St` is the service's own (its
+/// sandboxes), beside its directory, its API key, the one image (template, snapshot) it knows
+/// and its [`Recorder`].
+pub struct Shared<St> {
+    pub root: PathBuf,
+    pub api_key: String,
+    pub image: String,
+    pub recorder: Recorder,
+    state: std::sync::Mutex<St>,
+}
+
+impl<St: Default> Shared<St> {
+    /// A fresh service under `root`, with an API key `<prefix>_<32 hex>` and the image
+    /// `rakazo-computer`.
+    pub fn new(root: &Path, key_prefix: &str) -> Arc<Self> {
+        Arc::new(Self {
+            root: root.to_path_buf(),
+            api_key: format!("{key_prefix}_{}", hex::encode(rand::random::<[u8; 16]>())),
+            image: "rakazo-computer".into(),
+            recorder: Recorder::default(),
+            state: std::sync::Mutex::new(St::default()),
+        })
+    }
+}
+
+impl<St> Shared<St> {
+    pub fn state(&self) -> std::sync::MutexGuard<'_, St> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Ends a sandbox's processes (off the async threads: it waits for them), then removes its
+/// files (`remove`) or only clears its `tmp/`, as a restart of the machine does.
+pub async fn halt(procs: Vec<Proc>, dir: PathBuf, remove: bool) {
+    let _ = tokio::task::spawn_blocking(move || {
+        end_processes(&procs, &dir);
+        let _ = std::fs::remove_dir_all(dir.join("tmp"));
+        if remove {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            let _ = std::fs::create_dir_all(dir.join("tmp"));
+        }
+    })
+    .await;
+}
+
+/// `(name, value)` pairs as owned strings (a `rakazo serve` environment).
+pub fn env_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// A process a fake sandbox runs.

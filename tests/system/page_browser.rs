@@ -1,9 +1,10 @@
 //! The page tools end to end through the API (issue 4): a scripted "contacts export" flow on a
 //! local app, read back through the files API, and its failure modes.
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use hyper::Method;
 use std::time::Duration;
+use tests::bot::ref_of;
 use tests::fixture::Fixture;
 use tests::{wait_for, World};
 
@@ -83,18 +84,6 @@ impl Tools<'_> {
             Err(e) => Err(e.into()),
         }
     }
-}
-
-/// The ref of the element named `name` in a snapshot.
-fn ref_of(snapshot: &serde_json::Value, name: &str) -> Result<String> {
-    snapshot["elements"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"].as_str() == Some(name))
-        .and_then(|e| e["ref"].as_str())
-        .map(String::from)
-        .ok_or_else(|| anyhow!("no element named {name:?} in {snapshot}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]

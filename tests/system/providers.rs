@@ -509,6 +509,19 @@ async fn isolation_docker() -> Result<()> {
     no_command_reads_past_its_computer(Kind::Docker).await
 }
 
+/// The message of an API error that must have `status` and `code`.
+pub(crate) fn expect(e: ClientError, status: StatusCode, code: &str) -> Result<String> {
+    match e {
+        ClientError::Api {
+            status: s,
+            code: c,
+            message,
+            ..
+        } if s == status && c == code => Ok(message),
+        other => bail!("expected {status} {code}, got {other}"),
+    }
+}
+
 /// Provider errors reach the user by class: capacity and passing failures are 503s that say
 /// so, a refused request is a 422, and nothing is left half-made.
 #[tokio::test(flavor = "multi_thread")]
@@ -516,17 +529,6 @@ async fn provider_errors_are_classified() -> Result<()> {
     let (mut w, _service) = world(Kind::Fake).await?;
     let faults = w.machines_dir.path().join("fake").join("faults");
     std::fs::create_dir_all(faults.parent().context("fake root")?)?;
-    let expect = |e: ClientError, status: StatusCode, code: &str| -> Result<String> {
-        match e {
-            ClientError::Api {
-                status: s,
-                code: c,
-                message,
-                ..
-            } if s == status && c == code => Ok(message),
-            other => bail!("expected {status} {code}, got {other}"),
-        }
-    };
     std::fs::write(&faults, "provision capacity\n")?;
     let e = w
         .client

@@ -9,11 +9,14 @@ use anyhow::{anyhow, bail, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
 use std::time::Duration;
-use tests::bot::Bot;
+use tests::bot::{ref_of, Bot};
 use tests::fake_daytona::FakeDaytona;
 use tests::fake_e2b::FakeE2b;
+use tests::fake_service::Fake;
 use tests::fixture::Fixture;
 use tests::{wait_for, World, WorldOptions};
+
+use crate::providers::expect;
 
 const PAGE: &str = r#"<!doctype html><html><head><meta charset="utf-8"><title>Acceptance</title></head>
 <body><h1>Acceptance</h1><p id="status">waiting</p>
@@ -57,18 +60,6 @@ fn one(sandboxes: Vec<String>, c: &str) -> Result<String> {
         [one] => Ok(one.clone()),
         other => bail!("computer {c} has sandboxes {other:?}"),
     }
-}
-
-/// The ref of the element named `name` in a page snapshot.
-fn ref_of(snapshot: &serde_json::Value, name: &str) -> Result<String> {
-    snapshot["elements"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"].as_str() == Some(name))
-        .and_then(|e| e["ref"].as_str())
-        .map(String::from)
-        .ok_or_else(|| anyhow!("no element named {name:?} in {snapshot}"))
 }
 
 async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value, ClientError> {
@@ -198,18 +189,6 @@ async fn e2b_keeps_an_in_use_sandbox_alive() -> Result<()> {
         "the paused sandbox was resumed"
     );
     w.check_log()
-}
-
-fn expect(e: ClientError, status: StatusCode, code: &str) -> Result<String> {
-    match e {
-        ClientError::Api {
-            status: s,
-            code: c,
-            message,
-            ..
-        } if s == status && c == code => Ok(message),
-        other => bail!("expected {status} {code}, got {other}"),
-    }
 }
 
 async fn create_fails(w: &World, workspace: &str) -> ClientError {
