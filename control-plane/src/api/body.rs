@@ -3,6 +3,7 @@
 //! [`ApiError`] is the only way a handler fails: it carries a status, a stable snake_case code
 //! and a public message. Internal details are logged where the error is created, never sent.
 
+use crate::schema::error::{ErrorBody, ErrorInfo};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -58,10 +59,17 @@ impl ApiError {
         )
     }
 
+    /// What the error body (or an NDJSON `error` line) says about it.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo {
+            code: self.code.to_string(),
+            message: self.message.clone(),
+            uncertain: self.uncertain,
+        }
+    }
+
     pub fn into_response(self) -> Response<RespBody> {
-        let body = serde_json::json!({
-            "error": { "code": self.code, "message": self.message, "uncertain": self.uncertain }
-        });
+        let body = ErrorBody { error: self.info() };
         let mut resp = json_response(self.status, &body);
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(

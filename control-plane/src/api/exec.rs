@@ -13,15 +13,14 @@ use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
 use super::{bot_lease, Api};
 use crate::computers::ComputerKind;
 use crate::guest::Exec;
+use crate::schema::error::ErrorInfo;
+use crate::schema::exec::{Chunk, ExecLine, ExecSpec};
 use crate::tunnel::TunnelError;
-use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use gateway_proto::{ExecEvent, ExecRequest, StartDir};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -30,20 +29,6 @@ pub const EXEC_STREAM_CONTENT_TYPE: &str = "application/vnd.rakazo.exec-stream";
 /// Longest timeout a caller may ask for: a day.
 const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecBody {
-    argv: Vec<String>,
-    cwd: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    timeout_ms: Option<u64>,
-    /// The whole stdin, for the plain JSON form.
-    stdin: Option<String>,
-    bot: Option<String>,
-    lease: Option<String>,
-}
-
 /// Where stdin comes from.
 enum Stdin {
     None,
@@ -51,14 +36,14 @@ enum Stdin {
     Stream(Incoming, Bytes),
 }
 
-async fn parse(req: hyper::Request<Incoming>) -> Result<(ExecBody, Stdin), ApiError> {
+async fn parse(req: hyper::Request<Incoming>) -> Result<(ExecSpec, Stdin), ApiError> {
     let streaming = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with(EXEC_STREAM_CONTENT_TYPE));
     if !streaming {
-        let body: ExecBody = read_json(req.into_body()).await?;
+        let body: ExecSpec = read_json(req.into_body()).await?;
         let stdin = match &body.stdin {
             Some(s) => Stdin::Text(Bytes::from(s.clone().into_bytes())),
             None => Stdin::None,
@@ -71,7 +56,7 @@ async fn parse(req: hyper::Request<Incoming>) -> Result<(ExecBody, Stdin), ApiEr
     loop {
         if let Some(nl) = head.iter().position(|b| *b == b'\n') {
             let rest = head.split_off(nl + 1).freeze();
-            let spec: ExecBody = serde_json::from_slice(&head[..nl])
+            let spec: ExecSpec = serde_json::from_slice(&head[..nl])
                 .map_err(|e| ApiError::bad_request(format!("invalid exec spec line: {e}")))?;
             if spec.stdin.is_some() {
                 return Err(ApiError::bad_request(
@@ -160,34 +145,27 @@ pub fn start_dir(kind: &ComputerKind) -> StartDir {
 
 type Out = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
-fn line(value: serde_json::Value) -> Bytes {
-    let mut v = serde_json::to_vec(&value).unwrap_or_default();
+fn line(value: &ExecLine) -> Bytes {
+    let mut v = serde_json::to_vec(value).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
 
-fn output_line(stream: &str, data: &[u8]) -> Bytes {
-    match std::str::from_utf8(data) {
-        Ok(text) => line(serde_json::json!({ "type": stream, "data": text })),
-        Err(_) => line(serde_json::json!({
-            "type": stream,
-            "data_b64": base64::engine::general_purpose::STANDARD.encode(data),
-        })),
-    }
-}
-
 fn event_line(ev: &ExecEvent) -> Bytes {
-    match ev {
-        ExecEvent::Started { pid } => line(serde_json::json!({ "type": "started", "pid": pid })),
-        ExecEvent::Stdout(b) => output_line("stdout", b),
-        ExecEvent::Stderr(b) => output_line("stderr", b),
-        ExecEvent::Exit { code, message } => {
-            line(serde_json::json!({ "type": "exit", "code": code, "message": message }))
-        }
-        ExecEvent::Failed(e) => line(serde_json::json!({
-            "type": "error", "code": e.code.as_str(), "message": e.message, "uncertain": false,
-        })),
-    }
+    line(&match ev {
+        ExecEvent::Started { pid } => ExecLine::Started { pid: *pid },
+        ExecEvent::Stdout(b) => ExecLine::Stdout(Chunk::of(b)),
+        ExecEvent::Stderr(b) => ExecLine::Stderr(Chunk::of(b)),
+        ExecEvent::Exit { code, message } => ExecLine::Exit {
+            code: *code,
+            message: message.clone(),
+        },
+        ExecEvent::Failed(e) => ExecLine::Error(ErrorInfo {
+            code: e.code.as_str().to_string(),
+            message: e.message.clone(),
+            uncertain: false,
+        }),
+    })
 }
 
 /// Moves stdin to the guest and events to the client until the command ends or either side
@@ -235,18 +213,16 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out) {
                 }
                 Ok(None) => {
                     let err = TunnelError::Lost(String::new());
-                    let _ = out.send(Ok(line(serde_json::json!({
-                        "type": "error", "code": "tunnel_lost",
-                        "message": "the guest ended the command stream without an exit status; the outcome is uncertain",
-                        "uncertain": err.is_uncertain(),
+                    let _ = out.send(Ok(line(&ExecLine::Error(ErrorInfo {
+                        code: "tunnel_lost".to_string(),
+                        message: "the guest ended the command stream without an exit status; the outcome is uncertain".to_string(),
+                        uncertain: err.is_uncertain(),
                     })))).await;
                     return;
                 }
                 Err(e) => {
                     let api: ApiError = e.into();
-                    let _ = out.send(Ok(line(serde_json::json!({
-                        "type": "error", "code": api.code, "message": api.message, "uncertain": api.uncertain,
-                    })))).await;
+                    let _ = out.send(Ok(line(&ExecLine::Error(api.info())))).await;
                     return;
                 }
             },

@@ -19,6 +19,7 @@
 //! Routing is `super::handle`'s; this module never looks at a request beyond its status.
 
 use super::{handle, Api, RespBody};
+use crate::schema::error::{ErrorBody, ErrorInfo};
 use anyhow::{bail, Result};
 use clap::Args;
 use http_body_util::BodyExt;
@@ -195,10 +196,15 @@ pub async fn serve(
 /// A whole HTTP/1.1 response with a JSON error body, for answers written before (or instead
 /// of) hyper: a connection over the cap, plain HTTP on the https port.
 fn raw_error(status: &str, code: &str, message: &str) -> Vec<u8> {
-    let body = serde_json::json!({
-        "error": { "code": code, "message": message, "uncertain": false }
-    })
-    .to_string();
+    let body = ErrorBody {
+        error: ErrorInfo {
+            code: code.to_string(),
+            message: message.to_string(),
+            uncertain: false,
+        },
+    };
+    // Strings only: serializing cannot fail.
+    let body = serde_json::to_string(&body).unwrap_or_default();
     format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n\
          content-length: {}\r\n\r\n{body}",

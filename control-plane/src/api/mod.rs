@@ -136,7 +136,7 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
     if let (&Method::GET, ["v1", "health"]) = (&method, segments.as_slice()) {
         return Ok(json_response(
             StatusCode::OK,
-            &serde_json::json!({ "ok": true }),
+            &crate::schema::Health { ok: true },
         ));
     }
     if !api.authorized(&req) {
