@@ -7,93 +7,65 @@
 
 use super::body::{json_response, ApiError, RespBody};
 use super::{bot_json, parse_lease, Api};
+use crate::schema::browser::{
+    Element, PageDone, PageFailed, PageRequest, PageResult, Snapshot, Step,
+};
 use gateway_proto::page::{
-    validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, Snapshot,
-    SnapshotRequest, FALLBACK,
+    self, validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, SnapshotRequest,
+    FALLBACK,
 };
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
-use serde::Deserialize;
 use std::sync::Arc;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Body {
-    lease: String,
-    url: Option<String>,
-    steps: Option<Vec<StepBody>>,
-}
-
-/// One step as the API spells it.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-enum StepBody {
-    Click {
-        #[serde(rename = "ref")]
-        element: String,
-    },
-    Fill {
-        #[serde(rename = "ref")]
-        element: String,
-        text: String,
-        origin: Option<String>,
-    },
-    Type {
-        #[serde(rename = "ref")]
-        element: String,
-        text: String,
-    },
-    Select {
-        #[serde(rename = "ref")]
-        element: String,
-        value: String,
-    },
-    Press {
-        key: String,
-    },
-}
-
-impl From<StepBody> for PageStep {
-    fn from(s: StepBody) -> Self {
-        match s {
-            StepBody::Click { element } => PageStep::Click { element },
-            StepBody::Fill {
-                element,
-                text,
-                origin,
-            } => PageStep::Fill {
-                element,
-                text,
-                origin,
-            },
-            StepBody::Type { element, text } => PageStep::Type { element, text },
-            StepBody::Select { element, value } => PageStep::Select { element, value },
-            StepBody::Press { key } => PageStep::Press { key },
-        }
+/// One step as the guest takes it.
+fn page_step(s: Step) -> PageStep {
+    match s {
+        Step::Click { element } => PageStep::Click { element },
+        Step::Fill {
+            element,
+            text,
+            origin,
+        } => PageStep::Fill {
+            element,
+            text,
+            origin,
+        },
+        Step::Type { element, text } => PageStep::Type { element, text },
+        Step::Select { element, value } => PageStep::Select { element, value },
+        Step::Press { key } => PageStep::Press { key },
     }
 }
 
-/// The §5 snapshot as JSON.
-pub fn snapshot_json(s: &Snapshot) -> serde_json::Value {
-    let elements: Vec<serde_json::Value> = s
+/// The §5 snapshot as the API shows it.
+fn snapshot(s: page::Snapshot) -> Snapshot {
+    let elements = s
         .elements
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "ref": e.element, "role": e.role, "name": e.name, "value": e.value, "tag": e.tag,
-            })
+        .into_iter()
+        .map(|e| Element {
+            element: e.element,
+            role: e.role,
+            name: e.name,
+            value: e.value,
+            tag: e.tag,
         })
         .collect();
-    serde_json::json!({ "url": s.url, "title": s.title, "elements": elements, "tree": s.tree })
+    Snapshot {
+        url: s.url,
+        title: s.title,
+        elements,
+        tree: s.tree,
+    }
 }
 
 /// A successful page tool's answer; a browser_act's also says how many steps completed.
-fn snapshot_answer(s: &Snapshot, completed: Option<usize>) -> Response<RespBody> {
-    let mut v = serde_json::json!({ "ok": true, "snapshot": snapshot_json(s) });
-    if let Some(n) = completed {
-        v["completed"] = serde_json::json!(n);
-    }
-    json_response(StatusCode::OK, &v)
+fn snapshot_answer(s: page::Snapshot, completed: Option<usize>) -> Response<RespBody> {
+    let done = PageResult::Done(PageDone {
+        ok: true,
+        snapshot: snapshot(s),
+        completed,
+    });
+    json_response(StatusCode::OK, &done)
 }
 
 pub async fn handle(
@@ -103,7 +75,7 @@ pub async fn handle(
     action: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let (bot, body): (_, Body) = bot_json(bot, req).await?;
+    let (bot, body): (_, PageRequest) = bot_json(bot, req).await?;
     let lease = parse_lease(&body.lease)?;
     match action {
         "navigate" => {
@@ -112,18 +84,18 @@ pub async fn handle(
                 .ok_or_else(|| ApiError::bad_request("url is required"))?;
             validate_url(&url).map_err(|e| ApiError::bad_request(e.message))?;
             let page = api.core.call(id, NavigateRequest { bot, lease, url });
-            Ok(snapshot_answer(&page.await?, None))
+            Ok(snapshot_answer(page.await?, None))
         }
         "snapshot" => {
             let page = api.core.call(id, SnapshotRequest { bot, lease }).await?;
-            Ok(snapshot_answer(&page, None))
+            Ok(snapshot_answer(page, None))
         }
         "act" => {
             let steps: Vec<PageStep> = body
                 .steps
                 .ok_or_else(|| ApiError::bad_request("steps is required"))?
                 .into_iter()
-                .map(PageStep::from)
+                .map(page_step)
                 .collect();
             validate_steps(&steps).map_err(|e| ApiError::bad_request(e.message))?;
             let completed = steps.len();
@@ -132,12 +104,15 @@ pub async fn handle(
                 .call(id, PageActRequest { bot, lease, steps })
                 .await?
             {
-                Ok(page) => Ok(snapshot_answer(&page, Some(completed))),
+                Ok(page) => Ok(snapshot_answer(page, Some(completed))),
                 Err(f) => Ok(json_response(
                     StatusCode::OK,
-                    &serde_json::json!({
-                        "ok": false, "completed": f.completed, "uncertain": f.uncertain,
-                        "error": f.error, "fallback": FALLBACK,
+                    &PageResult::Failed(PageFailed {
+                        ok: false,
+                        completed: f.completed,
+                        uncertain: f.uncertain,
+                        error: f.error,
+                        fallback: FALLBACK.to_string(),
                     }),
                 )),
             }
@@ -160,8 +135,8 @@ mod tests {
             {"type": "select", "ref": "e3", "value": "v"},
             {"type": "press", "key": "Enter"},
         ]);
-        let steps: Vec<StepBody> = serde_json::from_value(raw).unwrap();
-        let steps: Vec<PageStep> = steps.into_iter().map(PageStep::from).collect();
+        let steps: Vec<Step> = serde_json::from_value(raw).unwrap();
+        let steps: Vec<PageStep> = steps.into_iter().map(page_step).collect();
         assert_eq!(
             steps[0],
             PageStep::Click {
@@ -171,11 +146,11 @@ mod tests {
         assert!(
             matches!(&steps[1], PageStep::Fill { origin: Some(o), .. } if o == "https://a.test")
         );
-        assert!(serde_json::from_value::<StepBody>(
-            serde_json::json!({"type": "hover", "ref": "e1"})
-        )
-        .is_err());
-        assert!(serde_json::from_value::<StepBody>(
+        assert!(
+            serde_json::from_value::<Step>(serde_json::json!({"type": "hover", "ref": "e1"}))
+                .is_err()
+        );
+        assert!(serde_json::from_value::<Step>(
             serde_json::json!({"type": "click", "ref": "e1", "x": 1})
         )
         .is_err());

@@ -8,6 +8,7 @@
 use super::body::{json_response, too_large, ApiError, ChannelBody, RespBody};
 use super::{bot_lease, Api};
 use crate::guest::{ByteError, SendError};
+use crate::schema::files::{Entry, EntryKind, FileList, Written};
 use gateway_proto::{FileKind, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -40,24 +41,22 @@ pub async fn list(
         path: path_of(q),
         lease: lease_of(q)?,
     };
-    let entries: Vec<serde_json::Value> = api
+    let entries = api
         .core
         .call(id, req)
         .await?
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "path": e.path,
-                "kind": match e.kind { FileKind::File => "file", FileKind::Dir => "dir" },
-                "size": e.size,
-                "executable": e.executable,
-            })
+        .into_iter()
+        .map(|e| Entry {
+            path: e.path,
+            kind: match e.kind {
+                FileKind::File => EntryKind::File,
+                FileKind::Dir => EntryKind::Dir,
+            },
+            size: e.size,
+            executable: e.executable,
         })
         .collect();
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "entries": entries }),
-    ))
+    Ok(json_response(StatusCode::OK, &FileList { entries }))
 }
 
 pub async fn read(
@@ -168,10 +167,7 @@ pub async fn write(
         .write_file(wreq, req.into_body().into_data_stream())
         .await
     {
-        Ok(written) => Ok(json_response(
-            StatusCode::OK,
-            &serde_json::json!({ "written": written }),
-        )),
+        Ok(written) => Ok(json_response(StatusCode::OK, &Written { written })),
         Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
             ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),
         ),
