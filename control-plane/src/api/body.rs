@@ -117,12 +117,23 @@ pub fn empty() -> RespBody {
 
 /// Reads a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if malformed).
 pub async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, ApiError> {
+    let bytes = read_json_bytes(body).await?;
+    serde_json::from_slice(&bytes).map_err(invalid_json)
+}
+
+/// The bytes of a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if empty), for
+/// a handler that parses them itself.
+pub async fn read_json_bytes(body: Incoming) -> Result<Bytes, ApiError> {
     let bytes = read_limited(body, MAX_JSON_BODY).await?;
     if bytes.is_empty() {
         return Err(ApiError::bad_request("request body must be a JSON object"));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    Ok(bytes)
+}
+
+/// A body that is not the JSON its route takes.
+pub fn invalid_json(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("invalid JSON body: {e}"))
 }
 
 /// How long a bounded body may take to arrive whole: one trickled in must not hold its

@@ -6,7 +6,9 @@
 //! Capability routes never log their path, token or host; they emit the `screen.proxy.*`
 //! events of contracts.md §6 with a random `screen.connection_id` and the policy.
 
-use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
+use super::body::{
+    empty, full, invalid_json, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY,
+};
 use super::{parse_bot, Api};
 use crate::clock::now_ms;
 use crate::core::CoreError;
@@ -17,6 +19,9 @@ use crate::live::relay::{relay, ws_config, RelayCtx};
 use crate::live::seal::{Capability, CAPABILITY_TTL};
 use crate::live::store::LiveStoreError;
 use crate::live::streams::UrlKey;
+use crate::schema::screen::{
+    ControlReleased, ControlTaken, LiveUrl, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
+};
 use crate::tunnel::TunnelError;
 use gateway_proto::live::{CapabilityKind, ConnectRequest};
 use gateway_proto::{LeaseToken, StartDir};
@@ -24,7 +29,6 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -53,17 +57,7 @@ async fn optional_json<T: DeserializeOwned + Default>(body: Incoming) -> Result<
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct UrlBody {
-    /// `view` (default), `control` or `terminal`.
-    policy: Option<String>,
-    /// Shorter than the 60-minute default, for callers that want short-lived URLs.
-    ttl_secs: Option<u64>,
+    serde_json::from_slice(&bytes).map_err(invalid_json)
 }
 
 fn parse_policy(s: &str) -> Result<CapabilityKind, ApiError> {
@@ -98,7 +92,7 @@ pub async fn url(
                 })
         })
         .map(String::from);
-    let body: UrlBody = optional_json(req.into_body()).await?;
+    let body: UrlRequest = optional_json(req.into_body()).await?;
     let policy = match (fixed, body.policy.as_deref()) {
         (Some(p), None) => p,
         (Some(p), Some(s)) if parse_policy(s)? == p => p,
@@ -126,12 +120,12 @@ pub async fn url(
     let url = host.map(|h| format!("{}://{h}{path}", api.scheme()));
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({
-            "url": url.unwrap_or_else(|| path.clone()),
-            "path": path,
-            "policy": issued.policy.as_str(),
-            "expires_at_ms": issued.expires_at_ms,
-        }),
+        &LiveUrl {
+            url: url.unwrap_or_else(|| path.clone()),
+            path,
+            policy: issued.policy.as_str().to_string(),
+            expires_at_ms: issued.expires_at_ms,
+        },
     ))
 }
 
@@ -153,10 +147,12 @@ pub async fn takeover(api: &Arc<Api>, id: &str, bot: &str) -> Result<Response<Re
     let lease = authority::take_control(&api.core, id, &bot, ttl, now_ms()).await?;
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({
-            "computer": id, "bot": bot.as_str(),
-            "control_lease": lease.id, "expires_at_ms": lease.expires_at_ms,
-        }),
+        &ControlTaken {
+            computer: id.to_string(),
+            bot: bot.as_str().to_string(),
+            control_lease: lease.id,
+            expires_at_ms: lease.expires_at_ms,
+        },
     ))
 }
 
@@ -170,20 +166,11 @@ pub async fn release_control(
     let had = authority::release_control(&api.core, id, &bot).await?;
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({ "released": true, "had_control": had }),
+        &ControlReleased {
+            released: true,
+            had_control: had,
+        },
     ))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WaitingBody {
-    lease: String,
-    #[serde(default = "yes")]
-    waiting: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// `POST .../leases/{bot}/waiting_takeover`: the run holding `lease` asks for (or no longer
@@ -195,13 +182,15 @@ pub async fn waiting_takeover(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let bot = parse_bot(bot)?;
-    let body: WaitingBody = super::body::read_json(req.into_body()).await?;
+    let body: WaitingTakeoverRequest = super::body::read_json(req.into_body()).await?;
     let lease =
         LeaseToken::parse(&body.lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))?;
     authority::set_waiting_takeover(&api.core, id, &bot, &lease, body.waiting, now_ms()).await?;
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({ "waiting_takeover": body.waiting }),
+        &WaitingTakeover {
+            waiting_takeover: body.waiting,
+        },
     ))
 }
 
