@@ -583,7 +583,8 @@ impl SandboxProvider for DaytonaProvider {
             Err(ProviderError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
-        if matches!(sb.phase(), Phase::Gone | Phase::Down) {
+        // A sandbox in error runs nothing: it is as stopped as it gets until a start recovers it.
+        if matches!(sb.phase(), Phase::Gone | Phase::Down | Phase::Recoverable) {
             return Ok(());
         }
         self.act(r, "stop").await?;
