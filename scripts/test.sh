@@ -20,6 +20,7 @@ bash image/rootfs.sh build >/dev/null
 
 echo "== fmt"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== no import circles between modules"; python3 scripts/module-cycles.py
 echo "== gateway-proto has no tokio"
 if cargo tree -p gateway-proto -e normal --prefix none | grep -qE '^(tokio|quinn|hyper) '; then
   echo "gateway-proto must not depend on an async runtime or sockets" >&2; exit 1
