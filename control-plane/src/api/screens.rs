@@ -1,16 +1,22 @@
 //! `/v1/computers/{id}/screens`: per-bot desktops, computer_observe and computer_act.
 //!
-//! The JSON action vocabulary of contracts.md §4 is parsed here into the wire
-//! [`gateway_proto::desktop::Action`]s, with the contract's defaults, and the whole batch is
-//! validated before it is sent; the guest validates it again before anything runs. Every call
-//! carries the bot's lease, checked against the database here and against the fence on the guest.
+//! Bodies are the [`crate::schema::screen`] types. A batch's actions are read one by one as
+//! typed actions, so a bad one is named by its position (`action 2: …`) in the words the API has
+//! always used ([`misread`]); each is converted to the wire [`desktop::Action`] with the
+//! contract's defaults (§4), and the whole batch is validated before it is sent; the guest
+//! validates it again before anything runs. Every call carries the bot's lease, checked against
+//! the database here and against the fence on the guest.
 
-use super::body::{json_response, ApiError, RespBody};
-use super::{bot_json, parse_lease, Api};
-use crate::guest::Observation;
+use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
+use super::{bot_json, parse_bot, parse_lease, Api};
+use crate::guest;
+use crate::schema::screen::{
+    self, ActRequest, ActResult, Cursor, LeaseBody, Observation, Screen, ScreenList,
+    ScreenReleased, Window,
+};
 use base64::Engine;
 use gateway_proto::desktop::{
-    validate_actions, ActRequest, Action, MouseButton, ObserveRequest, ScreenInfo, ScreenRelease,
+    self, validate_actions, Action, MouseButton, ObserveRequest, ScreenInfo, ScreenRelease,
     ScreenRequest, ScrollDirection, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
 };
 use gateway_proto::op::ScreenListRequest;
@@ -18,33 +24,27 @@ use gateway_proto::{BotId, LeaseToken};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde::Deserialize;
+use serde_json::{Number, Value};
 use std::sync::Arc;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LeaseOnly {
-    lease: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActBody {
-    lease: String,
-    actions: Vec<serde_json::Value>,
-    #[serde(default)]
-    observe: bool,
-    settle_ms: Option<u32>,
-}
+/// What an unchanged observation says instead of an image.
+const UNCHANGED_NOTE: &str =
+    "The screen is unchanged since the previous observation; the previous screenshot remains valid.";
 
 fn lease_of(raw: Option<&str>) -> Result<LeaseToken, ApiError> {
     parse_lease(raw.ok_or_else(|| ApiError::bad_request("lease is required"))?)
 }
 
-fn screen_view(s: &ScreenInfo) -> serde_json::Value {
-    serde_json::json!({
-        "bot": s.bot.as_str(), "slot": s.slot, "display": s.display,
-        "width": s.width, "height": s.height, "browser_pid": s.browser_pid, "started": s.started,
-    })
+fn screen_view(s: ScreenInfo) -> Screen {
+    Screen {
+        bot: s.bot.as_str().to_string(),
+        slot: s.slot,
+        display: s.display,
+        width: s.width,
+        height: s.height,
+        browser_pid: s.browser_pid,
+        started: s.started,
+    }
 }
 
 /// The bot named in the path and the lease its body must hold.
@@ -52,7 +52,7 @@ async fn bot_and_lease(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<(BotId, LeaseToken), ApiError> {
-    let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
+    let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
     Ok((bot, lease_of(body.lease.as_deref())?))
 }
 
@@ -64,7 +64,7 @@ pub async fn ensure(
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
     let screen = api.core.call(id, ScreenRequest { bot, lease }).await?;
-    Ok(json_response(StatusCode::OK, &screen_view(&screen)))
+    Ok(json_response(StatusCode::OK, &screen_view(screen)))
 }
 
 pub async fn release(
@@ -73,46 +73,49 @@ pub async fn release(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let (bot, body): (_, LeaseOnly) = bot_json(bot, req).await?;
+    let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
     let lease = body.lease.as_deref().map(parse_lease).transpose()?;
     api.core.call(id, ScreenRelease { bot, lease }).await?;
     Ok(json_response(
         StatusCode::OK,
-        &serde_json::json!({ "released": true }),
+        &ScreenReleased { released: true },
     ))
 }
 
 pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
     let all = api.core.call(id, ScreenListRequest).await?;
-    let v: Vec<serde_json::Value> = all.iter().map(screen_view).collect();
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "screens": v }),
-    ))
+    let screens = all.into_iter().map(screen_view).collect();
+    Ok(json_response(StatusCode::OK, &ScreenList { screens }))
 }
 
-/// The §4 JSON of an observation.
-fn observation_json(o: &Observation) -> serde_json::Value {
-    let meta = &o.meta;
-    let mut v = serde_json::json!({
-        "frameId": meta.frame_id,
-        "capturedAt": meta.captured_at_ms,
-        "mimeType": "image/png",
-        "width": meta.width,
-        "height": meta.height,
-        "cursor": { "x": meta.cursor.0, "y": meta.cursor.1 },
-        "activeWindow": meta.active_window.as_ref().map(|w| serde_json::json!({ "id": w.id, "title": w.title })),
-        "unchanged": meta.unchanged,
-    });
-    if meta.unchanged {
-        v["image"] = serde_json::Value::Null;
-        v["note"] = "The screen is unchanged since the previous observation; the previous screenshot remains valid.".into();
-    } else {
-        v["image"] = base64::engine::general_purpose::STANDARD
-            .encode(&o.png)
-            .into();
+/// The §4 observation: the PNG in base64, or a note that the previous one stands.
+fn observation(o: guest::Observation) -> Observation {
+    let meta = o.meta;
+    let (image, note) = match meta.unchanged {
+        true => (None, Some(UNCHANGED_NOTE.to_string())),
+        false => (
+            Some(base64::engine::general_purpose::STANDARD.encode(&o.png)),
+            None,
+        ),
+    };
+    Observation {
+        frame_id: meta.frame_id,
+        captured_at: meta.captured_at_ms,
+        mime_type: "image/png".to_string(),
+        width: meta.width,
+        height: meta.height,
+        cursor: Cursor {
+            x: meta.cursor.0,
+            y: meta.cursor.1,
+        },
+        active_window: meta.active_window.map(|w| Window {
+            id: w.id,
+            title: w.title,
+        }),
+        unchanged: meta.unchanged,
+        image,
+        note,
     }
-    v
 }
 
 pub async fn observe(
@@ -123,11 +126,8 @@ pub async fn observe(
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
     let req = ObserveRequest { bot, lease };
-    let observation = api.core.guest_for(id, &req).await?.observe(req).await?;
-    Ok(json_response(
-        StatusCode::OK,
-        &observation_json(&observation),
-    ))
+    let taken = api.core.guest_for(id, &req).await?.observe(req).await?;
+    Ok(json_response(StatusCode::OK, &observation(taken)))
 }
 
 pub async fn act(
@@ -136,18 +136,10 @@ pub async fn act(
     bot: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let (bot, body): (_, ActBody) = bot_json(bot, req).await?;
-    let lease = parse_lease(&body.lease)?;
-    let actions = body
-        .actions
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            parse_action(a).map_err(|m| ApiError::bad_request(format!("action {}: {m}", i + 1)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let bot = parse_bot(bot)?;
+    let (body, lease, actions) = read_batch(&read_json_bytes(req.into_body()).await?)?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
-    let request = ActRequest {
+    let request = desktop::ActRequest {
         bot,
         lease,
         actions,
@@ -155,151 +147,250 @@ pub async fn act(
         settle_ms: body.settle_ms,
     };
     let guest = api.core.guest_for(id, &request).await?;
-    let (outcome, observation) = guest.act(request).await?;
-    let mut v = serde_json::json!({
-        "ok": true,
-        "completed": outcome.completed,
-        "settledMs": outcome.settled_ms,
-        "settled": outcome.settled,
-    });
-    if let Some(observation) = observation {
-        v["observation"] = observation_json(&observation);
-    }
-    Ok(json_response(StatusCode::OK, &v))
-}
-
-fn coord(v: &serde_json::Value, k: &str) -> Result<i64, String> {
-    match &v[k] {
-        serde_json::Value::Number(n) => n
-            .as_i64()
-            .or_else(|| n.as_f64().map(|f| f.round() as i64))
-            .ok_or_else(|| format!("{k} must be a number")),
-        _ => Err(format!("{k} is required")),
-    }
-}
-
-fn string(v: &serde_json::Value, k: &str) -> Result<String, String> {
-    v[k].as_str()
-        .map(String::from)
-        .ok_or_else(|| format!("{k} must be a string"))
-}
-
-fn opt_string(v: &serde_json::Value, k: &str) -> Result<Option<String>, String> {
-    match &v[k] {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(s) => Ok(Some(s.clone())),
-        _ => Err(format!("{k} must be a string")),
-    }
-}
-
-fn button(v: &serde_json::Value) -> Result<MouseButton, String> {
-    match v["button"].as_str() {
-        None | Some("left") => Ok(MouseButton::Left),
-        Some("right") => Ok(MouseButton::Right),
-        Some(other) => Err(format!("button must be left or right, got {other:?}")),
-    }
-}
-
-/// Parses one §4 action object (`{"type": "click", ...}`).
-pub fn parse_action(v: &serde_json::Value) -> Result<Action, String> {
-    let kind = v["type"].as_str().ok_or("type is required")?;
-    let allowed: &[&str] = match kind {
-        "click" => &["type", "x", "y", "button", "double"],
-        "move" => &["type", "x", "y"],
-        "down" | "up" => &["type", "x", "y", "button"],
-        "type" => &["type", "text"],
-        "key" => &["type", "key", "modifiers"],
-        "scroll" => &["type", "direction", "amount"],
-        "wait" => &["type", "ms"],
-        "focus" | "launch" => &["type", "application", "uri"],
-        "open" => &["type", "path", "url", "target"],
-        other => return Err(format!("unknown action type {other:?}")),
+    let (outcome, taken) = guest.act(request).await?;
+    let result = ActResult {
+        ok: true,
+        completed: outcome.completed,
+        settled_ms: outcome.settled_ms,
+        settled: outcome.settled,
+        observation: taken.map(observation),
     };
-    if let Some(obj) = v.as_object() {
-        if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(format!("unknown field {k:?} for {kind}"));
-        }
-    } else {
-        return Err("an action must be an object".into());
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// A computer_act body, its lease, and its actions as the guest takes them (taken out of the
+/// body). The first error is the one reported: the body's shape, then the lease, then each
+/// action in turn.
+fn read_batch(bytes: &[u8]) -> Result<(ActRequest, LeaseToken, Vec<Action>), ApiError> {
+    let mut body: ActRequest =
+        serde_json::from_slice(bytes).map_err(|e| refused_batch(bytes, e))?;
+    let lease = parse_lease(&body.lease)?;
+    let actions = std::mem::take(&mut body.actions)
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| wire_action(a).map_err(|m| numbered(i, m)))
+        .collect::<Result<_, _>>()?;
+    Ok((body, lease, actions))
+}
+
+/// The refusal of action `i` (from 0) of a batch.
+fn numbered(i: usize, message: String) -> ApiError {
+    ApiError::bad_request(format!("action {}: {message}", i + 1))
+}
+
+/// Why a computer_act body did not parse (serde said `e`), as the API has always said it: a
+/// malformed body as such, else a bad lease, else the first bad action by its position.
+fn refused_batch(bytes: &[u8], e: serde_json::Error) -> ApiError {
+    // The body with its actions set aside: when that parses, an action is what was wrong.
+    let Ok(Value::Object(mut shape)) = serde_json::from_slice::<Value>(bytes) else {
+        return invalid_json(e);
+    };
+    let items = match shape.get_mut("actions") {
+        Some(Value::Array(items)) => std::mem::take(items),
+        _ => return invalid_json(e),
+    };
+    let body = match ActRequest::deserialize(&Value::Object(shape)) {
+        Ok(body) => body,
+        // `e` is that error with its position, unless serde met a bad action first.
+        Err(wrong) if e.to_string().starts_with(&wrong.to_string()) => return invalid_json(e),
+        Err(wrong) => return invalid_json(wrong),
+    };
+    if let Err(bad_lease) = parse_lease(&body.lease) {
+        return bad_lease;
     }
-    Ok(match kind {
-        "click" => Action::Click {
-            x: coord(v, "x")?,
-            y: coord(v, "y")?,
-            button: button(v)?,
-            double: v["double"].as_bool().unwrap_or(false),
+    match items
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| Some((i, read_action(a).err()?)))
+    {
+        Some((i, message)) => numbered(i, message),
+        None => invalid_json(e),
+    }
+}
+
+/// Reads one §4 action object (`{"type": "click", ...}`) as the typed action, then as the wire
+/// action with the contract's defaults; a refusal in the words the API has always used.
+fn read_action(raw: &Value) -> Result<Action, String> {
+    let typed = screen::Action::deserialize(raw)
+        .map_err(|e| misread(raw).unwrap_or_else(|| e.to_string()))?;
+    wire_action(typed)
+}
+
+/// A coordinate rounded to a pixel.
+fn pixel(n: &Number, name: &str) -> Result<i64, String> {
+    n.as_i64()
+        .or_else(|| n.as_f64().map(|f| f.round() as i64))
+        .ok_or_else(|| format!("{name} must be a number"))
+}
+
+fn wire_button(b: Option<screen::MouseButton>) -> MouseButton {
+    match b {
+        None | Some(screen::MouseButton::Left) => MouseButton::Left,
+        Some(screen::MouseButton::Right) => MouseButton::Right,
+    }
+}
+
+/// The wire action of a typed one: coordinates rounded, defaults filled in, `open`'s target
+/// picked (`target`, else `url`, else `path`).
+fn wire_action(a: screen::Action) -> Result<Action, String> {
+    use screen::Action as A;
+    Ok(match a {
+        A::Click {
+            x,
+            y,
+            button,
+            double,
+        } => Action::Click {
+            x: pixel(&x, "x")?,
+            y: pixel(&y, "y")?,
+            button: wire_button(button),
+            double: double.unwrap_or(false),
         },
-        "move" => Action::Move {
-            x: coord(v, "x")?,
-            y: coord(v, "y")?,
+        A::Move { x, y } => Action::Move {
+            x: pixel(&x, "x")?,
+            y: pixel(&y, "y")?,
         },
-        "down" => Action::Down {
-            x: coord(v, "x")?,
-            y: coord(v, "y")?,
-            button: button(v)?,
+        A::Down { x, y, button } => Action::Down {
+            x: pixel(&x, "x")?,
+            y: pixel(&y, "y")?,
+            button: wire_button(button),
         },
-        "up" => Action::Up {
-            x: coord(v, "x")?,
-            y: coord(v, "y")?,
-            button: button(v)?,
+        A::Up { x, y, button } => Action::Up {
+            x: pixel(&x, "x")?,
+            y: pixel(&y, "y")?,
+            button: wire_button(button),
         },
-        "type" => Action::Type {
-            text: string(v, "text")?,
+        A::Type { text } => Action::Type { text },
+        A::Key { key, modifiers } => Action::Key {
+            key,
+            modifiers: modifiers.unwrap_or_default(),
         },
-        "key" => Action::Key {
-            key: string(v, "key")?,
-            modifiers: match &v["modifiers"] {
-                serde_json::Value::Null => Vec::new(),
-                serde_json::Value::Array(a) => a
-                    .iter()
-                    .map(|m| {
-                        m.as_str()
-                            .map(String::from)
-                            .ok_or("modifiers must be strings")
-                    })
-                    .collect::<Result<_, _>>()?,
-                _ => return Err("modifiers must be an array".into()),
+        A::Scroll { direction, amount } => Action::Scroll {
+            direction: match direction {
+                screen::ScrollDirection::Up => ScrollDirection::Up,
+                screen::ScrollDirection::Down => ScrollDirection::Down,
             },
+            amount: amount.unwrap_or(DEFAULT_SCROLL),
         },
-        "scroll" => Action::Scroll {
-            direction: match v["direction"].as_str() {
-                Some("up") => ScrollDirection::Up,
-                Some("down") => ScrollDirection::Down,
-                _ => return Err("direction must be up or down".into()),
-            },
-            amount: match &v["amount"] {
-                serde_json::Value::Null => DEFAULT_SCROLL,
-                a => a
-                    .as_u64()
-                    .and_then(|n| u8::try_from(n).ok())
-                    .ok_or("amount must be 1..20")?,
-            },
+        A::Wait { ms } => Action::Wait {
+            ms: ms.unwrap_or(DEFAULT_WAIT_MS),
         },
-        "wait" => Action::Wait {
-            ms: match &v["ms"] {
-                serde_json::Value::Null => DEFAULT_WAIT_MS,
-                m => m
-                    .as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or("ms must be 0..5000")?,
-            },
+        A::Focus { application, uri } => Action::Focus { application, uri },
+        A::Launch { application, uri } => Action::Launch { application, uri },
+        A::Open { path, url, target } => Action::Open {
+            target: target.or(url).or(path).ok_or("open needs a path or url")?,
         },
-        "focus" => Action::Focus {
-            application: string(v, "application")?,
-            uri: opt_string(v, "uri")?,
-        },
-        "launch" => Action::Launch {
-            application: string(v, "application")?,
-            uri: opt_string(v, "uri")?,
-        },
-        "open" => Action::Open {
-            target: opt_string(v, "target")?
-                .or(opt_string(v, "url")?)
-                .or(opt_string(v, "path")?)
-                .ok_or("open needs a path or url")?,
-        },
-        _ => unreachable!("kinds are checked above"),
     })
+}
+
+/// How a field of an action is read, to word a refusal. (A `button` that is not a string and a
+/// `double` that is not a boolean were once read as `left` and `false`; the typed action refuses
+/// them, and [`Field::misread`] says so.)
+#[derive(Clone, Copy)]
+enum Field {
+    Coord,
+    Button,
+    Flag,
+    Text,
+    OptText,
+    Modifiers,
+    Direction,
+    Amount,
+    Ms,
+}
+
+/// Each action type's fields, in the order the API has always checked them.
+const FIELDS: &[(&str, &[(&str, Field)])] = {
+    use Field::*;
+    &[
+        (
+            "click",
+            &[
+                ("x", Coord),
+                ("y", Coord),
+                ("button", Button),
+                ("double", Flag),
+            ],
+        ),
+        ("move", &[("x", Coord), ("y", Coord)]),
+        ("down", &[("x", Coord), ("y", Coord), ("button", Button)]),
+        ("up", &[("x", Coord), ("y", Coord), ("button", Button)]),
+        ("type", &[("text", Text)]),
+        ("key", &[("key", Text), ("modifiers", Modifiers)]),
+        ("scroll", &[("direction", Direction), ("amount", Amount)]),
+        ("wait", &[("ms", Ms)]),
+        ("focus", &[("application", Text), ("uri", OptText)]),
+        ("launch", &[("application", Text), ("uri", OptText)]),
+        (
+            "open",
+            &[("target", OptText), ("url", OptText), ("path", OptText)],
+        ),
+    ]
+};
+
+impl Field {
+    /// What is wrong with `v` as field `name`, if anything.
+    fn misread(self, name: &str, v: &Value) -> Option<String> {
+        let bounded = |fits: fn(u64) -> bool| !v.is_null() && !v.as_u64().is_some_and(fits);
+        match self {
+            Self::Coord => match v {
+                Value::Number(n) => pixel(n, name).err(),
+                _ => Some(format!("{name} is required")),
+            },
+            Self::Button => match v {
+                Value::Null => None,
+                Value::String(b) if b == "left" || b == "right" => None,
+                Value::String(other) => {
+                    Some(format!("button must be left or right, got {other:?}"))
+                }
+                other => Some(format!("button must be left or right, got {other}")),
+            },
+            Self::Flag => {
+                (!v.is_null() && !v.is_boolean()).then(|| format!("{name} must be true or false"))
+            }
+            Self::Text => (!v.is_string()).then(|| format!("{name} must be a string")),
+            Self::OptText => {
+                (!v.is_null() && !v.is_string()).then(|| format!("{name} must be a string"))
+            }
+            Self::Modifiers => match v {
+                Value::Null => None,
+                Value::Array(a) => a
+                    .iter()
+                    .any(|m| !m.is_string())
+                    .then(|| "modifiers must be strings".to_string()),
+                _ => Some("modifiers must be an array".to_string()),
+            },
+            Self::Direction => match v.as_str() {
+                Some("up" | "down") => None,
+                _ => Some("direction must be up or down".to_string()),
+            },
+            Self::Amount => {
+                bounded(|n| u8::try_from(n).is_ok()).then(|| "amount must be 1..20".to_string())
+            }
+            Self::Ms => {
+                bounded(|n| u32::try_from(n).is_ok()).then(|| "ms must be 0..5000".to_string())
+            }
+        }
+    }
+}
+
+/// Why `raw` is not an action, in the words the API has always used: the first problem in the
+/// order it has always checked (type, then unknown fields, then each field's value). `None`
+/// when none of those is found: serde's own words then.
+fn misread(raw: &Value) -> Option<String> {
+    let Some(kind) = raw.get("type").and_then(Value::as_str) else {
+        return Some("type is required".to_string());
+    };
+    let Some((_, fields)) = FIELDS.iter().find(|(k, _)| *k == kind) else {
+        return Some(format!("unknown action type {kind:?}"));
+    };
+    let known = |k: &str| k == "type" || fields.iter().any(|(f, _)| *f == k);
+    if let Some(k) = raw.as_object()?.keys().find(|k| !known(k)) {
+        return Some(format!("unknown field {k:?} for {kind}"));
+    }
+    fields
+        .iter()
+        .find_map(|(name, field)| field.misread(name, &raw[*name]))
 }
 
 #[cfg(test)]
@@ -308,7 +399,7 @@ mod tests {
 
     #[test]
     fn actions_parse_with_the_contract_defaults() {
-        let a = parse_action(&serde_json::json!({"type": "click", "x": 10, "y": 20.4})).unwrap();
+        let a = read_action(&serde_json::json!({"type": "click", "x": 10, "y": 20.4})).unwrap();
         assert_eq!(
             a,
             Action::Click {
@@ -318,7 +409,7 @@ mod tests {
                 double: false
             }
         );
-        let a = parse_action(&serde_json::json!({"type": "scroll", "direction": "down"})).unwrap();
+        let a = read_action(&serde_json::json!({"type": "scroll", "direction": "down"})).unwrap();
         assert_eq!(
             a,
             Action::Scroll {
@@ -326,11 +417,10 @@ mod tests {
                 amount: 3
             }
         );
-        let a = parse_action(&serde_json::json!({"type": "wait"})).unwrap();
+        let a = read_action(&serde_json::json!({"type": "wait"})).unwrap();
         assert_eq!(a, Action::Wait { ms: 350 });
-        let a =
-            parse_action(&serde_json::json!({"type": "key", "key": "a", "modifiers": ["ctrl"]}))
-                .unwrap();
+        let a = read_action(&serde_json::json!({"type": "key", "key": "a", "modifiers": ["ctrl"]}))
+            .unwrap();
         assert_eq!(
             a,
             Action::Key {
@@ -338,7 +428,7 @@ mod tests {
                 modifiers: vec!["ctrl".into()]
             }
         );
-        let a = parse_action(&serde_json::json!({"type": "open", "url": "http://x/"})).unwrap();
+        let a = read_action(&serde_json::json!({"type": "open", "url": "http://x/"})).unwrap();
         assert_eq!(
             a,
             Action::Open {
@@ -369,8 +459,61 @@ mod tests {
             ),
             (serde_json::json!("click"), "type is required"),
         ] {
-            let err = parse_action(&v).unwrap_err();
+            let err = read_action(&v).unwrap_err();
             assert!(err.contains(want), "{v}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_batch_names_its_bad_action_after_checking_the_body_and_lease() {
+        let err = |body: &str| read_batch(body.as_bytes()).unwrap_err().message;
+        assert_eq!(
+            err(r#"{"lease":"r:1","actions":[{"type":"wait"},{"type":"fly"}]}"#),
+            "action 2: unknown action type \"fly\""
+        );
+        assert_eq!(
+            err(r#"{"lease":"r:1","actions":[{"type":"wait"},{"type":"open"}]}"#),
+            "action 2: open needs a path or url"
+        );
+        assert!(err(r#"{"lease":"bad","actions":[{"type":"fly"}]}"#).starts_with("lease: "));
+        assert_eq!(
+            err(r#"{"foo":1,"lease":"r:1","actions":[{"type":"fly"}]}"#),
+            "invalid JSON body: unknown field `foo`, expected one of `lease`, `actions`, \
+             `observe`, `settle_ms` at line 1 column 6"
+        );
+        let body = r#"{"lease":"r:1","actions":[{"type":"click","x":1.6,"y":2}],"observe":true}"#;
+        let (body, _, actions) = read_batch(body.as_bytes()).unwrap();
+        assert!(body.observe);
+        assert_eq!(
+            actions,
+            [Action::Click {
+                x: 2,
+                y: 2,
+                button: MouseButton::Left,
+                double: false
+            }]
+        );
+    }
+
+    #[test]
+    fn every_field_worded_is_one_of_the_typed_action() {
+        for (kind, fields) in FIELDS {
+            let mut raw = serde_json::Map::new();
+            raw.insert("type".into(), (*kind).into());
+            for (name, field) in *fields {
+                let sample: Value = match field {
+                    Field::Coord | Field::Amount | Field::Ms => 1.into(),
+                    Field::Button => "left".into(),
+                    Field::Flag => true.into(),
+                    Field::Text | Field::OptText => "a".into(),
+                    Field::Modifiers => vec!["ctrl"].into(),
+                    Field::Direction => "up".into(),
+                };
+                raw.insert((*name).into(), sample);
+            }
+            let raw = Value::Object(raw);
+            let typed = screen::Action::deserialize(&raw).unwrap();
+            assert_eq!(serde_json::to_value(typed).unwrap(), raw);
         }
     }
 }
