@@ -95,25 +95,6 @@ pub enum RunCheckpoint {
     Failed(String),
 }
 
-impl RunCheckpoint {
-    /// The outcome as the lease release answers it: a failed checkpoint is reported to the run,
-    /// not only logged (the previous revision stays current either way).
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Self::Saved(done) => serde_json::json!({
-                "status": "saved",
-                "revision": done.revision.get(),
-                "bytes": done.bytes,
-            }),
-            Self::Deferred(bots) => {
-                serde_json::json!({ "status": "deferred", "waiting_for": bots })
-            }
-            Self::Skipped(why) => serde_json::json!({ "status": "skipped", "reason": why }),
-            Self::Failed(error) => serde_json::json!({ "status": "failed", "error": error }),
-        }
-    }
-}
-
 /// Has `guest` quiesce its browsers and export the home under `authority`, and commits the
 /// archive as the next revision of `key`.
 pub async fn checkpoint(

@@ -83,18 +83,6 @@ impl Report {
             until_ms,
         }
     }
-
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "decision": self.decision,
-            "reason": self.reason,
-            "at_ms": self.at_ms,
-        });
-        if let (Some(until), Some(map)) = (self.until_ms, v.as_object_mut()) {
-            map.insert("until_ms".into(), until.into());
-        }
-        v
-    }
 }
 
 /// Most computers looked at (and suspended) at once: bounds the checkpoints a wave of idle
