@@ -63,10 +63,12 @@ impl BaseUrl {
         format!("{}{path}", self.0)
     }
 
+    /// The URL, without a trailing slash.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
+    /// Whether the URL is `https://` (so the system's CA certificates are needed).
     pub fn is_https(&self) -> bool {
         self.0.starts_with("https:")
     }
