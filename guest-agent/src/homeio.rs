@@ -23,7 +23,7 @@ use crate::opstream::{refuse, write_frame};
 use crate::screens::Screens;
 use bytes::Bytes;
 use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
-use gateway_proto::{ErrorCode, OpError, Reply};
+use gateway_proto::{ErrorCode, Op, OpError};
 use homes::archive::{
     pack_reader, restore_async, Limits, UnpackOptions, BROWSER_PROFILES_DIR, EXCLUDED_PROFILE_DIRS,
     EXCLUDED_PROFILE_FILES,
@@ -73,7 +73,7 @@ async fn export_tree(home: &Home, mut send: quinn::SendStream) {
             return refuse(send, OpError::new(ErrorCode::Failed, msg)).await;
         }
     };
-    if write_frame(&mut send, &Reply::ExportStart(start))
+    if write_frame(&mut send, &HomeExportRequest::reply_frame(start))
         .await
         .is_err()
     {
@@ -141,7 +141,7 @@ pub async fn import(
                 dirs = stats.dirs,
                 "home imported"
             );
-            Reply::Imported(Imported {
+            HomeImportRequest::reply_frame(Imported {
                 content_bytes: stats.bytes,
                 entries: stats.files + stats.dirs,
             })
@@ -149,7 +149,7 @@ pub async fn import(
         Err(e) => {
             let msg = format!("home import rejected, nothing written: {}", chain(&e));
             warn!(error = %msg, "home import failed");
-            Reply::Error(OpError::new(ErrorCode::BadRequest, msg))
+            HomeImportRequest::refusal_frame(OpError::new(ErrorCode::BadRequest, msg))
         }
     };
     let _ = write_frame(&mut send, &reply).await;

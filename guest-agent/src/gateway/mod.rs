@@ -25,7 +25,7 @@ use crate::screens::{CapabilityRevoker, Screens};
 use gateway_proto::live::{
     valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
 };
-use gateway_proto::{BotId, ErrorCode, OpError, Reply, StartDir};
+use gateway_proto::{BotId, ErrorCode, Op, OpError, StartDir};
 use rfb::{ClientFilter, Policy, RfbInput, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -170,7 +170,7 @@ impl Gateway {
             filter,
             terminal,
         } = opened;
-        let end = if crate::opstream::write_frame(&mut send, &Reply::Opened)
+        let end = if crate::opstream::write_frame(&mut send, &ConnectRequest::reply_frame(()))
             .await
             .is_ok()
         {

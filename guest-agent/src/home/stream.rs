@@ -5,7 +5,7 @@
 
 use super::Home;
 use crate::opstream::write_frame;
-use gateway_proto::{ErrorCode, OpError, Reply};
+use gateway_proto::{ErrorCode, Op, OpError, ReadFile, WriteFile};
 use std::io::{Read, Write};
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -29,12 +29,15 @@ pub async fn read_file(
     let (mut file, size) = match home.open_read(path, max) {
         Ok(v) => v,
         Err(e) => {
-            let _ = write_frame(send, &Reply::Error(e)).await;
+            let _ = write_frame(send, &ReadFile::refusal_frame(e)).await;
             let _ = send.finish();
             return Ok(());
         }
     };
-    if write_frame(send, &Reply::ReadStart { size }).await.is_err() {
+    if write_frame(send, &ReadFile::reply_frame(size))
+        .await
+        .is_err()
+    {
         return Ok(());
     }
     let mut left = size;
@@ -72,8 +75,8 @@ pub async fn write_file(
     size: u64,
 ) {
     let reply = match receive_file(home, &mut recv, remainder, path, executable, size).await {
-        Ok(()) => Reply::Written { size },
-        Err(e) => Reply::Error(e),
+        Ok(()) => WriteFile::reply_frame(size),
+        Err(e) => WriteFile::refusal_frame(e),
     };
     let _ = write_frame(&mut send, &reply).await;
     let _ = send.finish();
