@@ -67,6 +67,8 @@ const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 /// engines' 64 MiB default.
 const DEFAULT_SHM_MB: u64 = 256;
 const MIB: i64 = 1024 * 1024;
+/// Deadline of the first call a destroy makes on another engine that was silent.
+const SILENT_SWEEP_DEADLINE: Duration = Duration::from_secs(5);
 /// Margin over the stop grace for the engine to answer a stop.
 const STOP_MARGIN: Duration = Duration::from_secs(30);
 
@@ -392,24 +394,38 @@ impl DockerProvider {
     }
 
     /// Removes what `computer` left on the engines other than `except` (its container and home
-    /// from before it was replaced elsewhere, on an engine that has come back). An engine that is
-    /// silent or fails keeps its leftovers.
+    /// from before it was replaced elsewhere, on an engine that has come back). An engine that
+    /// fails keeps its leftovers; one that was silent gets a short deadline, so a destroy does not
+    /// wait long on a dead engine.
     async fn sweep(&self, computer: &str, except: &Engine) {
         for e in self.fleet.engines().filter(|e| e.name != except.name) {
-            if e.silent() {
-                info!(engine = %e.name, computer_id = computer,
-                      "docker engine silent: what the destroyed computer left there stays");
-                continue;
-            }
-            if let Err(err) = self.sweep_engine(e, computer).await {
-                warn!(engine = %e.name, computer_id = computer, error = %err,
-                      "what a destroyed docker computer left on another engine was not removed");
+            let was_silent = e.silent();
+            let deadline = if was_silent {
+                self.config.call_timeout.min(SILENT_SWEEP_DEADLINE)
+            } else {
+                self.config.call_timeout
+            };
+            match self.sweep_engine(e, computer, deadline).await {
+                Ok(()) => {}
+                Err(err) if was_silent => {
+                    info!(engine = %e.name, computer_id = computer, error = %err,
+                          "docker engine still silent: what the destroyed computer left there stays");
+                }
+                Err(err) => {
+                    warn!(engine = %e.name, computer_id = computer, error = %err,
+                          "what a destroyed docker computer left on another engine was not removed");
+                }
             }
         }
     }
 
-    async fn sweep_engine(&self, e: &Engine, computer: &str) -> Result<(), ProviderError> {
-        let homes = e.homes(self.config.call_timeout, Some(computer)).await?;
+    async fn sweep_engine(
+        &self,
+        e: &Engine,
+        computer: &str,
+        deadline: Duration,
+    ) -> Result<(), ProviderError> {
+        let homes = e.homes(deadline, Some(computer)).await?;
         if homes.is_empty() {
             return Ok(());
         }

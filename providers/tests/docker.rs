@@ -986,10 +986,29 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
         .provision_on(&s("x"), Some("c"))
         .await
         .expect("replace x on c");
+    // Another computer's home on b, with no container: only x's things may go.
+    let other = format!("t-u-{n}");
+    b.create_volume(bollard::models::VolumeCreateRequest {
+        name: Some(volume_name(&other)),
+        labels: Some(
+            [
+                ("io.rakazo.managed".to_string(), "true".to_string()),
+                ("io.rakazo.computer".to_string(), other.clone()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     assert!(has_container(&b, &format!("t-x-{n}")).await);
     p.destroy(&x2).await.expect("destroy x");
     assert!(!has_container(&b, &format!("t-x-{n}")).await, "left on b");
     assert!(!has_container(&c, &format!("t-x-{n}")).await);
+    assert!(
+        volume_exists(&b, &volume_name(&other)).await,
+        "another computer's home swept away"
+    );
     assert!(!volume_exists(&b, &volume_name(&format!("t-x-{n}"))).await);
     for r in [&y, &z, &w] {
         p.destroy(r).await.expect("destroy");

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
 use std::path::{Path, PathBuf};
+use tests::engine::TwoEngines;
 use tests::fake_daytona::FakeDaytona;
 use tests::fake_e2b::FakeE2b;
 use tests::{engine, pids_with_env, World, WorldOptions};
@@ -36,11 +37,13 @@ impl Kind {
     }
 }
 
-/// The fake service a remote kind's computers live in; it lives as long as its world.
+/// The fake service a remote kind's computers live in (or the two engines of a docker provider
+/// that has two); it lives as long as its world.
 enum Service {
     Own,
     E2b(FakeE2b),
     Daytona(FakeDaytona),
+    Engines(TwoEngines),
 }
 
 impl Service {
@@ -57,12 +60,13 @@ impl Service {
             Service::Own => Vec::new(),
             Service::E2b(f) => f.world_env(),
             Service::Daytona(f) => f.world_env(),
+            Service::Engines(e) => e.world_env(),
         }
     }
 
     fn api_key(&self) -> Option<&str> {
         match self {
-            Service::Own => None,
+            Service::Own | Service::Engines(_) => None,
             Service::E2b(f) => Some(&f.api_key),
             Service::Daytona(f) => Some(&f.api_key),
         }
@@ -71,15 +75,26 @@ impl Service {
     /// The sandboxes the service holds for computer `c`.
     fn sandboxes(&self, c: &str) -> Vec<String> {
         match self {
-            Service::Own => Vec::new(),
+            Service::Own | Service::Engines(_) => Vec::new(),
             Service::E2b(f) => f.sandboxes_of(c),
             Service::Daytona(f) => f.sandboxes_of(c),
+        }
+    }
+
+    /// The engines docker computers may be on.
+    fn docker_engines(&self) -> Vec<PathBuf> {
+        match self {
+            Service::Engines(e) => vec![e.b.clone(), e.c.clone()],
+            _ => vec![engine::socket()],
         }
     }
 }
 
 async fn world(kind: Kind) -> Result<(World, Service)> {
-    let service = Service::start(kind).await?;
+    world_in(kind, Service::start(kind).await?).await
+}
+
+async fn world_in(kind: Kind, service: Service) -> Result<(World, Service)> {
     let mut w = World::start_with(WorldOptions {
         providers: Some(format!("{},local", kind.name())),
         default_provider: Some(kind.name().into()),
@@ -103,6 +118,14 @@ struct Machine<'a> {
 }
 
 impl Machine<'_> {
+    /// The engine holding a docker computer's container.
+    fn docker_engine(&self) -> Result<PathBuf> {
+        match self.service {
+            Service::Engines(e) => Ok(e.holder(&self.c)?.to_path_buf()),
+            _ => Ok(engine::socket()),
+        }
+    }
+
     /// The one sandbox a remote computer has.
     fn sandbox(&self) -> Result<String> {
         match self.service.sandboxes(&self.c).as_slice() {
@@ -119,12 +142,15 @@ impl Machine<'_> {
                 let pids = pids_with_env("RAKAZO_COMPUTER_ID", &self.c);
                 Ok(format!("{} {pids:?}", self.sandbox()?))
             }
-            Kind::Docker => Ok(engine::podman(&[
-                "inspect",
-                "--format",
-                "{{.Id}} {{.State.StartedAt}} {{.State.Status}}",
-                &engine::container_of(&self.c),
-            ])?
+            Kind::Docker => Ok(engine::podman_on(
+                &self.docker_engine()?,
+                &[
+                    "inspect",
+                    "--format",
+                    "{{.Id}} {{.State.StartedAt}} {{.State.Status}}",
+                    &engine::container_of(&self.c),
+                ],
+            )?
             .trim()
             .to_string()),
             Kind::Local | Kind::Fake => {
@@ -164,7 +190,8 @@ impl Machine<'_> {
     fn stop_own_behind_back(&self) -> Result<()> {
         match self.kind {
             Kind::Docker => {
-                engine::podman(&["stop", "-t", "5", &engine::container_of(&self.c)])?;
+                let on = self.docker_engine()?;
+                engine::podman_on(&on, &["stop", "-t", "5", &engine::container_of(&self.c)])?;
             }
             Kind::Local | Kind::Fake => {
                 for pid in pids_with_env("RAKAZO_COMPUTER_ID", &self.c) {
@@ -205,8 +232,15 @@ impl Machine<'_> {
         self.stop_behind_back().await?;
         match self.kind {
             Kind::Docker => {
-                engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(&self.c)])?;
-                engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{}", self.c)])?;
+                let on = self.docker_engine()?;
+                engine::podman_on(
+                    &on,
+                    &["rm", "-f", "-t", "0", &engine::container_of(&self.c)],
+                )?;
+                engine::podman_on(
+                    &on,
+                    &["volume", "rm", "-f", &format!("rakazo-home-{}", self.c)],
+                )?;
             }
             Kind::Local => std::fs::remove_dir_all(self.w.local_dir_of(&self.c))?,
             Kind::Fake => {
@@ -232,7 +266,12 @@ async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value
 /// replacement restoring the home, destroy (idempotent), exec and files; desktops on the real
 /// providers.
 async fn conformance(kind: Kind) -> Result<()> {
-    let (mut w, service) = world(kind).await?;
+    conformance_in(kind, Service::start(kind).await?).await
+}
+
+/// [`conformance`] with the service (or engines) given.
+async fn conformance_in(kind: Kind, service: Service) -> Result<()> {
+    let (mut w, service) = world_in(kind, service).await?;
     let c = w
         .create_computer(&format!("ws-conf-{}", kind.name()))
         .await?;
@@ -359,10 +398,13 @@ async fn conformance(kind: Kind) -> Result<()> {
     }
     match kind {
         Kind::Docker => {
-            assert!(
-                !engine::container_exists(&c)?,
-                "container left after destroy"
-            );
+            for on in service.docker_engines() {
+                assert!(
+                    !engine::container_exists_on(&on, &c)?,
+                    "container left after destroy on {}",
+                    on.display()
+                );
+            }
         }
         Kind::Local => assert!(!w.local_dir_of(&c).exists()),
         Kind::Fake => assert!(m.fake_dirs().is_empty()),
@@ -389,6 +431,114 @@ async fn conformance_local() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_docker() -> Result<()> {
     conformance(Kind::Docker).await
+}
+
+/// The docker provider on two engines (two podman services with their own storage).
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_docker_two_engines() -> Result<()> {
+    conformance_in(Kind::Docker, Service::Engines(TwoEngines::take().await?)).await
+}
+
+/// Computers spread over two engines; one engine dies with its containers, as with a lost host.
+/// A start of a computer that lived there answers 503 while the engine may only be restarting;
+/// once it has been silent for the grace, a start boots a replacement on the other engine with
+/// the home of the last checkpoint, and the other engine's computer runs on. When the engine is
+/// back, destroying the computer also removes what it left there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
+    let engines = TwoEngines::take().await?;
+    let mut env = engines.world_env();
+    env.push(("RAKAZO_DOCKER_ENGINE_GONE_AFTER_SECS".into(), "2".into()));
+    let mut w = World::start_with(WorldOptions {
+        providers: Some("docker,local".into()),
+        default_provider: Some("docker".into()),
+        env,
+        ..Default::default()
+    })
+    .await?;
+    w.allow_warn("machine gone");
+    w.allow_warn("docker engine lost");
+
+    // One computer on each engine: b is first when both hold as many.
+    let stays = w.create_computer("ws-engine-stays").await?;
+    let moves = w.create_computer("ws-engine-moves").await?;
+    assert_eq!(engines.holder(&stays)?, engines.b);
+    assert_eq!(engines.holder(&moves)?, engines.c);
+    w.put_file(&moves, "kept/home.txt", b"checkpointed".to_vec(), false)
+        .await?;
+    lifecycle(&w, &moves, "stop").await?; // checkpoints the home
+    lifecycle(&w, &moves, "start").await?;
+    assert_eq!(engines.holder(&moves)?, engines.c);
+    w.put_file(
+        &moves,
+        "kept/later.txt",
+        b"never checkpointed".to_vec(),
+        false,
+    )
+    .await?;
+
+    // Engine c dies: its service, then the computer's processes.
+    engine::kill_instance("c")?;
+    for pid in pids_with_env("RAKAZO_COMPUTER_ID", &moves) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let unavailable = |e: ClientError| match e {
+        ClientError::Api { status, code, .. }
+            if status == StatusCode::SERVICE_UNAVAILABLE && code == "provider_unavailable" =>
+        {
+            Ok(())
+        }
+        other => bail!("expected 503 provider_unavailable, got {other}"),
+    };
+    let began = std::time::Instant::now();
+    unavailable(
+        lifecycle(&w, &moves, "start")
+            .await
+            .expect_err("an engine silent for less than the grace may be restarting"),
+    )?;
+    // Silent past the grace: the start replaces the machine (each try before is a 503).
+    let restarted = loop {
+        match lifecycle(&w, &moves, "start").await {
+            Ok(v) => break v,
+            Err(e) if began.elapsed() < std::time::Duration::from_secs(30) => {
+                unavailable(e)?;
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(e) => bail!("no replacement 30 s after the engine died: {e}"),
+        }
+    };
+    assert_eq!(restarted["state"], "running");
+    assert!(
+        began.elapsed() >= std::time::Duration::from_secs(2),
+        "replaced within the grace"
+    );
+    assert!(engine::container_exists_on(&engines.b, &moves)?);
+    assert_eq!(
+        w.get_file(&moves, "kept/home.txt").await?.as_ref(),
+        b"checkpointed"
+    );
+    w.get_file(&moves, "kept/later.txt")
+        .await
+        .expect_err("what was never checkpointed died with the engine");
+    assert_eq!(w.sh(&stays, "echo up").await?, "up\n");
+
+    // c comes back with the old container: destroy removes it there too.
+    engine::start_instance("c")?;
+    assert!(engine::container_exists_on(&engines.c, &moves)?);
+    w.client
+        .json(Method::DELETE, &format!("/v1/computers/{moves}"), None)
+        .await?;
+    for on in [&engines.b, &engines.c] {
+        assert!(
+            !engine::container_exists_on(on, &moves)?,
+            "left on {}",
+            on.display()
+        );
+    }
+    w.check_log()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -219,13 +219,9 @@ impl Engine {
         deadline: Duration,
         computer: Option<&str>,
     ) -> Result<Vec<String>, ProviderError> {
-        let mut labels = vec![format!("{LABEL_MANAGED}=true")];
-        labels.extend(computer.map(|c| format!("{LABEL_COMPUTER}={c}")));
-        let context = format!(
-            "list the volumes of {labels:?} on docker engine {}",
-            self.name
-        );
-        let filters = HashMap::from([("label", labels)]);
+        let context = format!("list the rakazo volumes on docker engine {}", self.name);
+        // One label in the filter: podman ORs several where Docker ANDs them.
+        let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
         let options = ListVolumesOptionsBuilder::default()
             .filters(&filters)
             .build();
@@ -237,6 +233,10 @@ impl Engine {
             .volumes
             .unwrap_or_default()
             .into_iter()
+            .filter(|v| v.labels.get(LABEL_MANAGED).map(String::as_str) == Some("true"))
+            .filter(|v| {
+                computer.is_none_or(|c| v.labels.get(LABEL_COMPUTER).map(String::as_str) == Some(c))
+            })
             .map(|v| v.name)
             .collect())
     }
