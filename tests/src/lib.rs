@@ -162,14 +162,14 @@ pub struct World {
 
 /// With `RAKAZO_TEST_TUNNEL=tcp`, the UDP address every [`World`] advertises as its tunnel so
 /// that its guests fall back to the TCP carrier: see [`udp_black_hole`].
-pub fn tcp_only_tunnel() -> Option<SocketAddr> {
+pub fn tcp_only_tunnel() -> Option<std::net::SocketAddr> {
     let tcp = std::env::var_os("RAKAZO_TEST_TUNNEL").is_some_and(|v| v == "tcp");
     tcp.then(udp_black_hole).flatten()
 }
 
 /// A loopback UDP address where nothing ever answers, as where a network drops UDP: a socket
 /// of this test process that is never read (one for the whole process).
-pub fn udp_black_hole() -> Option<SocketAddr> {
+pub fn udp_black_hole() -> Option<std::net::SocketAddr> {
     static BLACK_HOLE: std::sync::OnceLock<Option<std::net::UdpSocket>> =
         std::sync::OnceLock::new();
     BLACK_HOLE
