@@ -77,7 +77,12 @@ pub async fn run(cmd: ImageCmd, json: bool) -> Result<i32> {
     .await
     .with_context(|| format!("build the image on {}", docker_socket.display()))?;
     if json {
-        println!("{}", serde_json::json!({ "image": tag }));
+        // What `image build --json` prints.
+        #[derive(serde::Serialize)]
+        struct Built<'a> {
+            image: &'a str,
+        }
+        println!("{}", serde_json::to_string(&Built { image: &tag })?);
     } else {
         println!("{tag}");
     }
