@@ -493,7 +493,7 @@ async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
         }
         other => bail!("expected 503 provider_unavailable, got {other}"),
     };
-    let began = std::time::Instant::now();
+    let began = tokio::time::Instant::now();
     unavailable(
         lifecycle(&w, &moves, "start")
             .await
