@@ -236,6 +236,24 @@ impl TwoEngines {
         ]
     }
 
+    /// Makes the engine at `socket` count one computer more (a labelled home with no container),
+    /// so that new computers go to the other one first.
+    pub fn weigh_down(&self, socket: &Path) -> Result<()> {
+        podman_on(
+            socket,
+            &[
+                "volume",
+                "create",
+                "--label",
+                "io.rakazo.managed=true",
+                "--label",
+                "io.rakazo.computer=ballast",
+                "rakazo-home-ballast",
+            ],
+        )
+        .map(drop)
+    }
+
     /// The engine holding the container of `computer` (a computer has one at a time).
     pub fn holder(&self, computer: &str) -> Result<&Path> {
         match (

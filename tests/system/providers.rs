@@ -281,6 +281,14 @@ async fn conformance_in(kind: Kind, service: Service) -> Result<()> {
         c: c.clone(),
         service: &service,
     };
+    if let Service::Engines(e) = &service {
+        // Its caller made b count one computer more.
+        assert_eq!(
+            e.holder(&c)?,
+            e.c,
+            "placed on the engine with fewer computers"
+        );
+    }
     let v = w.show(&c).await?;
     assert_eq!(
         (v["provider"].as_str(), v["state"].as_str()),
@@ -433,10 +441,13 @@ async fn conformance_docker() -> Result<()> {
     conformance(Kind::Docker).await
 }
 
-/// The docker provider on two engines (two podman services with their own storage).
+/// The docker provider on two engines (two podman services with their own storage); the
+/// computer lives on the second one (`c`), the first counting one computer more.
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_docker_two_engines() -> Result<()> {
-    conformance_in(Kind::Docker, Service::Engines(TwoEngines::take().await?)).await
+    let engines = TwoEngines::take().await?;
+    engines.weigh_down(&engines.b)?;
+    conformance_in(Kind::Docker, Service::Engines(engines)).await
 }
 
 /// Computers spread over two engines; one engine dies with its containers, as with a lost host.
