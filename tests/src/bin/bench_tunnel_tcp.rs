@@ -280,6 +280,8 @@ async fn transport_alone(rtt_runs: usize, mib: usize, bulk_runs: usize) -> Resul
         samples,
     );
 
+    // Fresh connections: the guest ends above answer every stream they accept.
+    let (quic, tcp) = (tunnel.pair(false).await?, tunnel.pair(true).await?);
     let data = Bytes::from(pattern(mib << 20));
     let copies = rounds(bulk_runs, 0, async || {
         Ok([
