@@ -1,5 +1,5 @@
-//! The computers table: which machines exist, whose home each one carries, where they run, and
-//! the hash of each one's enrollment token.
+//! The computers table: which machines exist, whose home each one carries, where they run (and
+//! where the caller asked them to), and the hash of each one's enrollment token.
 //!
 //! This module owns the domain types (`Computer`, `ComputerId`, `WorkspaceId`, …), their
 //! validation, token generation and verification, and the SQL behind [`ComputerStore`]. It does
@@ -22,12 +22,15 @@ use subtle::ConstantTimeEq;
 pub const MAX_ID_LEN: usize = 128;
 /// Longest provider name accepted.
 pub const MAX_PROVIDER_LEN: usize = 64;
+/// Longest placement accepted (a docker engine name is at most as long).
+pub const MAX_PLACEMENT_LEN: usize = 63;
 /// Prefix of a team computer's home key; bots whose ids start with it cannot own a private one.
 pub const TEAM_HOME_PREFIX: &str = "team-";
 
 const TABLE: &str = "computers";
 const COLUMNS: &str = "id, kind, workspace, bot, home_key, provider, provider_ref, state, \
-                       connected, last_seen_at, screen_generation, created_at, updated_at, limits";
+                       connected, last_seen_at, screen_generation, created_at, updated_at, limits, \
+                       placement";
 
 /// Errors of the computers boundary.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +41,11 @@ pub enum ComputerError {
     BadWorkspace(String),
     #[error("provider name {0:?} must be 1..={MAX_PROVIDER_LEN} characters of [A-Za-z0-9._-]")]
     BadProvider(String),
+    #[error(
+        "placement {0:?} must be 1..={MAX_PLACEMENT_LEN} characters of [a-z0-9._-], starting \
+         with a letter or digit"
+    )]
+    BadPlacement(String),
     #[error("bot {0} cannot have a private computer: its home key would read as a team home")]
     ReservedBotId(BotId),
     #[error("computer {0} not found")]
@@ -70,6 +78,21 @@ fn is_id(s: &str) -> bool {
         && s != ".."
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Checks a placement's shape (like a docker engine name: it may become one); whether the
+/// provider knows the place is its own business.
+pub fn check_placement(placement: &str) -> Result<(), ComputerError> {
+    let ok = (1..=MAX_PLACEMENT_LEN).contains(&placement.len())
+        && placement.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && placement
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ComputerError::BadPlacement(placement.to_string()))
+    }
 }
 
 /// Declares a string newtype whose `new` accepts only [`is_id`] strings and refuses the rest
@@ -217,6 +240,9 @@ pub struct NewComputer {
     pub token_hash: TokenHash,
     /// Resource limits of its machines (checked by the caller).
     pub limits: providers::MachineLimits,
+    /// Where its machines go, in its provider's terms (checked by [`check_placement`]; whether
+    /// the provider knows the place is the caller's to check).
+    pub placement: Option<String>,
 }
 
 /// One computer as stored. Not serializable: the HTTP layer converts it.
@@ -237,6 +263,9 @@ pub struct Computer {
     pub updated_at_ms: i64,
     /// Resource limits of its machines; a replacement gets the same.
     pub limits: providers::MachineLimits,
+    /// Where the caller asked its machines to go (a docker engine, a Daytona region); a
+    /// replacement is asked for there too. `None`: wherever the provider chooses.
+    pub placement: Option<String>,
 }
 
 /// The computers table.
@@ -255,6 +284,9 @@ impl ComputerStore {
         if !is_id(&new.provider) || new.provider.len() > MAX_PROVIDER_LEN {
             return Err(ComputerError::BadProvider(new.provider));
         }
+        if let Some(p) = &new.placement {
+            check_placement(p)?;
+        }
         let (workspace, bot) = match &new.kind {
             ComputerKind::Team { workspace } => (Some(workspace.as_str()), None),
             ComputerKind::Private { bot } => {
@@ -270,8 +302,8 @@ impl ComputerStore {
         let sql = format!(
             "INSERT INTO computers (id, kind, workspace, bot, home_key, provider, provider_ref, \
              state, token_hash, connected, last_seen_at, screen_generation, created_at, updated_at, \
-             limits) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9, $10) \
+             limits, placement) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9, $10, $11) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -285,6 +317,7 @@ impl ComputerStore {
             .bind(new.token_hash.as_str())
             .bind(now_ms)
             .bind(serde_json::to_string(&new.limits).expect("limits serialize"))
+            .bind(new.placement.as_deref())
             .fetch_optional(self.db.pool())
             .await?;
         match row {
@@ -356,7 +389,8 @@ impl ComputerStore {
     }
 
     /// Moves a computer to another provider kind (its old kind is no longer configured): the
-    /// old reference means nothing there, so it is cleared, bumping the screen generation.
+    /// old reference and placement mean nothing there, so they are cleared, bumping the screen
+    /// generation.
     pub async fn set_provider(
         &self,
         id: &ComputerId,
@@ -367,7 +401,8 @@ impl ComputerStore {
             return Err(ComputerError::BadProvider(provider.to_string()));
         }
         sqlx::query(
-            "UPDATE computers SET provider = $2, provider_ref = NULL, updated_at = $3, \
+            "UPDATE computers SET provider = $2, provider_ref = NULL, placement = NULL, \
+             updated_at = $3, \
              screen_generation = screen_generation + 1 WHERE id = $1",
         )
         .bind(id.as_str())
@@ -525,8 +560,13 @@ fn from_row(row: &AnyRow) -> Result<Computer, DbError> {
     let screen_generation: i64 = column(row, TABLE, key, "screen_generation")?;
     let limits: String = column(row, TABLE, key, "limits")?;
     let limits = serde_json::from_str(&limits).map_err(|e| corrupt(format!("limits: {e}")))?;
+    let placement: Option<String> = column(row, TABLE, key, "placement")?;
+    if let Some(p) = &placement {
+        check_placement(p).map_err(|e| corrupt(e.to_string()))?;
+    }
     Ok(Computer {
         limits,
+        placement,
         home_key,
         provider: column(row, TABLE, key, "provider")?,
         provider_ref: column(row, TABLE, key, "provider_ref")?,
@@ -616,6 +656,25 @@ mod tests {
         assert_eq!(
             TokenHash::of("abc").as_str(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn placements_are_shaped_like_engine_names() {
+        for good in ["b", "eu", "engine-2.rack_1", &"a".repeat(63)] {
+            assert!(check_placement(good).is_ok(), "{good:?}");
+        }
+        for bad in ["", "-b", ".b", "B", "a/b", "a b", "é", &"a".repeat(64)] {
+            let err = check_placement(bad).unwrap_err();
+            assert!(
+                matches!(&err, ComputerError::BadPlacement(s) if s == bad),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert_eq!(
+            check_placement("A").unwrap_err().to_string(),
+            "placement \"A\" must be 1..=63 characters of [a-z0-9._-], starting with a letter \
+             or digit"
         );
     }
 

@@ -132,6 +132,7 @@ impl Core {
                 token: providers::Secret(token.expose().to_string()),
             },
             limits: c.limits,
+            placement: c.placement.clone(),
         }
     }
 
@@ -170,18 +171,25 @@ impl Core {
         Ok(self.computers.list().await?)
     }
 
-    /// Creates a computer, provisions its machine and waits for its guest to dial in.
+    /// Creates a computer, provisions its machine (at `placement`, if named) and waits for its
+    /// guest to dial in. A placement the provider cannot honour is refused before the computer
+    /// is made.
     pub async fn create(
         &self,
         kind: ComputerKind,
         provider: Option<&str>,
         limits: MachineLimits,
+        placement: Option<String>,
     ) -> Result<Computer, CoreError> {
         let provider_kind = provider.unwrap_or(self.providers.default_kind());
-        if self.providers.get(provider_kind).is_none() {
+        let Some(chosen) = self.providers.get(provider_kind) else {
             return Err(CoreError::UnknownProvider(provider_kind.to_string()));
-        }
+        };
         limits.validate().map_err(CoreError::BadLimits)?;
+        if let Some(p) = &placement {
+            crate::computers::check_placement(p)?;
+            chosen.check_placement(p)?;
+        }
         let token = new_token();
         let new = NewComputer {
             id: new_computer_id(),
@@ -189,6 +197,7 @@ impl Core {
             provider: provider_kind.to_string(),
             token_hash: TokenHash::of(token.expose()),
             limits,
+            placement,
         };
         let computer = self.computers.create(new, now_ms()).await?;
         info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
@@ -237,7 +246,7 @@ impl Core {
                 Some(r) => match provider.prepare(&r, &spec).await {
                     Err(e) if e.class() == ErrorClass::Gone => {
                         info!(computer_id = %c.id.as_str(), provider_ref = %r, "machine gone: provisioning a replacement");
-                        (provider.provision(&spec).await?, true)
+                        (Self::replace(provider, &c, &spec).await?, true)
                     }
                     other => (other?, false),
                 },
@@ -285,6 +294,31 @@ impl Core {
             .await
             .map_err(crate::computers::ComputerError::from)?;
         self.get(c.id.as_str()).await
+    }
+
+    /// Provisions a replacement for `c`'s gone machine at its placement; if that place cannot
+    /// take it (gone with the old machine, silent, no longer configured), wherever the provider
+    /// chooses, with a WARN naming both: a computer is never left without a machine for want of
+    /// its place. Its first machine (`create`) gets no such second chance: that caller is told.
+    async fn replace(
+        provider: &AnyProvider,
+        c: &Computer,
+        spec: &SandboxSpec,
+    ) -> Result<ProviderRef, ProviderError> {
+        let Some(asked) = &spec.placement else {
+            return provider.provision(spec).await;
+        };
+        let err = match provider.provision(spec).await {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        let anywhere = SandboxSpec {
+            placement: None,
+            ..spec.clone()
+        };
+        let r = provider.provision(&anywhere).await?;
+        warn!(computer_id = %c.id.as_str(), placement = %asked, provider_ref = %r, error = %err, class = err.class().as_str(), "the computer's placement could not take its replacement machine: placed where the provider chose");
+        Ok(r)
     }
 
     /// Makes sure a computer's machine and guest run: nothing if they do, a restart if the

@@ -34,6 +34,7 @@ fn new(id: &str, kind: ComputerKind, token: &str) -> NewComputer {
         provider: "docker".into(),
         token_hash: TokenHash::of(token),
         limits: Default::default(),
+        placement: None,
     }
 }
 
@@ -80,6 +81,7 @@ async fn create_and_get(db: Db) {
             created_at_ms: T0,
             updated_at_ms: T0,
             limits: Default::default(),
+            placement: None,
         }
     );
     assert_eq!(store.get(&id("c-1")).await.unwrap(), Some(created));
@@ -291,6 +293,7 @@ async fn verify_token_checks_the_hash(db: Db) {
                 provider: "local".into(),
                 token_hash: TokenHash::of(token.expose()),
                 limits: Default::default(),
+                placement: None,
             },
             T0,
         )
@@ -397,6 +400,52 @@ async fn limits_are_kept_and_a_provider_change_drops_the_reference(db: Db) {
     ));
 }
 
+async fn placement_is_kept_checked_and_dropped_with_the_provider(db: Db) {
+    let store = ComputerStore::new(db.clone());
+    let mut n = new("c-1", team("ws-1"), "a");
+    n.placement = Some("engine-b".into());
+    let c = store.create(n, T0).await.unwrap();
+    assert_eq!(c.placement.as_deref(), Some("engine-b"));
+    assert_eq!(store.get(&id("c-1")).await.unwrap().unwrap(), c);
+    // A replacement machine is asked for at the same place: the reference changes, not it.
+    store
+        .set_provider_ref(&id("c-1"), Some("engine-b/abc"), T0 + 1)
+        .await
+        .unwrap();
+    let c = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!(c.placement.as_deref(), Some("engine-b"));
+    // Another kind knows no such place.
+    store
+        .set_provider(&id("c-1"), "local", T0 + 2)
+        .await
+        .unwrap();
+    let c = store.get(&id("c-1")).await.unwrap().unwrap();
+    assert_eq!(c.placement, None);
+
+    for bad in ["", "Engine", "a/b", &"a".repeat(64)] {
+        let mut n = new("c-2", team("ws-2"), "b");
+        n.placement = Some(bad.to_string());
+        let err = store.create(n, T0).await.unwrap_err();
+        assert!(
+            matches!(&err, ComputerError::BadPlacement(p) if p == bad),
+            "{bad:?}: {err:?}"
+        );
+    }
+    assert_eq!(store.get(&id("c-2")).await.unwrap(), None);
+
+    // A malformed placement in the table is corruption, not a place to go.
+    create(&store, "c-3", team("ws-3"), "c", T0).await;
+    sqlx::query("UPDATE computers SET placement = '../x' WHERE id = 'c-3'")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let err = store.get(&id("c-3")).await.unwrap_err();
+    assert!(
+        matches!(err, ComputerError::Db(DbError::Corrupt { .. })),
+        "{err:?}"
+    );
+}
+
 async fn futures_are_send(db: Db) {
     // The API and tunnel call the store from spawned tasks.
     let store = ComputerStore::new(db);
@@ -421,5 +470,6 @@ on_both_databases!(
     verify_token_checks_the_hash,
     corrupt_rows_are_errors,
     limits_are_kept_and_a_provider_change_drops_the_reference,
+    placement_is_kept_checked_and_dropped_with_the_provider,
     futures_are_send,
 );

@@ -449,7 +449,8 @@ impl DaytonaProvider {
             // The control plane's idle policy stops computers, after a checkpoint.
             "autoStopInterval": 0,
         });
-        if let Some(t) = &c.target {
+        // The computer's own region wins over the configured one.
+        if let Some(t) = spec.placement.as_ref().or(c.target.as_ref()) {
             body["target"] = t.as_str().into();
         }
         if let Some(m) = spec.limits.cpu_millis {
@@ -488,6 +489,11 @@ impl SandboxProvider for DaytonaProvider {
     /// Daytona meters running sandboxes.
     fn bills_while_running(&self) -> bool {
         true
+    }
+
+    /// A placement is a Daytona region (`target`); Daytona itself refuses one it lacks.
+    fn check_placement(&self, _placement: &str) -> Result<(), ProviderError> {
+        Ok(())
     }
 
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
@@ -647,8 +653,9 @@ mod tests {
     fn create_asks_for_the_limits_and_lets_the_guest_reach_home() {
         let mut c = DaytonaConfig::new(Secret("dtn_secret".into()), "rakazo-snap", "/g");
         c.network_allow = vec!["10.0.0.0/8".into()];
+        c.target = Some("us".into());
         let p = DaytonaProvider::new(c).unwrap();
-        let spec = SandboxSpec {
+        let mut spec = SandboxSpec {
             computer_id: "c-1".into(),
             home_key: "team-w".into(),
             guest: GuestEnrollment {
@@ -662,9 +669,11 @@ mod tests {
                 cpu_millis: Some(1500),
                 ..Default::default()
             },
+            placement: None,
         };
         let body = p.create_body(&spec);
         assert_eq!(body["snapshot"], "rakazo-snap");
+        assert_eq!(body["target"], "us", "the configured region");
         assert_eq!(
             (body["cpu"].as_u64(), body["memory"].as_u64()),
             (Some(2), Some(2))
@@ -676,6 +685,10 @@ mod tests {
         assert_eq!(body["labels"][LABEL_COMPUTER], "c-1");
         assert!(!body.to_string().contains("t0ken"));
         assert!(!format!("{:?}", p.config()).contains("dtn_secret"));
+        // A computer's placement is its region.
+        spec.placement = Some("eu".into());
+        assert_eq!(p.create_body(&spec)["target"], "eu");
+        assert!(p.check_placement("eu").is_ok());
     }
 
     #[test]

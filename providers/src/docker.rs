@@ -9,8 +9,8 @@
 //! only `destroy` removes it. The reference is `<engine>/<container's full hex id>` (a bare id,
 //! from before engines had names, is on the engine named `default`).
 //!
-//! A new computer goes to the engine the caller names, else to the one with the fewest Rakazo
-//! computers; an engine that lacks the image gets it from another ([`image::copy_image`]).
+//! A new computer goes to the engine its spec's placement names, else to the one with the fewest
+//! Rakazo computers; an engine that lacks the image gets it from another ([`image::copy_image`]).
 //! `fleet` decides when a silent engine's computers count as gone.
 //!
 //! The container runs `/usr/local/bin/rakazo-guest` as root under an init (the guest drops to
@@ -454,14 +454,10 @@ impl DockerProvider {
         Ok(())
     }
 
-    /// Provisions a computer on the engine named `engine`, or, with `None`, on the one with the
-    /// fewest Rakazo computers among those that answer (what [`SandboxProvider::provision`]
-    /// does). A named engine that does not answer is `Unavailable`; an unknown name, `BadSpec`.
-    pub async fn provision_on(
-        &self,
-        spec: &SandboxSpec,
-        engine: Option<&str>,
-    ) -> Result<ProviderRef, ProviderError> {
+    /// Provisions a computer on the engine `spec.placement` names, or, with `None`, on the one
+    /// with the fewest Rakazo computers among those that answer. A named engine that does not
+    /// answer is `Unavailable`; an unknown name, `BadSpec` listing the configured ones.
+    async fn provision_placed(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         let began = tokio::time::Instant::now();
         if !valid_computer_id(&spec.computer_id) {
             return Err(ProviderError::BadSpec(format!(
@@ -470,7 +466,10 @@ impl DockerProvider {
             )));
         }
         spec.limits.validate().map_err(ProviderError::BadSpec)?;
-        let placed = self.fleet.place(engine, self.config.call_timeout).await?;
+        let placed = self
+            .fleet
+            .place(spec.placement.as_deref(), self.config.call_timeout)
+            .await?;
         let e = placed.0;
         self.ensure_image(e).await?;
         self.ensure_volume(e, spec).await?;
@@ -593,8 +592,16 @@ impl SandboxProvider for DockerProvider {
         false
     }
 
+    /// A placement is the name of a configured engine.
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
+        self.fleet
+            .get(placement)
+            .map(|_| ())
+            .ok_or_else(|| self.fleet.unknown(placement))
+    }
+
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
-        self.provision_on(spec, None).await
+        self.provision_placed(spec).await
     }
 
     async fn prepare(

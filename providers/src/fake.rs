@@ -229,8 +229,13 @@ impl SandboxProvider for FakeProvider {
         true
     }
 
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
+        Err(crate::no_placements(self.kind(), placement))
+    }
+
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         self.fault("provision")?;
+        crate::check_spec_placement(self, spec)?;
         spec.limits.validate().map_err(ProviderError::BadSpec)?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let r = ProviderRef(format!("fake-{}-{n}", spec.computer_id));

@@ -67,6 +67,11 @@ pub struct SandboxSpec {
     pub guest: GuestEnrollment,
     /// Resource limits for the machine; providers that cannot enforce one ignore it.
     pub limits: MachineLimits,
+    /// Where the caller asked the machine to go, in the provider's own terms: a docker engine's
+    /// name, a Daytona region. `None`: wherever the provider chooses. A provider with no such
+    /// notion refuses one with `BadSpec` naming it ([`SandboxProvider::check_placement`]), so a
+    /// caller is never silently ignored.
+    pub placement: Option<String>,
 }
 
 /// Per-computer resource limits. `None` leaves the provider's default.
@@ -214,6 +219,24 @@ impl ProviderError {
     }
 }
 
+/// The refusal of a provider (`kind`) that has no places to choose from.
+pub(crate) fn no_placements(kind: &str, placement: &str) -> ProviderError {
+    ProviderError::BadSpec(format!(
+        "placement {placement:?} cannot be honoured: the {kind} provider has no places to choose \
+         from"
+    ))
+}
+
+/// `spec`'s placement, if any, checked by `p` ([`SandboxProvider::check_placement`]).
+pub(crate) fn check_spec_placement(
+    p: &impl SandboxProvider,
+    spec: &SandboxSpec,
+) -> Result<(), ProviderError> {
+    spec.placement
+        .as_deref()
+        .map_or(Ok(()), |placement| p.check_placement(placement))
+}
+
 /// A place computers run. Small, async, idempotent.
 pub trait SandboxProvider: Send + Sync {
     /// The provider kind stored beside references (`local`, `docker`, ...).
@@ -224,6 +247,11 @@ pub trait SandboxProvider: Send + Sync {
     /// awake for a fixed window, while on a billed one it only restarts the idle timer
     /// (contracts.md §8).
     fn bills_while_running(&self) -> bool;
+
+    /// Whether a spec's [`SandboxSpec::placement`] can be honoured, checked before anything is
+    /// created: `BadSpec` naming it if the place is unknown or the provider has no places to
+    /// choose from. `provision` refuses the same placements.
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError>;
 
     /// Creates a machine for `spec` and starts its guest, which dials home on its own.
     fn provision(
@@ -282,6 +310,10 @@ impl SandboxProvider for AnyProvider {
         dispatch!(self, p => p.bills_while_running())
     }
 
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
+        dispatch!(self, p => p.check_placement(placement))
+    }
+
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         dispatch!(self, p => p.provision(spec).await)
     }
@@ -304,5 +336,51 @@ impl SandboxProvider for AnyProvider {
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         dispatch!(self, p => p.destroy(r).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(placement: &str) -> SandboxSpec {
+        SandboxSpec {
+            computer_id: "c-1".into(),
+            home_key: "team-w".into(),
+            guest: GuestEnrollment {
+                control_addr: "127.0.0.1:9".parse().unwrap(),
+                control_tcp_addr: None,
+                cert_sha256: "ab".into(),
+                token: Secret("t".into()),
+            },
+            limits: MachineLimits::default(),
+            placement: Some(placement.into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn providers_without_places_refuse_a_placement_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let e2b = e2b::E2bConfig::new(Secret("k".into()), "tpl", "/g");
+        for p in [
+            AnyProvider::Local(LocalProvider::new(dir.path().join("l"), "/no/guest")),
+            AnyProvider::Fake(FakeProvider::new(dir.path().join("f"), None)),
+            AnyProvider::E2b(E2bProvider::new(e2b).unwrap()),
+        ] {
+            let kind = p.kind();
+            for err in [
+                p.check_placement("b").unwrap_err(),
+                p.provision(&spec("b")).await.unwrap_err(),
+            ] {
+                assert!(matches!(err, ProviderError::BadSpec(_)), "{kind}: {err:?}");
+                let msg = err.to_string();
+                assert!(
+                    msg.contains("placement \"b\"") && msg.contains(kind),
+                    "{kind}: {msg}"
+                );
+            }
+        }
+        // Nothing was made on the way.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

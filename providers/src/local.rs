@@ -265,7 +265,12 @@ impl SandboxProvider for LocalProvider {
         false
     }
 
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
+        Err(crate::no_placements(self.kind(), placement))
+    }
+
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
+        crate::check_spec_placement(self, spec)?;
         if !valid_id(&spec.computer_id) {
             return Err(ProviderError::BadSpec(format!(
                 "computer id {:?}",

@@ -81,6 +81,7 @@ mod tests {
                 token: Secret("t0ken-never-in-env".into()),
             },
             limits: MachineLimits::default(),
+            placement: None,
         };
         let env = guest_env(
             &spec,

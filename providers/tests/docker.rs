@@ -168,6 +168,7 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
             token: Secret(token.into()),
         },
         limits,
+        placement: None,
     }
 }
 
@@ -934,6 +935,11 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
     let p = DockerProvider::connect(config).await.expect("connect");
     let n = nonce();
     let s = |name: &str| spec(&format!("t-{name}-{n}"), "t", MachineLimits::default());
+    // Computer `name`'s spec, placed on `engine`.
+    let on = |name: &str, engine: &str| SandboxSpec {
+        placement: Some(engine.into()),
+        ..s(name)
+    };
 
     // Fewest computers first (a tie goes to the first configured); c gets the image from b.
     let x = p.provision(&s("x")).await.expect("provision x");
@@ -945,13 +951,18 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
         .unwrap());
     assert_eq!(p.state(&y).await.unwrap(), MachineState::Running);
     // A named engine, even with more computers.
-    let z = p
-        .provision_on(&s("z"), Some("c"))
-        .await
-        .expect("provision z");
+    let z = p.provision(&on("z", "c")).await.expect("provision z");
     assert_eq!(tag_of(&z), "c");
-    let err = p.provision_on(&s("q"), Some("nowhere")).await.unwrap_err();
+    let err = p.provision(&on("q", "nowhere")).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Invalid, "{err}");
+    assert!(err.to_string().contains("(configured: b, c)"), "{err}");
+    assert!(p.check_placement("c").is_ok());
+    let err = p.check_placement("nowhere").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no docker engine named nowhere (configured: b, c)"),
+        "{err}"
+    );
 
     // b goes silent: its computers are unavailable, not gone, and new ones go to c.
     relay.close();
@@ -964,7 +975,7 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
         .await
         .expect("provision w while b is silent");
     assert_eq!(tag_of(&w), "c", "placed on the engine that answers");
-    let err = p.provision_on(&s("q"), Some("b")).await.unwrap_err();
+    let err = p.provision(&on("q", "b")).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Transient, "{err}");
 
     // Silent past the grace: b's computers are gone.
@@ -982,10 +993,7 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
 
     // x replaced on c (what a start does once b was lost); destroying it there also removes
     // what it left on b.
-    let x2 = p
-        .provision_on(&s("x"), Some("c"))
-        .await
-        .expect("replace x on c");
+    let x2 = p.provision(&on("x", "c")).await.expect("replace x on c");
     // Another computer's home on b, with no container: only x's things may go.
     let other = format!("t-u-{n}");
     b.create_volume(bollard::models::VolumeCreateRequest {

@@ -56,6 +56,7 @@ fn spec() -> SandboxSpec {
             token: Secret("isolation-token".into()),
         },
         limits: MachineLimits::default(),
+        placement: None,
     }
 }
 

@@ -16,6 +16,7 @@ mod idle;
 mod image;
 mod live;
 mod page_browser;
+mod placement;
 mod providers;
 mod sandbox_services;
 mod start_checks;

@@ -453,8 +453,9 @@ async fn conformance_docker_two_engines() -> Result<()> {
 /// Computers spread over two engines; one engine dies with its containers, as with a lost host.
 /// A start of a computer that lived there answers 503 while the engine may only be restarting;
 /// once it has been silent for the grace, a start boots a replacement on the other engine with
-/// the home of the last checkpoint, and the other engine's computer runs on. When the engine is
-/// back, destroying the computer also removes what it left there.
+/// the home of the last checkpoint, and the other engine's computer runs on; so does one whose
+/// caller placed it on the lost engine (with a WARN: its place is gone). When the engine is back,
+/// destroying the computer also removes what it left there.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
     let engines = TwoEngines::take().await?;
@@ -475,6 +476,17 @@ async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
     let moves = w.create_computer("ws-engine-moves").await?;
     assert_eq!(engines.holder(&stays)?, engines.b);
     assert_eq!(engines.holder(&moves)?, engines.c);
+    let body = serde_json::json!({ "workspace": "ws-engine-placed", "placement": "c" });
+    let v = w
+        .client
+        .json(Method::POST, "/v1/computers", Some(&body))
+        .await?;
+    let placed = v["id"].as_str().context("id")?.to_string();
+    w.track_docker(&placed);
+    if let Ok(token) = w.enrollment_token(&placed) {
+        w.add_secret(&token);
+    }
+    assert_eq!(engines.holder(&placed)?, engines.c);
     w.put_file(&moves, "kept/home.txt", b"checkpointed".to_vec(), false)
         .await?;
     lifecycle(&w, &moves, "stop").await?; // checkpoints the home
@@ -488,9 +500,13 @@ async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
     )
     .await?;
 
-    // Engine c dies: its service, then the computer's processes.
+    // Engine c dies: its service, then its computers' processes.
     engine::kill_instance("c")?;
-    for pid in pids_with_env("RAKAZO_COMPUTER_ID", &moves) {
+    let on_c = [&moves, &placed];
+    for pid in on_c
+        .iter()
+        .flat_map(|c| pids_with_env("RAKAZO_COMPUTER_ID", c))
+    {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
@@ -535,6 +551,21 @@ async fn a_lost_engine_s_computers_are_replaced_on_the_other() -> Result<()> {
         .await
         .expect_err("what was never checkpointed died with the engine");
     assert_eq!(w.sh(&stays, "echo up").await?, "up\n");
+    // The computer placed on c still gets a machine, on b; it keeps its placement.
+    w.allow_warn("placement could not take its replacement machine");
+    lifecycle(&w, &placed, "start").await?;
+    assert!(engine::container_exists_on(&engines.b, &placed)?);
+    assert_eq!(w.show(&placed).await?["placement"], "c");
+    let log = w.log();
+    let warned = log
+        .lines()
+        .find(|l| l.contains("placement could not take its replacement machine"))
+        .context("no WARN about the placement")?;
+    assert!(
+        warned.contains("placement=c") && warned.contains("provider_ref=default/"),
+        "the WARN names both engines: {warned}"
+    );
+    assert_eq!(w.sh(&placed, "echo up").await?, "up\n");
 
     // c comes back with the old container: destroy removes it there too.
     engine::start_instance("c")?;

@@ -35,6 +35,7 @@ fn view(c: &Computer) -> schema::Computer {
         home_key: c.home_key.clone(),
         provider: c.provider.clone(),
         limits: c.limits,
+        placement: c.placement.clone(),
         state: match c.state {
             ComputerState::Provisioning => schema::ComputerState::Provisioning,
             ComputerState::Running => schema::ComputerState::Running,
@@ -81,7 +82,7 @@ pub async fn create(
     };
     let c = api
         .core
-        .create(kind, body.provider.as_deref(), body.limits)
+        .create(kind, body.provider.as_deref(), body.limits, body.placement)
         .await?;
     Ok(json_response(StatusCode::CREATED, &view(&c)))
 }

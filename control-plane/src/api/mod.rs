@@ -355,9 +355,11 @@ impl From<CoreError> for ApiError {
 fn computer_error(e: crate::computers::ComputerError, msg: String) -> ApiError {
     use crate::computers::ComputerError as E;
     match e {
-        E::BadId(_) | E::BadWorkspace(_) | E::BadProvider(_) | E::ReservedBotId(_) => {
-            ApiError::bad_request(msg)
-        }
+        E::BadId(_)
+        | E::BadWorkspace(_)
+        | E::BadProvider(_)
+        | E::BadPlacement(_)
+        | E::ReservedBotId(_) => ApiError::bad_request(msg),
         E::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
         E::AlreadyExists(_) => ApiError::new(StatusCode::CONFLICT, "computer_exists", msg),
         E::HomeInUse { .. } => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),

@@ -37,6 +37,11 @@ pub enum ComputerCmd {
         /// Size of /dev/shm, MiB.
         #[arg(long)]
         shm_mb: Option<u64>,
+        /// Where its machines go: a docker engine's name (`--docker-engine NAME=…`), a Daytona
+        /// region (default: the provider's choice, for docker the engine with the fewest
+        /// computers).
+        #[arg(long, value_name = "NAME")]
+        placement: Option<String>,
     },
     List,
     Show {
@@ -74,6 +79,9 @@ fn print_computer(c: &Computer) {
             "disconnected"
         },
     );
+    if let Some(p) = &c.placement {
+        println!("\tplacement {p}");
+    }
     if let Some(m) = &c.machine {
         let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
         println!(
@@ -116,6 +124,7 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             cpu_millis,
             pids,
             shm_mb,
+            placement,
         } => {
             let body = CreateComputer {
                 workspace,
@@ -127,6 +136,7 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
                     pids,
                     shm_mb,
                 },
+                placement,
             };
             c.call(Method::POST, "/v1/computers", &body).await?
         }

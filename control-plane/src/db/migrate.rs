@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "limits",
         sql: include_str!("../../migrations/0006_limits.sql"),
     },
+    Migration {
+        version: 7,
+        name: "placement",
+        sql: include_str!("../../migrations/0007_placement.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

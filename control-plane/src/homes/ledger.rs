@@ -422,6 +422,7 @@ mod tests {
             provider: "local".into(),
             token_hash: TokenHash::of("t"),
             limits: Default::default(),
+            placement: None,
         };
         store.create(new, 1).await.unwrap()
     }

@@ -134,6 +134,7 @@ mod tests {
                     provider: "local".into(),
                     token_hash: TokenHash::of("t"),
                     limits: Default::default(),
+                    placement: None,
                 },
                 1_000,
             )

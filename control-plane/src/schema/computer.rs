@@ -19,6 +19,12 @@ pub struct CreateComputer {
     /// Resource limits of its machines; every one unset leaves the provider's default.
     #[serde(default, skip_serializing_if = "is_default_limits")]
     pub limits: MachineLimits,
+    /// Where its machines go, in the provider's terms: a docker engine's name, a Daytona
+    /// region (1 to 63 of a-z, 0-9, '.', '_', '-'). Unset: wherever the provider chooses (for
+    /// docker, the engine with the fewest computers). A provider that cannot honour it refuses
+    /// the create.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// Whether `limits` sets nothing (it is then left out).
@@ -41,6 +47,10 @@ pub struct Computer {
     pub provider: String,
     #[serde(default, skip_serializing_if = "is_default_limits")]
     pub limits: MachineLimits,
+    /// Where the create asked its machines to go (a replacement whose place is gone runs
+    /// elsewhere, and the server logs a WARN saying where).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
     pub state: ComputerState,
     /// Whether its guest is connected now.
     pub connected: bool,

@@ -69,6 +69,12 @@ fn computers() {
         json!({ "private_bot": "bot-7", "provider": "docker", "limits": { "memory_mb": 512 } }),
     );
     refused::<CreateComputer>(json!({ "workspace": "acme", "color": "red" }));
+    let placed = CreateComputer {
+        workspace: Some("acme".into()),
+        placement: Some("b".into()),
+        ..Default::default()
+    };
+    same(&placed, json!({ "workspace": "acme", "placement": "b" }));
     let c = Computer {
         id: "c-1".into(),
         kind: ComputerKind::Team,
@@ -77,6 +83,7 @@ fn computers() {
         home_key: "team-acme".into(),
         provider: "local".into(),
         limits: Default::default(),
+        placement: None,
         state: ComputerState::Running,
         connected: true,
         created_at_ms: 1,
@@ -102,6 +109,12 @@ fn computers() {
                       "at_ms": 3, "until_ms": 4 },
         }),
     );
+    let placed = Computer {
+        placement: Some("b".into()),
+        idle: None,
+        ..c
+    };
+    assert_eq!(serde_json::to_value(&placed).unwrap()["placement"], "b");
 }
 
 #[test]

@@ -317,6 +317,15 @@ impl Fleet {
         self.engines.iter().find(|e| e.name == name)
     }
 
+    /// The refusal of an engine name that is not configured; it lists the names that are.
+    pub fn unknown(&self, name: &str) -> ProviderError {
+        let names: Vec<&str> = self.engines.iter().map(|e| e.name.as_str()).collect();
+        ProviderError::BadSpec(format!(
+            "there is no docker engine named {name} (configured: {})",
+            names.join(", ")
+        ))
+    }
+
     /// Whether `engine` has gone silent for long enough that its computers are gone.
     pub fn lost(&self, engine: &Engine) -> bool {
         engine.lost(self.gone_after)
@@ -351,9 +360,7 @@ impl Fleet {
     ) -> Result<Placed<'_>, ProviderError> {
         let chosen = match wanted {
             Some(name) => {
-                let e = self.get(name).ok_or_else(|| {
-                    ProviderError::BadSpec(format!("there is no docker engine named {name}"))
-                })?;
+                let e = self.get(name).ok_or_else(|| self.unknown(name))?;
                 e.computers(deadline).await?;
                 e
             }
