@@ -9,6 +9,15 @@
 use anyhow::{Context, Result};
 use tests::{udp_black_hole, World, WorldOptions};
 
+/// Waits until the log has `n` `guest connected` lines for `c`.
+async fn connected_lines(w: &World, c: &str, n: usize) -> Result<()> {
+    let what = format!("{n} guest connected lines of {c}");
+    tests::wait_for(std::time::Duration::from_secs(30), &what, || {
+        (w.transports(c).len() >= n).then_some(())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_connect_over_the_transport_the_run_asks_for() -> Result<()> {
     let mut w = World::start().await?;
@@ -22,6 +31,8 @@ async fn guests_connect_over_the_transport_the_run_asks_for() -> Result<()> {
     } else {
         "quic"
     };
+    // The line follows the registration the create waited for by a moment.
+    connected_lines(&w, &c, 1).await?;
     assert_eq!(w.transports(&c), vec![expected.to_string()]);
     w.check_log()
 }
@@ -45,16 +56,14 @@ async fn a_computer_whose_udp_is_dropped_works_over_tcp_and_comes_back_after_a_r
         w.get_file(&c, "big.bin").await? == data,
         "the file came back different"
     );
+    connected_lines(&w, &c, 1).await?;
     assert_eq!(w.transports(&c), vec!["tcp".to_string()]);
 
     // A crash of the control plane drops the TCP connection; its successor (same addresses)
     // gets the guest back over TCP, with nothing lost.
     w.kill_server();
     w.spawn_server().await?;
-    tests::wait_for(std::time::Duration::from_secs(30), "the guest back", || {
-        (w.transports(&c).len() == 2).then_some(())
-    })
-    .await?;
+    connected_lines(&w, &c, 2).await?;
     assert_eq!(w.transports(&c), vec!["tcp".to_string(), "tcp".to_string()]);
     let out = w
         .exec(&c, serde_json::json!({ "argv": ["sha256sum", "big.bin"] }))

@@ -385,7 +385,12 @@ async fn world(tcp: bool) -> Result<(World, String)> {
     let mut w = World::start_with(opts).await?;
     let c = w.create_computer("bench-tcp").await?;
     let want = if tcp { "tcp" } else { "quic" };
-    let got = w.transports(&c).pop();
+    // The log line follows the registration the create waited for by a moment.
+    let got = tests::wait_for(Duration::from_secs(30), "the guest connected line", || {
+        w.transports(&c).pop()
+    })
+    .await
+    .ok();
     ensure!(
         got.as_deref() == Some(want),
         "the guest connected over {got:?}, not {want}"
