@@ -18,16 +18,16 @@ pub mod daytona;
 pub mod docker;
 pub mod e2b;
 pub mod fake;
-mod remote;
 pub mod local;
 mod process;
+mod remote;
 
 pub use daytona::DaytonaProvider;
 pub use docker::DockerProvider;
 pub use e2b::E2bProvider;
 pub use fake::FakeProvider;
-pub use remote::http::BaseUrl;
 pub use local::LocalProvider;
+pub use remote::http::BaseUrl;
 
 /// Opaque provider-specific reference to a machine. An acceleration path, not durable data: a
 /// reference that no longer resolves means a replacement machine.

@@ -53,7 +53,10 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
         )
         .env("LANG", "C.UTF-8")
         .env("RAKAZO_CONTROL_ADDR", l.spec.guest.control_addr.to_string())
-        .env("RAKAZO_CONTROL_TCP_ADDR", l.spec.guest.tcp_addr().to_string())
+        .env(
+            "RAKAZO_CONTROL_TCP_ADDR",
+            l.spec.guest.tcp_addr().to_string(),
+        )
         .env("RAKAZO_CONTROL_CERT_SHA256", &l.spec.guest.cert_sha256)
         .env("RAKAZO_COMPUTER_ID", &l.spec.computer_id)
         .env("RAKAZO_ENROLL_TOKEN_FILE", &token_path)
