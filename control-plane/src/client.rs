@@ -281,12 +281,23 @@ fn local_pin(base: &str, data_dir: &Path) -> Option<Trust> {
     recorded.http_cert_sha256.map(Trust::Pinned)
 }
 
-/// What the CLI reads of a local server's `addresses.json` (`crate::serve` writes it).
-#[derive(Debug, Deserialize)]
+/// A local server's `addresses.json`: what `crate::serve` listens on, written once it is
+/// bound (so port 0 works); the CLI reads it to find the API and the certificate to pin.
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct LocalAddresses {
     /// The API's base URL.
+    #[serde(default)]
     pub http: Option<String>,
+    /// The tunnel's UDP address and the TCP carrier's.
+    #[serde(default)]
+    pub tunnel: Option<String>,
+    #[serde(default)]
+    pub tunnel_tcp: Option<String>,
+    /// The SHA-256 of the tunnel's certificate, which guests pin.
+    #[serde(default)]
+    pub tunnel_cert_sha256: Option<String>,
     /// The SHA-256 of the API's TLS certificate, when it speaks TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_cert_sha256: Option<String>,
 }
 

@@ -272,16 +272,14 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         Arc::new(CoreAuth(core.clone())),
     ));
     let scheme = if api_tls.is_some() { "https" } else { "http" };
-    let mut addresses = serde_json::json!({
-        "http": format!("{scheme}://{http_addr}"),
-        "tunnel": tunnel_addr.to_string(),
-        "tunnel_tcp": tunnel_tcp_addr.to_string(),
-        "tunnel_cert_sha256": identity.fingerprint(),
-    });
-    if let Some(t) = &api_tls {
+    let addresses = crate::client::LocalAddresses {
+        http: Some(format!("{scheme}://{http_addr}")),
+        tunnel: Some(tunnel_addr.to_string()),
+        tunnel_tcp: Some(tunnel_tcp_addr.to_string()),
+        tunnel_cert_sha256: Some(identity.fingerprint()),
         // The local CLI pins this certificate (`client::Trust::Pinned`).
-        addresses["http_cert_sha256"] = t.fingerprint.clone().into();
-    }
+        http_cert_sha256: api_tls.as_ref().map(|t| t.fingerprint.clone()),
+    };
     write_atomic(
         &cfg.data_dir.join(ADDRESSES_FILE),
         &serde_json::to_vec_pretty(&addresses)?,
