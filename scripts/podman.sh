@@ -75,17 +75,24 @@ start() {
   command -v podman >/dev/null || die "podman is not installed: run 'bash scripts/podman.sh install'"
   command -v runc >/dev/null || die "runc is not installed: run 'bash scripts/podman.sh install'"
   write_conf
+  # Podman spools every image load through the Engine API (`POST /images/load`, how the docker
+  # provider copies the image to an engine that lacks it) into a temp file under $TMPDIR
+  # (/var/tmp when unset) and leaves it there when the service dies mid-load, 1.3 GB each (the
+  # lost-engine test kills one). Its own directory instead, emptied here: no service runs on
+  # this directory now, so what a dead one spooled is garbage.
+  rm -rf "$dir/tmp"
+  mkdir -p "$dir/tmp"
   # A stale socket from a dead service would make podman refuse to bind.
   rm -f "$sock"
   if [ -z "$instance" ]; then
-    CONTAINERS_CONF="$conf" setsid nohup podman system service --time 0 "unix://$sock" \
+    CONTAINERS_CONF="$conf" TMPDIR="$dir/tmp" setsid nohup podman system service --time 0 "unix://$sock" \
       >>"$log" 2>&1 </dev/null &
   else
     # The exit command conmon runs when a container stops gets --root, --runroot and --tmpdir
     # from the service, and runs in this namespace, so it sees the same locks.
     local run="/run/rakazo-podman-$instance"
     mkdir -p "$dir/storage" "$run"
-    CONTAINERS_CONF="$conf" setsid nohup unshare --mount --propagation private sh -c \
+    CONTAINERS_CONF="$conf" TMPDIR="$dir/tmp" setsid nohup unshare --mount --propagation private sh -c \
       'mount -t tmpfs -o mode=1777,size=64m shm /dev/shm && exec "$@"' sh \
       podman --root "$dir/storage" --runroot "$run/run" --tmpdir "$run/tmp" \
       system service --time 0 "unix://$sock" >>"$log" 2>&1 </dev/null &
