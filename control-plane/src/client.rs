@@ -273,13 +273,16 @@ pub fn q(value: &str) -> String {
 /// The pin of the local server's certificate, when `base` is the https address its data dir
 /// records (`addresses.json`: `http`, `http_cert_sha256`).
 fn local_pin(base: &str, data_dir: &Path) -> Option<Trust> {
-    let text = std::fs::read_to_string(data_dir.join(crate::serve::ADDRESSES_FILE)).ok()?;
+    let text = std::fs::read_to_string(data_dir.join(ADDRESSES_FILE)).ok()?;
     let recorded: LocalAddresses = serde_json::from_str(&text).ok()?;
     if recorded.http?.trim_end_matches('/') != base.trim_end_matches('/') {
         return None;
     }
     recorded.http_cert_sha256.map(Trust::Pinned)
 }
+
+/// The name of [`LocalAddresses`]' file in a local server's data dir.
+pub const ADDRESSES_FILE: &str = "addresses.json";
 
 /// A local server's `addresses.json`: what `crate::serve` listens on, written once it is
 /// bound (so port 0 works); the CLI reads it to find the API and the certificate to pin.

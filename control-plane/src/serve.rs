@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 /// File names inside the data dir.
 pub const API_TOKEN_FILE: &str = "api-token";
-pub const ADDRESSES_FILE: &str = "addresses.json";
+pub use crate::client::ADDRESSES_FILE;
 /// The tunnel's last bound port, tried first when the tunnel is asked for on port 0.
 pub const TUNNEL_PORT_FILE: &str = "tunnel-port";
 
