@@ -6,7 +6,7 @@
 //! which is the address the QUIC connection must be opened to.
 
 use crate::frame::{Decoder, PREAMBLE};
-use crate::link::{self, Datagram, LinkDeadlines, LinkEnd, Outbox};
+use crate::link::{self, Datagram, LinkDeadlines, LinkEnd, Outbox, Stream};
 use crate::{tune_endpoint, Limits, INBOUND_QUEUE};
 use quinn::udp::Transmit;
 use std::io;
@@ -36,6 +36,34 @@ impl ClientSocket {
         stream.set_nodelay(true)?;
         stream.write_all(PREAMBLE).await?;
         let local = stream.local_addr()?;
+        Ok(Self::spawn(
+            Stream::Tcp(stream, Decoder::dialing()),
+            local,
+            server,
+            limits,
+        ))
+    }
+
+    /// Opens a websocket to `url` (`ws://` or `wss://`: only the request's path and host
+    /// matter, the scheme was the caller's to honour) over `stream`, a connection the caller
+    /// dialed to `server` (and wrapped in TLS for `wss`), and carries datagrams on it. The
+    /// caller bounds the wait.
+    pub async fn connect_websocket(
+        stream: impl crate::ws::Io,
+        url: &str,
+        server: SocketAddr,
+        local: SocketAddr,
+        limits: &Limits,
+    ) -> io::Result<Arc<Self>> {
+        let boxed: Box<dyn crate::ws::Io> = Box::new(stream);
+        let (ws, _) =
+            tokio_tungstenite::client_async_with_config(url, boxed, Some(crate::ws::config()))
+                .await
+                .map_err(io::Error::other)?;
+        Ok(Self::spawn(Stream::Ws(Box::new(ws)), local, server, limits))
+    }
+
+    fn spawn(stream: Stream, local: SocketAddr, server: SocketAddr, limits: &Limits) -> Arc<Self> {
         let outbox = Arc::new(Outbox::new(limits.queue_bytes));
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
         let (ended_tx, ended) = watch::channel(None);
@@ -46,21 +74,20 @@ impl ClientSocket {
         let task = tokio::spawn({
             let outbox = outbox.clone();
             async move {
-                let end =
-                    link::run(stream, server, Decoder::dialing(), &outbox, &tx, deadlines).await;
-                tracing::debug!(%server, %end, "tcp carrier connection ended");
+                let end = link::run_stream(stream, server, &outbox, &tx, deadlines).await;
+                tracing::debug!(%server, %end, "carrier connection ended");
                 let _ = ended_tx.send(Some(Arc::new(end)));
             }
         })
         .abort_handle();
-        Ok(Arc::new(Self {
+        Arc::new(Self {
             local,
             server,
             outbox,
             inbound: Mutex::new(rx),
             ended,
             task,
-        }))
+        })
     }
 
     /// The address dialed: open the QUIC connection to this one.

@@ -24,6 +24,8 @@ pub enum FrameError {
     Empty,
     /// A frame longer than [`MAX_DATAGRAM`].
     Oversized(usize),
+    /// A websocket message that is not binary (text, or a raw frame).
+    NotBinary,
 }
 
 impl fmt::Display for FrameError {
@@ -32,6 +34,7 @@ impl fmt::Display for FrameError {
             Self::Preamble => f.write_str("not a carrier: wrong preamble"),
             Self::Empty => f.write_str("empty frame"),
             Self::Oversized(n) => write!(f, "frame of {n} bytes exceeds {MAX_DATAGRAM}"),
+            Self::NotBinary => f.write_str("websocket message is not binary"),
         }
     }
 }

@@ -8,6 +8,10 @@
 //! gives each a synthetic peer address and routes outgoing datagrams by destination. This crate
 //! knows nothing of the tunnel protocol above it; [`frame`] is the wire format, sans-IO.
 //!
+//! The same sockets also carry datagrams one per websocket binary message ([`ws`]), for networks
+//! where only the control plane's HTTP API is reachable: [`Carrier::admit_websocket`] takes an
+//! upgraded HTTP connection beside the TCP listener's, [`ClientSocket::connect_websocket`] dials.
+//!
 //! Every queue is bounded ([`Limits`]): a connection's outbox drops datagrams when full (QUIC
 //! recovers, as from a full UDP buffer) and its reader waits for quinn rather than buffer more.
 //! Packets are [`PACKET_SIZE`] bytes ([`tune_transport`], [`tune_endpoint`]): TCP has no path MTU
@@ -60,6 +64,7 @@ mod client;
 pub mod frame;
 mod link;
 mod server;
+pub mod ws;
 
 pub use client::{client_endpoint, ClientSocket};
 pub use link::LinkEnd;

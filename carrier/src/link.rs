@@ -104,6 +104,29 @@ impl Outbox {
         true
     }
 
+    /// Waits for queued frames and swaps them into `out` (empty); `false` once the outbox is
+    /// closing and everything was taken.
+    pub(crate) async fn next_batch(&self, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        if out.capacity() > 2 * self.limit {
+            *out = Vec::new();
+        }
+        loop {
+            let closing = {
+                let mut s = lock(&self.state);
+                std::mem::swap(&mut s.frames, out);
+                s.closing
+            };
+            if !out.is_empty() {
+                return true;
+            }
+            if closing {
+                return false;
+            }
+            self.ready.notified().await;
+        }
+    }
+
     /// Takes no more datagrams; the connection ends once what is queued is written.
     pub fn close(&self) {
         lock(&self.state).closing = true;
@@ -177,9 +200,31 @@ pub(crate) struct LinkDeadlines {
     pub idle: Duration,
 }
 
+/// A carrier connection's byte stream.
+pub(crate) enum Stream {
+    /// Frames on TCP, after the preamble (checked by the decoder at the accepting end).
+    Tcp(TcpStream, Decoder),
+    /// One datagram per websocket binary message.
+    Ws(Box<crate::ws::Ws>),
+}
+
+/// Runs one connection of either kind until either direction ends.
+pub(crate) async fn run_stream(
+    stream: Stream,
+    from: SocketAddr,
+    outbox: &Outbox,
+    inbound: &mpsc::Sender<Datagram>,
+    deadlines: LinkDeadlines,
+) -> LinkEnd {
+    match stream {
+        Stream::Tcp(tcp, decoder) => run(tcp, from, decoder, outbox, inbound, deadlines).await,
+        Stream::Ws(ws) => crate::ws::run(*ws, from, outbox, inbound, deadlines.idle).await,
+    }
+}
+
 /// Runs one connection until either direction ends. Received datagrams go to `inbound`
 /// labelled `from`; queued ones leave from `outbox`.
-pub(crate) async fn run(
+async fn run(
     stream: TcpStream,
     from: SocketAddr,
     decoder: Decoder,
@@ -244,30 +289,15 @@ async fn write_loop(
     idle: Duration,
 ) -> LinkEnd {
     let mut out = Vec::new();
-    loop {
-        let closing = {
-            let mut s = lock(&outbox.state);
-            std::mem::swap(&mut s.frames, &mut out);
-            s.closing
-        };
-        if out.is_empty() {
-            if closing {
-                let _ = wr.shutdown().await;
-                return LinkEnd::Closed;
-            }
-            outbox.ready.notified().await;
-            continue;
-        }
+    while outbox.next_batch(&mut out).await {
         match tokio::time::timeout(idle, wr.write_all(&out)).await {
             Err(_) => return LinkEnd::Idle,
             Ok(Err(e)) => return LinkEnd::Io(e),
             Ok(Ok(())) => {}
         }
-        out.clear();
-        if out.capacity() > 2 * outbox.limit {
-            out = Vec::new();
-        }
     }
+    let _ = wr.shutdown().await;
+    LinkEnd::Closed
 }
 
 /// Locks `m`; a poisoned lock still holds consistent data here (no code panics while holding

@@ -13,7 +13,7 @@
 //! connection alone.
 
 use crate::frame::Decoder;
-use crate::link::{self, lock, Datagram, LinkDeadlines, LinkEnd, Outbox};
+use crate::link::{self, lock, Datagram, LinkDeadlines, LinkEnd, Outbox, Stream};
 use crate::{Limits, INBOUND_QUEUE};
 use quinn::udp::Transmit;
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -53,6 +53,8 @@ struct Shared {
     links: Mutex<HashMap<SocketAddr, Arc<Link>>>,
     next: AtomicU64,
     refused: Mutex<Refused>,
+    /// Where every connection's received datagrams go (the socket's inbound queue).
+    inbound: mpsc::Sender<Datagram>,
 }
 
 #[derive(Debug, Default)]
@@ -72,14 +74,15 @@ struct Link {
 /// Accepts carrier connections on `listener` until the returned socket is dropped.
 pub fn listen(listener: TcpListener, limits: Limits) -> io::Result<(Arc<ServerSocket>, Carrier)> {
     let local = listener.local_addr()?;
+    let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
     let shared = Arc::new(Shared {
         limits,
         links: Mutex::default(),
         next: AtomicU64::new(1),
         refused: Mutex::default(),
+        inbound: tx,
     });
-    let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-    let accept = tokio::spawn(accept_loop(listener, shared.clone(), tx)).abort_handle();
+    let accept = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
     let socket = Arc::new(ServerSocket {
         local,
         shared: shared.clone(),
@@ -89,7 +92,7 @@ pub fn listen(listener: TcpListener, limits: Limits) -> io::Result<(Arc<ServerSo
     Ok((socket, Carrier { shared }))
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tx: mpsc::Sender<Datagram>) {
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let (stream, tcp_peer) = match listener.accept().await {
             Ok(v) => v,
@@ -100,17 +103,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, tx: mpsc::Sende
                 continue;
             }
         };
-        shared.admit(stream, tcp_peer, &tx);
+        shared.admit(Stream::Tcp(stream, Decoder::accepting()), tcp_peer);
     }
 }
 
 impl Shared {
-    fn admit(
-        self: &Arc<Self>,
-        stream: TcpStream,
-        tcp_peer: SocketAddr,
-        tx: &mpsc::Sender<Datagram>,
-    ) {
+    fn admit(self: &Arc<Self>, stream: Stream, tcp_peer: SocketAddr) {
         let mut links = lock(&self.links);
         if links.len() >= self.limits.max_connections {
             drop(links);
@@ -140,13 +138,7 @@ impl Shared {
         });
         links.insert(addr, link.clone());
         drop(links);
-        let task = tokio::spawn(serve_link(
-            stream,
-            addr,
-            link.clone(),
-            self.clone(),
-            tx.clone(),
-        ));
+        let task = tokio::spawn(serve_link(stream, addr, link.clone(), self.clone()));
         let _ = link.task.set(task.abort_handle());
     }
 
@@ -173,16 +165,16 @@ impl Shared {
     }
 }
 
-async fn serve_link(
-    stream: TcpStream,
-    addr: SocketAddr,
-    link: Arc<Link>,
-    shared: Arc<Shared>,
-    tx: mpsc::Sender<Datagram>,
-) {
+async fn serve_link(stream: Stream, addr: SocketAddr, link: Arc<Link>, shared: Arc<Shared>) {
     let limits = shared.limits;
+    let kind = match stream {
+        Stream::Tcp(..) => "tcp",
+        Stream::Ws(_) => "websocket",
+    };
     let deadlines = LinkDeadlines {
-        preamble_by: Some(Instant::now() + limits.preamble_within),
+        // A websocket has no preamble: its HTTP upgrade said what it is.
+        preamble_by: matches!(stream, Stream::Tcp(..))
+            .then(|| Instant::now() + limits.preamble_within),
         idle: limits.idle,
     };
     let unconfirmed = async {
@@ -192,11 +184,11 @@ async fn serve_link(
         }
     };
     let end = tokio::select! {
-        end = link::run(stream, addr, Decoder::accepting(), &link.outbox, &tx, deadlines) => end,
+        end = link::run_stream(stream, addr, &link.outbox, &shared.inbound, deadlines) => end,
         () = unconfirmed => LinkEnd::Unconfirmed,
     };
     lock(&shared.links).remove(&addr);
-    debug!(peer = %link.tcp_peer, %addr, %end, "tcp carrier connection ended");
+    debug!(peer = %link.tcp_peer, %addr, %end, kind, "carrier connection ended");
 }
 
 impl Carrier {
@@ -219,6 +211,21 @@ impl Carrier {
         if let Some(link) = self.shared.link(addr) {
             link.outbox.close();
         }
+    }
+
+    /// Carries a websocket on `stream`, an HTTP connection from `peer` the caller has already
+    /// upgraded (answered `101 Switching Protocols`): like a TCP connection accepted by
+    /// [`listen`], under the same connection cap and deadlines (no preamble: the upgrade named
+    /// the carrier). Over the cap, the stream is closed at once.
+    pub async fn admit_websocket(&self, stream: impl crate::ws::Io, peer: SocketAddr) {
+        let boxed: Box<dyn crate::ws::Io> = Box::new(stream);
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            boxed,
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            Some(crate::ws::config()),
+        )
+        .await;
+        self.shared.admit(Stream::Ws(Box::new(ws)), peer);
     }
 
     /// Carrier connections open now.

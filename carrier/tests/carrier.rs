@@ -33,6 +33,9 @@ fn transport() -> Arc<quinn::TransportConfig> {
 /// written back, then finished.
 struct EchoServer {
     addr: SocketAddr,
+    /// Where websockets are upgraded (by hand, as an HTTP server would) and handed to the
+    /// carrier.
+    ws_addr: SocketAddr,
     carrier: carrier::Carrier,
     endpoint: quinn::Endpoint,
     cert: CertificateDer<'static>,
@@ -58,6 +61,9 @@ impl EchoServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (socket, carrier) = carrier::listen(listener, limits)?;
+        let ws_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let ws_addr = ws_listener.local_addr()?;
+        tokio::spawn(upgrade_loop(ws_listener, carrier.clone()));
         let mut config = quinn::EndpointConfig::default();
         carrier::tune_endpoint(&mut config);
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
@@ -87,6 +93,7 @@ impl EchoServer {
         });
         Ok(Self {
             addr,
+            ws_addr,
             carrier,
             endpoint,
             cert,
@@ -101,6 +108,26 @@ impl EchoServer {
             ClientSocket::connect(self.addr, &Limits::default()),
         )
         .await??;
+        self.quic(socket).await
+    }
+
+    /// A QUIC connection to this server over a new websocket.
+    async fn dial_ws(&self) -> Result<(quinn::Connection, Arc<ClientSocket>)> {
+        let tcp = TcpStream::connect(self.ws_addr).await?;
+        let local = tcp.local_addr()?;
+        let url = format!("ws://{}/v1/tunnel", self.ws_addr);
+        let socket = within(
+            "the websocket",
+            ClientSocket::connect_websocket(tcp, &url, self.ws_addr, local, &Limits::default()),
+        )
+        .await??;
+        self.quic(socket).await
+    }
+
+    async fn quic(
+        &self,
+        socket: Arc<ClientSocket>,
+    ) -> Result<(quinn::Connection, Arc<ClientSocket>)> {
         let endpoint = carrier::client_endpoint(socket.clone())?;
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.cert.clone())?;
@@ -139,6 +166,40 @@ impl EchoServer {
 impl Drop for EchoServer {
     fn drop(&mut self) {
         self.endpoint.close(0u32.into(), b"");
+    }
+}
+
+/// Answers each connection's websocket upgrade by hand (reads the request, writes the 101) and
+/// hands the stream to the carrier, as the control plane's HTTP listener does.
+async fn upgrade_loop(listener: tokio::net::TcpListener, carrier: carrier::Carrier) {
+    while let Ok((mut stream, peer)) = listener.accept().await {
+        let carrier = carrier.clone();
+        tokio::spawn(async move {
+            let mut req = Vec::new();
+            let mut byte = [0u8; 1];
+            while !req.ends_with(b"\r\n\r\n") {
+                if stream.read_exact(&mut byte).await.is_err() {
+                    return;
+                }
+                req.push(byte[0]);
+            }
+            let req = String::from_utf8_lossy(&req).to_string();
+            let Some(key) = req.lines().find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| value.trim().to_string())
+            }) else {
+                return;
+            };
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let resp = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            );
+            if stream.write_all(resp.as_bytes()).await.is_ok() {
+                carrier.admit_websocket(stream, peer).await;
+            }
+        });
     }
 }
 
@@ -325,5 +386,53 @@ async fn connections_over_the_cap_are_refused_until_one_closes() -> Result<()> {
     let (conn2, _socket2) = server.dial().await?;
     echo(&conn2, b"admitted").await?;
     drop(socket);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_runs_over_a_websocket_beside_tcp_and_a_bad_websocket_is_cut_off_alone() -> Result<()>
+{
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut server = EchoServer::start(Limits::default()).await?;
+    let (ws_conn, _ws_socket) = server.dial_ws().await?;
+    let (tcp_conn, _tcp_socket) = server.dial().await?;
+    echo(&ws_conn, b"small").await?;
+    echo(&ws_conn, &pattern(3, 3 << 20)).await?;
+    echo(&tcp_conn, &pattern(4, 1 << 20)).await?;
+    for _ in 0..2 {
+        let addr = within("an accepted connection", server.accepted.recv())
+            .await?
+            .context("accept loop ended")?;
+        let peer = server.carrier.tcp_peer(&addr).context("no peer")?;
+        assert!(peer.ip().is_loopback(), "{peer}");
+    }
+
+    // A text message, an empty message, and one over the datagram size each close that
+    // websocket alone.
+    for (what, msg) in [
+        ("a text message", Message::Text("hello".into())),
+        ("an empty message", Message::Binary(Vec::new().into())),
+        (
+            "an oversized message",
+            Message::Binary(vec![0u8; frame::MAX_DATAGRAM + 1].into()),
+        ),
+    ] {
+        let url = format!("ws://{}/v1/tunnel", server.ws_addr);
+        let tcp = TcpStream::connect(server.ws_addr).await?;
+        let (mut ws, _) =
+            within("a raw websocket", tokio_tungstenite::client_async(url, tcp)).await??;
+        // The send itself may fail once the server has closed: either way it must close.
+        let _ = ws.send(msg).await;
+        within(what, async {
+            use futures_util::StreamExt;
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await
+        .context(what)?;
+    }
+    echo(&ws_conn, &pattern(5, 1 << 20)).await?;
+    assert!(ws_conn.close_reason().is_none());
+    server.wait_connections(2).await?;
     Ok(())
 }
