@@ -66,6 +66,8 @@ struct Refused {
 #[derive(Debug)]
 struct Link {
     tcp_peer: SocketAddr,
+    /// Whether it is a websocket ([`Carrier::admit_websocket`]) rather than a TCP connection.
+    websocket: bool,
     outbox: Outbox,
     confirmed: AtomicBool,
     task: OnceLock<tokio::task::AbortHandle>,
@@ -132,6 +134,7 @@ impl Shared {
         let addr = SocketAddr::new(ip.into(), 1);
         let link = Arc::new(Link {
             tcp_peer,
+            websocket: matches!(stream, Stream::Ws(_)),
             outbox: Outbox::new(self.limits.queue_bytes),
             confirmed: AtomicBool::new(false),
             task: OnceLock::new(),
@@ -195,6 +198,11 @@ impl Carrier {
     /// The real TCP peer behind a synthetic address, while its connection is open.
     pub fn tcp_peer(&self, addr: &SocketAddr) -> Option<SocketAddr> {
         self.shared.link(addr).map(|l| l.tcp_peer)
+    }
+
+    /// Whether the connection behind a synthetic address is a websocket, while it is open.
+    pub fn is_websocket(&self, addr: &SocketAddr) -> bool {
+        self.shared.link(addr).is_some_and(|l| l.websocket)
     }
 
     /// The QUIC connection from `addr` is the application's (it authenticated): the connection

@@ -112,3 +112,41 @@ async fn write_loop(
     let _ = tokio::time::timeout(idle, sink.close()).await;
     LinkEnd::Closed
 }
+
+/// A bare websocket upgrader for tests and tools without an HTTP server: answers every
+/// connection's upgrade request on `listener` (any path; a request over 8 KiB or without a
+/// `Sec-WebSocket-Key` is dropped) and hands the stream to `carrier`. The control plane
+/// upgrades on its HTTP API instead.
+pub async fn serve_upgrades(listener: tokio::net::TcpListener, carrier: crate::Carrier) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut stream, peer)) = listener.accept().await {
+        let carrier = carrier.clone();
+        tokio::spawn(async move {
+            // Byte by byte, so nothing after the request (the first message) is consumed.
+            let mut req = Vec::new();
+            while !req.ends_with(b"\r\n\r\n") && req.len() < 8192 {
+                match stream.read_u8().await {
+                    Ok(b) => req.push(b),
+                    Err(_) => return,
+                }
+            }
+            let req = String::from_utf8_lossy(&req).into_owned();
+            let Some(key) = req.lines().find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| value.trim().to_string())
+            }) else {
+                return;
+            };
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let resp = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                 Upgrade: websocket\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            );
+            if stream.write_all(resp.as_bytes()).await.is_ok() {
+                carrier.admit_websocket(stream, peer).await;
+            }
+        });
+    }
+}

@@ -63,7 +63,7 @@ impl EchoServer {
         let (socket, carrier) = carrier::listen(listener, limits)?;
         let ws_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let ws_addr = ws_listener.local_addr()?;
-        tokio::spawn(upgrade_loop(ws_listener, carrier.clone()));
+        tokio::spawn(carrier::ws::serve_upgrades(ws_listener, carrier.clone()));
         let mut config = quinn::EndpointConfig::default();
         carrier::tune_endpoint(&mut config);
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
@@ -166,40 +166,6 @@ impl EchoServer {
 impl Drop for EchoServer {
     fn drop(&mut self) {
         self.endpoint.close(0u32.into(), b"");
-    }
-}
-
-/// Answers each connection's websocket upgrade by hand (reads the request, writes the 101) and
-/// hands the stream to the carrier, as the control plane's HTTP listener does.
-async fn upgrade_loop(listener: tokio::net::TcpListener, carrier: carrier::Carrier) {
-    while let Ok((mut stream, peer)) = listener.accept().await {
-        let carrier = carrier.clone();
-        tokio::spawn(async move {
-            let mut req = Vec::new();
-            let mut byte = [0u8; 1];
-            while !req.ends_with(b"\r\n\r\n") {
-                if stream.read_exact(&mut byte).await.is_err() {
-                    return;
-                }
-                req.push(byte[0]);
-            }
-            let req = String::from_utf8_lossy(&req).to_string();
-            let Some(key) = req.lines().find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("sec-websocket-key")
-                    .then(|| value.trim().to_string())
-            }) else {
-                return;
-            };
-            let accept =
-                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-            let resp = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
-            );
-            if stream.write_all(resp.as_bytes()).await.is_ok() {
-                carrier.admit_websocket(stream, peer).await;
-            }
-        });
     }
 }
 

@@ -224,6 +224,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let listening = bind_tunnel(&cfg, identity.server_config()?, &reset_key)?;
     let tunnel_addr = listening.local_addr()?;
     let tunnel_tcp_addr = listening.tcp_addr()?;
+    // The HTTP API carries the tunnel too (`GET /v1/tunnel`, websockets) on the same carrier.
+    let tunnel_carrier = listening.carrier();
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
         .with_context(|| format!("bind http on {}", cfg.http_addr))?;
@@ -299,7 +301,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
     let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);
-    let api = Api::new(core, &token, cfg.limits, live).with_https(api_tls.is_some());
+    let api = Api::new(core, &token, cfg.limits, live)
+        .with_https(api_tls.is_some())
+        .with_tunnel_carrier(tunnel_carrier);
     api::serve(
         listener,
         Arc::new(api),

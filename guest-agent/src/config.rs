@@ -91,6 +91,9 @@ pub struct Config {
     /// The tunnel's TCP carrier (`RAKAZO_CONTROL_TCP_ADDR`, default `control_addr` over TCP),
     /// dialled when UDP gets no answer.
     pub control_tcp_addr: SocketAddr,
+    /// The tunnel's websocket carrier on the control plane's HTTP API (`RAKAZO_CONTROL_WS_URL`,
+    /// with `RAKAZO_CONTROL_API_CERT_SHA256` for https), dialled when UDP and TCP get no answer.
+    pub control_ws: Option<WsTarget>,
     /// SHA-256 of the control plane's certificate DER; the only certificate accepted.
     pub cert_sha256: [u8; 32],
     pub computer_id: String,
@@ -115,6 +118,79 @@ pub struct Config {
     pub run_as: Option<RunAs>,
 }
 
+/// Where the tunnel's websocket carrier is: `http(s)://host[:port]/path` (or `ws(s)://`).
+///
+/// https needs the API certificate's pin (`RAKAZO_CONTROL_API_CERT_SHA256`, the API's
+/// self-signed certificate): the guest carries no CA roots, so nothing else could verify it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsTarget {
+    /// The websocket request's URL (`ws://` or `wss://`).
+    pub url: String,
+    /// `host` or `host:port` as dialled (brackets kept for IPv6).
+    pub host: String,
+    pub port: u16,
+    /// TLS with this pinned certificate (https); `None`: plain http.
+    pub tls_sha256: Option<[u8; 32]>,
+}
+
+const WS_URL: &str = "RAKAZO_CONTROL_WS_URL";
+const API_PIN: &str = "RAKAZO_CONTROL_API_CERT_SHA256";
+
+fn parse_sha256(key: &'static str, v: &str) -> Result<[u8; 32], ConfigError> {
+    hex::decode(v.trim())
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| invalid(key, "expected 64 hex characters"))
+}
+
+fn ws_target(src: &dyn ConfigSource) -> Result<Option<WsTarget>, ConfigError> {
+    let Some(url) = src.get(WS_URL) else {
+        return Ok(None);
+    };
+    let url = url.trim();
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://").or(url.strip_prefix("wss://")) {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://").or(url.strip_prefix("ws://")) {
+        (false, r)
+    } else {
+        return Err(invalid(
+            WS_URL,
+            "expected an http://, https://, ws:// or wss:// URL",
+        ));
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => (
+            &authority[..i],
+            authority[i + 1..]
+                .parse::<u16>()
+                .map_err(|_| invalid(WS_URL, "bad port"))?,
+        ),
+        _ => (authority, if tls { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return Err(invalid(WS_URL, "no host"));
+    }
+    let tls_sha256 = match (tls, src.get(API_PIN)) {
+        (true, Some(pin)) => Some(parse_sha256(API_PIN, &pin)?),
+        (true, None) => {
+            return Err(invalid(
+                WS_URL,
+                format!("an https URL needs {API_PIN} (the guest has no CA roots)"),
+            ))
+        }
+        (false, _) => None,
+    };
+    let scheme = if tls { "wss" } else { "ws" };
+    Ok(Some(WsTarget {
+        url: format!("{scheme}://{authority}{path}"),
+        host: host.to_string(),
+        port,
+        tls_sha256,
+    }))
+}
+
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -134,11 +210,9 @@ impl Config {
                 .map_err(|_| invalid("RAKAZO_CONTROL_TCP_ADDR", "expected ip:port"))?,
             None => control_addr,
         };
+        let control_ws = ws_target(src)?;
         let fp = need("RAKAZO_CONTROL_CERT_SHA256")?;
-        let cert_sha256 = hex::decode(fp.trim())
-            .ok()
-            .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            .ok_or_else(|| invalid("RAKAZO_CONTROL_CERT_SHA256", "expected 64 hex characters"))?;
+        let cert_sha256 = parse_sha256("RAKAZO_CONTROL_CERT_SHA256", &fp)?;
         let computer_id = need("RAKAZO_COMPUTER_ID")?;
         if computer_id.is_empty() || computer_id.len() > 128 {
             return Err(invalid("RAKAZO_COMPUTER_ID", "expected 1..=128 characters"));
@@ -195,6 +269,7 @@ impl Config {
         Ok(Self {
             control_addr,
             control_tcp_addr,
+            control_ws,
             cert_sha256,
             computer_id,
             token: Secret::new(token),
@@ -458,5 +533,30 @@ mod tests {
         env.insert("RAKAZO_CONTROL_TCP_ADDR".into(), "nope".into());
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("RAKAZO_CONTROL_TCP_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn the_websocket_url_is_parsed_and_https_needs_a_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        assert_eq!(Config::from_source(&env).unwrap().control_ws, None);
+        env.insert(WS_URL.into(), "http://127.0.0.1:8080/v1/tunnel".into());
+        let ws = Config::from_source(&env).unwrap().control_ws.unwrap();
+        assert_eq!(ws.url, "ws://127.0.0.1:8080/v1/tunnel");
+        assert_eq!(
+            (ws.host.as_str(), ws.port, ws.tls_sha256),
+            ("127.0.0.1", 8080, None)
+        );
+        env.insert(WS_URL.into(), "https://cp.example/v1/tunnel".into());
+        let err = Config::from_source(&env).unwrap_err().to_string();
+        assert!(err.contains(API_PIN), "{err}");
+        env.insert(API_PIN.into(), "cd".repeat(32));
+        let ws = Config::from_source(&env).unwrap().control_ws.unwrap();
+        assert_eq!(ws.url, "wss://cp.example/v1/tunnel");
+        assert_eq!((ws.host.as_str(), ws.port), ("cp.example", 443));
+        assert_eq!(ws.tls_sha256, Some([0xcd; 32]));
+        env.insert(WS_URL.into(), "ftp://x/".into());
+        assert!(Config::from_source(&env).is_err());
     }
 }

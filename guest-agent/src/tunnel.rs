@@ -12,6 +12,11 @@
 //! fall back. The next sessions dial what worked last first; a guest on TCP tries UDP first
 //! again every [`QUIC_RETRY_EVERY`] sessions, so a network that lets UDP through again is
 //! noticed. The transport is logged when it changes.
+//!
+//! Third, when configured (`RAKAZO_CONTROL_WS_URL`), the same QUIC over a websocket to the
+//! control plane's HTTP API (`GET /v1/tunnel`, one datagram per binary message), for networks
+//! that reach only the API (443, HTTPS-only proxies). https is verified against the API
+//! certificate's pin (`RAKAZO_CONTROL_API_CERT_SHA256`): the guest carries no CA roots.
 
 use crate::config::Config;
 use crate::ops::Ops;
@@ -194,6 +199,8 @@ pub enum Transport {
     Quic,
     /// QUIC over the TCP carrier.
     Tcp,
+    /// QUIC over the websocket carrier on the control plane's HTTP API.
+    Websocket,
 }
 
 impl std::fmt::Display for Transport {
@@ -201,6 +208,7 @@ impl std::fmt::Display for Transport {
         f.write_str(match self {
             Self::Quic => "quic",
             Self::Tcp => "tcp",
+            Self::Websocket => "websocket",
         })
     }
 }
@@ -227,9 +235,10 @@ struct Dialer {
     carrier_config: quinn::ClientConfig,
     quic_addr: std::net::SocketAddr,
     tcp_addr: std::net::SocketAddr,
+    ws: Option<crate::config::WsTarget>,
     /// What the last session ran over.
     last: Option<Transport>,
-    /// Sessions in a row over TCP.
+    /// Sessions in a row over a carrier (TCP or websocket).
     tcp_streak: u32,
 }
 
@@ -246,19 +255,27 @@ impl Dialer {
             carrier_config: carrier_client_config(config.cert_sha256)?,
             quic_addr: config.control_addr,
             tcp_addr: config.control_tcp_addr,
+            ws: config.control_ws.clone(),
             last: None,
             tcp_streak: 0,
         })
     }
 
-    /// The order to try: UDP first, unless the last session ran over TCP and this is not one
-    /// of the sessions that try UDP again.
-    fn order(&self) -> [Transport; 2] {
-        if self.last == Some(Transport::Tcp) && self.tcp_streak % QUIC_RETRY_EVERY != 0 {
-            [Transport::Tcp, Transport::Quic]
-        } else {
-            [Transport::Quic, Transport::Tcp]
+    /// The order to try: UDP, TCP, then the websocket when configured; what the last session
+    /// ran over first, unless it was a carrier and this is one of the sessions that try UDP
+    /// first again.
+    fn order(&self) -> Vec<Transport> {
+        let mut order = vec![Transport::Quic, Transport::Tcp];
+        if self.ws.is_some() {
+            order.push(Transport::Websocket);
         }
+        if let Some(last) = self.last.filter(|&t| t != Transport::Quic) {
+            if self.tcp_streak % QUIC_RETRY_EVERY != 0 {
+                order.retain(|&t| t != last);
+                order.insert(0, last);
+            }
+        }
+        order
     }
 
     async fn dial(&mut self) -> Result<Dialed, String> {
@@ -267,6 +284,7 @@ impl Dialer {
             let dialed = match transport {
                 Transport::Quic => self.dial_quic().await,
                 Transport::Tcp => self.dial_tcp().await,
+                Transport::Websocket => self.dial_ws().await,
             };
             match dialed {
                 Ok(dialed) => {
@@ -290,12 +308,18 @@ impl Dialer {
                     "tunnel over tcp: udp got no quic answer within {} s",
                     QUIC_HANDSHAKE_TIMEOUT.as_secs()
                 ),
+                Transport::Websocket => info!(
+                    url = %self.ws.as_ref().map_or("", |w| w.url.as_str()),
+                    udp = %self.quic_addr,
+                    tcp = %self.tcp_addr,
+                    "tunnel over websocket: neither udp nor tcp reached the tunnel"
+                ),
             }
         }
         self.last = Some(transport);
         self.tcp_streak = match transport {
             Transport::Quic => 0,
-            Transport::Tcp => self.tcp_streak + 1,
+            Transport::Tcp | Transport::Websocket => self.tcp_streak + 1,
         };
     }
 
@@ -321,6 +345,25 @@ impl Dialer {
         .await
         .map_err(|_| DialError::Unreachable("tcp connect timed out".into()))?
         .map_err(|e| DialError::Unreachable(format!("tcp connect: {e}")))?;
+        self.over_carrier(socket, Transport::Tcp).await
+    }
+
+    async fn dial_ws(&self) -> Result<Dialed, DialError> {
+        let Some(ws) = &self.ws else {
+            return Err(DialError::Unreachable("no websocket url".into()));
+        };
+        let socket = tokio::time::timeout(TCP_DIAL_TIMEOUT, ws_connect(ws))
+            .await
+            .map_err(|_| DialError::Unreachable("websocket connect timed out".into()))??;
+        self.over_carrier(socket, Transport::Websocket).await
+    }
+
+    /// The QUIC handshake over a carrier connection.
+    async fn over_carrier(
+        &self,
+        socket: Arc<carrier::ClientSocket>,
+        transport: Transport,
+    ) -> Result<Dialed, DialError> {
         let endpoint = carrier::client_endpoint(socket.clone())
             .map_err(|e| DialError::Failed(format!("carrier endpoint: {e}")))?;
         let connecting = endpoint
@@ -329,10 +372,49 @@ impl Dialer {
         let conn = handshake(connecting, TCP_DIAL_TIMEOUT).await?;
         Ok(Dialed {
             conn,
-            transport: Transport::Tcp,
+            transport,
             carrier: Some((socket, endpoint)),
         })
     }
+}
+
+/// Dials the websocket carrier: TCP, TLS with the pinned API certificate for https, the
+/// websocket upgrade. Anything failing before the upgrade's answer is `Unreachable`.
+async fn ws_connect(ws: &crate::config::WsTarget) -> Result<Arc<carrier::ClientSocket>, DialError> {
+    let unreachable = |what: &str, e: &dyn std::fmt::Display| {
+        DialError::Unreachable(format!("{what} {}:{}: {e}", ws.host, ws.port))
+    };
+    let host = ws.host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((host, ws.port))
+        .await
+        .map_err(|e| unreachable("tcp connect", &e))?;
+    let _ = tcp.set_nodelay(true);
+    let server = tcp.peer_addr().map_err(|e| unreachable("peer of", &e))?;
+    let local = tcp.local_addr().map_err(|e| unreachable("local of", &e))?;
+    let limits = carrier::Limits::default();
+    let socket = match ws.tls_sha256 {
+        None => {
+            carrier::ClientSocket::connect_websocket(tcp, &ws.url, server, local, &limits).await
+        }
+        Some(pin) => {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| DialError::Failed(e.to_string()))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedCert::new(pin, provider)))
+                .with_no_client_auth();
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let name = ServerName::try_from(host.to_string())
+                .map_err(|e| DialError::Failed(format!("server name {host}: {e}")))?;
+            let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+                .connect(name, tcp)
+                .await
+                .map_err(|e| DialError::Failed(format!("tls with the api: {e}")))?;
+            carrier::ClientSocket::connect_websocket(stream, &ws.url, server, local, &limits).await
+        }
+    };
+    socket.map_err(|e| unreachable("websocket to", &e))
 }
 
 /// Completes a QUIC handshake within `limit`. Silence (our timer or quinn's idle timeout) is
@@ -418,7 +500,7 @@ async fn serve_session(dialed: &Dialed, config: &Config, ops: &Arc<Ops>) -> Sess
                 }
                 Err(e) => break SessionEnd::Closed(e.to_string()),
             },
-            () = &mut carrier_closed => break SessionEnd::Closed("tcp carrier connection ended".into()),
+            () = &mut carrier_closed => break SessionEnd::Closed(format!("{} carrier connection ended", dialed.transport)),
         }
     };
     control.abort();

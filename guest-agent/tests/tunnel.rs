@@ -13,7 +13,7 @@
 mod common;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use common::{identity, server, tcp_server};
+use common::{identity, server, tcp_server, ws_server};
 use gateway_proto::{
     encode, BotId, BotLease, ControlHandshake, ControlMsg, ErrorCode, ExecEvent, ExecRequest,
     FrameDecoder, HandshakeEvent, LeaseToken, OpError, ReadFile, Reply, Request,
@@ -47,6 +47,16 @@ fn init_logging() {
         .try_init();
 }
 
+/// What the fake control plane listens on.
+#[derive(Clone, Copy)]
+enum Over {
+    Udp,
+    /// The TCP carrier only (UDP never answers).
+    Tcp,
+    /// The websocket carrier only (UDP never answers, TCP refuses).
+    Ws,
+}
+
 /// A fake control plane and the real guest dialing it.
 struct Harness {
     endpoint: quinn::Endpoint,
@@ -67,33 +77,64 @@ impl Harness {
 
     /// Starts a fake control plane and a guest pinning `fingerprint` (default: the server's).
     async fn start_pinning(fingerprint: Option<String>) -> Result<Self> {
-        Self::start_with(fingerprint, false).await
+        Self::start_with(fingerprint, Over::Udp).await
     }
 
     /// Starts a fake control plane on the TCP carrier only, and a guest whose UDP address
     /// never answers.
     async fn start_over_tcp() -> Result<Self> {
-        Self::start_with(None, true).await
+        Self::start_with(None, Over::Tcp).await
     }
 
-    async fn start_with(fingerprint: Option<String>, over_tcp: bool) -> Result<Self> {
+    /// Starts a fake control plane taking websockets only, and a guest whose UDP address never
+    /// answers and whose TCP address refuses.
+    async fn start_over_ws() -> Result<Self> {
+        Self::start_with(None, Over::Ws).await
+    }
+
+    async fn start_with(fingerprint: Option<String>, over: Over) -> Result<Self> {
         init_logging();
         let (cert, key, real_fingerprint) = identity()?;
-        let (endpoint, tcp, udp_addr, tcp_addr) = if over_tcp {
-            let (endpoint, carrier) = tcp_server(cert, key).await?;
+        let black_hole = || -> Result<_> {
             let black_hole = std::net::UdpSocket::bind("127.0.0.1:0")?;
             black_hole.set_nonblocking(true)?;
-            let udp_addr = black_hole.local_addr()?;
-            let tcp_addr = endpoint.local_addr()?;
-            (endpoint, Some((carrier, black_hole)), udp_addr, tcp_addr)
-        } else {
-            let endpoint = server(cert, key)?;
-            let addr: SocketAddr = endpoint.local_addr()?;
-            (endpoint, None, addr, addr)
+            Ok((black_hole.local_addr()?, black_hole))
+        };
+        let (endpoint, tcp, udp_addr, tcp_addr, ws_addr) = match over {
+            Over::Tcp => {
+                let (endpoint, carrier) = tcp_server(cert, key).await?;
+                let (udp_addr, black_hole) = black_hole()?;
+                let tcp_addr = endpoint.local_addr()?;
+                (
+                    endpoint,
+                    Some((carrier, black_hole)),
+                    udp_addr,
+                    tcp_addr,
+                    None,
+                )
+            }
+            Over::Ws => {
+                let (endpoint, carrier, ws_addr) = ws_server(cert, key).await?;
+                let (udp_addr, black_hole) = black_hole()?;
+                // A port nothing listens on: the TCP carrier is refused.
+                let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+                (
+                    endpoint,
+                    Some((carrier, black_hole)),
+                    udp_addr,
+                    dead,
+                    Some(ws_addr),
+                )
+            }
+            Over::Udp => {
+                let endpoint = server(cert, key)?;
+                let addr: SocketAddr = endpoint.local_addr()?;
+                (endpoint, None, addr, addr, None)
+            }
         };
         let home_dir = tempfile::tempdir()?;
         let token = hex::encode(rand::random::<[u8; 16]>());
-        let env: HashMap<String, String> = HashMap::from([
+        let mut env: HashMap<String, String> = HashMap::from([
             ("RAKAZO_CONTROL_ADDR".into(), udp_addr.to_string()),
             ("RAKAZO_CONTROL_TCP_ADDR".into(), tcp_addr.to_string()),
             (
@@ -104,6 +145,12 @@ impl Harness {
             ("RAKAZO_ENROLL_TOKEN".into(), token.clone()),
             ("RAKAZO_HOME".into(), home_dir.path().display().to_string()),
         ]);
+        if let Some(ws_addr) = ws_addr {
+            env.insert(
+                "RAKAZO_CONTROL_WS_URL".into(),
+                format!("http://{ws_addr}/v1/tunnel"),
+            );
+        }
         let config = Config::from_source(&env)?;
         // No desktop is started by these tests; the screens manager only needs its settings.
         let screens = Arc::new(guest_agent::screens::Screens::new(
@@ -620,5 +667,39 @@ async fn a_guest_whose_udp_gets_no_answer_runs_the_tunnel_over_tcp() -> Result<(
             .await?,
     );
     assert_ran(&s2.exec(&["true"], Some(("b1", "run-b:2"))).await?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_that_reaches_neither_udp_nor_tcp_runs_the_tunnel_over_the_websocket() -> Result<()>
+{
+    let h = Harness::start_over_ws().await?;
+    let (carrier, _) = h.tcp.as_ref().context("ws harness")?;
+    // UDP times out, TCP is refused, the websocket carries the QUIC connection.
+    let s = h.accept().await?;
+    assert!(
+        carrier.is_websocket(&s.conn.remote_address()),
+        "the connection is not the websocket carrier's"
+    );
+    assert!(h.udp_datagrams()? > 0, "the guest never tried UDP first");
+    s.ping().await?;
+    let events = s.exec(&["sh", "-c", "echo over-ws"], None).await?;
+    assert_ran(&events);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ExecEvent::Stdout(b) if b.as_slice() == b"over-ws\n")),
+        "{events:?}"
+    );
+    // After a disconnect the guest redials the websocket first.
+    s.conn.close(0u32.into(), b"control plane going away");
+    let s2 = h.accept().await?;
+    assert!(carrier.is_websocket(&s2.conn.remote_address()));
+    assert_eq!(
+        h.udp_datagrams()?,
+        0,
+        "the guest tried UDP before the websocket again"
+    );
+    assert_ran(&s2.exec(&["true"], None).await?);
     Ok(())
 }

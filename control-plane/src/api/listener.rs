@@ -259,9 +259,11 @@ async fn connection(
             _slot: slot,
         });
         let api = server.api.clone();
-        let svc = hyper::service::service_fn(move |req| {
+        let svc = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             let api = api.clone();
             let mark = mark.clone();
+            req.extensions_mut()
+                .insert(super::tunnel_ws::Remote(remote));
             async move {
                 mark.busy();
                 let resp = handle(api, req).await;

@@ -308,23 +308,40 @@ fn handshake_failed(cid: &str, policy: Option<CapabilityKind>, why: &'static str
     );
 }
 
+/// The `Sec-WebSocket-Key` of a well-formed websocket upgrade request (version 13), else `None`.
+pub(super) fn websocket_key(req: &hyper::Request<Incoming>) -> Option<Vec<u8>> {
+    let is_upgrade = header_has(req, header::CONNECTION, "upgrade")
+        && header_has(req, header::UPGRADE, "websocket")
+        && req
+            .headers()
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v.as_bytes() == b"13");
+    req.headers()
+        .get(header::SEC_WEBSOCKET_KEY)
+        .map(|k| k.as_bytes().to_vec())
+        .filter(|k| is_upgrade && !k.is_empty() && k.len() <= 64)
+}
+
+/// The `101 Switching Protocols` answering the upgrade whose key is `key`.
+pub(super) fn switching_protocols(key: &[u8]) -> Response<RespBody> {
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    resp
+}
+
 async fn websocket(
     api: &Arc<Api>,
     token: &str,
     req: hyper::Request<Incoming>,
 ) -> Response<RespBody> {
     let cid = connection_id();
-    let key = req
-        .headers()
-        .get(header::SEC_WEBSOCKET_KEY)
-        .map(|k| k.as_bytes().to_vec());
-    let is_upgrade = header_has(&req, header::CONNECTION, "upgrade")
-        && header_has(&req, header::UPGRADE, "websocket")
-        && req
-            .headers()
-            .get(header::SEC_WEBSOCKET_VERSION)
-            .is_some_and(|v| v.as_bytes() == b"13");
-    let Some(key) = key.filter(|k| is_upgrade && !k.is_empty() && k.len() <= 64) else {
+    let Some(key) = websocket_key(&req) else {
         handshake_failed(&cid, None, "not_a_websocket_upgrade");
         return refusal(StatusCode::BAD_REQUEST);
     };
@@ -420,14 +437,8 @@ async fn websocket(
         };
         relay(ws, op, ctx).await;
     });
-    let mut resp = Response::new(empty());
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let mut resp = switching_protocols(&key);
     let h = resp.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(&key)) {
-        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    }
     if wants_binary {
         h.insert(
             header::SEC_WEBSOCKET_PROTOCOL,

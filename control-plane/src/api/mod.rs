@@ -16,6 +16,7 @@ mod leases;
 pub mod listener;
 mod live;
 mod screens;
+pub(crate) mod tunnel_ws;
 
 pub(crate) use body::{forward, PUMP_CHUNK};
 pub use body::{ApiError, RespBody};
@@ -63,6 +64,8 @@ pub struct Api {
     pub live: crate::live::LiveHttp,
     /// Whether the listener speaks TLS: capability URLs are then `https://`.
     https: bool,
+    /// The tunnel's carrier, which takes `GET /v1/tunnel` websockets ([`tunnel_ws`]).
+    tunnel_carrier: Option<carrier::Carrier>,
 }
 
 impl Api {
@@ -78,12 +81,19 @@ impl Api {
             limits,
             live,
             https: false,
+            tunnel_carrier: None,
         }
     }
 
     /// Marks the API as served over TLS (`--tls-cert`).
     pub fn with_https(mut self, https: bool) -> Self {
         self.https = https;
+        self
+    }
+
+    /// Carries guests' tunnel websockets (`GET /v1/tunnel`) on the tunnel's carrier.
+    pub fn with_tunnel_carrier(mut self, carrier: carrier::Carrier) -> Self {
+        self.tunnel_carrier = Some(carrier);
         self
     }
 
@@ -133,6 +143,10 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let method = req.method().clone();
+    // The guest tunnel authenticates inside (its QUIC handshake), not with the API token.
+    if let (&Method::GET, ["v1", "tunnel"]) = (&method, segments.as_slice()) {
+        return tunnel_ws::upgrade(api.tunnel_carrier.as_ref(), req);
+    }
     if let (&Method::GET, ["v1", "health"]) = (&method, segments.as_slice()) {
         return Ok(json_response(
             StatusCode::OK,

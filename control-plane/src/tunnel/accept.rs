@@ -1,6 +1,9 @@
 //! Accepting guests: the listeners (QUIC on UDP, the same QUIC over the TCP carrier on the same
 //! port), the accept loops, the handshake, the lease sync and the control loop of each connection.
 //!
+//! The HTTP API's `GET /v1/tunnel` websockets (`api::tunnel_ws`) join the TCP carrier: the same
+//! QUIC over a websocket, accepted here as if it had come over TCP (logged `websocket`).
+//!
 //! Both listeners feed the same code: a connection over TCP is a QUIC connection like any other
 //! (same server certificate, hello, streams); only [`Via`] knows the difference, to log the real
 //! TCP peer and to tell the carrier when its connection is the application's (confirmed after the
@@ -10,7 +13,6 @@ use super::{GuestAuth, GuestConn, Registry};
 use gateway_proto::{
     encode, ControlHandshake, ControlMsg, FrameDecoder, HandshakeEvent, RefuseReason,
 };
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -43,6 +45,12 @@ impl Listening {
     /// The TCP carrier's address (the same port).
     pub fn tcp_addr(&self) -> std::io::Result<SocketAddr> {
         self.tcp.local_addr()
+    }
+
+    /// The carrier under the TCP endpoint, which also takes the HTTP API's websockets
+    /// (`GET /v1/tunnel`).
+    pub fn carrier(&self) -> carrier::Carrier {
+        self.carrier.clone()
     }
 
     /// The QUIC endpoints, UDP then TCP, for a benchmark that drives them without [`serve`].
@@ -138,12 +146,15 @@ impl Via {
     }
 }
 
-impl fmt::Display for Via {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Via {
+    /// The transport to log: `quic`, `tcp`, or `websocket` for a carrier connection that came
+    /// through the HTTP API (`GET /v1/tunnel`).
+    fn transport(&self, remote: &SocketAddr) -> &'static str {
+        match self {
             Self::Quic => "quic",
+            Self::Tcp(c) if c.is_websocket(remote) => "websocket",
             Self::Tcp(_) => "tcp",
-        })
+        }
     }
 }
 
@@ -175,8 +186,9 @@ async fn accept_loop<A: GuestAuth>(
             match incoming.await {
                 Ok(conn) => handle_connection(conn, via, registry, auth).await,
                 Err(e) => {
+                    let transport = via.transport(&remote);
                     let remote = via.peer(remote);
-                    info!(%remote, transport = %via, error = %e, "tunnel connection failed during setup");
+                    info!(%remote, transport, error = %e, "tunnel connection failed during setup");
                 }
             }
         });
@@ -202,17 +214,18 @@ async fn serve_connection<A: GuestAuth>(
     registry: Arc<Registry>,
     auth: Arc<A>,
 ) {
+    let transport = via.transport(&conn.remote_address());
     let remote = via.peer(conn.remote_address());
     let accepted = tokio::time::timeout(HELLO_TIMEOUT, handshake(conn, auth.as_ref())).await;
     let (computer, mut send, mut recv, remainder) = match accepted {
         Ok(Ok(v)) => v,
         Ok(Err(reason)) => {
-            warn!(%remote, transport = %via, %reason, "guest connection refused");
+            warn!(%remote, transport, %reason, "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), reason.to_string().as_bytes());
             return;
         }
         Err(_) => {
-            warn!(%remote, transport = %via, reason = "no hello within 10 s", "guest connection refused");
+            warn!(%remote, transport, reason = "no hello within 10 s", "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), b"hello timeout");
             return;
         }
@@ -266,7 +279,7 @@ async fn serve_connection<A: GuestAuth>(
     // Again, now that it is the registry's: a superseded connection that ended between the
     // first write and the insert recorded `false` (it was still the registry's then).
     auth.set_connected(&computer, true).await;
-    info!(computer_id = %computer, %remote, transport = %via, live_leases = pushed, "guest connected");
+    info!(computer_id = %computer, %remote, transport, live_leases = pushed, "guest connected");
 
     let reason = control_loop(send, recv, decoder, &guest).await;
     match &reason {

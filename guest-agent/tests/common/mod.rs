@@ -26,6 +26,20 @@ pub fn server(
     )?)
 }
 
+/// The TCP carrier server, also taking websockets (upgraded by hand, any path) on a second
+/// listener, whose address is returned: the control plane's `GET /v1/tunnel` in miniature.
+#[allow(dead_code)] // reason: each test binary compiles this module; only tunnel.rs uses it
+pub async fn ws_server(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<(quinn::Endpoint, carrier::Carrier, std::net::SocketAddr)> {
+    let (endpoint, carrier) = tcp_server(cert, key).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(carrier::ws::serve_upgrades(listener, carrier.clone()));
+    Ok((endpoint, carrier, addr))
+}
+
 /// The same server over the TCP carrier on 127.0.0.1:0, as the control plane runs it beside the
 /// UDP one.
 #[allow(dead_code)] // reason: each test binary compiles this module; only tunnel.rs uses it

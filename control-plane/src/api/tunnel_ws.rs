@@ -1,0 +1,56 @@
+//! `GET /v1/tunnel`: the guest tunnel's third carrier, QUIC datagrams in websocket binary
+//! messages over the HTTP API's own listener, for guests whose network reaches only the API (443
+//! behind TLS, HTTPS-only proxies).
+//!
+//! No API token: the QUIC handshake inside authenticates the guest with its enrollment token,
+//! as over UDP and TCP. The upgraded connection goes to the tunnel's carrier
+//! ([`carrier::Carrier::admit_websocket`]), whose connection cap and deadlines apply; it keeps
+//! its HTTP connection slot until it closes, like any upgraded connection.
+
+use super::live::{switching_protocols, websocket_key};
+use super::{ApiError, RespBody};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use std::net::SocketAddr;
+use tracing::debug;
+
+/// The TCP peer of the HTTP connection a request came on (set by the listener).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remote(pub SocketAddr);
+
+/// Answers a tunnel websocket upgrade and hands the connection to `carrier` once upgraded.
+pub(super) fn upgrade(
+    carrier: Option<&carrier::Carrier>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let Some(carrier) = carrier.cloned() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "tunnel_unavailable",
+            "this API does not carry the guest tunnel",
+        ));
+    };
+    let key = websocket_key(&req);
+    let Some(key) = key else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "GET /v1/tunnel is the guest tunnel's websocket: it needs a websocket upgrade",
+        ));
+    };
+    let peer = req
+        .extensions()
+        .get::<Remote>()
+        .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |r| r.0);
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => {
+                carrier
+                    .admit_websocket(hyper_util::rt::TokioIo::new(upgraded), peer)
+                    .await;
+            }
+            Err(e) => debug!(%peer, error = %e, "tunnel websocket upgrade failed"),
+        }
+    });
+    Ok(switching_protocols(&key))
+}
