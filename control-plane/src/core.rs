@@ -82,6 +82,8 @@ pub struct Enrollment {
     pub control_addr: SocketAddr,
     /// The tunnel's TCP carrier, for guests whose UDP gets no answer.
     pub control_tcp_addr: SocketAddr,
+    /// The tunnel's websocket on the HTTP API (`GET /v1/tunnel`).
+    pub control_ws: Option<providers::ControlWs>,
     pub cert_sha256: String,
 }
 
@@ -128,6 +130,7 @@ impl Core {
             guest: GuestEnrollment {
                 control_addr: self.enrollment.control_addr,
                 control_tcp_addr: Some(self.enrollment.control_tcp_addr),
+                control_ws: self.enrollment.control_ws.clone(),
                 cert_sha256: self.enrollment.cert_sha256.clone(),
                 token: providers::Secret(token.expose().to_string()),
             },

@@ -252,6 +252,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let enrollment = Enrollment {
         control_addr,
         control_tcp_addr: advertised_tcp(cfg.advertise_tcp_addr, control_addr, tunnel_tcp_addr),
+        control_ws: Some(advertised_ws(
+            http_addr,
+            control_addr,
+            api_tls.as_ref().map(|t| t.fingerprint.clone()),
+        )),
         cert_sha256: identity.fingerprint(),
     };
     let homes = Arc::new(crate::homes::HomeService::new(
@@ -355,6 +360,33 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(&tmp, bytes).with_context(|| format!("write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
     Ok(())
+}
+
+/// The tunnel's websocket guests fall back to last: `GET /v1/tunnel` on the HTTP API, at the
+/// address guests dial for QUIC when the API listens on every address, https pinned by the
+/// API certificate's fingerprint when the API speaks TLS.
+fn advertised_ws(
+    http_addr: SocketAddr,
+    control_addr: SocketAddr,
+    api_cert_sha256: Option<String>,
+) -> providers::ControlWs {
+    let ip = if http_addr.ip().is_unspecified() {
+        control_addr.ip()
+    } else {
+        http_addr.ip()
+    };
+    let scheme = if api_cert_sha256.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    providers::ControlWs {
+        url: format!(
+            "{scheme}://{}/v1/tunnel",
+            SocketAddr::new(ip, http_addr.port())
+        ),
+        api_cert_sha256,
+    }
 }
 
 #[cfg(test)]

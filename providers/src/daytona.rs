@@ -660,6 +660,7 @@ mod tests {
             home_key: "team-w".into(),
             guest: GuestEnrollment {
                 control_addr: "192.0.2.7:7443".parse().unwrap(),
+                control_ws: None,
                 control_tcp_addr: Some("198.51.100.9:443".parse().unwrap()),
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken".into()),

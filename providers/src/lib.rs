@@ -119,7 +119,8 @@ impl MachineLimits {
 ///
 /// Every provider hands all of it to the guest: `RAKAZO_CONTROL_ADDR` = `control_addr`,
 /// `RAKAZO_CONTROL_TCP_ADDR` = [`GuestEnrollment::tcp_addr`], `RAKAZO_CONTROL_CERT_SHA256` =
-/// `cert_sha256`, and the token through a file or the environment, never argv.
+/// `cert_sha256`, [`GuestEnrollment::ws_env`] when the tunnel's websocket is offered, and the
+/// token through a file or the environment, never argv.
 #[derive(Debug, Clone)]
 pub struct GuestEnrollment {
     /// The tunnel's QUIC (UDP) address.
@@ -127,11 +128,36 @@ pub struct GuestEnrollment {
     /// The tunnel's TCP address, dialled when UDP gets no answer (the same QUIC connection over
     /// the TCP carrier). `None`: the same address as `control_addr`, over TCP.
     pub control_tcp_addr: Option<SocketAddr>,
+    /// The tunnel's websocket on the control plane's HTTP API, dialled when UDP and TCP both
+    /// fail.
+    pub control_ws: Option<ControlWs>,
     pub cert_sha256: String,
     pub token: Secret,
 }
 
+/// Where the tunnel's websocket carrier is (`GET /v1/tunnel` on the HTTP API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlWs {
+    /// `http://host:port/v1/tunnel` or `https://...` (`RAKAZO_CONTROL_WS_URL`).
+    pub url: String,
+    /// For https: the API certificate's SHA-256 (`RAKAZO_CONTROL_API_CERT_SHA256`); the guest
+    /// has no CA roots.
+    pub api_cert_sha256: Option<String>,
+}
+
 impl GuestEnrollment {
+    /// The websocket's variables for the guest (none when it is not offered).
+    pub fn ws_env(&self) -> Vec<(&'static str, String)> {
+        let Some(ws) = &self.control_ws else {
+            return Vec::new();
+        };
+        let mut env = vec![("RAKAZO_CONTROL_WS_URL", ws.url.clone())];
+        if let Some(pin) = &ws.api_cert_sha256 {
+            env.push(("RAKAZO_CONTROL_API_CERT_SHA256", pin.clone()));
+        }
+        env
+    }
+
     /// The TCP address the guest falls back to (`RAKAZO_CONTROL_TCP_ADDR`).
     pub fn tcp_addr(&self) -> SocketAddr {
         self.control_tcp_addr.unwrap_or(self.control_addr)
@@ -349,6 +375,7 @@ mod tests {
             home_key: "team-w".into(),
             guest: GuestEnrollment {
                 control_addr: "127.0.0.1:9".parse().unwrap(),
+                control_ws: None,
                 control_tcp_addr: None,
                 cert_sha256: "ab".into(),
                 token: Secret("t".into()),

@@ -43,6 +43,7 @@ pub(crate) fn guest_env(
         ("RAKAZO_ENROLL_TOKEN_FILE", token_path.to_string()),
     ]
     .into_iter()
+    .chain(g.ws_env())
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(extra.iter().cloned());
@@ -76,6 +77,7 @@ mod tests {
             home_key: "team-w".into(),
             guest: GuestEnrollment {
                 control_addr: "127.0.0.1:7443".parse().unwrap(),
+                control_ws: None,
                 control_tcp_addr: None,
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken-never-in-env".into()),
@@ -93,5 +95,14 @@ mod tests {
         assert_eq!(env["RAKAZO_CONTROL_TCP_ADDR"], "127.0.0.1:7443");
         assert_eq!(env["RAKAZO_LOG"], "info");
         assert!(env.values().all(|v| !v.contains("t0ken")));
+        assert!(!env.contains_key("RAKAZO_CONTROL_WS_URL"));
+        let mut spec = spec;
+        spec.guest.control_ws = Some(crate::ControlWs {
+            url: "https://cp.example/v1/tunnel".into(),
+            api_cert_sha256: Some("cd".into()),
+        });
+        let env = guest_env(&spec, "/h", "/etc/t", &[]);
+        assert_eq!(env["RAKAZO_CONTROL_WS_URL"], "https://cp.example/v1/tunnel");
+        assert_eq!(env["RAKAZO_CONTROL_API_CERT_SHA256"], "cd");
     }
 }

@@ -163,6 +163,7 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
         home_key: format!("team-{computer_id}"),
         guest: GuestEnrollment {
             control_addr: "127.0.0.1:9".parse().unwrap(),
+            control_ws: None,
             control_tcp_addr: None,
             cert_sha256: "ab".repeat(32),
             token: Secret(token.into()),

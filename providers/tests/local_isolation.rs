@@ -52,6 +52,7 @@ fn spec() -> SandboxSpec {
             // Nothing listens there: the guest keeps retrying, which is all these tests need.
             control_addr: "127.0.0.1:9".parse().unwrap(),
             control_tcp_addr: None,
+            control_ws: None,
             cert_sha256: "ab".repeat(32),
             token: Secret("isolation-token".into()),
         },

@@ -167,6 +167,25 @@ pub fn tcp_only_tunnel() -> Option<std::net::SocketAddr> {
     tcp.then(udp_black_hole).flatten()
 }
 
+/// With `RAKAZO_TEST_TUNNEL=ws`, the UDP and TCP addresses every [`World`] advertises as its
+/// tunnel so that its guests fall back to the websocket on the HTTP API: a UDP address that
+/// never answers and a TCP one that refuses ([`udp_black_hole`], [`tcp_refusing`]).
+pub fn ws_only_tunnel() -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    let ws = std::env::var_os("RAKAZO_TEST_TUNNEL").is_some_and(|v| v == "ws");
+    ws.then(|| udp_black_hole().zip(tcp_refusing())).flatten()
+}
+
+/// A loopback TCP address where nothing listens (connections are refused): a port this
+/// process bound and closed again (one for the whole process).
+pub fn tcp_refusing() -> Option<std::net::SocketAddr> {
+    static PORT: std::sync::OnceLock<Option<std::net::SocketAddr>> = std::sync::OnceLock::new();
+    *PORT.get_or_init(|| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .ok()
+    })
+}
+
 /// A loopback UDP address where nothing ever answers, as where a network drops UDP: a socket
 /// of this test process that is never read (one for the whole process).
 pub fn udp_black_hole() -> Option<std::net::SocketAddr> {
@@ -293,6 +312,12 @@ impl World {
             // TCP carrier (port 0: the tunnel's bound port). A test's own env comes after.
             cmd.env("RAKAZO_ADVERTISE_ADDR", black_hole.to_string())
                 .env("RAKAZO_ADVERTISE_TCP_ADDR", "127.0.0.1:0");
+        }
+        if let Some((black_hole, refusing)) = ws_only_tunnel() {
+            // Neither UDP nor TCP reaches the tunnel: guests fall back to its websocket on the
+            // HTTP API (`GET /v1/tunnel`).
+            cmd.env("RAKAZO_ADVERTISE_ADDR", black_hole.to_string())
+                .env("RAKAZO_ADVERTISE_TCP_ADDR", refusing.to_string());
         }
         cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         if let Some(limit) = self.opts.screen_limit {

@@ -4,7 +4,8 @@
 //! `RAKAZO_TEST_TUNNEL=tcp` makes every [`World`] advertise a UDP address that never answers
 //! (`tests::tcp_only_tunnel`), so the capability suites run over TCP; the first test here checks
 //! that the switch really took (the fallback cannot silently be QUIC) and, without it, that
-//! guests use QUIC.
+//! guests use QUIC. `RAKAZO_TEST_TUNNEL=ws` does the same for the websocket on the HTTP API
+//! (UDP never answers, TCP refuses).
 
 use anyhow::{Context, Result};
 use tests::{udp_black_hole, World, WorldOptions};
@@ -28,6 +29,8 @@ async fn guests_connect_over_the_transport_the_run_asks_for() -> Result<()> {
     assert_eq!(out.stdout, b"fine\n");
     let expected = if tests::tcp_only_tunnel().is_some() {
         "tcp"
+    } else if tests::ws_only_tunnel().is_some() {
+        "websocket"
     } else {
         "quic"
     };
@@ -73,5 +76,33 @@ async fn a_computer_whose_udp_is_dropped_works_over_tcp_and_comes_back_after_a_r
         out.code == Some(0) && out.stdout.starts_with(want.as_bytes()),
         "{out:?}"
     );
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computer_that_reaches_only_the_api_runs_its_tunnel_over_the_websocket() -> Result<()> {
+    let black_hole = udp_black_hole().context("no udp socket for the black hole")?;
+    let refusing = tests::tcp_refusing().context("no refusing tcp address")?;
+    let mut w = World::start_with(WorldOptions {
+        env: vec![
+            ("RAKAZO_ADVERTISE_ADDR".into(), black_hole.to_string()),
+            ("RAKAZO_ADVERTISE_TCP_ADDR".into(), refusing.to_string()),
+        ],
+        ..WorldOptions::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-websocket").await?;
+    let out = w
+        .exec(&c, serde_json::json!({ "argv": ["echo", "over-the-api"] }))
+        .await?;
+    assert_eq!(out.stdout, b"over-the-api\n");
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    w.put_file(&c, "big.bin", data.clone(), false).await?;
+    assert!(
+        w.get_file(&c, "big.bin").await? == data,
+        "the file came back different"
+    );
+    connected_lines(&w, &c, 1).await?;
+    assert_eq!(w.transports(&c), vec!["websocket".to_string()]);
     w.check_log()
 }

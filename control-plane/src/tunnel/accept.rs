@@ -188,7 +188,7 @@ async fn accept_loop<A: GuestAuth>(
                 Err(e) => {
                     let transport = via.transport(&remote);
                     let remote = via.peer(remote);
-                    info!(%remote, transport, error = %e, "tunnel connection failed during setup");
+                    info!(%remote, %transport, error = %e, "tunnel connection failed during setup");
                 }
             }
         });
@@ -220,12 +220,12 @@ async fn serve_connection<A: GuestAuth>(
     let (computer, mut send, mut recv, remainder) = match accepted {
         Ok(Ok(v)) => v,
         Ok(Err(reason)) => {
-            warn!(%remote, transport, %reason, "guest connection refused");
+            warn!(%remote, %transport, %reason, "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), reason.to_string().as_bytes());
             return;
         }
         Err(_) => {
-            warn!(%remote, transport, reason = "no hello within 10 s", "guest connection refused");
+            warn!(%remote, %transport, reason = "no hello within 10 s", "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), b"hello timeout");
             return;
         }
@@ -279,7 +279,7 @@ async fn serve_connection<A: GuestAuth>(
     // Again, now that it is the registry's: a superseded connection that ended between the
     // first write and the insert recorded `false` (it was still the registry's then).
     auth.set_connected(&computer, true).await;
-    info!(computer_id = %computer, %remote, transport, live_leases = pushed, "guest connected");
+    info!(computer_id = %computer, %remote, %transport, live_leases = pushed, "guest connected");
 
     let reason = control_loop(send, recv, decoder, &guest).await;
     match &reason {

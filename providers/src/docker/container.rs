@@ -112,6 +112,7 @@ pub(super) fn container_body(config: &DockerConfig, spec: &SandboxSpec) -> Conta
         format!("RAKAZO_RUN_AS={RUN_AS}"),
         format!("RAKAZO_ENROLL_TOKEN_FILE={TOKEN_PATH}"),
     ];
+    env.extend(g.ws_env().into_iter().map(|(k, v)| format!("{k}={v}")));
     env.extend(config.guest_env.iter().map(|(k, v)| format!("{k}={v}")));
     ContainerCreateBody {
         image: Some(config.image.clone()),
