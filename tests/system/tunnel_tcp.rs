@@ -79,18 +79,21 @@ async fn a_computer_whose_udp_is_dropped_works_over_tcp_and_comes_back_after_a_r
     w.check_log()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_computer_that_reaches_only_the_api_runs_its_tunnel_over_the_websocket() -> Result<()> {
+/// A world whose guests reach only its HTTP API: UDP never answers, TCP refuses.
+fn api_only(mut env: Vec<(String, String)>) -> Result<WorldOptions> {
     let black_hole = udp_black_hole().context("no udp socket for the black hole")?;
     let refusing = tests::tcp_refusing().context("no refusing tcp address")?;
-    let mut w = World::start_with(WorldOptions {
-        env: vec![
-            ("RAKAZO_ADVERTISE_ADDR".into(), black_hole.to_string()),
-            ("RAKAZO_ADVERTISE_TCP_ADDR".into(), refusing.to_string()),
-        ],
+    env.push(("RAKAZO_ADVERTISE_ADDR".into(), black_hole.to_string()));
+    env.push(("RAKAZO_ADVERTISE_TCP_ADDR".into(), refusing.to_string()));
+    Ok(WorldOptions {
+        env,
         ..WorldOptions::default()
     })
-    .await?;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computer_that_reaches_only_the_api_runs_its_tunnel_over_the_websocket() -> Result<()> {
+    let mut w = World::start_with(api_only(Vec::new())?).await?;
     let c = w.create_computer("ws-websocket").await?;
     let out = w
         .exec(&c, serde_json::json!({ "argv": ["echo", "over-the-api"] }))
@@ -102,6 +105,32 @@ async fn a_computer_that_reaches_only_the_api_runs_its_tunnel_over_the_websocket
         w.get_file(&c, "big.bin").await? == data,
         "the file came back different"
     );
+    connected_lines(&w, &c, 1).await?;
+    assert_eq!(w.transports(&c), vec!["websocket".to_string()]);
+    w.check_log()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_the_websocket_pins_the_api_certificate() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let certs = tempfile::tempdir()?;
+    let (cert_pem, key_pem) = control_plane::tls::self_signed(&["127.0.0.1", "localhost"])?;
+    let cert = certs.path().join("api.pem");
+    let key = certs.path().join("api-key.pem");
+    std::fs::write(&cert, cert_pem)?;
+    std::fs::write(&key, key_pem)?;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    let mut w = World::start_with(api_only(vec![
+        ("RAKAZO_TLS_CERT".into(), cert.display().to_string()),
+        ("RAKAZO_TLS_KEY".into(), key.display().to_string()),
+    ])?)
+    .await?;
+    assert!(w.http.starts_with("https://"), "{}", w.http);
+    let c = w.create_computer("ws-websocket-tls").await?;
+    let out = w
+        .exec(&c, serde_json::json!({ "argv": ["echo", "over-https"] }))
+        .await?;
+    assert_eq!(out.stdout, b"over-https\n");
     connected_lines(&w, &c, 1).await?;
     assert_eq!(w.transports(&c), vec!["websocket".to_string()]);
     w.check_log()
