@@ -68,7 +68,7 @@ pub mod ws;
 
 pub use client::{client_endpoint, ClientSocket};
 pub use link::LinkEnd;
-pub use server::{listen, Carrier, ServerSocket};
+pub use server::{listen, Carrier, ServerSocket, WebsocketReservation};
 
 use std::io;
 use std::pin::Pin;
@@ -104,6 +104,10 @@ pub struct Limits {
     /// A connection that receives nothing, or cannot write, for this long is closed. QUIC
     /// keepalives (every 2 s in the tunnel) keep a healthy one well inside it.
     pub idle: Duration,
+    /// Websockets not yet confirmed at once ([`Carrier::reserve_websocket`]). They arrive
+    /// through the HTTP API, whose connection slots they hold, before anything authenticated
+    /// them: this keeps strangers from filling those slots with tunnels that never log in.
+    pub max_pending_websockets: usize,
 }
 
 impl Default for Limits {
@@ -114,6 +118,7 @@ impl Default for Limits {
             preamble_within: Duration::from_secs(10),
             confirm_within: Duration::from_secs(30),
             idle: Duration::from_secs(30),
+            max_pending_websockets: 64,
         }
     }
 }

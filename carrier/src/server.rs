@@ -19,7 +19,7 @@ use quinn::udp::Transmit;
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -55,6 +55,21 @@ struct Shared {
     refused: Mutex<Refused>,
     /// Where every connection's received datagrams go (the socket's inbound queue).
     inbound: mpsc::Sender<Datagram>,
+    /// Websockets reserved and not yet confirmed or closed ([`Carrier::reserve_websocket`]).
+    pending_websockets: Arc<AtomicUsize>,
+}
+
+/// A place for one websocket that is not confirmed yet ([`Carrier::reserve_websocket`]); it is
+/// given back when the connection is confirmed or closes, or when this is dropped unused.
+#[derive(Debug)]
+pub struct WebsocketReservation {
+    pending: Arc<AtomicUsize>,
+}
+
+impl Drop for WebsocketReservation {
+    fn drop(&mut self) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +86,8 @@ struct Link {
     outbox: Outbox,
     confirmed: AtomicBool,
     task: OnceLock<tokio::task::AbortHandle>,
+    /// A websocket's reservation, held until it is confirmed (or the link is dropped).
+    reservation: Mutex<Option<WebsocketReservation>>,
 }
 
 /// Accepts carrier connections on `listener` until the returned socket is dropped.
@@ -83,6 +100,7 @@ pub fn listen(listener: TcpListener, limits: Limits) -> io::Result<(Arc<ServerSo
         next: AtomicU64::new(1),
         refused: Mutex::default(),
         inbound: tx,
+        pending_websockets: Arc::default(),
     });
     let accept = tokio::spawn(accept_loop(listener, shared.clone())).abort_handle();
     let socket = Arc::new(ServerSocket {
@@ -105,12 +123,17 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
-        shared.admit(Stream::Tcp(stream, Decoder::accepting()), tcp_peer);
+        shared.admit(Stream::Tcp(stream, Decoder::accepting()), tcp_peer, None);
     }
 }
 
 impl Shared {
-    fn admit(self: &Arc<Self>, stream: Stream, tcp_peer: SocketAddr) {
+    fn admit(
+        self: &Arc<Self>,
+        stream: Stream,
+        tcp_peer: SocketAddr,
+        reservation: Option<WebsocketReservation>,
+    ) {
         let mut links = lock(&self.links);
         if links.len() >= self.limits.max_connections {
             drop(links);
@@ -138,6 +161,7 @@ impl Shared {
             outbox: Outbox::new(self.limits.queue_bytes),
             confirmed: AtomicBool::new(false),
             task: OnceLock::new(),
+            reservation: Mutex::new(reservation),
         });
         links.insert(addr, link.clone());
         drop(links);
@@ -210,6 +234,7 @@ impl Carrier {
     pub fn confirm(&self, addr: &SocketAddr) {
         if let Some(link) = self.shared.link(addr) {
             link.confirmed.store(true, Ordering::Release);
+            lock(&link.reservation).take();
         }
     }
 
@@ -221,11 +246,32 @@ impl Carrier {
         }
     }
 
+    /// A place for one more websocket that is not confirmed yet, or `None` when
+    /// [`Limits::max_pending_websockets`] are waiting already: take one before answering an
+    /// upgrade (and refuse the upgrade without), then give it to [`Carrier::admit_websocket`].
+    pub fn reserve_websocket(&self) -> Option<WebsocketReservation> {
+        let pending = &self.shared.pending_websockets;
+        let max = self.shared.limits.max_pending_websockets;
+        pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(WebsocketReservation {
+            pending: pending.clone(),
+        })
+    }
+
     /// Carries a websocket on `stream`, an HTTP connection from `peer` the caller has already
-    /// upgraded (answered `101 Switching Protocols`): like a TCP connection accepted by
-    /// [`listen`], under the same connection cap and deadlines (no preamble: the upgrade named
-    /// the carrier). Over the cap, the stream is closed at once.
-    pub async fn admit_websocket(&self, stream: impl crate::ws::Io, peer: SocketAddr) {
+    /// upgraded (answered `101 Switching Protocols`) under `reservation`: like a TCP connection
+    /// accepted by [`listen`], under the same connection cap and deadlines (no preamble: the
+    /// upgrade named the carrier). Over the cap, the stream is closed at once.
+    pub async fn admit_websocket(
+        &self,
+        stream: impl crate::ws::Io,
+        peer: SocketAddr,
+        reservation: WebsocketReservation,
+    ) {
         let boxed: Box<dyn crate::ws::Io> = Box::new(stream);
         let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
             boxed,
@@ -233,7 +279,8 @@ impl Carrier {
             Some(crate::ws::config()),
         )
         .await;
-        self.shared.admit(Stream::Ws(Box::new(ws)), peer);
+        self.shared
+            .admit(Stream::Ws(Box::new(ws)), peer, Some(reservation));
     }
 
     /// Carrier connections open now.

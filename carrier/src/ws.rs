@@ -131,6 +131,9 @@ pub async fn serve_upgrades(listener: tokio::net::TcpListener, carrier: crate::C
                 }
             }
             let req = String::from_utf8_lossy(&req).into_owned();
+            let Some(reservation) = carrier.reserve_websocket() else {
+                return;
+            };
             let Some(key) = req.lines().find_map(|l| {
                 let (name, value) = l.split_once(':')?;
                 name.eq_ignore_ascii_case("sec-websocket-key")
@@ -145,7 +148,7 @@ pub async fn serve_upgrades(listener: tokio::net::TcpListener, carrier: crate::C
                  Upgrade: websocket\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
             );
             if stream.write_all(resp.as_bytes()).await.is_ok() {
-                carrier.admit_websocket(stream, peer).await;
+                carrier.admit_websocket(stream, peer, reservation).await;
             }
         });
     }

@@ -402,3 +402,59 @@ async fn quic_runs_over_a_websocket_beside_tcp_and_a_bad_websocket_is_cut_off_al
     server.wait_connections(2).await?;
     Ok(())
 }
+
+/// Whether a raw websocket upgrade at the server is answered (the upgrader refuses one without
+/// a reservation by closing the connection).
+async fn raw_websocket(
+    server: &EchoServer,
+) -> Result<Option<tokio_tungstenite::WebSocketStream<TcpStream>>> {
+    let url = format!("ws://{}/v1/tunnel", server.ws_addr);
+    let tcp = TcpStream::connect(server.ws_addr).await?;
+    match within("a raw websocket", tokio_tungstenite::client_async(url, tcp)).await? {
+        Ok((ws, _)) => Ok(Some(ws)),
+        Err(_) => Ok(None),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_that_never_log_in_are_capped_and_a_confirmed_one_frees_its_place() -> Result<()>
+{
+    let limits = Limits {
+        max_pending_websockets: 2,
+        ..Limits::default()
+    };
+    let mut server = EchoServer::start(limits).await?;
+    // Two strangers take both places; a third is refused before its upgrade is answered.
+    let first = raw_websocket(&server).await?.context("first upgrade")?;
+    let _second = raw_websocket(&server).await?.context("second upgrade")?;
+    assert!(
+        raw_websocket(&server).await?.is_none(),
+        "a third stranger got in"
+    );
+    // One stranger leaves: its place comes back once its connection is gone, and a guest gets it.
+    drop(first);
+    let (conn, _socket) = within("a guest's websocket once a place is free", async {
+        loop {
+            if let Ok(dialed) = server.dial_ws().await {
+                return dialed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await?;
+    echo(&conn, b"in").await?;
+    // Logged in (confirmed): its place is free for the next one, which then fills the cap.
+    let addr = within("the accepted connection", server.accepted.recv())
+        .await?
+        .context("accept loop ended")?;
+    server.carrier.confirm(&addr);
+    let _third = raw_websocket(&server)
+        .await?
+        .context("upgrade after a confirm")?;
+    assert!(
+        raw_websocket(&server).await?.is_none(),
+        "the cap was not kept"
+    );
+    echo(&conn, b"still in").await?;
+    Ok(())
+}

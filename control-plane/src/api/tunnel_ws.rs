@@ -5,7 +5,9 @@
 //! No API token: the QUIC handshake inside authenticates the guest with its enrollment token,
 //! as over UDP and TCP. The upgraded connection goes to the tunnel's carrier
 //! ([`carrier::Carrier::admit_websocket`]), whose connection cap and deadlines apply; it keeps
-//! its HTTP connection slot until it closes, like any upgraded connection.
+//! its HTTP connection slot until it closes, like any upgraded connection. Upgrades not yet
+//! logged in are capped (`carrier::Limits::max_pending_websockets`, 64; past it 503
+//! `tunnel_busy`), so strangers cannot fill the API's connection slots with tunnels.
 
 use super::live::{switching_protocols, websocket_key};
 use super::{ApiError, RespBody};
@@ -38,6 +40,15 @@ pub(super) fn upgrade(
             "GET /v1/tunnel is the guest tunnel's websocket: it needs a websocket upgrade",
         ));
     };
+    // Before the 101: a stranger's upgrades that never log in hold HTTP connection slots, so
+    // only so many may wait at once (`carrier::Limits::max_pending_websockets`).
+    let Some(reservation) = carrier.reserve_websocket() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "tunnel_busy",
+            "too many guest tunnels are logging in through the API at once; try again shortly",
+        ));
+    };
     let peer = req
         .extensions()
         .get::<Remote>()
@@ -46,7 +57,7 @@ pub(super) fn upgrade(
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => {
                 carrier
-                    .admit_websocket(hyper_util::rt::TokioIo::new(upgraded), peer)
+                    .admit_websocket(hyper_util::rt::TokioIo::new(upgraded), peer, reservation)
                     .await;
             }
             Err(e) => debug!(%peer, error = %e, "tunnel websocket upgrade failed"),
