@@ -324,10 +324,6 @@ impl SandboxProvider for E2bProvider {
         true
     }
 
-    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
-        Err(crate::no_placements(self.kind(), placement))
-    }
-
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         crate::check_spec_placement(self, spec)?;
         // A template fixes the machine's resources: limits are checked, not applied.

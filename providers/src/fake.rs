@@ -229,10 +229,6 @@ impl SandboxProvider for FakeProvider {
         true
     }
 
-    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
-        Err(crate::no_placements(self.kind(), placement))
-    }
-
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         self.fault("provision")?;
         crate::check_spec_placement(self, spec)?;

@@ -246,13 +246,6 @@ impl ProviderError {
 }
 
 /// The refusal of a provider (`kind`) that has no places to choose from.
-pub(crate) fn no_placements(kind: &str, placement: &str) -> ProviderError {
-    ProviderError::BadSpec(format!(
-        "placement {placement:?} cannot be honoured: the {kind} provider has no places to choose \
-         from"
-    ))
-}
-
 /// `spec`'s placement, if any, checked by `p` ([`SandboxProvider::check_placement`]).
 pub(crate) fn check_spec_placement(
     p: &impl SandboxProvider,
@@ -276,8 +269,15 @@ pub trait SandboxProvider: Send + Sync {
 
     /// Whether a spec's [`SandboxSpec::placement`] can be honoured, checked before anything is
     /// created: `BadSpec` naming it if the place is unknown or the provider has no places to
-    /// choose from. `provision` refuses the same placements.
-    fn check_placement(&self, placement: &str) -> Result<(), ProviderError>;
+    /// choose from (the default: a provider with places overrides it). `provision` refuses the
+    /// same placements.
+    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
+        Err(ProviderError::BadSpec(format!(
+            "placement {placement:?} cannot be honoured: the {} provider has no places to choose \
+             from",
+            self.kind()
+        )))
+    }
 
     /// Creates a machine for `spec` and starts its guest, which dials home on its own.
     fn provision(

@@ -265,10 +265,6 @@ impl SandboxProvider for LocalProvider {
         false
     }
 
-    fn check_placement(&self, placement: &str) -> Result<(), ProviderError> {
-        Err(crate::no_placements(self.kind(), placement))
-    }
-
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
         crate::check_spec_placement(self, spec)?;
         if !valid_id(&spec.computer_id) {
