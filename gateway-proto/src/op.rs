@@ -122,8 +122,9 @@ impl<'a> Authority<'a> {
 pub enum Answered {
     /// The guest refused or failed the operation.
     Refused(OpError),
-    /// A frame this operation is never answered with (a protocol error), described for logs.
-    Unexpected(String),
+    /// A reply this operation is never answered with (a protocol error). The reply itself, so
+    /// the caller decides how much of it a log may show (a page tool's may carry page text).
+    Unexpected(Box<Reply>),
 }
 
 /// One guest operation: its request type implements this.
@@ -156,7 +157,7 @@ pub trait UnaryOp: Op<Frame = Reply> {}
 fn other(reply: Reply) -> Answered {
     match reply {
         Reply::Error(e) => Answered::Refused(e),
-        other => Answered::Unexpected(format!("{other:?}")),
+        other => Answered::Unexpected(Box::new(other)),
     }
 }
 

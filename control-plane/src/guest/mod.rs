@@ -34,7 +34,7 @@ pub use screen::Observation;
 use crate::tunnel::{GuestConn, OpReceiver, OpStream, TunnelError};
 use gateway_proto::op::Answered;
 use gateway_proto::page::{NavigateRequest, PageActRequest, SnapshotRequest};
-use gateway_proto::{Op, UnaryOp};
+use gateway_proto::{Op, Reply, UnaryOp};
 use std::sync::Arc;
 
 /// The connected guest of one computer. Cheap to clone.
@@ -100,20 +100,18 @@ fn answered<O: Op>(computer: &str, a: Answered) -> TunnelError {
             detail: if PAGE_OPS.contains(&O::NAME) {
                 format!("unexpected {} reply", page_reply_kind(&reply))
             } else {
-                format!("unexpected reply {reply}")
+                format!("unexpected reply {reply:?}")
             },
         },
     }
 }
 
-/// The kind of a page tool's unexpected reply, from its `Debug` rendering.
-fn page_reply_kind(reply: &str) -> &'static str {
-    if reply.starts_with("Snapshot(") {
-        "snapshot"
-    } else if reply.starts_with("PageActFailed(") {
-        "page act failure"
-    } else {
-        "other"
+/// The kind of a page tool's unexpected reply: never its text.
+fn page_reply_kind(reply: &Reply) -> &'static str {
+    match reply {
+        Reply::Snapshot(_) => "snapshot",
+        Reply::PageActFailed(_) => "page act failure",
+        _ => "other",
     }
 }
 
@@ -121,7 +119,7 @@ fn page_reply_kind(reply: &str) -> &'static str {
 mod tests {
     use super::*;
     use gateway_proto::page::{PageActFailure, Snapshot};
-    use gateway_proto::{ErrorCode, ListFiles, OpError, Reply};
+    use gateway_proto::{ErrorCode, ListFiles, OpError};
 
     /// The error `O` gets for `reply`, which must not be its answer.
     fn unexpected<O: Op<Frame = Reply>>(reply: Reply) -> String {
@@ -161,10 +159,7 @@ mod tests {
             elements: vec![],
             tree: "secret tree".into(),
         };
-        assert_eq!(
-            page_reply_kind(&format!("{:?}", Reply::Snapshot(snapshot))),
-            "snapshot"
-        );
+        assert_eq!(page_reply_kind(&Reply::Snapshot(snapshot)), "snapshot");
         assert!(unexpected::<SnapshotRequest>(Reply::Pong).ends_with("unexpected other reply"));
     }
 }
