@@ -463,9 +463,15 @@ impl DaytonaProvider {
             body["disk"] = gb.into();
         }
         if !c.network_allow.is_empty() {
-            // The guest must reach home (over UDP or TCP) whatever else is allowed.
+            // The guest must reach home (over UDP or TCP, this replica or another) whatever else
+            // is allowed.
             let mut list = c.network_allow.clone();
-            for ip in [spec.guest.control_addr.ip(), spec.guest.tcp_addr().ip()] {
+            let g = &spec.guest;
+            let replicas = g.other_replicas.iter().map(|a| a.ip());
+            for ip in [g.control_addr.ip(), g.tcp_addr().ip()]
+                .into_iter()
+                .chain(replicas)
+            {
                 let home = if ip.is_ipv4() {
                     format!("{ip}/32")
                 } else {
@@ -662,6 +668,11 @@ mod tests {
                 control_addr: "192.0.2.7:7443".parse().unwrap(),
                 control_ws: None,
                 control_tcp_addr: Some("198.51.100.9:443".parse().unwrap()),
+                other_replicas: vec![
+                    "203.0.113.4:7443".parse().unwrap(),
+                    "192.0.2.7:7444".parse().unwrap(),
+                    "[2001:db8::5]:7443".parse().unwrap(),
+                ],
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken".into()),
             },
@@ -681,7 +692,8 @@ mod tests {
         );
         assert_eq!(
             body["networkAllowList"],
-            "10.0.0.0/8,192.0.2.7/32,198.51.100.9/32"
+            "10.0.0.0/8,192.0.2.7/32,198.51.100.9/32,203.0.113.4/32,2001:db8::5/128",
+            "every replica's address, each once"
         );
         assert_eq!(body["labels"][LABEL_COMPUTER], "c-1");
         assert!(!body.to_string().contains("t0ken"));

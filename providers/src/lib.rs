@@ -119,8 +119,9 @@ impl MachineLimits {
 ///
 /// Every provider hands all of it to the guest: `RAKAZO_CONTROL_ADDR` = `control_addr`,
 /// `RAKAZO_CONTROL_TCP_ADDR` = [`GuestEnrollment::tcp_addr`], `RAKAZO_CONTROL_CERT_SHA256` =
-/// `cert_sha256`, [`GuestEnrollment::ws_env`] when the tunnel's websocket is offered, and the
-/// token through a file or the environment, never argv.
+/// `cert_sha256`, [`GuestEnrollment::ws_env`] when the tunnel's websocket is offered,
+/// [`GuestEnrollment::replicas_env`] (`RAKAZO_CONTROL_ADDRS`) when other control-plane replicas
+/// are, and the token through a file or the environment, never argv.
 #[derive(Debug, Clone)]
 pub struct GuestEnrollment {
     /// The tunnel's QUIC (UDP) address.
@@ -131,6 +132,10 @@ pub struct GuestEnrollment {
     /// The tunnel's websocket on the control plane's HTTP API, dialled when UDP and TCP both
     /// fail.
     pub control_ws: Option<ControlWs>,
+    /// The other control-plane replicas' tunnel addresses (QUIC on UDP, and the TCP carrier on
+    /// the same port), which the guest tries in turn when this one is unreachable or draining.
+    /// They share the database and present the same certificate (`cert_sha256`).
+    pub other_replicas: Vec<SocketAddr>,
     pub cert_sha256: String,
     pub token: Secret,
 }
@@ -156,6 +161,16 @@ impl GuestEnrollment {
             env.push(("RAKAZO_CONTROL_API_CERT_SHA256", pin.clone()));
         }
         env
+    }
+
+    /// The other replicas' variable for the guest: `RAKAZO_CONTROL_ADDRS`, comma-separated
+    /// `ip:port` (none when there are no other replicas).
+    pub fn replicas_env(&self) -> Vec<(&'static str, String)> {
+        if self.other_replicas.is_empty() {
+            return Vec::new();
+        }
+        let list: Vec<String> = self.other_replicas.iter().map(|a| a.to_string()).collect();
+        vec![("RAKAZO_CONTROL_ADDRS", list.join(","))]
     }
 
     /// The TCP address the guest falls back to (`RAKAZO_CONTROL_TCP_ADDR`).
@@ -377,6 +392,7 @@ mod tests {
                 control_addr: "127.0.0.1:9".parse().unwrap(),
                 control_ws: None,
                 control_tcp_addr: None,
+                other_replicas: Vec::new(),
                 cert_sha256: "ab".into(),
                 token: Secret("t".into()),
             },

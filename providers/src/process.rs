@@ -59,6 +59,7 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
         )
         .env("RAKAZO_CONTROL_CERT_SHA256", &l.spec.guest.cert_sha256)
         .envs(l.spec.guest.ws_env())
+        .envs(l.spec.guest.replicas_env())
         .env("RAKAZO_COMPUTER_ID", &l.spec.computer_id)
         .env("RAKAZO_ENROLL_TOKEN_FILE", &token_path)
         .env("RAKAZO_HOME", l.home)

@@ -44,6 +44,7 @@ pub(crate) fn guest_env(
     ]
     .into_iter()
     .chain(g.ws_env())
+    .chain(g.replicas_env())
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(extra.iter().cloned());
@@ -79,6 +80,7 @@ mod tests {
                 control_addr: "127.0.0.1:7443".parse().unwrap(),
                 control_ws: None,
                 control_tcp_addr: None,
+                other_replicas: Vec::new(),
                 cert_sha256: "ab".into(),
                 token: Secret("t0ken-never-in-env".into()),
             },
@@ -96,7 +98,15 @@ mod tests {
         assert_eq!(env["RAKAZO_LOG"], "info");
         assert!(env.values().all(|v| !v.contains("t0ken")));
         assert!(!env.contains_key("RAKAZO_CONTROL_WS_URL"));
+        assert!(
+            !env.contains_key("RAKAZO_CONTROL_ADDRS"),
+            "no other replicas"
+        );
         let mut spec = spec;
+        spec.guest.other_replicas = vec![
+            "10.0.0.2:7443".parse().unwrap(),
+            "[2001:db8::2]:7443".parse().unwrap(),
+        ];
         spec.guest.control_ws = Some(crate::ControlWs {
             url: "https://cp.example/v1/tunnel".into(),
             api_cert_sha256: Some("cd".into()),
@@ -104,5 +114,9 @@ mod tests {
         let env = guest_env(&spec, "/h", "/etc/t", &[]);
         assert_eq!(env["RAKAZO_CONTROL_WS_URL"], "https://cp.example/v1/tunnel");
         assert_eq!(env["RAKAZO_CONTROL_API_CERT_SHA256"], "cd");
+        assert_eq!(
+            env["RAKAZO_CONTROL_ADDRS"],
+            "10.0.0.2:7443,[2001:db8::2]:7443"
+        );
     }
 }

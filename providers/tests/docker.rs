@@ -165,6 +165,7 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
             control_addr: "127.0.0.1:9".parse().unwrap(),
             control_ws: None,
             control_tcp_addr: None,
+            other_replicas: Vec::new(),
             cert_sha256: "ab".repeat(32),
             token: Secret(token.into()),
         },

@@ -53,6 +53,7 @@ fn spec() -> SandboxSpec {
             control_addr: "127.0.0.1:9".parse().unwrap(),
             control_tcp_addr: None,
             control_ws: None,
+            other_replicas: Vec::new(),
             cert_sha256: "ab".repeat(32),
             token: Secret("isolation-token".into()),
         },

@@ -112,7 +112,12 @@ pub(super) fn container_body(config: &DockerConfig, spec: &SandboxSpec) -> Conta
         format!("RAKAZO_RUN_AS={RUN_AS}"),
         format!("RAKAZO_ENROLL_TOKEN_FILE={TOKEN_PATH}"),
     ];
-    env.extend(g.ws_env().into_iter().map(|(k, v)| format!("{k}={v}")));
+    env.extend(
+        g.ws_env()
+            .into_iter()
+            .chain(g.replicas_env())
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     env.extend(config.guest_env.iter().map(|(k, v)| format!("{k}={v}")));
     ContainerCreateBody {
         image: Some(config.image.clone()),
@@ -138,5 +143,34 @@ mod tests {
         assert_eq!(&a[..12], b"etc/rakazo/\0");
         assert_eq!(&a[512..535], b"etc/rakazo/enroll-token");
         assert_eq!(&a[1024..1030], b"s3cret");
+    }
+
+    #[test]
+    fn the_guest_learns_the_other_replicas_only_when_there_are_some() {
+        let config = DockerConfig::new("/run/docker.sock", "rakazo-computer:x");
+        let mut spec = SandboxSpec {
+            computer_id: "c-1".into(),
+            home_key: "team-w".into(),
+            guest: crate::GuestEnrollment {
+                control_addr: "10.0.0.1:7443".parse().unwrap(),
+                control_tcp_addr: None,
+                control_ws: None,
+                other_replicas: Vec::new(),
+                cert_sha256: "ab".into(),
+                token: crate::Secret("t0ken".into()),
+            },
+            limits: crate::MachineLimits::default(),
+            placement: None,
+        };
+        let env = |spec: &SandboxSpec| container_body(&config, spec).env.unwrap();
+        assert!(!env(&spec)
+            .iter()
+            .any(|e| e.starts_with("RAKAZO_CONTROL_ADDRS=")));
+        spec.guest.other_replicas = vec![
+            "10.0.0.2:7443".parse().unwrap(),
+            "10.0.0.3:7443".parse().unwrap(),
+        ];
+        assert!(env(&spec).contains(&"RAKAZO_CONTROL_ADDRS=10.0.0.2:7443,10.0.0.3:7443".into()));
+        assert!(!env(&spec).iter().any(|e| e.contains("t0ken")));
     }
 }
