@@ -94,6 +94,11 @@ pub struct Config {
     /// The tunnel's websocket carrier on the control plane's HTTP API (`RAKAZO_CONTROL_WS_URL`,
     /// with `RAKAZO_CONTROL_API_CERT_SHA256` for https), dialled when UDP and TCP get no answer.
     pub control_ws: Option<WsTarget>,
+    /// The other control-plane replicas' tunnel addresses (`RAKAZO_CONTROL_ADDRS`,
+    /// comma-separated `ip:port`; QUIC on UDP and the TCP carrier on the same port), tried in
+    /// turn after the primary. Never the primary itself, never twice; at most
+    /// [`MAX_OTHER_REPLICAS`]. They present the same certificate (`cert_sha256`).
+    pub other_replicas: Vec<SocketAddr>,
     /// SHA-256 of the control plane's certificate DER; the only certificate accepted.
     pub cert_sha256: [u8; 32],
     pub computer_id: String,
@@ -134,6 +139,43 @@ pub struct WsTarget {
 }
 
 const WS_URL: &str = "RAKAZO_CONTROL_WS_URL";
+const REPLICAS: &str = "RAKAZO_CONTROL_ADDRS";
+/// The most other replicas `RAKAZO_CONTROL_ADDRS` may name.
+pub const MAX_OTHER_REPLICAS: usize = 16;
+
+/// `RAKAZO_CONTROL_ADDRS`: comma-separated `ip:port`, whitespace around entries allowed, no
+/// empty entry, at most [`MAX_OTHER_REPLICAS`]; the primary and repeats are dropped.
+fn other_replicas(
+    src: &dyn ConfigSource,
+    primary: SocketAddr,
+) -> Result<Vec<SocketAddr>, ConfigError> {
+    let Some(list) = src.get(REPLICAS) else {
+        return Ok(Vec::new());
+    };
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    if entries.len() > MAX_OTHER_REPLICAS {
+        return Err(invalid(
+            REPLICAS,
+            format!("{} entries, at most {MAX_OTHER_REPLICAS}", entries.len()),
+        ));
+    }
+    let mut replicas = Vec::new();
+    for (i, entry) in entries.into_iter().enumerate() {
+        if entry.is_empty() {
+            return Err(invalid(
+                REPLICAS,
+                format!("entry {} is empty (expected ip:port,ip:port,...)", i + 1),
+            ));
+        }
+        let addr: SocketAddr = entry
+            .parse()
+            .map_err(|_| invalid(REPLICAS, format!("{entry:?} is not ip:port")))?;
+        if addr != primary && !replicas.contains(&addr) {
+            replicas.push(addr);
+        }
+    }
+    Ok(replicas)
+}
 const API_PIN: &str = "RAKAZO_CONTROL_API_CERT_SHA256";
 
 fn parse_sha256(key: &'static str, v: &str) -> Result<[u8; 32], ConfigError> {
@@ -211,6 +253,7 @@ impl Config {
             None => control_addr,
         };
         let control_ws = ws_target(src)?;
+        let other_replicas = other_replicas(src, control_addr)?;
         let fp = need("RAKAZO_CONTROL_CERT_SHA256")?;
         let cert_sha256 = parse_sha256("RAKAZO_CONTROL_CERT_SHA256", &fp)?;
         let computer_id = need("RAKAZO_COMPUTER_ID")?;
@@ -270,6 +313,7 @@ impl Config {
             control_addr,
             control_tcp_addr,
             control_ws,
+            other_replicas,
             cert_sha256,
             computer_id,
             token: Secret::new(token),
@@ -533,6 +577,60 @@ mod tests {
         env.insert("RAKAZO_CONTROL_TCP_ADDR".into(), "nope".into());
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("RAKAZO_CONTROL_TCP_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn other_replicas_are_parsed_without_the_primary_or_repeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        assert!(Config::from_source(&env).unwrap().other_replicas.is_empty());
+        let addrs = |v: &str| {
+            let mut env = env.clone();
+            env.insert(REPLICAS.into(), v.into());
+            Config::from_source(&env).map(|c| c.other_replicas)
+        };
+        let want: Vec<SocketAddr> = vec![
+            "10.0.0.2:7443".parse().unwrap(),
+            "[2001:db8::3]:443".parse().unwrap(),
+        ];
+        assert_eq!(addrs(" 10.0.0.2:7443 ,[2001:db8::3]:443\t").unwrap(), want);
+        // The primary (127.0.0.1:7443) and a repeat are dropped; the order is kept.
+        assert_eq!(
+            addrs("127.0.0.1:7443,10.0.0.2:7443,[2001:db8::3]:443,10.0.0.2:7443").unwrap(),
+            want
+        );
+        assert_eq!(addrs("127.0.0.1:7443").unwrap(), Vec::<SocketAddr>::new());
+        let max = (1..=16)
+            .map(|i| format!("10.0.1.{i}:7443"))
+            .collect::<Vec<_>>();
+        assert_eq!(addrs(&max.join(",")).unwrap().len(), 16);
+        for (bad, named) in [
+            ("", "entry 1 is empty"),
+            ("10.0.0.2:7443,", "entry 2 is empty"),
+            ("10.0.0.2:7443, ,10.0.0.3:7443", "entry 2 is empty"),
+            ("10.0.0.2", "\"10.0.0.2\" is not ip:port"),
+            (
+                "10.0.0.2:7443,cp.example:7443",
+                "\"cp.example:7443\" is not ip:port",
+            ),
+            ("10.0.0.2:99999", "\"10.0.0.2:99999\""),
+            (
+                &format!("{},10.0.2.1:1", max.join(",")),
+                "17 entries, at most 16",
+            ),
+        ] {
+            let err = addrs(bad).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Invalid { key: REPLICAS, .. }),
+                "{bad:?}: {err}"
+            );
+            let err = err.to_string();
+            assert!(
+                err.starts_with("RAKAZO_CONTROL_ADDRS is invalid") && err.contains(named),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,17 @@
 //! control plane's HTTP API (`GET /v1/tunnel`, one datagram per binary message), for networks
 //! that reach only the API (443, HTTPS-only proxies). https is verified against the API
 //! certificate's pin (`RAKAZO_CONTROL_API_CERT_SHA256`): the guest carries no CA roots.
+//!
+//! The control plane may run as several replicas sharing one database (`RAKAZO_CONTROL_ADDRS`:
+//! the others' tunnel addresses). The guest's targets are the primary (`RAKAZO_CONTROL_ADDR`,
+//! its TCP address and websocket), then each other replica (QUIC on UDP and the TCP carrier on
+//! the same address, no websocket). A dial tries one target's transports in the order above and,
+//! when none of them connects, the next target in the same dial, so a dead replica costs one
+//! handshake timeout, not a backoff; only when every target failed does the backoff apply.
+//! Each target remembers what it last ran over (a target not dialled yet starts with UDP). A
+//! session that ends sends the next dial to the next target first (a replica whose connection
+//! died is likely dead); one that a draining replica closed ([`CLOSE_DRAINING`]) redials at once.
+//! With one target all of this is the single control plane's behaviour above.
 
 use crate::config::Config;
 use crate::ops::Ops;
@@ -36,6 +47,13 @@ const BACKOFF_START: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// A connection that lasted this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// The QUIC application close code of a control-plane replica that is draining: go to another
+/// replica. The guest redials at once (no backoff), starting with its next target. (The control
+/// plane closes with `2` when a newer connection of the same computer superseded this one.)
+pub const CLOSE_DRAINING: u32 = 3;
+/// How long, once a carrier's TCP connection ended, the session waits for the QUIC connection
+/// to see the close the control plane sent just before (its code decides whether to wait).
+const CARRIER_CLOSE_GRACE: Duration = Duration::from_millis(100);
 
 /// Accepts exactly one server certificate: the one whose DER hashes to the pinned fingerprint.
 #[derive(Debug)]
@@ -155,24 +173,46 @@ fn transport_config() -> quinn::TransportConfig {
 enum SessionEnd {
     Refused(RefuseReason),
     Closed(String),
+    /// The replica closed the connection with [`CLOSE_DRAINING`].
+    Draining,
 }
 
 /// Stays connected to the control plane forever.
 pub async fn run(config: Config, ops: Arc<Ops>) -> anyhow::Result<()> {
     let mut dialer = Dialer::new(&config)?;
     let mut backoff = BACKOFF_START;
+    // Draining closes in a row: each redials at once, up to one per target; past that the
+    // backoff applies, so replicas that all drain (or keep closing with the code) are not
+    // redialled in a tight loop.
+    let mut drains = 0usize;
     loop {
         let started = tokio::time::Instant::now();
         let end = match dialer.dial().await {
-            Ok(dialed) => session(dialed, &config, &ops).await,
+            Ok(dialed) => {
+                let end = session(dialed, &config, &ops).await;
+                dialer.session_ended();
+                end
+            }
             Err(e) => SessionEnd::Closed(format!("connect: {e}")),
         };
         match &end {
             SessionEnd::Refused(reason) => warn!(%reason, "control plane refused this guest"),
             SessionEnd::Closed(why) => info!(reason = %why, "tunnel closed"),
+            SessionEnd::Draining => {
+                info!("tunnel closed: the control-plane replica is draining; dialling the next")
+            }
         }
         if started.elapsed() >= STABLE_AFTER {
             backoff = BACKOFF_START;
+            drains = 0;
+        }
+        if matches!(end, SessionEnd::Draining) {
+            drains += 1;
+            if drains <= dialer.targets.len() {
+                continue;
+            }
+        } else {
+            drains = 0;
         }
         // Full jitter in [backoff/2, backoff): guests restarted together do not reconnect together.
         let jittered = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
@@ -229,36 +269,30 @@ enum DialError {
     Failed(String),
 }
 
-/// Dials the control plane over UDP or TCP, remembering what worked.
-struct Dialer {
-    udp: quinn::Endpoint,
-    carrier_config: quinn::ClientConfig,
-    quic_addr: std::net::SocketAddr,
-    tcp_addr: std::net::SocketAddr,
+/// One control-plane replica the guest can dial, and what worked there.
+struct Target {
+    quic: std::net::SocketAddr,
+    tcp: std::net::SocketAddr,
     ws: Option<crate::config::WsTarget>,
-    /// What the last session ran over.
+    /// What the last session with this target ran over.
     last: Option<Transport>,
-    /// Sessions in a row over a carrier (TCP or websocket).
+    /// Sessions in a row with this target over a carrier (TCP or websocket).
     tcp_streak: u32,
 }
 
-impl Dialer {
-    fn new(config: &Config) -> anyhow::Result<Self> {
-        let mut udp = quinn::Endpoint::client(if config.control_addr.is_ipv4() {
-            "0.0.0.0:0".parse()?
-        } else {
-            "[::]:0".parse()?
-        })?;
-        udp.set_default_client_config(client_config(config.cert_sha256)?);
-        Ok(Self {
-            udp,
-            carrier_config: carrier_client_config(config.cert_sha256)?,
-            quic_addr: config.control_addr,
-            tcp_addr: config.control_tcp_addr,
-            ws: config.control_ws.clone(),
+impl Target {
+    fn new(
+        quic: std::net::SocketAddr,
+        tcp: std::net::SocketAddr,
+        ws: Option<crate::config::WsTarget>,
+    ) -> Self {
+        Self {
+            quic,
+            tcp,
+            ws,
             last: None,
             tcp_streak: 0,
-        })
+        }
     }
 
     /// The order to try: UDP, TCP, then the websocket when configured; what the last session
@@ -277,20 +311,86 @@ impl Dialer {
         }
         order
     }
+}
 
+/// Dials the control plane: its targets in turn (the primary, then the other replicas), each
+/// over UDP, TCP or the websocket, remembering what worked per target.
+struct Dialer {
+    udp: quinn::Endpoint,
+    carrier_config: quinn::ClientConfig,
+    /// The primary first, then the other replicas; never empty.
+    targets: Vec<Target>,
+    /// The target the next dial starts with.
+    current: usize,
+    /// The target of the last connection, for logging the change.
+    connected: Option<usize>,
+}
+
+impl Dialer {
+    fn new(config: &Config) -> anyhow::Result<Self> {
+        let mut targets = vec![Target::new(
+            config.control_addr,
+            config.control_tcp_addr,
+            config.control_ws.clone(),
+        )];
+        targets.extend(
+            config
+                .other_replicas
+                .iter()
+                .map(|&addr| Target::new(addr, addr, None)),
+        );
+        // One UDP socket for every target: IPv4 when all are, else dual-stack IPv6.
+        let mut udp = quinn::Endpoint::client(if targets.iter().all(|t| t.quic.is_ipv4()) {
+            "0.0.0.0:0".parse()?
+        } else {
+            "[::]:0".parse()?
+        })?;
+        udp.set_default_client_config(client_config(config.cert_sha256)?);
+        Ok(Self {
+            udp,
+            carrier_config: carrier_client_config(config.cert_sha256)?,
+            targets,
+            current: 0,
+            connected: None,
+        })
+    }
+
+    /// Tries every target from the current one, each with its transports in order; the next
+    /// target when none of a target's transports connected (silence) or one was answered with
+    /// a failure (another replica may answer differently, e.g. one draining refuses).
     async fn dial(&mut self) -> Result<Dialed, String> {
-        let mut unreachable = Vec::new();
-        for transport in self.order() {
-            let dialed = match transport {
-                Transport::Quic => self.dial_quic().await,
-                Transport::Tcp => self.dial_tcp().await,
-                Transport::Websocket => self.dial_ws().await,
-            };
-            match dialed {
+        let n = self.targets.len();
+        let mut failed = Vec::new();
+        for i in 0..n {
+            let t = (self.current + i) % n;
+            match self.dial_target(&self.targets[t]).await {
                 Ok(dialed) => {
-                    self.worked(transport);
+                    self.current = t;
+                    self.worked(t, dialed.transport);
                     return Ok(dialed);
                 }
+                Err(e) if n == 1 => failed.push(e),
+                Err(e) => failed.push(format!("{}: {e}", self.targets[t].quic)),
+            }
+        }
+        Err(failed.join("; "))
+    }
+
+    /// A session ended: the next dial starts with the next target.
+    fn session_ended(&mut self) {
+        self.current = (self.current + 1) % self.targets.len();
+    }
+
+    async fn dial_target(&self, target: &Target) -> Result<Dialed, String> {
+        let mut unreachable = Vec::new();
+        for transport in target.order() {
+            let dialed = match transport {
+                Transport::Quic => self.dial_quic(target).await,
+                Transport::Tcp => self.dial_tcp(target).await,
+                Transport::Websocket => self.dial_ws(target).await,
+            };
+            match dialed {
+                Ok(dialed) => return Ok(dialed),
                 Err(DialError::Unreachable(e)) => unreachable.push(format!("{transport}: {e}")),
                 Err(DialError::Failed(e)) => return Err(format!("{transport}: {e}")),
             }
@@ -298,35 +398,37 @@ impl Dialer {
         Err(unreachable.join("; "))
     }
 
-    fn worked(&mut self, transport: Transport) {
-        if self.last != Some(transport) {
+    fn worked(&mut self, t: usize, transport: Transport) {
+        let target = &mut self.targets[t];
+        if self.connected != Some(t) || target.last != Some(transport) {
             match transport {
-                Transport::Quic => info!(addr = %self.quic_addr, "tunnel over quic (udp)"),
+                Transport::Quic => info!(addr = %target.quic, "tunnel over quic (udp)"),
                 Transport::Tcp => info!(
-                    addr = %self.tcp_addr,
-                    udp = %self.quic_addr,
+                    addr = %target.tcp,
+                    udp = %target.quic,
                     "tunnel over tcp: udp got no quic answer within {} s",
                     QUIC_HANDSHAKE_TIMEOUT.as_secs()
                 ),
                 Transport::Websocket => info!(
-                    url = %self.ws.as_ref().map_or("", |w| w.url.as_str()),
-                    udp = %self.quic_addr,
-                    tcp = %self.tcp_addr,
+                    url = %target.ws.as_ref().map_or("", |w| w.url.as_str()),
+                    udp = %target.quic,
+                    tcp = %target.tcp,
                     "tunnel over websocket: neither udp nor tcp reached the tunnel"
                 ),
             }
         }
-        self.last = Some(transport);
-        self.tcp_streak = match transport {
+        self.connected = Some(t);
+        target.last = Some(transport);
+        target.tcp_streak = match transport {
             Transport::Quic => 0,
-            Transport::Tcp | Transport::Websocket => self.tcp_streak + 1,
+            Transport::Tcp | Transport::Websocket => target.tcp_streak + 1,
         };
     }
 
-    async fn dial_quic(&self) -> Result<Dialed, DialError> {
+    async fn dial_quic(&self, target: &Target) -> Result<Dialed, DialError> {
         let connecting = self
             .udp
-            .connect(self.quic_addr, SERVER_NAME)
+            .connect(target.quic, SERVER_NAME)
             .map_err(|e| DialError::Failed(e.to_string()))?;
         let conn = handshake(connecting, QUIC_HANDSHAKE_TIMEOUT).await?;
         Ok(Dialed {
@@ -336,11 +438,11 @@ impl Dialer {
         })
     }
 
-    async fn dial_tcp(&self) -> Result<Dialed, DialError> {
+    async fn dial_tcp(&self, target: &Target) -> Result<Dialed, DialError> {
         let limits = carrier::Limits::default();
         let socket = tokio::time::timeout(
             TCP_DIAL_TIMEOUT,
-            carrier::ClientSocket::connect(self.tcp_addr, &limits),
+            carrier::ClientSocket::connect(target.tcp, &limits),
         )
         .await
         .map_err(|_| DialError::Unreachable("tcp connect timed out".into()))?
@@ -348,8 +450,8 @@ impl Dialer {
         self.over_carrier(socket, Transport::Tcp).await
     }
 
-    async fn dial_ws(&self) -> Result<Dialed, DialError> {
-        let Some(ws) = &self.ws else {
+    async fn dial_ws(&self, target: &Target) -> Result<Dialed, DialError> {
+        let Some(ws) = &target.ws else {
             return Err(DialError::Unreachable("no websocket url".into()));
         };
         let socket = tokio::time::timeout(TCP_DIAL_TIMEOUT, ws_connect(ws))
@@ -437,13 +539,25 @@ async fn handshake(
 }
 
 async fn session(dialed: Dialed, config: &Config, ops: &Arc<Ops>) -> SessionEnd {
-    let end = serve_session(&dialed, config, ops).await;
+    let mut end = serve_session(&dialed, config, ops).await;
+    if matches!(end, SessionEnd::Closed(_)) && draining(&dialed.conn) {
+        end = SessionEnd::Draining;
+    }
     if let Some((socket, endpoint)) = &dialed.carrier {
         // The endpoint lives for this session only: close it and its TCP connection.
         endpoint.close(0u32.into(), b"session over");
         socket.close();
     }
     end
+}
+
+/// Whether the control plane closed `conn` with [`CLOSE_DRAINING`].
+fn draining(conn: &quinn::Connection) -> bool {
+    matches!(
+        conn.close_reason(),
+        Some(quinn::ConnectionError::ApplicationClosed(close))
+            if close.error_code == quinn::VarInt::from_u32(CLOSE_DRAINING)
+    )
 }
 
 async fn serve_session(dialed: &Dialed, config: &Config, ops: &Arc<Ops>) -> SessionEnd {
@@ -500,7 +614,12 @@ async fn serve_session(dialed: &Dialed, config: &Config, ops: &Arc<Ops>) -> Sess
                 }
                 Err(e) => break SessionEnd::Closed(e.to_string()),
             },
-            () = &mut carrier_closed => break SessionEnd::Closed(format!("{} carrier connection ended", dialed.transport)),
+            () = &mut carrier_closed => {
+                // The close the control plane sent just before its TCP connection ended may not
+                // have reached the connection yet; its code decides what the guest does next.
+                let _ = tokio::time::timeout(CARRIER_CLOSE_GRACE, conn.closed()).await;
+                break SessionEnd::Closed(format!("{} carrier connection ended", dialed.transport));
+            }
         }
     };
     control.abort();

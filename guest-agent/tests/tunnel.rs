@@ -55,14 +55,22 @@ enum Over {
     Tcp,
     /// The websocket carrier only (UDP never answers, TCP refuses).
     Ws,
+    /// Nothing at the guest's primary address (UDP never answers, TCP refuses): the endpoint
+    /// is the first other replica (`RAKAZO_CONTROL_ADDRS`).
+    DeadPrimary,
 }
 
 /// A fake control plane and the real guest dialing it.
 struct Harness {
     endpoint: quinn::Endpoint,
-    /// Over TCP: the carrier under `endpoint`, and the UDP socket the guest is told to dial,
-    /// which never answers (as where a network drops UDP).
-    tcp: Option<(carrier::Carrier, std::net::UdpSocket)>,
+    /// Over TCP or the websocket: the carrier under `endpoint`.
+    carrier: Option<carrier::Carrier>,
+    /// The UDP socket the guest is told to dial when that never answers (as where a network
+    /// drops UDP, or the control plane is gone).
+    black_hole: Option<std::net::UdpSocket>,
+    /// More control-plane replicas (QUIC on UDP, same certificate), named in
+    /// `RAKAZO_CONTROL_ADDRS` in this order, after `endpoint` when that is a replica too.
+    replicas: Vec<quinn::Endpoint>,
     home: PathBuf,
     token: String,
     guest: tokio::task::JoinHandle<Result<()>>,
@@ -77,22 +85,23 @@ impl Harness {
 
     /// Starts a fake control plane and a guest pinning `fingerprint` (default: the server's).
     async fn start_pinning(fingerprint: Option<String>) -> Result<Self> {
-        Self::start_with(fingerprint, Over::Udp).await
+        Self::start_with(fingerprint, Over::Udp, 0).await
     }
 
     /// Starts a fake control plane on the TCP carrier only, and a guest whose UDP address
     /// never answers.
     async fn start_over_tcp() -> Result<Self> {
-        Self::start_with(None, Over::Tcp).await
+        Self::start_with(None, Over::Tcp, 0).await
     }
 
     /// Starts a fake control plane taking websockets only, and a guest whose UDP address never
     /// answers and whose TCP address refuses.
     async fn start_over_ws() -> Result<Self> {
-        Self::start_with(None, Over::Ws).await
+        Self::start_with(None, Over::Ws, 0).await
     }
 
-    async fn start_with(fingerprint: Option<String>, over: Over) -> Result<Self> {
+    /// Starts a fake control plane as `over` says, `replicas` more on UDP, and the guest.
+    async fn start_with(fingerprint: Option<String>, over: Over, replicas: usize) -> Result<Self> {
         init_logging();
         let (cert, key, real_fingerprint) = identity()?;
         let black_hole = || -> Result<_> {
@@ -100,38 +109,62 @@ impl Harness {
             black_hole.set_nonblocking(true)?;
             Ok((black_hole.local_addr()?, black_hole))
         };
-        let (endpoint, tcp, udp_addr, tcp_addr, ws_addr) = match over {
+        // A port nothing listens on: the TCP carrier is refused.
+        let dead_tcp = || -> Result<SocketAddr> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+        };
+        let mut other_addrs = Vec::new();
+        let (endpoint, carrier, black_hole, udp_addr, tcp_addr, ws_addr) = match over {
             Over::Tcp => {
-                let (endpoint, carrier) = tcp_server(cert, key).await?;
+                let (endpoint, carrier) = tcp_server(cert.clone(), key.clone_key()).await?;
                 let (udp_addr, black_hole) = black_hole()?;
                 let tcp_addr = endpoint.local_addr()?;
                 (
                     endpoint,
-                    Some((carrier, black_hole)),
+                    Some(carrier),
+                    Some(black_hole),
                     udp_addr,
                     tcp_addr,
                     None,
                 )
             }
             Over::Ws => {
-                let (endpoint, carrier, ws_addr) = ws_server(cert, key).await?;
+                let (endpoint, carrier, ws_addr) = ws_server(cert.clone(), key.clone_key()).await?;
                 let (udp_addr, black_hole) = black_hole()?;
-                // A port nothing listens on: the TCP carrier is refused.
-                let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
                 (
                     endpoint,
-                    Some((carrier, black_hole)),
+                    Some(carrier),
+                    Some(black_hole),
                     udp_addr,
-                    dead,
+                    dead_tcp()?,
                     Some(ws_addr),
                 )
             }
             Over::Udp => {
-                let endpoint = server(cert, key)?;
+                let endpoint = server(cert.clone(), key.clone_key())?;
                 let addr: SocketAddr = endpoint.local_addr()?;
-                (endpoint, None, addr, addr, None)
+                (endpoint, None, None, addr, addr, None)
+            }
+            Over::DeadPrimary => {
+                let endpoint = server(cert.clone(), key.clone_key())?;
+                other_addrs.push(endpoint.local_addr()?);
+                let (udp_addr, black_hole) = black_hole()?;
+                (
+                    endpoint,
+                    None,
+                    Some(black_hole),
+                    udp_addr,
+                    dead_tcp()?,
+                    None,
+                )
             }
         };
+        let replicas = (0..replicas)
+            .map(|_| server(cert.clone(), key.clone_key()))
+            .collect::<Result<Vec<_>>>()?;
+        for r in &replicas {
+            other_addrs.push(r.local_addr()?);
+        }
         let home_dir = tempfile::tempdir()?;
         let token = hex::encode(rand::random::<[u8; 16]>());
         let mut env: HashMap<String, String> = HashMap::from([
@@ -145,6 +178,10 @@ impl Harness {
             ("RAKAZO_ENROLL_TOKEN".into(), token.clone()),
             ("RAKAZO_HOME".into(), home_dir.path().display().to_string()),
         ]);
+        if !other_addrs.is_empty() {
+            let list: Vec<String> = other_addrs.iter().map(|a| a.to_string()).collect();
+            env.insert("RAKAZO_CONTROL_ADDRS".into(), list.join(","));
+        }
         if let Some(ws_addr) = ws_addr {
             env.insert(
                 "RAKAZO_CONTROL_WS_URL".into(),
@@ -166,7 +203,9 @@ impl Harness {
         let guest = tokio::spawn(guest_agent::tunnel::run(config, ops));
         Ok(Self {
             endpoint,
-            tcp,
+            carrier,
+            black_hole,
+            replicas,
             home: std::fs::canonicalize(home_dir.path())?,
             token,
             guest,
@@ -176,7 +215,12 @@ impl Harness {
 
     /// Accepts the guest's next connection and completes the hello, accepting its credentials.
     async fn accept(&self) -> Result<Session> {
-        let incoming = within("the guest to dial", self.endpoint.accept())
+        self.accept_on(&self.endpoint).await
+    }
+
+    /// [`Harness::accept`] on `endpoint` (one of the replicas).
+    async fn accept_on(&self, endpoint: &quinn::Endpoint) -> Result<Session> {
+        let incoming = within("the guest to dial", endpoint.accept())
             .await?
             .ok_or_else(|| anyhow!("server endpoint closed"))?;
         let conn = within("the QUIC handshake", incoming).await??;
@@ -220,7 +264,7 @@ impl Harness {
 impl Harness {
     /// Datagrams the guest sent to its (never answering) UDP address since the last call.
     fn udp_datagrams(&self) -> Result<usize> {
-        let (_, black_hole) = self.tcp.as_ref().context("not a tcp harness")?;
+        let black_hole = self.black_hole.as_ref().context("no black hole")?;
         let mut buf = [0u8; 2048];
         let mut n = 0;
         loop {
@@ -609,7 +653,7 @@ async fn wrong_certificate_is_refused_by_the_guest() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_whose_udp_gets_no_answer_runs_the_tunnel_over_tcp() -> Result<()> {
     let h = Harness::start_over_tcp().await?;
-    let (carrier, _) = h.tcp.as_ref().context("tcp harness")?;
+    let carrier = h.carrier.as_ref().context("tcp harness")?;
     // The QUIC handshake waits for the UDP attempt to time out, then goes over TCP.
     let s = h.accept().await?;
     let peer = carrier.tcp_peer(&s.conn.remote_address());
@@ -674,7 +718,7 @@ async fn a_guest_whose_udp_gets_no_answer_runs_the_tunnel_over_tcp() -> Result<(
 async fn a_guest_that_reaches_neither_udp_nor_tcp_runs_the_tunnel_over_the_websocket() -> Result<()>
 {
     let h = Harness::start_over_ws().await?;
-    let (carrier, _) = h.tcp.as_ref().context("ws harness")?;
+    let carrier = h.carrier.as_ref().context("ws harness")?;
     // UDP times out, TCP is refused, the websocket carries the QUIC connection.
     let s = h.accept().await?;
     assert!(
@@ -701,5 +745,69 @@ async fn a_guest_that_reaches_neither_udp_nor_tcp_runs_the_tunnel_over_the_webso
         "the guest tried UDP before the websocket again"
     );
     assert_ran(&s2.exec(&["true"], None).await?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_whose_control_plane_is_gone_connects_to_another_replica() -> Result<()> {
+    let h = Harness::start_with(None, Over::DeadPrimary, 0).await?;
+    // UDP to the primary gets no answer, its TCP is refused; the same dial goes on to the replica
+    // named in RAKAZO_CONTROL_ADDRS.
+    let mut s = h.accept().await?;
+    assert!(
+        h.udp_datagrams()? > 0,
+        "the guest never tried its primary first"
+    );
+    s.ping().await?;
+    s.control.push_lease("b1", Some("run-b:2")).await?;
+    assert_ran(&s.exec(&["true"], Some(("b1", "run-b:2"))).await?);
+
+    // Its session ends: the next dial starts with the next target (the dead primary) and comes
+    // back to the live replica.
+    s.conn.close(0u32.into(), b"control plane going away");
+    let s2 = h.accept().await?;
+    assert!(
+        h.udp_datagrams()? > 0,
+        "the guest did not try its primary again"
+    );
+    assert_stale(
+        &s2.exec(&["touch", "stale"], Some(("b1", "run-a:1")))
+            .await?,
+    );
+    assert!(!h.guest.is_finished(), "the guest's tunnel loop ended");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_replica_sends_the_guest_to_the_next_one_at_once() -> Result<()> {
+    let h = Harness::start_with(None, Over::Udp, 1).await?;
+    let (a, b) = (&h.endpoint, &h.replicas[0]);
+    // Every session that ends doubles the backoff: after six it is at its maximum (10 s), so a
+    // redial that waited for it would come after 5 s at least. Each ended session sends the
+    // guest to its next target: A, B, A, ...
+    for i in 0..6 {
+        let s = h.accept_on([a, b][i % 2]).await?;
+        s.conn.close(0u32.into(), b"control plane going away");
+    }
+    let mut s = h.accept_on(a).await?;
+    s.control.push_lease("b1", Some("run-b:2")).await?;
+    s.conn.close(
+        guest_agent::tunnel::CLOSE_DRAINING.into(),
+        b"this replica is draining",
+    );
+    let closed = tokio::time::Instant::now();
+    let s2 = h.accept_on(b).await?;
+    let took = closed.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the guest redialled {took:?} after the drain, as after a backoff"
+    );
+    s2.ping().await?;
+    // Its fence table outlives the move.
+    assert_stale(
+        &s2.exec(&["touch", "stale"], Some(("b1", "run-a:1")))
+            .await?,
+    );
+    assert_ran(&s2.exec(&["true"], Some(("b1", "run-b:2"))).await?);
     Ok(())
 }
