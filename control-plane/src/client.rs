@@ -14,10 +14,8 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -316,7 +314,7 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ClientError> {
         Trust::Pinned(sha256) => {
             return Ok(builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedCert {
+                .with_custom_certificate_verifier(Arc::new(crate::tls::PinnedCert {
                     sha256: sha256.to_ascii_lowercase(),
                     provider: provider(),
                 }))
@@ -365,65 +363,4 @@ fn empty_roots_config() -> rustls::ClientConfig {
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth()
         })
-}
-
-/// Accepts exactly one certificate, by the SHA-256 of its DER; the handshake's signatures are
-/// still verified with its key, so only the holder of that key passes.
-#[derive(Debug)]
-struct PinnedCert {
-    sha256: String,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinnedCert {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if crate::tls::fingerprint(end_entity) == self.sha256 {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(
-                "the server's certificate is not the one the data dir records".into(),
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }

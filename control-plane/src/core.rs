@@ -5,6 +5,7 @@
 //! what a provider is asked to do and in which order. It does no HTTP and no QUIC framing.
 
 use crate::clock::now_ms;
+use crate::cluster::Cluster;
 use crate::computers::{
     new_computer_id, new_token, Computer, ComputerError, ComputerId, ComputerKind, ComputerState,
     ComputerStore, NewComputer, TokenHash,
@@ -25,7 +26,7 @@ use providers::{
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 mod home;
 
@@ -100,6 +101,9 @@ pub struct Core {
     pub idle: crate::idle::Idle,
     providers: ProviderSet,
     enrollment: Enrollment,
+    /// The other replicas on the same PostgreSQL, when there may be some (`crate::cluster`);
+    /// `None` on SQLite, where one control plane is the only one.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl Core {
@@ -120,10 +124,43 @@ impl Core {
             registry,
             providers,
             enrollment,
+            cluster: None,
         }
     }
 
-    fn spec(&self, c: &Computer, token: Secret) -> SandboxSpec {
+    /// Runs as one replica of `cluster`.
+    pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// Waits until `id`'s guest is connected (here, or to another live replica).
+    async fn wait_connected(&self, id: &str, timeout: Duration) -> Result<(), TunnelError> {
+        match &self.cluster {
+            None => self.registry.wait_connected(id, timeout).await.map(|_| ()),
+            Some(cluster) => {
+                if cluster.wait_connected(id, timeout).await {
+                    Ok(())
+                } else {
+                    Err(TunnelError::NotConnected(id.to_owned()))
+                }
+            }
+        }
+    }
+
+    /// Whether `id`'s guest is connected now (here, or to another live replica).
+    pub async fn guest_connected(&self, id: &str) -> bool {
+        match &self.cluster {
+            None => self.registry.get(id).is_some(),
+            Some(cluster) => cluster.is_connected(id).await,
+        }
+    }
+
+    async fn spec(&self, c: &Computer, token: Secret) -> SandboxSpec {
+        let other_replicas = match &self.cluster {
+            Some(cluster) => cluster.other_tunnel_addrs().await,
+            None => Vec::new(),
+        };
         SandboxSpec {
             computer_id: c.id.as_str().to_string(),
             home_key: c.home_key.clone(),
@@ -131,6 +168,7 @@ impl Core {
                 control_addr: self.enrollment.control_addr,
                 control_tcp_addr: Some(self.enrollment.control_tcp_addr),
                 control_ws: self.enrollment.control_ws.clone(),
+                other_replicas,
                 cert_sha256: self.enrollment.cert_sha256.clone(),
                 token: providers::Secret(token.expose().to_string()),
             },
@@ -242,7 +280,7 @@ impl Core {
             self.computers
                 .set_token_hash(&c.id, &TokenHash::of(token.expose()), now_ms())
                 .await?;
-            let spec = self.spec(&c, token);
+            let spec = self.spec(&c, token).await;
             // A fresh machine (new, or a replacement for a gone one) has an empty home: it
             // imports the stored one before first use, and may not checkpoint until it has (§9).
             let (r, fresh) = match previous {
@@ -280,9 +318,7 @@ impl Core {
             ComputerState::Running
         };
         self.computers.set_state(&c.id, state, now_ms()).await?;
-        self.registry
-            .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
-            .await?;
+        self.wait_connected(c.id.as_str(), CONNECT_TIMEOUT).await?;
         if pending {
             let booting = self.get(c.id.as_str()).await?;
             self.restore_into(&booting, &crate::homes::Progress::new())
@@ -333,9 +369,7 @@ impl Core {
             if c.state == ComputerState::Running
                 && provider.state(r).await? == MachineState::Running
             {
-                self.registry
-                    .wait_connected(c.id.as_str(), CONNECT_TIMEOUT)
-                    .await?;
+                self.wait_connected(c.id.as_str(), CONNECT_TIMEOUT).await?;
                 return self.get(id).await;
             }
         }
@@ -371,6 +405,16 @@ impl Core {
     /// stopped computer until the control plane restarted.
     async fn drop_guest(&self, id: &ComputerId) {
         self.registry.disconnect(id.as_str());
+        if let Some(cluster) = &self.cluster {
+            // Connected to another replica: that one closes it (a dead one's guest is gone).
+            if let Ok(Some(r)) = cluster.where_is(id.as_str()).await {
+                if r.id != cluster.me().id {
+                    if let Err(e) = cluster.peers.disconnect(&r, id.as_str()).await {
+                        warn!(computer_id = %id.as_str(), replica = %r.id, error = %e, "could not ask the guest's replica to close its connection");
+                    }
+                }
+            }
+        }
         if let Err(e) = self.computers.set_connected(id, false, now_ms()).await {
             warn!(computer_id = %id.as_str(), error = %e, "could not record the guest as disconnected");
         }
@@ -402,12 +446,47 @@ impl Core {
 
     /// On start-up: every computer is disconnected until its guest dials in; local machines
     /// that died with the host are started again.
+    ///
+    /// One replica of several marks disconnected only the computers whose guests were connected
+    /// to replicas no longer alive, leaves alone those connected to a live one, and restarts a
+    /// machine under a claim, so two replicas starting together do not both boot it.
     pub async fn recover(&self) -> Result<(), CoreError> {
-        self.computers.mark_all_disconnected(now_ms()).await?;
+        match &self.cluster {
+            None => {
+                self.computers.mark_all_disconnected(now_ms()).await?;
+            }
+            Some(cluster) => {
+                for id in cluster
+                    .orphaned_links()
+                    .await
+                    .map_err(ComputerError::from)?
+                {
+                    if let Ok(cid) = ComputerId::new(&id) {
+                        self.computers.set_connected(&cid, false, now_ms()).await?;
+                    }
+                }
+            }
+        }
         for c in self.computers.list().await? {
             if c.state != ComputerState::Running {
                 continue;
             }
+            let _claim = match &self.cluster {
+                None => None,
+                Some(cluster) => {
+                    if cluster.is_connected(c.id.as_str()).await {
+                        continue;
+                    }
+                    match cluster.claims.hold("boot", c.id.as_str()).await {
+                        Ok(Some(held)) => Some(held),
+                        Ok(None) => continue,
+                        Err(e) => {
+                            warn!(computer_id = %c.id.as_str(), error = %e, "could not claim the computer's recovery; another replica may do it");
+                            continue;
+                        }
+                    }
+                }
+            };
             let running = match (&c.provider_ref, self.providers.get(&c.provider)) {
                 (Some(r), Some(provider)) => match provider.state(&ProviderRef(r.clone())).await {
                     Ok(s) => s == MachineState::Running,
@@ -459,7 +538,7 @@ impl Core {
         if let Some(lease) = op.authority().lease() {
             self.check_lease(&c, &lease).await?;
         }
-        Ok(self.wait_guest(&c).await?)
+        Ok(self.wait_guest(&c, true).await?)
     }
 
     /// Runs a unary operation on running computer `id` ([`Core::guest_for`], then the call).
@@ -469,7 +548,19 @@ impl Core {
     }
 
     /// The guest of `c`, waiting up to [`OPERATION_CONNECT_TIMEOUT`] for it to connect.
-    async fn wait_guest(&self, c: &Computer) -> Result<Guest, TunnelError> {
+    ///
+    /// With several replicas, the guest is followed wherever it is connected; `refusable`
+    /// (operations of the API, not the core's own checkpoints and restores) is refused while
+    /// idle suspension claims the computer there.
+    async fn wait_guest(&self, c: &Computer, refusable: bool) -> Result<Guest, TunnelError> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(Guest::followed(
+                cluster.clone(),
+                c.id.as_str(),
+                refusable,
+                OPERATION_CONNECT_TIMEOUT,
+            ));
+        }
         let conn = self
             .registry
             .wait_connected(c.id.as_str(), OPERATION_CONNECT_TIMEOUT)
@@ -478,15 +569,41 @@ impl Core {
     }
 
     /// The computer's guest if it is connected now (best-effort calls: revocations, teardown).
-    pub fn connected_guest(&self, id: &str) -> Option<Guest> {
-        self.registry.get(id).map(Guest::from)
+    pub async fn connected_guest(&self, id: &str) -> Option<Guest> {
+        if let Some(conn) = self.registry.get(id) {
+            return Some(conn.into());
+        }
+        let cluster = self.cluster.as_ref()?;
+        match cluster.where_is(id).await {
+            Ok(Some(r)) if r.id != cluster.me().id => {
+                Some(Guest::followed(cluster.clone(), id, false, Duration::ZERO))
+            }
+            _ => None,
+        }
     }
 
     /// Tells the computer's guest about a granted or released lease (the guest also learns
     /// every live lease on each hello: `CoreAuth::live_leases`).
-    fn push_lease(&self, c: &Computer, bot: &BotId, token: &LeaseToken, released: bool) {
+    async fn push_lease(&self, c: &Computer, bot: &BotId, token: &LeaseToken, released: bool) {
         if let Some(guest) = self.registry.get(c.id.as_str()) {
             guest.push_lease(bot, token, released);
+            return;
+        }
+        // Connected to another replica: pushed through it. A guest connected nowhere learns
+        // every live lease on its next hello.
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        if let Ok(Some(r)) = cluster.where_is(c.id.as_str()).await {
+            if r.id != cluster.me().id {
+                if let Err(e) = cluster
+                    .peers
+                    .push_lease(&r, c.id.as_str(), bot, token, released)
+                    .await
+                {
+                    debug!(computer_id = %c.id.as_str(), replica = %r.id, error = %e, "lease not pushed through the guest's replica; the guest learns live leases on its next hello");
+                }
+            }
         }
     }
 
@@ -502,7 +619,7 @@ impl Core {
             .leases
             .acquire(&c.id, bot, owner, ttl, now_ms())
             .await?;
-        self.push_lease(&c, bot, &lease.token, false);
+        self.push_lease(&c, bot, &lease.token, false).await;
         Ok(lease)
     }
 
@@ -533,7 +650,7 @@ impl Core {
             // no teardown, and no new checkpoint revision of a home nobody touched since.
             return Ok(RunCheckpoint::Skipped("already released"));
         }
-        self.push_lease(&c, bot, token, true);
+        self.push_lease(&c, bot, token, true).await;
         if outcome != RunOutcome::Success {
             self.release_screen(&c, bot).await;
         }
@@ -548,7 +665,7 @@ impl Core {
         if let Err(e) = self.screen_gone(&c.id, bot).await {
             warn!(computer_id = %c.id.as_str(), bot = %bot, error = %e, "revoking the bot's capabilities failed");
         }
-        let Some(guest) = self.connected_guest(c.id.as_str()) else {
+        let Some(guest) = self.connected_guest(c.id.as_str()).await else {
             return;
         };
         let release = ScreenRelease {
@@ -571,7 +688,7 @@ impl Core {
     /// die, its streams close and its guest revokes its capabilities, before the desktop itself
     /// is stopped (contracts.md §3 teardown order).
     pub async fn screen_gone(&self, id: &ComputerId, bot: &BotId) -> Result<(), LiveStoreError> {
-        let guest = self.connected_guest(id.as_str());
+        let guest = self.connected_guest(id.as_str()).await;
         self.live.screen_gone(guest.as_ref(), id, bot).await
     }
 
@@ -629,6 +746,11 @@ impl GuestAuth for CoreAuth {
             .await
         {
             warn!(computer_id, error = %e, "could not record guest connectivity");
+        }
+        if let Some(cluster) = &self.0.cluster {
+            if let Err(e) = cluster.set_link(computer_id, connected).await {
+                warn!(computer_id, error = %e, "could not record which replica the guest is connected to");
+            }
         }
     }
 }

@@ -4,9 +4,11 @@
 //! QUIC tunnel to the guests. Everything that happens inside a computer is done by its guest.
 
 pub mod api;
+pub mod claims;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod computers;
 pub mod core;
 pub mod db;

@@ -73,6 +73,53 @@ pub struct ServeConfig {
     pub live: crate::live::LiveConfig,
     /// The HTTP listener: timeouts, connection cap, TLS.
     pub http: crate::api::HttpConfig,
+    /// Replicas on PostgreSQL: the peer link, claims, liveness.
+    pub cluster: ClusterConfig,
+}
+
+/// How this control plane runs beside others on the same PostgreSQL (`crate::cluster`).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Where other replicas reach this one (UDP).
+    pub peer_addr: SocketAddr,
+    /// How long a claim lives unrenewed.
+    pub claim_ttl: std::time::Duration,
+    /// How long a silent replica counts as alive.
+    pub dead_after: std::time::Duration,
+}
+
+/// The lock file that keeps a second `rakazo serve` off a data dir.
+pub const SERVE_LOCK_FILE: &str = "serve.lock";
+
+/// Holds the data dir for this process: a second `rakazo serve` on it is refused, naming what
+/// to do instead (on SQLite there is only one control plane; replicas run on PostgreSQL, each
+/// with its own data dir).
+fn lock_data_dir(dir: &Path, sqlite: bool) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(SERVE_LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("open {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        if sqlite {
+            anyhow::anyhow!(
+                "refusing to start: another rakazo serve is running on data dir {} and its SQLite \
+                 database; SQLite allows one control plane: to run several replicas, give each \
+                 its own data dir and one PostgreSQL (DATABASE_URL=postgres://...)",
+                dir.display()
+            )
+        } else {
+            anyhow::anyhow!(
+                "refusing to start: another rakazo serve is running on data dir {}; every replica \
+                 needs its own data dir (with the shared secrets copied in)",
+                dir.display()
+            )
+        }
+    })
 }
 
 /// Loads the API token, or creates it (0600) and returns it with `true` the first time.
@@ -193,6 +240,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .create(&cfg.data_dir)
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     make_private(&cfg.data_dir)?;
+    let sqlite = core_db_kind(&cfg) == "sqlite";
+    let _serving = lock_data_dir(&cfg.data_dir, sqlite)?;
     check_secrets(&cfg.data_dir)?;
     let api_tls = match &cfg.http.tls {
         Some(files) => Some(crate::tls::ApiTls::load(&files.cert, &files.key)?),
@@ -259,19 +308,49 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         )),
         cert_sha256: identity.fingerprint(),
     };
-    let homes = Arc::new(crate::homes::HomeService::new(
-        &cfg.homes,
-        &cfg.data_dir,
-        db.clone(),
-    ));
-    let core = Arc::new(Core::new(
+    // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
+    let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
+    let cluster = if sqlite {
+        None
+    } else {
+        Some(
+            join_cluster(
+                &cfg,
+                &db,
+                &identity,
+                &registry,
+                control_addr,
+                &capability_key,
+                &token,
+            )
+            .await?,
+        )
+    };
+    let mut homes = crate::homes::HomeService::new(&cfg.homes, &cfg.data_dir, db.clone());
+    if let Some((cluster, _)) = &cluster {
+        homes = homes.with_claims(cluster.claims.clone());
+    }
+    let mut core = Core::new(
         db,
         registry.clone(),
         providers,
         enrollment,
-        homes,
+        Arc::new(homes),
         cfg.idle,
-    ));
+    );
+    if let Some((cluster, _)) = &cluster {
+        core = core.with_cluster(cluster.clone());
+    }
+    let core = Arc::new(core);
+    if let Some((cluster, endpoint)) = cluster {
+        tokio::spawn(crate::cluster::peer::serve(
+            endpoint,
+            crate::cluster::peer_key(&capability_key),
+            registry.clone(),
+            core.idle.gate(),
+        ));
+        tokio::spawn(drain_on_signal(cluster));
+    }
 
     tokio::spawn(tunnel::serve(
         listening,
@@ -303,8 +382,6 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         // After recovery, so a computer restarted by it is not judged on its stale state.
         crate::idle::spawn(recover);
     });
-    // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
-    let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);
     let api = Api::new(core, &token, cfg.limits, live)
         .with_https(api_tls.is_some())
@@ -318,6 +395,99 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     .await;
     Ok(())
 }
+
+/// Joins the replicas on this PostgreSQL: binds the peer link, checks that this replica shares
+/// the others' secrets, refuses a second replica whose homes would be local to its data dir,
+/// and registers with a heartbeat.
+async fn join_cluster(
+    cfg: &ServeConfig,
+    db: &Db,
+    identity: &TunnelIdentity,
+    registry: &Arc<Registry>,
+    tunnel_addr: SocketAddr,
+    capability_key: &[u8; 32],
+    token: &Secret,
+) -> Result<(Arc<crate::cluster::Cluster>, quinn::Endpoint)> {
+    use crate::cluster::{self, peer, Cluster, Replica};
+    let id = cluster::new_replica_id();
+    let endpoint =
+        quinn::Endpoint::server(peer::server_config(identity)?, cfg.cluster.peer_addr)
+            .with_context(|| format!("bind the peer link on {} (udp)", cfg.cluster.peer_addr))?;
+    let peer_addr = endpoint.local_addr()?;
+    let peers = peer::Peers::new(
+        cluster::peer_key(capability_key),
+        id.clone(),
+        &identity.fingerprint(),
+        cfg.guest_timeout,
+    )?;
+    let claims = crate::claims::Claims::new(db.clone(), id.clone(), cfg.cluster.claim_ttl);
+    let me = Replica {
+        id,
+        tunnel_addr,
+        peer_addr,
+    };
+    let cluster = Arc::new(Cluster::new(
+        db.clone(),
+        me,
+        cfg.cluster.dead_after,
+        registry.clone(),
+        peers,
+        claims,
+    ));
+    cluster
+        .check_secrets(&[
+            (API_TOKEN_FILE, token.expose().as_bytes()),
+            ("capability-key", capability_key),
+            ("tunnel-cert.pem", identity.cert.as_ref()),
+        ])
+        .await?;
+    let others = cluster.others().await?;
+    if !others.is_empty() && matches!(cfg.homes.store, crate::homes::StoreConfig::Local) {
+        bail!(
+            "refusing to start: {} other replica(s) run on this database, and homes would be \
+             stored in this replica's data dir, where the others cannot read them; use the \
+             object store (--home-store object) for every replica",
+            others.len()
+        );
+    }
+    cluster.register().await?;
+    Ok((cluster, endpoint))
+}
+
+/// On SIGTERM or SIGINT a replica drains: it stops being offered to new guests, closes its
+/// guests' connections with "draining" (they dial another replica at once; their operations
+/// in flight end as lost, `uncertain`), leaves the cluster and exits.
+async fn drain_on_signal(cluster: Arc<crate::cluster::Cluster>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        warn!("cannot catch SIGTERM: this replica will not drain on shutdown");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    info!(replica = %cluster.me().id, "draining: guests are sent to the other replicas");
+    if let Err(e) = cluster.drain().await {
+        warn!(error = %e, "could not mark this replica as draining");
+    }
+    cluster
+        .registry
+        .close_all(CLOSE_DRAINING, b"replica draining");
+    // Long enough for the close to reach the guests (it is not retransmitted once we exit).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    if let Err(e) = cluster.leave().await {
+        warn!(error = %e, "could not remove this replica from the database; it is dropped once its heartbeat is stale");
+    }
+    info!("drained; exiting");
+    std::process::exit(0);
+}
+
+/// The QUIC close code telling a guest that its replica is draining: dial another at once.
+pub const CLOSE_DRAINING: u32 = 4;
 
 /// The TCP address guests fall back to: `--advertise-tcp-addr` (its port 0 is the bound port),
 /// else the address they dial for QUIC, over TCP (the carrier listens on the same port number).

@@ -52,6 +52,15 @@ impl TunnelIdentity {
     /// QUIC server configuration: TLS 1.3 on ring, our ALPN, keepalive-friendly idle timeout
     /// and flow-control windows large enough for bulk transfers on fast links.
     pub fn server_config(&self) -> Result<quinn::ServerConfig> {
+        let mut config = self.server_config_with(ALPN)?;
+        // Guests open exactly one stream (the control stream); operations are ours to open.
+        config.transport_config(Arc::new(transport_config(1)));
+        Ok(config)
+    }
+
+    /// A QUIC server configuration with this identity and `alpn` (the tunnel's, or the peer
+    /// link's between replicas); the caller sets its transport.
+    pub fn server_config_with(&self, alpn: &[u8]) -> Result<quinn::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut tls = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -59,13 +68,10 @@ impl TunnelIdentity {
             .with_no_client_auth()
             .with_single_cert(vec![self.cert.clone()], self.key.clone_key())
             .context("tunnel certificate and key do not match")?;
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        tls.alpn_protocols = vec![alpn.to_vec()];
         let quic = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .context("quic server tls config")?;
-        let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-        // Guests open exactly one stream (the control stream); operations are ours to open.
-        config.transport_config(Arc::new(transport_config(1)));
-        Ok(config)
+        Ok(quinn::ServerConfig::with_crypto(Arc::new(quic)))
     }
 }
 
@@ -188,5 +194,67 @@ impl ApiTls {
             config: Arc::new(config),
             fingerprint,
         })
+    }
+}
+
+/// Accepts exactly one certificate, by the SHA-256 of its DER; the handshake's signatures are
+/// still verified with its key, so only the holder of that key passes.
+#[derive(Debug)]
+pub struct PinnedCert {
+    pub sha256: String,
+    pub provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if crate::tls::fingerprint(end_entity) == self.sha256 {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "the server's certificate is not the one pinned (the data dir's, or the cluster's)"
+                    .into(),
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

@@ -50,7 +50,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// The QUIC application close code of a control-plane replica that is draining: go to another
 /// replica. The guest redials at once (no backoff), starting with its next target. (The control
 /// plane closes with `2` when a newer connection of the same computer superseded this one.)
-pub const CLOSE_DRAINING: u32 = 3;
+pub const CLOSE_DRAINING: u32 = 4;
 /// How long, once a carrier's TCP connection ended, the session waits for the QUIC connection
 /// to see the close the control plane sent just before (its code decides whether to wait).
 const CARRIER_CLOSE_GRACE: Duration = Duration::from_millis(100);

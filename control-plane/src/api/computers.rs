@@ -109,7 +109,7 @@ async fn machine(api: &Api, c: &Computer) -> Option<schema::Machine> {
     if c.state != ComputerState::Running {
         return None;
     }
-    let guest = api.core.connected_guest(c.id.as_str())?;
+    let guest = api.core.connected_guest(c.id.as_str()).await?;
     let asked = tokio::time::timeout(MACHINE_REPORT_WAIT, guest.call(StatusRequest)).await;
     let s = asked.ok()?.ok()?;
     Some(schema::Machine {

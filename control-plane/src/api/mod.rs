@@ -415,6 +415,9 @@ impl From<TunnelError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "computer_unavailable", msg)
             }
             TunnelError::Lost(_) => ApiError::new(StatusCode::BAD_GATEWAY, "tunnel_lost", msg),
+            TunnelError::Suspending(_) => {
+                ApiError::new(StatusCode::CONFLICT, "computer_suspending", msg)
+            }
             TunnelError::Protocol { .. } => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "guest_protocol_error", msg)
             }

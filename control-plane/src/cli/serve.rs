@@ -46,6 +46,20 @@ pub struct ServeArgs {
     #[arg(long, env = "RAKAZO_GUEST_TIMEOUT_SECS", default_value_t = crate::tunnel::DEFAULT_GUEST_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub guest_timeout_secs: u64,
+    /// With PostgreSQL, where other replicas reach this one (UDP; port 0: any free port). The
+    /// peer link relays operations to the guests connected here.
+    #[arg(long, env = "RAKAZO_PEER_ADDR", default_value = "127.0.0.1:0")]
+    pub peer_addr: SocketAddr,
+    /// Seconds a claim (idle suspension, a home checkpoint, a recovery) lives unrenewed: a
+    /// replica that dies holding one keeps the others waiting this long at most.
+    #[arg(long, env = "RAKAZO_CLAIM_TTL_SECS", default_value_t = crate::claims::DEFAULT_CLAIM_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub claim_ttl_secs: u64,
+    /// Seconds without a heartbeat after which a replica counts as dead (its guests' links are
+    /// ignored until they dial another replica).
+    #[arg(long, env = "RAKAZO_REPLICA_DEAD_AFTER_SECS", default_value_t = crate::cluster::DEFAULT_DEAD_AFTER.as_secs(),
+          value_parser = clap::value_parser!(u64).range(2..=600))]
+    pub replica_dead_after_secs: u64,
     #[command(flatten)]
     pub homes: crate::homes::HomeArgs,
     #[command(flatten)]
@@ -77,6 +91,11 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         guest_log: args.guest_log,
         screen_limit: args.screen_limit,
         guest_timeout: std::time::Duration::from_secs(args.guest_timeout_secs),
+        cluster: crate::serve::ClusterConfig {
+            peer_addr: args.peer_addr,
+            claim_ttl: std::time::Duration::from_secs(args.claim_ttl_secs),
+            dead_after: std::time::Duration::from_secs(args.replica_dead_after_secs),
+        },
         providers: args.providers.resolve()?,
         limits: ApiLimits::default(),
         pages: crate::live::pages::PagesConfig {

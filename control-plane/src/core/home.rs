@@ -33,14 +33,14 @@ impl Core {
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
         Self::require_running(c)?;
-        let _busy = self.homes.lock(&c.id).await;
+        let _busy = self.homes.lock(&c.id).await?;
         if self.restore_pending(c).await? {
             return Err(HomeError::PendingRestore(c.id.clone()).into());
         }
         self.wait_for_leases(c, except, lease_wait, progress)
             .await?;
         let key = self.homes.key_for(c).await?;
-        let guest = self.wait_guest(c).await?;
+        let guest = self.wait_guest(c, false).await?;
         let authority = self.home_authority(c).await?;
         Ok(flow::checkpoint(&guest, &self.homes, &c.id, &key, authority, progress).await?)
     }
@@ -64,7 +64,7 @@ impl Core {
         c: &Computer,
         progress: &Progress,
     ) -> Result<Option<Restored>, CoreError> {
-        let _busy = self.homes.lock(&c.id).await;
+        let _busy = self.homes.lock(&c.id).await?;
         let key = self.homes.key_for(c).await?;
         let Some(first) = self.homes.open_latest(&key).await? else {
             self.set_restored(c).await?;
@@ -72,7 +72,7 @@ impl Core {
         };
         let revision = first.revision;
         let (size, archive) = flow::sized(&self.homes, &key, &c.home_key, first, progress).await?;
-        let guest = self.wait_guest(c).await?;
+        let guest = self.wait_guest(c, false).await?;
         let authority = self.home_authority(c).await?;
         let imported = flow::import(&guest, &key, size, archive, authority, progress).await?;
         self.set_restored(c).await?;
@@ -99,7 +99,7 @@ impl Core {
     /// The run-completion trigger (§9): after `bot`'s lease is released, save the home unless
     /// another bot still holds a lease (the last run to finish saves it).
     pub(crate) async fn checkpoint_after_run(&self, c: &Computer, bot: &BotId) -> RunCheckpoint {
-        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+        if c.state != ComputerState::Running || !self.guest_connected(c.id.as_str()).await {
             return RunCheckpoint::Skipped("the guest is not connected");
         }
         match self.homes.ledger().pending_restore(&c.id).await {
@@ -135,7 +135,7 @@ impl Core {
     /// with its home and the previous checkpoint stays current. Without a connected guest (or
     /// before the stored home was restored) there is nothing newer to save: the stop proceeds.
     pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
-        if c.state != ComputerState::Running || self.registry.get(c.id.as_str()).is_none() {
+        if c.state != ComputerState::Running || !self.guest_connected(c.id.as_str()).await {
             info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");
             return Ok(());
         }

@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "placement",
         sql: include_str!("../../migrations/0007_placement.sql"),
     },
+    Migration {
+        version: 8,
+        name: "cluster",
+        sql: include_str!("../../migrations/0008_cluster.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -31,28 +31,76 @@ pub use live::{ConnectError, LiveStream};
 pub use raw::{ByteError, ByteStream, SendError};
 pub use screen::Observation;
 
+use crate::cluster::peer::{PeerError, RESOLVE_POLL};
+use crate::cluster::Cluster;
 use crate::tunnel::{GuestConn, OpReceiver, OpStream, TunnelError};
 use gateway_proto::op::Answered;
 use gateway_proto::page::{NavigateRequest, PageActRequest, SnapshotRequest};
-use gateway_proto::{Op, Reply, UnaryOp};
+use gateway_proto::{Op, Reply, Request, UnaryOp};
 use std::sync::Arc;
+use std::time::Duration;
+use tracing::{debug, warn};
 
 /// The connected guest of one computer. Cheap to clone.
 #[derive(Clone)]
 pub struct Guest {
-    conn: Arc<GuestConn>,
+    link: Link,
+}
+
+/// How a guest's streams are opened.
+#[derive(Clone)]
+enum Link {
+    /// Its connection to this control plane.
+    Local(Arc<GuestConn>),
+    /// Wherever in the cluster it is connected when a stream opens (`crate::cluster`).
+    Cluster(Arc<Followed>),
+}
+
+/// A guest found through the cluster at every open: connected here, or through the replica it
+/// is connected to, waiting up to `wait` for it to be connected anywhere reachable.
+struct Followed {
+    cluster: Arc<Cluster>,
+    computer: String,
+    refusable: bool,
+    wait: Duration,
 }
 
 impl From<Arc<GuestConn>> for Guest {
     fn from(conn: Arc<GuestConn>) -> Self {
-        Self { conn }
+        Self {
+            link: Link::Local(conn),
+        }
     }
 }
 
 impl Guest {
+    /// `computer`'s guest wherever in the cluster it is connected when an operation opens its
+    /// stream: here, or through its replica (nothing is sent before that replica has the
+    /// guest, so looking again is no retry). Waits up to `wait` for it to be connected at a
+    /// reachable replica. `refusable`: refused while idle suspension claims the computer where
+    /// its guest is connected (an API operation; not the end of a run, not a revocation).
+    pub fn followed(
+        cluster: Arc<Cluster>,
+        computer: &str,
+        refusable: bool,
+        wait: Duration,
+    ) -> Self {
+        Self {
+            link: Link::Cluster(Arc::new(Followed {
+                cluster,
+                computer: computer.to_owned(),
+                refusable,
+                wait,
+            })),
+        }
+    }
+
     /// The computer this guest belongs to.
     pub fn computer(&self) -> &str {
-        self.conn.computer()
+        match &self.link {
+            Link::Local(conn) => conn.computer(),
+            Link::Cluster(f) => &f.computer,
+        }
     }
 
     /// Runs a unary operation: its request, then its one answer.
@@ -63,7 +111,11 @@ impl Guest {
 
     /// Opens the operation's stream and sends its request.
     async fn open<O: Op>(&self, op: O) -> Result<OpStream, TunnelError> {
-        self.conn.open(&op.into()).await
+        let req = op.into();
+        match &self.link {
+            Link::Local(conn) => conn.open(&req).await,
+            Link::Cluster(f) => f.open(&req).await,
+        }
     }
 
     /// Reads the operation's answer frame: its typed reply, or why it is none.
@@ -78,6 +130,44 @@ impl Guest {
         TunnelError::Protocol {
             computer: self.computer().to_owned(),
             detail: format!("unexpected reply {detail:?}"),
+        }
+    }
+}
+
+impl Followed {
+    async fn open(&self, req: &Request) -> Result<OpStream, TunnelError> {
+        let until = tokio::time::Instant::now() + self.wait;
+        loop {
+            if let Some(conn) = self.cluster.registry.get(&self.computer) {
+                return conn.open(req).await;
+            }
+            match self.cluster.where_is(&self.computer).await {
+                Ok(Some(r)) if r.id != self.cluster.me().id => {
+                    match self
+                        .cluster
+                        .peers
+                        .open(&r, &self.computer, self.refusable, req)
+                        .await
+                    {
+                        Ok(opened) => return opened,
+                        Err(PeerError::Suspending) => {
+                            return Err(TunnelError::Suspending(self.computer.clone()))
+                        }
+                        // Nothing was sent: look again until the wait is over.
+                        Err(e) => {
+                            debug!(computer_id = %self.computer, error = %e, "guest not reachable through its replica yet")
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(computer_id = %self.computer, error = %e, "could not look up the guest's replica")
+                }
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(TunnelError::NotConnected(self.computer.clone()));
+            }
+            self.cluster.registry.changed_or(RESOLVE_POLL).await;
         }
     }
 }

@@ -402,6 +402,21 @@ impl RevisionLedger for HomeLedger {
         }
         Ok(out)
     }
+
+    /// A live `home` claim on the computer owning `home` (`crate::claims`): a checkpoint or
+    /// restore holds it, in this replica or another.
+    async fn busy_elsewhere(&self, home: &HomeKey) -> Result<bool, LedgerError> {
+        let row = sqlx::query(
+            "SELECT c.holder AS holder FROM claims c JOIN computers k ON c.subject = k.id \
+             WHERE c.kind = 'home' AND k.home_storage_id = $1 AND c.expires_at > $2",
+        )
+        .bind(home.as_str())
+        .bind(crate::clock::now_ms())
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(row.is_some())
+    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,14 @@ pub struct HomeService {
     busy: Mutex<HashMap<ComputerId, Arc<tokio::sync::Mutex<()>>>>,
     /// Per-home quota, checked on every checkpoint.
     quota: homes::archive::Limits,
+    /// Claims across replicas (`None`: one process, whose locks are enough).
+    claims: Option<crate::claims::Claims>,
+}
+
+/// A computer's checkpoint-or-restore lock: this process's, and the cluster's claim.
+pub(crate) struct HomeLock {
+    _claim: Option<crate::claims::Held>,
+    _local: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl HomeService {
@@ -112,6 +120,7 @@ impl HomeService {
             ledger,
             busy: Mutex::new(HashMap::new()),
             quota: cfg.quota,
+            claims: None,
         }
     }
 
@@ -140,13 +149,34 @@ impl HomeService {
         }
     }
 
-    /// Serializes checkpoints and restores of one computer.
-    pub(crate) async fn lock(&self, id: &ComputerId) -> tokio::sync::OwnedMutexGuard<()> {
+    /// Serializes checkpoints and restores of one computer: in this process, and, with a
+    /// claim store (several replicas), across replicas through the `home` claim, waited for
+    /// while another replica holds it (a dead holder's expires).
+    pub(crate) async fn lock(&self, id: &ComputerId) -> Result<HomeLock, HomeError> {
         let m = {
             let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
             busy.entry(id.clone()).or_default().clone()
         };
-        m.lock_owned().await
+        let local = m.lock_owned().await;
+        let claim = match &self.claims {
+            Some(claims) => Some(
+                claims
+                    .wait("home", id.as_str())
+                    .await
+                    .map_err(HomeError::Db)?,
+            ),
+            None => None,
+        };
+        Ok(HomeLock {
+            _claim: claim,
+            _local: local,
+        })
+    }
+
+    /// Checkpoints and restores also claim their home in the database (several replicas).
+    pub fn with_claims(mut self, claims: crate::claims::Claims) -> Self {
+        self.claims = Some(claims);
+        self
     }
 
     /// The store key of `c`'s home, assigning (or adopting) a storage id for the object store.

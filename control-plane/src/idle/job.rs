@@ -97,6 +97,11 @@ type DynError = Box<dyn std::error::Error + Send + Sync>;
 async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(), DynError> {
     let idle = &core.idle;
     let id = c.id.as_str();
+    // With several replicas, the one its guest is connected to judges a computer: its gate
+    // counts every replica's operations on it (they reach the guest through it).
+    if core.cluster.is_some() && core.registry.get(id).is_none() {
+        return Ok(());
+    }
     let seen = idle.gate.snapshot(id);
     let now = now_ms();
     let Some(stored) = idle.store.observe(&c.id, now).await? else {
@@ -121,6 +126,18 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
     // Used since the look (an operation began or ended): look again next time.
     let Some(claim) = idle.gate.try_claim(id, &seen) else {
         return Ok(());
+    };
+    // Across replicas the claim is the database's: a replica that died holding it (its guest
+    // now connected here) leaves a row that expires, and this job takes over then.
+    let _held = match &core.cluster {
+        None => None,
+        Some(cluster) => match cluster.claims.hold("idle", id).await? {
+            Some(held) => Some(held),
+            None => {
+                debug!(computer_id = %id, "idle claim held by another replica: looked at again next time");
+                return Ok(());
+            }
+        },
     };
     // Reported only once claimed: whoever sees `suspending` is refused.
     idle.gate.set_report(id, Report::of(&decision, now));

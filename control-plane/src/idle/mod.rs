@@ -171,6 +171,11 @@ impl Idle {
         })
     }
 
+    /// The gate operations on computers pass (the peer link enters it for relayed streams).
+    pub fn gate(&self) -> Arc<Gate> {
+        self.gate.clone()
+    }
+
     /// The computer booted (created, started, restarted): it counts as used now.
     pub async fn booted(&self, id: &ComputerId) -> Result<(), crate::db::DbError> {
         let now = now_ms();

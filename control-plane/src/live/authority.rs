@@ -189,7 +189,7 @@ pub async fn release_control(core: &Core, id: &str, bot: &BotId) -> Result<bool,
         .live
         .streams
         .close_bot(c.id.as_str(), bot, CloseScope::Control);
-    let guest = core.connected_guest(c.id.as_str());
+    let guest = core.connected_guest(c.id.as_str()).await;
     revoke_on_guest(guest.as_ref(), bot, RevokeScope::Control).await;
     info!(computer_id = %id, bot = %bot, closed, "user released control");
     Ok(had.is_some())

@@ -79,6 +79,10 @@ pub enum TunnelError {
     /// reset. It may have acted.
     #[error("the guest of computer {computer} did not answer within {} s", waited.as_secs_f64().ceil())]
     Timeout { computer: String, waited: Duration },
+    /// Idle suspension claimed the computer at the replica its guest is connected to; nothing
+    /// was sent.
+    #[error("computer {0} is being suspended after being idle (home checkpoint, then stop); once it is stopped, start it again")]
+    Suspending(String),
     /// The guest refused or failed the operation.
     #[error(transparent)]
     Guest(#[from] OpError),
@@ -118,18 +122,18 @@ impl GuestConn {
     /// Opens a stream for one operation and sends its request frame, with the deadlines
     /// [`Deadlines::for_request`] gives it.
     pub async fn open(&self, req: &Request) -> Result<OpStream, TunnelError> {
-        let deadlines = Deadlines::for_request(req, self.timeout);
+        let (send, recv) = self.open_raw().await?;
+        OpStream::start(self.computer.clone(), send, recv, req, self.timeout).await
+    }
+
+    /// Opens a bare stream to the guest (a replica relaying another's operation sends the
+    /// request itself).
+    pub async fn open_raw(&self) -> Result<(quinn::SendStream, quinn::RecvStream), TunnelError> {
         // A guest that grants no stream (its concurrency limit) is as silent as one that does
         // not answer.
-        let (send, recv) = within(Some(self.timeout), &self.computer, self.conn.open_bi())
+        within(Some(self.timeout), &self.computer, self.conn.open_bi())
             .await?
-            .map_err(|_| TunnelError::NotConnected(self.computer.clone()))?;
-        let mut op = OpStream::new(self.computer.clone(), send, recv, deadlines);
-        op.tx.set_deadline(Some(self.timeout));
-        let sent = op.send(req).await;
-        op.tx.set_deadline(deadlines.out);
-        sent?;
-        Ok(op)
+            .map_err(|_| TunnelError::NotConnected(self.computer.clone()))
     }
 
     /// Tells the guest `bot`'s lease: granted (`released` false) or released. Never lost: the
@@ -228,6 +232,27 @@ impl Registry {
         tokio::time::timeout(timeout, wait)
             .await
             .map_err(|_| TunnelError::NotConnected(computer.to_string()))
+    }
+
+    /// Returns when the registry changes (a guest connected or left), or after `at_most`.
+    pub async fn changed_or(&self, at_most: Duration) {
+        let mut rx = self.changed.subscribe();
+        let _ = tokio::time::timeout(at_most, rx.changed()).await;
+    }
+
+    /// Closes every guest connection with `code` (a draining replica sends its guests
+    /// elsewhere).
+    pub fn close_all(&self, code: u32, reason: &[u8]) {
+        let all: Vec<_> = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, c) in all {
+            c.conn.close(code.into(), reason);
+        }
+        self.changed.send_modify(|v| *v += 1);
     }
 
     /// Closes a computer's connection (stop, destroy).

@@ -32,7 +32,7 @@ pub struct OpReceiver {
 
 impl OpStream {
     /// A stream over `send`/`recv` to `computer`'s guest, with `deadlines`.
-    pub(super) fn new(
+    fn new(
         computer: String,
         send: quinn::SendStream,
         recv: quinn::RecvStream,
@@ -53,6 +53,25 @@ impl OpStream {
                 raw_deadline: deadlines.raw_in,
             },
         }
+    }
+
+    /// The stream of one operation over `send`/`recv` (to the guest, or through the replica
+    /// it is connected to): sends the request frame, with the deadlines
+    /// [`Deadlines::for_request`] gives it on a guest whose base deadline is `timeout`.
+    pub async fn start(
+        computer: String,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        req: &gateway_proto::Request,
+        timeout: Duration,
+    ) -> Result<Self, TunnelError> {
+        let deadlines = Deadlines::for_request(req, timeout);
+        let mut op = Self::new(computer, send, recv, deadlines);
+        op.tx.set_deadline(Some(timeout));
+        let sent = op.send(req).await;
+        op.tx.set_deadline(deadlines.out);
+        sent?;
+        Ok(op)
     }
 
     /// Sends one typed frame.

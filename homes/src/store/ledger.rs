@@ -174,6 +174,17 @@ pub trait RevisionLedger: Send + Sync {
     fn pending_uploads(
         &self,
     ) -> impl Future<Output = Result<Vec<PendingUpload>, LedgerError>> + Send;
+
+    /// Whether a commit or restore of `home` may be running in another process (a replica
+    /// holds the home's claim): the reconciler leaves such a home's uploads and objects alone,
+    /// since this process's locks do not cover them. A ledger used by one process only: never.
+    fn busy_elsewhere(
+        &self,
+        home: &HomeKey,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send {
+        let _ = home;
+        async { Ok(false) }
+    }
 }
 
 /// A ledger in memory, for tests and single-process tools.

@@ -501,6 +501,15 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                     continue;
                 }
                 let _guard = self.locks.write(&home).await;
+                if self
+                    .ledger
+                    .busy_elsewhere(&home)
+                    .await
+                    .map_err(Self::ledger_err(&home))?
+                {
+                    stats.kept += 1;
+                    continue;
+                }
                 let entry = self
                     .ledger
                     .load(&home)
@@ -544,7 +553,13 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
                 .await
                 .map_err(HomeStoreError::PendingUploads)?
                 .contains(&upload);
-            if !still {
+            // Another replica's commit of this home may be writing it.
+            let busy = self
+                .ledger
+                .busy_elsewhere(upload.home())
+                .await
+                .map_err(HomeStoreError::PendingUploads)?;
+            if !still || busy {
                 continue;
             }
             tracing::info!(object = upload.object(), upload_id = %upload.upload_id(),
