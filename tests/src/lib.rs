@@ -27,6 +27,7 @@ pub mod garage;
 pub mod live;
 pub mod probes;
 pub mod procstat;
+pub mod replicas;
 pub mod rogue;
 pub mod s3;
 
@@ -76,6 +77,15 @@ pub fn static_guest() -> PathBuf {
     p
 }
 
+/// The files every replica of one cluster shares (the control plane refuses to start without
+/// the same ones as the others).
+pub const REPLICA_SECRETS: [&str; 4] = [
+    "api-token",
+    "capability-key",
+    "tunnel-cert.pem",
+    "tunnel-key.pem",
+];
+
 /// Options for a [`World`].
 #[derive(Default, Clone)]
 pub struct WorldOptions {
@@ -103,6 +113,10 @@ pub struct WorldOptions {
     pub default_provider: Option<String>,
     /// More `rakazo serve` environment (the HTTP listener's settings, TLS files).
     pub env: Vec<(String, String)>,
+    /// Another replica's data dir: its shared secrets (API token, capability key, tunnel
+    /// certificate and key) are copied into this world's before its server starts, as an
+    /// operator does for a second replica on the same PostgreSQL.
+    pub secrets_from: Option<PathBuf>,
     /// A restart asks for tunnel port 0 again, as a deployment with `RAKAZO_TUNNEL_ADDR` on
     /// port 0 does, instead of the previous address.
     pub tunnel_port_0_on_restart: bool,
@@ -250,6 +264,14 @@ impl World {
                 .prefix("rakazo-tokens-")
                 .tempdir()?,
         };
+        if let Some(from) = &w.opts.secrets_from {
+            for name in REPLICA_SECRETS {
+                let to = w.data_dir.path().join(name);
+                std::fs::copy(from.join(name), &to)
+                    .with_context(|| format!("copy {name} from {}", from.display()))?;
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            }
+        }
         w.spawn_server().await?;
         Ok(w)
     }

@@ -18,6 +18,7 @@ mod live;
 mod page_browser;
 mod placement;
 mod providers;
+mod replicas;
 mod sandbox_services;
 mod start_checks;
 mod static_guest;

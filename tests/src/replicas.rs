@@ -1,0 +1,103 @@
+//! Several `rakazo serve` replicas on one real PostgreSQL schema and one S3 bucket, as a
+//! deployment behind one address runs them: the first creates the shared secrets, the others
+//! get copies of them (`WorldOptions::secrets_from`).
+
+use crate::s3::S3Server;
+use crate::{ObjectStoreOptions, World, WorldOptions};
+use anyhow::Result;
+
+/// Replicas of one cluster; `worlds[i]` is replica `i`, each its own process and data dir.
+pub struct Replicas {
+    pub worlds: Vec<World>,
+    pub s3: S3Server,
+    pub database_url: String,
+}
+
+/// A fresh schema in the test PostgreSQL, as a `DATABASE_URL` whose connections use it.
+pub async fn fresh_pg_url() -> Result<String> {
+    #[allow(clippy::disallowed_methods)] // the test's one knob: where PostgreSQL runs
+    let base = std::env::var("RAKAZO_TEST_PG_URL")
+        .unwrap_or_else(|_| control_plane::db::testing::DEFAULT_PG_URL.into());
+    let schema = format!("rk_sys_{}", hex::encode(rand::random::<[u8; 6]>()));
+    let admin = control_plane::db::Db::connect(&base).await?;
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(admin.pool())
+        .await?;
+    admin.close().await;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Ok(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
+}
+
+impl Replicas {
+    /// Starts `n` replicas; `tune` adjusts each one's options (environment, allowed WARNs).
+    pub async fn start(n: usize, tune: impl Fn(usize, &mut WorldOptions)) -> Result<Self> {
+        let s3 = S3Server::start().await?;
+        let store = ObjectStoreOptions::for_server(&s3);
+        let database_url = fresh_pg_url().await?;
+        let mut worlds: Vec<World> = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut opts = WorldOptions {
+                database_url: Some(database_url.clone()),
+                object_store: Some(store.clone()),
+                secrets_from: worlds.first().map(|w| w.data_dir.path().to_owned()),
+                ..Default::default()
+            };
+            // A killed replica is taken for dead after 3 s, its claims after 4 s.
+            opts.env
+                .push(("RAKAZO_REPLICA_DEAD_AFTER_SECS".into(), "3".into()));
+            opts.env.push(("RAKAZO_CLAIM_TTL_SECS".into(), "4".into()));
+            // One host: every replica's local provider keeps its machines (and the users it
+            // makes for them) in the first replica's root, as replicas sharing a host must.
+            if let Some(first) = worlds.first() {
+                opts.env.push((
+                    "RAKAZO_LOCAL_ROOT".into(),
+                    first
+                        .machines_dir
+                        .path()
+                        .join("local")
+                        .display()
+                        .to_string(),
+                ));
+            }
+            tune(i, &mut opts);
+            worlds.push(World::start_with(opts).await?);
+        }
+        // Every replica is registered (its heartbeat row written) before the test creates
+        // computers, so their guests learn every replica's address.
+        for w in &worlds {
+            crate::wait_for(
+                std::time::Duration::from_secs(10),
+                "replica registered",
+                || w.log().contains("replica registered").then_some(()),
+            )
+            .await?;
+        }
+        Ok(Self {
+            worlds,
+            s3,
+            database_url,
+        })
+    }
+
+    /// The replica whose log says `computer`'s guest connected to it last (and not since
+    /// disconnected), if any.
+    pub fn holder_of(&self, computer: &str) -> Option<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        for (i, w) in self.worlds.iter().enumerate() {
+            let log = w.log();
+            let connected = format!("computer_id={computer}");
+            let count = log
+                .lines()
+                .filter(|l| l.contains("guest connected") && l.contains(&connected))
+                .count();
+            let gone = log
+                .lines()
+                .filter(|l| l.contains("guest disconnected") && l.contains(&connected))
+                .count();
+            if count > gone {
+                best = Some((i, count));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}
