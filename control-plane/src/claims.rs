@@ -105,10 +105,12 @@ impl Claims {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Drops our claim `id` (nothing if it is no longer ours).
+    /// Drops our claim `id` (nothing if it is no longer ours). The row stays, expired, so the
+    /// next take's fence is still higher than every earlier one.
     pub async fn release(&self, id: &ClaimId) -> Result<(), DbError> {
         sqlx::query(
-            "DELETE FROM claims WHERE kind = $1 AND subject = $2 AND holder = $3 AND fence = $4",
+            "UPDATE claims SET expires_at = 0 WHERE kind = $1 AND subject = $2 AND holder = $3 \
+             AND fence = $4",
         )
         .bind(id.kind)
         .bind(&id.subject)
