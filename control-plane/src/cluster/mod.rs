@@ -62,10 +62,21 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn parse_addr(row: &sqlx::any::AnyRow, key: &str, name: &str) -> Result<SocketAddr, DbError> {
-    let text: String = column(row, "replicas", key, name)?;
-    text.parse()
-        .map_err(|_| DbError::corrupt("replicas", key, format!("{name} {text:?}")))
+impl Replica {
+    /// A row with `id`, `tunnel_addr` and `peer_addr` columns.
+    fn from_row(row: &sqlx::any::AnyRow) -> Result<Self, DbError> {
+        let id: String = column(row, "replicas", "?", "id")?;
+        let addr = |name: &str| -> Result<SocketAddr, DbError> {
+            let text: String = column(row, "replicas", &id, name)?;
+            text.parse()
+                .map_err(|_| DbError::corrupt("replicas", &id, format!("{name} {text:?}")))
+        };
+        Ok(Self {
+            tunnel_addr: addr("tunnel_addr")?,
+            peer_addr: addr("peer_addr")?,
+            id,
+        })
+    }
 }
 
 impl Cluster {
@@ -203,16 +214,7 @@ impl Cluster {
         .bind(now_ms() - ms(self.dead_after))
         .fetch_all(self.db.pool())
         .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = column(r, "replicas", "?", "id")?;
-                Ok(Replica {
-                    tunnel_addr: parse_addr(r, &id, "tunnel_addr")?,
-                    peer_addr: parse_addr(r, &id, "peer_addr")?,
-                    id,
-                })
-            })
-            .collect()
+        rows.iter().map(Replica::from_row).collect()
     }
 
     /// Where guests of new machines may also dial: every other live replica's tunnel.
@@ -259,15 +261,7 @@ impl Cluster {
         .bind(now_ms() - ms(self.dead_after))
         .fetch_optional(self.db.pool())
         .await?;
-        let Some(r) = row else {
-            return Ok(None);
-        };
-        let id: String = column(&r, "replicas", computer, "id")?;
-        Ok(Some(Replica {
-            tunnel_addr: parse_addr(&r, &id, "tunnel_addr")?,
-            peer_addr: parse_addr(&r, &id, "peer_addr")?,
-            id,
-        }))
+        row.as_ref().map(Replica::from_row).transpose()
     }
 
     /// Whether `computer`'s guest is connected to a live replica (this one included).
