@@ -43,6 +43,8 @@ pub enum ErrorCode {
     ScreenReleasing,
     /// The repeated-action refusal of §4: the batch was not run.
     ActionRefused,
+    /// The name is taken and the request said not to replace it.
+    Exists,
 }
 
 impl ErrorCode {
@@ -60,6 +62,7 @@ impl ErrorCode {
             Self::ScreenUnavailable => "COMPUTER_SCREEN_UNAVAILABLE",
             Self::ScreenReleasing => "screen_releasing",
             Self::ActionRefused => "action_refused",
+            Self::Exists => "exists",
         }
     }
 }

@@ -177,6 +177,9 @@ pub struct WriteFile {
     pub executable: bool,
     pub size: u64,
     pub lease: Option<BotLease>,
+    /// Never replace an existing entry: refused with [`ErrorCode::Exists`] before any byte is
+    /// read, or at commit if the name appeared meanwhile (a user's upload never overwrites).
+    pub no_replace: bool,
 }
 
 /// One directory entry. Symlinks are never listed.

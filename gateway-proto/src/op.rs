@@ -45,7 +45,8 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   lease fences a home operation acts under; the guest refuses one older than its own).
 /// - 7: `Status` request and `Status` reply (`MachineStatus`: uptime, load, CPUs, home disk),
 ///   shown by `computer show`.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// - 8: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

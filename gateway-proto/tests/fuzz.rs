@@ -275,6 +275,7 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             executable: true,
             size: 5,
             lease: Some(bot_lease()),
+            no_replace: true,
         })),
         sample(Request::Ping),
         sample(ExecInput::Stdin(ByteBuf::from(
@@ -519,6 +520,10 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::StaleLease,
         ErrorCode::Failed,
         ErrorCode::Unsupported,
+        ErrorCode::ScreenUnavailable,
+        ErrorCode::ScreenReleasing,
+        ErrorCode::ActionRefused,
+        ErrorCode::Exists,
     ])
 }
 
@@ -562,16 +567,22 @@ fn request() -> impl Strategy<Value = Request> {
                 lease,
             })
         }),
-        (text(), any::<bool>(), any::<u64>(), opt_bot_lease()).prop_map(
-            |(path, executable, size, lease)| {
+        (
+            text(),
+            any::<bool>(),
+            any::<u64>(),
+            opt_bot_lease(),
+            any::<bool>()
+        )
+            .prop_map(|(path, executable, size, lease, no_replace)| {
                 Request::WriteFile(WriteFile {
                     path,
                     executable,
                     size,
                     lease,
+                    no_replace,
                 })
-            }
-        ),
+            }),
         Just(Request::Ping),
         (bot_id(), 0u8..3, option::of(text()), any::<bool>()).prop_map(
             |(bot, kind, control_lease, bot_dir)| {

@@ -91,7 +91,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 7);
+    assert_eq!(PROTOCOL_VERSION, 8);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -292,8 +292,10 @@ fn request_write_file() {
             executable: true,
             size: 5,
             lease: None,
+            no_replace: false,
         }),
-        "0000000c 03 0762696e2f72756e 01 05 00", // variant 3, path, executable, size, no lease
+        // variant 3, path, executable, size, no lease, no_replace
+        "0000000d 03 0762696e2f72756e 01 05 00 00",
     );
     golden(
         &Request::WriteFile(WriteFile {
@@ -301,8 +303,9 @@ fn request_write_file() {
             executable: false,
             size: 0,
             lease: Some(bot_lease()),
+            no_replace: true,
         }),
-        "00000015 03 0161 00 00 01 05626f742d31 0672756e3a3432 ac02",
+        "00000016 03 0161 00 00 01 05626f742d31 0672756e3a3432 ac02 01",
     );
 }
 
@@ -553,6 +556,10 @@ fn op_error_with_each_error_code() {
         (ErrorCode::StaleLease, "00000003 04 0178"),
         (ErrorCode::Failed, "00000003 05 0178"),
         (ErrorCode::Unsupported, "00000003 06 0178"),
+        (ErrorCode::ScreenUnavailable, "00000003 07 0178"),
+        (ErrorCode::ScreenReleasing, "00000003 08 0178"),
+        (ErrorCode::ActionRefused, "00000003 09 0178"),
+        (ErrorCode::Exists, "00000003 0a 0178"),
     ];
     for (code, expected) in cases {
         golden(&OpError::new(code, "x"), expected);
@@ -599,7 +606,7 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
     rejected::<Reply>("11");
-    rejected::<OpError>("0a 00"); // ErrorCode index 10
+    rejected::<OpError>("0b 00"); // ErrorCode index 11
     rejected::<FileKind>("02");
 }
 

@@ -12,7 +12,7 @@
 
 use gateway_proto::{ErrorCode, FileEntry, FileKind, OpError};
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, open, openat, renameat, AtFlags, FcntlArg, OFlag};
+use nix::fcntl::{fcntl, open, openat, renameat, renameat2, AtFlags, FcntlArg, OFlag, RenameFlags};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode};
 use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
 use std::fmt;
@@ -172,6 +172,8 @@ pub struct PendingWrite {
     final_name: String,
     path: RelPath,
     committed: bool,
+    /// Commit with `RENAME_NOREPLACE`: an entry that appeared at the final name wins.
+    keep_existing: bool,
 }
 
 impl Home {
@@ -337,6 +339,7 @@ impl Home {
             final_name: name.to_owned(),
             path: rel,
             committed: false,
+            keep_existing: false,
         };
         let mode = if executable { 0o700 } else { 0o600 };
         // fchmod rather than the open mode, so the umask cannot take bits away.
@@ -497,6 +500,13 @@ fn final_error(dir: &OwnedFd, name: &str, errno: Errno, full: &RelPath) -> OpErr
 }
 
 /// Refuses to replace anything but a regular file (or nothing) at `name`.
+fn exists(full: &RelPath) -> OpError {
+    OpError::new(
+        ErrorCode::Exists,
+        format!("{} already exists; not replacing it", full.quoted()),
+    )
+}
+
 fn check_replaceable(dir: &OwnedFd, name: &str, full: &RelPath) -> Result<(), OpError> {
     match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Err(Errno::ENOENT) => Ok(()),
@@ -523,6 +533,23 @@ fn require_regular(st: &FileStat, full: &RelPath) -> Result<(), OpError> {
 }
 
 impl PendingWrite {
+    /// Makes this write never replace an entry at its final name: refused with `Exists` now if
+    /// one is there, and at commit if one appeared meanwhile (the rename is `RENAME_NOREPLACE`).
+    pub fn keep_existing(mut self) -> Result<Self, OpError> {
+        match fstatat(
+            &self.dir,
+            self.final_name.as_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Err(Errno::ENOENT) => {
+                self.keep_existing = true;
+                Ok(self)
+            }
+            Err(e) => Err(failed("stat", &self.path, e)),
+            Ok(_) => Err(exists(&self.path)),
+        }
+    }
+
     /// The temporary file to write the content to.
     pub fn file(&mut self) -> &mut File {
         &mut self.file
@@ -545,17 +572,31 @@ impl PendingWrite {
                 format!("cannot sync {}: {e}", self.path.quoted()),
             )
         })?;
-        check_replaceable(&self.dir, &self.final_name, &self.path)?;
-        renameat(
-            &self.dir,
-            self.temp_name.as_str(),
-            &self.dir,
-            self.final_name.as_str(),
-        )
-        .map_err(|e| match e {
-            Errno::EISDIR | Errno::ENOTEMPTY | Errno::EEXIST => is_a_directory(&self.path),
-            e => failed("rename into", &self.path, e),
-        })?;
+        if self.keep_existing {
+            renameat2(
+                &self.dir,
+                self.temp_name.as_str(),
+                &self.dir,
+                self.final_name.as_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            )
+            .map_err(|e| match e {
+                Errno::EEXIST => exists(&self.path),
+                e => failed("rename into", &self.path, e),
+            })?;
+        } else {
+            check_replaceable(&self.dir, &self.final_name, &self.path)?;
+            renameat(
+                &self.dir,
+                self.temp_name.as_str(),
+                &self.dir,
+                self.final_name.as_str(),
+            )
+            .map_err(|e| match e {
+                Errno::EISDIR | Errno::ENOTEMPTY | Errno::EEXIST => is_a_directory(&self.path),
+                e => failed("rename into", &self.path, e),
+            })?;
+        }
         self.committed = true;
         // Persist the rename itself. The new content is already in place and visible; a failed
         // directory sync only weakens durability across a crash, so it is logged, not returned.

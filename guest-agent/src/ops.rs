@@ -280,9 +280,7 @@ impl Ops {
     }
 
     async fn write_file(&self, r: WriteFile, io: Io) {
-        let (path, executable, size) = (&r.path, r.executable, r.size);
-        let (send, recv, remainder) = (io.send, io.recv, io.remainder);
-        stream::write_file(&self.home, send, recv, remainder, path, executable, size).await
+        stream::write_file(&self.home, io.send, io.recv, io.remainder, &r).await
     }
 
     async fn observe(&self, r: ObserveRequest, mut io: Io) {

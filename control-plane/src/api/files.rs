@@ -7,7 +7,7 @@
 
 use super::body::{json_response, too_large, ApiError, ChannelBody, RespBody};
 use super::{bot_lease, Api};
-use crate::guest::{ByteError, SendError};
+use crate::guest::{ByteError, ByteStream, SendError};
 use crate::schema::files::{Entry, EntryKind, FileList, Written};
 use gateway_proto::{FileKind, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
@@ -77,9 +77,19 @@ pub async fn read(
         max_bytes,
         lease,
     };
-    let (size, mut bytes) = api.core.guest_for(id, &req).await?.read_file(req).await?;
+    let (size, bytes) = api.core.guest_for(id, &req).await?.read_file(req).await?;
+    Ok(download_response(id.to_string(), size, bytes, None))
+}
+
+/// Streams a file's `size` bytes from the guest as the response body; with `name`, as a
+/// download of that name (`Content-Disposition: attachment`).
+pub(super) fn download_response(
+    computer: String,
+    size: u64,
+    mut bytes: ByteStream,
+    name: Option<&str>,
+) -> Response<RespBody> {
     let (tx, body) = ChannelBody::new(8);
-    let computer = id.to_string();
     tokio::spawn(async move {
         let mut pending = bytes::BytesMut::with_capacity(BODY_CHUNK);
         loop {
@@ -124,7 +134,55 @@ pub async fn read(
     );
     resp.headers_mut()
         .insert(header::CONTENT_LENGTH, size.into());
-    Ok(resp)
+    if let Some(value) = name.and_then(content_disposition) {
+        resp.headers_mut()
+            .insert(header::CONTENT_DISPOSITION, value);
+    }
+    resp
+}
+
+/// `attachment; filename="<ascii>"; filename*=UTF-8''<percent-encoded>` (RFC 6266): the ASCII
+/// fallback keeps printable characters but quotes and backslashes.
+fn content_disposition(name: &str) -> Option<header::HeaderValue> {
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    header::HeaderValue::from_str(&format!(
+        "attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}"
+    ))
+    .ok()
+}
+
+/// An upload's announced length: uploads stream, so it must be known up front.
+pub(super) fn content_length<B>(req: &hyper::Request<B>) -> Result<u64, ApiError> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::LENGTH_REQUIRED,
+                "length_required",
+                "uploads need a Content-Length",
+            )
+        })
 }
 
 pub async fn write(
@@ -139,18 +197,7 @@ pub async fn write(
         Some("true") | Some("1") => true,
         Some(_) => return Err(ApiError::bad_request("executable must be true or false")),
     };
-    let size = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::LENGTH_REQUIRED,
-                "length_required",
-                "uploads need a Content-Length",
-            )
-        })?;
+    let size = content_length(&req)?;
     if size > api.limits.max_upload_bytes {
         return Err(too_large(
             usize::try_from(api.limits.max_upload_bytes).unwrap_or(usize::MAX),
@@ -161,6 +208,7 @@ pub async fn write(
         executable,
         size,
         lease,
+        no_replace: false,
     };
     let guest = api.core.guest_for(id, &wreq).await?;
     match guest

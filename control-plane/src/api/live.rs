@@ -73,16 +73,9 @@ fn parse_policy(s: &str) -> Result<CapabilityKind, ApiError> {
 }
 
 /// `POST .../screens/{bot}/url` (`terminal` fixed for `.../terminals/{bot}/url`).
-pub async fn url(
-    api: &Arc<Api>,
-    id: &str,
-    bot: &str,
-    fixed: Option<CapabilityKind>,
-    req: hyper::Request<Incoming>,
-) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
-    let host = req
-        .headers()
+/// The request's `Host`, if it is a plain host[:port] an absolute URL can be built on.
+pub(super) fn request_host<B>(req: &hyper::Request<B>) -> Option<String> {
+    req.headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .filter(|h| {
@@ -91,7 +84,18 @@ pub async fn url(
                     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
                 })
         })
-        .map(String::from);
+        .map(String::from)
+}
+
+pub async fn url(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+    fixed: Option<CapabilityKind>,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let bot = parse_bot(bot)?;
+    let host = request_host(&req);
     let body: UrlRequest = optional_json(req.into_body()).await?;
     let policy = match (fixed, body.policy.as_deref()) {
         (Some(p), None) => p,

@@ -6,6 +6,8 @@
 //! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
 //! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
 
+mod attachments;
+pub use attachments::{DEFAULT_ATTACHMENT_MAX_BYTES, DEFAULT_ATTACHMENT_URL_TTL};
 mod body;
 mod browser;
 mod computers;
@@ -44,6 +46,10 @@ pub struct ApiLimits {
     pub max_upload_bytes: u64,
     /// Largest file download (the default read cap).
     pub max_read_bytes: u64,
+    /// Largest user upload into a bot's directory, and largest file a bot may attach.
+    pub attachment_max_bytes: u64,
+    /// How long an attachment's download URL works.
+    pub attachment_url_ttl: std::time::Duration,
 }
 
 impl Default for ApiLimits {
@@ -51,6 +57,8 @@ impl Default for ApiLimits {
         Self {
             max_upload_bytes: 4 << 30,
             max_read_bytes: 4 << 30,
+            attachment_max_bytes: attachments::DEFAULT_ATTACHMENT_MAX_BYTES,
+            attachment_url_ttl: attachments::DEFAULT_ATTACHMENT_URL_TTL,
         }
     }
 }
@@ -126,6 +134,20 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
     // A capability path holds its credential: it is never logged (contracts.md §6).
     let (resp, path) = if path.starts_with("/cap/") || path == "/cap" {
         (live::public(&api, req).await, "/cap/<redacted>".to_string())
+    } else if let Some(token) = path.strip_prefix("/att/") {
+        // Like a capability, an attachment path is its own credential: never logged.
+        let resp = match method {
+            Method::GET => attachments::download(&api, token).await,
+            _ => Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "attachment links are fetched with GET",
+            )),
+        };
+        (
+            resp.unwrap_or_else(ApiError::into_response),
+            "/att/<redacted>".to_string(),
+        )
     } else if path.starts_with("/assets/") {
         (live::public(&api, req).await, path)
     } else {
@@ -247,6 +269,12 @@ async fn dispatch(
         }
         (&Method::PUT, ["v1", "computers", id, "files", "content"]) => {
             files::write(api, id, &query, req).await
+        }
+        (&Method::POST, ["v1", "computers", id, "files", "attach"]) => {
+            attachments::attach(api, id, req).await
+        }
+        (&Method::PUT, ["v1", "computers", id, "uploads", bot]) => {
+            attachments::upload(api, id, bot, &query, req).await
         }
         (&Method::GET, ["v1", "computers", id, "home"]) => homes::show(api, id).await,
         (&Method::POST, ["v1", "computers", id, "home", "checkpoint"]) => {
@@ -436,7 +464,7 @@ impl From<TunnelError> for ApiError {
                     ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
                     ErrorCode::ScreenUnavailable => StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::ScreenReleasing => StatusCode::CONFLICT,
-                    ErrorCode::ActionRefused => StatusCode::CONFLICT,
+                    ErrorCode::ActionRefused | ErrorCode::Exists => StatusCode::CONFLICT,
                 };
                 ApiError::new(status, op.code.as_str(), op.message)
             }

@@ -3,7 +3,7 @@
 
 use super::{print_entries, print_json, Global};
 use crate::client::{full_body, json_answer, q};
-use crate::schema::files::{FileList, Written};
+use crate::schema::files::{AttachRequest, Attached, FileList, Uploaded, Written};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use clap::Subcommand;
@@ -36,6 +36,55 @@ pub enum FilesCmd {
         #[arg(long, short = 'x')]
         executable: bool,
     },
+    /// Upload a local file into a bot's directory as its user: needs your control of the bot
+    /// (`screen takeover` prints the control lease) and never replaces a file.
+    Upload {
+        computer: String,
+        bot: String,
+        local: PathBuf,
+        /// The control lease from `screen takeover`.
+        #[arg(long)]
+        control: String,
+        /// The file name in the computer (default: the local file's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Hand a file of the home out as a download URL (a bot's `attach_file`, under its lease).
+    Attach {
+        computer: String,
+        path: String,
+        #[arg(long)]
+        bot: String,
+        /// The bot's execution lease.
+        #[arg(long)]
+        lease: String,
+    },
+}
+
+/// `PUT`s a local file to `url`, streamed with its length; the answer as JSON.
+async fn put_file<R: serde::de::DeserializeOwned>(
+    c: &crate::client::Client,
+    url: &str,
+    local: &PathBuf,
+) -> Result<R> {
+    let file = tokio::fs::File::open(local)
+        .await
+        .with_context(|| format!("open {}", local.display()))?;
+    let len = file.metadata().await?.len();
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |r| {
+        r.map(hyper::body::Frame::data)
+    }));
+    let resp = c
+        .send(
+            Method::PUT,
+            url,
+            Some("application/octet-stream"),
+            Some(len),
+            body.boxed(),
+        )
+        .await?;
+    Ok(json_answer(resp).await?)
 }
 
 pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
@@ -86,33 +135,64 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
             remote,
             executable,
         } => {
-            let file = tokio::fs::File::open(&local)
-                .await
-                .with_context(|| format!("open {}", local.display()))?;
-            let len = file.metadata().await?.len();
-            let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
-            let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |r| {
-                r.map(hyper::body::Frame::data)
-            }));
             let url = format!(
                 "/v1/computers/{}/files/content?path={}&executable={executable}",
                 q(&computer),
                 q(&remote)
             );
-            let resp = c
-                .send(
-                    Method::PUT,
-                    &url,
-                    Some("application/octet-stream"),
-                    Some(len),
-                    body.boxed(),
-                )
-                .await?;
-            let written: Written = json_answer(resp).await?;
+            let written: Written = put_file(&c, &url, &local).await?;
             if g.json {
                 print_json(&written)
             } else {
                 println!("wrote {} bytes to {remote}", written.written);
+            }
+        }
+        FilesCmd::Upload {
+            computer,
+            bot,
+            local,
+            control,
+            name,
+        } => {
+            let name = match name {
+                Some(n) => n,
+                None => local
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| anyhow!("{} has no file name; pass --name", local.display()))?
+                    .to_string(),
+            };
+            let url = format!(
+                "/v1/computers/{}/uploads/{}?name={}&control={}",
+                q(&computer),
+                q(&bot),
+                q(&name),
+                q(&control)
+            );
+            let up: Uploaded = put_file(&c, &url, &local).await?;
+            if g.json {
+                print_json(&up)
+            } else {
+                println!("uploaded {} bytes to {}", up.size, up.path);
+            }
+        }
+        FilesCmd::Attach {
+            computer,
+            path,
+            bot,
+            lease,
+        } => {
+            let att: Attached = c
+                .call(
+                    Method::POST,
+                    &format!("/v1/computers/{}/files/attach", q(&computer)),
+                    &AttachRequest { path, bot, lease },
+                )
+                .await?;
+            if g.json {
+                print_json(&att)
+            } else {
+                println!("{}", att.url);
             }
         }
     }

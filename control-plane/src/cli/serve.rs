@@ -46,6 +46,16 @@ pub struct ServeArgs {
     #[arg(long, env = "RAKAZO_GUEST_TIMEOUT_SECS", default_value_t = crate::tunnel::DEFAULT_GUEST_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub guest_timeout_secs: u64,
+    /// Largest file a user may upload into a bot's directory, and a bot may attach (bytes).
+    #[arg(long, env = "RAKAZO_ATTACHMENT_MAX_BYTES",
+          default_value_t = crate::api::DEFAULT_ATTACHMENT_MAX_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=(64u64 << 30)))]
+    pub attachment_max_bytes: u64,
+    /// Seconds an attached file's download URL works.
+    #[arg(long, env = "RAKAZO_ATTACHMENT_URL_TTL_SECS",
+          default_value_t = crate::api::DEFAULT_ATTACHMENT_URL_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub attachment_url_ttl_secs: u64,
     /// With PostgreSQL, where other replicas reach this one (UDP; port 0: any free port). The
     /// peer link relays operations to the guests connected here.
     #[arg(long, env = "RAKAZO_PEER_ADDR", default_value = "127.0.0.1:0")]
@@ -97,7 +107,11 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
             dead_after: std::time::Duration::from_secs(args.replica_dead_after_secs),
         },
         providers: args.providers.resolve()?,
-        limits: ApiLimits::default(),
+        limits: ApiLimits {
+            attachment_max_bytes: args.attachment_max_bytes,
+            attachment_url_ttl: std::time::Duration::from_secs(args.attachment_url_ttl_secs),
+            ..ApiLimits::default()
+        },
         pages: crate::live::pages::PagesConfig {
             novnc_dir: args.novnc_dir,
             web_dir: args

@@ -13,6 +13,7 @@ use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
 use base64::Engine;
 use gateway_proto::live::{valid_control_lease_id, CapabilityKind};
 use gateway_proto::BotId;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -24,8 +25,11 @@ const VERSION: u8 = 1;
 const HEADER_LEN: usize = 1 + 1 + 8;
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
-/// Longest token accepted (base64 characters): a scope is well under 200 bytes.
-pub const MAX_TOKEN_LEN: usize = 512;
+/// Longest token accepted (base64 characters): a capability's scope is well under 200 bytes,
+/// an attachment's holds a path of up to [`MAX_ATTACHMENT_PATH`] bytes.
+pub const MAX_TOKEN_LEN: usize = 2048;
+/// Longest path an attachment token carries.
+pub const MAX_ATTACHMENT_PATH: usize = 1024;
 
 /// What a capability reaches, sealed inside its token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +43,21 @@ pub struct Scope {
     /// The user's control lease the URL was issued under (control and terminal only).
     pub control_lease: Option<String>,
 }
+
+/// What an attachment URL reaches, sealed inside its token: one file of one computer's home,
+/// as a bot handed it out (`attach_file`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentScope {
+    pub computer: String,
+    pub bot: BotId,
+    /// Relative to the home, as the bot named it.
+    pub path: String,
+    /// The file's size when it was attached; a file that changed size since is refused.
+    pub size: u64,
+}
+
+/// The policy byte of attachment tokens (capabilities use 1–3).
+const ATTACHMENT_POLICY: u8 = 4;
 
 /// An opened token: its policy, expiry and scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +101,10 @@ fn policy_of(b: u8) -> Option<CapabilityKind> {
     }
 }
 
-fn header(policy: CapabilityKind, expires_at_ms: i64) -> [u8; HEADER_LEN] {
+fn header(policy: u8, expires_at_ms: i64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0] = VERSION;
-    h[1] = policy_byte(policy);
+    h[1] = policy;
     h[2..].copy_from_slice(&expires_at_ms.to_be_bytes());
     h
 }
@@ -112,6 +131,48 @@ impl Sealer {
         {
             return Err(SealError);
         }
+        self.seal_bytes(policy_byte(policy), expires_at_ms, scope)
+    }
+
+    /// Opens a token at `now_ms`: the capability if it is intact and not expired.
+    pub fn open(&self, token: &str, now_ms: i64) -> Result<Capability, SealError> {
+        let (policy, expires_at_ms, scope) = self.open_bytes(token, now_ms)?;
+        let policy = policy_of(policy).ok_or(SealError)?;
+        Ok(Capability {
+            policy,
+            expires_at_ms,
+            scope,
+        })
+    }
+
+    /// Seals a file a bot hands out (`attach_file`) until `expires_at_ms`.
+    pub fn seal_attachment(
+        &self,
+        expires_at_ms: i64,
+        scope: &AttachmentScope,
+    ) -> Result<String, SealError> {
+        self.seal_bytes(ATTACHMENT_POLICY, expires_at_ms, scope)
+    }
+
+    /// Opens an attachment token at `now_ms`. A capability token never opens as one, nor the
+    /// other way round: the policy byte is authenticated.
+    pub fn open_attachment(
+        &self,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<(i64, AttachmentScope), SealError> {
+        match self.open_bytes(token, now_ms)? {
+            (ATTACHMENT_POLICY, expires_at_ms, scope) => Ok((expires_at_ms, scope)),
+            _ => Err(SealError),
+        }
+    }
+
+    fn seal_bytes<T: Serialize>(
+        &self,
+        policy: u8,
+        expires_at_ms: i64,
+        scope: &T,
+    ) -> Result<String, SealError> {
         let plaintext = postcard::to_allocvec(scope).map_err(|_| SealError)?;
         let head = header(policy, expires_at_ms);
         let nonce: [u8; NONCE_LEN] = rand::random();
@@ -129,11 +190,19 @@ impl Sealer {
         raw.extend_from_slice(&head);
         raw.extend_from_slice(&nonce);
         raw.extend_from_slice(&ciphertext);
-        Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw);
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(SealError);
+        }
+        Ok(token)
     }
 
-    /// Opens a token at `now_ms`: the capability if it is intact and not expired.
-    pub fn open(&self, token: &str, now_ms: i64) -> Result<Capability, SealError> {
+    /// The authentic policy byte, expiry and payload of an intact, unexpired token.
+    fn open_bytes<T: DeserializeOwned>(
+        &self,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<(u8, i64, T), SealError> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(SealError);
         }
@@ -159,23 +228,18 @@ impl Sealer {
         if head[0] != VERSION {
             return Err(SealError);
         }
-        let policy = policy_of(head[1]).ok_or(SealError)?;
         let mut expiry = [0u8; 8];
         expiry.copy_from_slice(&head[2..]);
         let expires_at_ms = i64::from_be_bytes(expiry);
         if now_ms >= expires_at_ms {
             return Err(SealError);
         }
-        let (scope, extra): (Scope, &[u8]) =
+        let (payload, extra): (T, &[u8]) =
             postcard::take_from_bytes(&plaintext).map_err(|_| SealError)?;
         if !extra.is_empty() {
             return Err(SealError);
         }
-        Ok(Capability {
-            policy,
-            expires_at_ms,
-            scope,
-        })
+        Ok((head[1], expires_at_ms, payload))
     }
 }
 
@@ -225,6 +289,37 @@ mod tests {
         assert!(t
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+
+    fn attachment() -> AttachmentScope {
+        AttachmentScope {
+            computer: "c-0123456789abcdef".into(),
+            bot: BotId::new("bot-1").unwrap(),
+            path: format!("bots/bot-1/{}", "r".repeat(MAX_ATTACHMENT_PATH - 11)),
+            size: 42,
+        }
+    }
+
+    #[test]
+    fn an_attachment_opens_until_its_expiry_and_never_as_a_capability() {
+        let s = sealer();
+        let t = s.seal_attachment(EXP, &attachment()).unwrap();
+        assert!(t.len() <= MAX_TOKEN_LEN, "{}", t.len());
+        assert_eq!(s.open_attachment(&t, NOW).unwrap(), (EXP, attachment()));
+        assert_eq!(s.open_attachment(&t, EXP), Err(SealError));
+        assert_eq!(s.open(&t, NOW), Err(SealError));
+        for policy in [
+            CapabilityKind::View,
+            CapabilityKind::Control,
+            CapabilityKind::Terminal,
+        ] {
+            let cap = s.seal(policy, EXP, &scope()).unwrap();
+            assert_eq!(s.open_attachment(&cap, NOW), Err(SealError));
+        }
+        let mut bytes = raw(&t);
+        bytes[1] = 1;
+        assert_eq!(s.open_attachment(&enc(&bytes), NOW), Err(SealError));
+        assert_eq!(s.open(&enc(&bytes), NOW), Err(SealError));
     }
 
     #[test]

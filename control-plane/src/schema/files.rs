@@ -32,3 +32,34 @@ pub struct FileList {
 pub struct Written {
     pub written: u64,
 }
+
+/// `PUT /v1/computers/{id}/uploads/{bot}?name=&control=`: where a user's upload landed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Uploaded {
+    /// Relative to the home: the bot's upload directory and the name, suffixed ` (n)` if the
+    /// asked name was taken.
+    pub path: String,
+    pub size: u64,
+}
+
+/// `POST /v1/computers/{id}/files/attach`: a bot hands a file out (`attach_file`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachRequest {
+    /// Relative to the home.
+    pub path: String,
+    pub bot: String,
+    /// The bot's execution lease.
+    pub lease: String,
+}
+
+/// A download URL for an attached file: the URL is the credential until it expires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    /// Absolute when the request named its host, else the same as `path`.
+    pub url: String,
+    /// `/att/<sealed>`.
+    pub path: String,
+    pub name: String,
+    pub size: u64,
+    pub expires_at_ms: i64,
+}

@@ -70,12 +70,10 @@ pub async fn write_file(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     remainder: Vec<u8>,
-    path: &str,
-    executable: bool,
-    size: u64,
+    r: &WriteFile,
 ) {
-    let reply = match receive_file(home, &mut recv, remainder, path, executable, size).await {
-        Ok(()) => WriteFile::reply_frame(size),
+    let reply = match receive_file(home, &mut recv, remainder, r).await {
+        Ok(()) => WriteFile::reply_frame(r.size),
         Err(e) => WriteFile::refusal_frame(e),
     };
     let _ = write_frame(&mut send, &reply).await;
@@ -86,11 +84,13 @@ async fn receive_file(
     home: &Home,
     recv: &mut quinn::RecvStream,
     remainder: Vec<u8>,
-    path: &str,
-    executable: bool,
-    size: u64,
+    r: &WriteFile,
 ) -> Result<(), OpError> {
-    let pending = home.create_write(path, executable)?;
+    let (path, size) = (r.path.as_str(), r.size);
+    let mut pending = home.create_write(path, r.executable)?;
+    if r.no_replace {
+        pending = pending.keep_existing()?;
+    }
     let io_err =
         |e: std::io::Error| OpError::new(ErrorCode::Failed, format!("write {path:?}: {e}"));
     // A writer thread takes 256 KiB buffers, so the disk and the network overlap and the

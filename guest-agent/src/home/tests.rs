@@ -141,6 +141,46 @@ fn write_creates_nested_directories_0700() {
 }
 
 #[test]
+fn a_write_that_keeps_existing_entries_never_replaces_one() {
+    let (_t, home) = setup();
+    write(&home, "up/a.txt", b"the bot's", false);
+    // Refused at once when the name is taken (a file, a directory or a symlink alike).
+    let taken = home.create_write("up/a.txt", false).expect("create");
+    assert_eq!(code(taken.keep_existing()).0, ErrorCode::Exists);
+    std::fs::create_dir(home.root().join("up/d")).expect("mkdir");
+    let dir = home.create_write("up/d", false);
+    assert!(dir.is_err(), "a directory is never a write target");
+    // And at commit when the name appeared meanwhile: the newcomer stays, nothing is replaced.
+    let mut w = home
+        .create_write("up/b.txt", false)
+        .expect("create")
+        .keep_existing()
+        .expect("free name");
+    w.file().write_all(b"the upload").expect("write");
+    write(&home, "up/b.txt", b"appeared meanwhile", false);
+    assert_eq!(code(w.commit()).0, ErrorCode::Exists);
+    assert_eq!(read(&home, "up/a.txt"), b"the bot's");
+    assert_eq!(read(&home, "up/b.txt"), b"appeared meanwhile");
+    // A free name is written as usual.
+    let mut w = home
+        .create_write("up/c.txt", false)
+        .expect("create")
+        .keep_existing()
+        .expect("free name");
+    w.file().write_all(b"new").expect("write");
+    w.commit().expect("commit");
+    assert_eq!(read(&home, "up/c.txt"), b"new");
+    let names: Vec<_> = std::fs::read_dir(home.root().join("up"))
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(TEMP_PREFIX)),
+        "{names:?}"
+    );
+}
+
+#[test]
 fn dropped_write_leaves_nothing() {
     let (_t, home) = setup();
     write(&home, "keep.txt", b"old", false);
