@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
+mod evict;
 mod home;
 
 /// How long `create` and `start` wait for a new guest to dial in.

@@ -55,6 +55,9 @@ pub struct ScreenInfo {
     pub browser_pid: Option<u32>,
     /// Whether the desktop was started by this call.
     pub started: bool,
+    /// Milliseconds since the bot last used it (its last graphical call); screen eviction
+    /// takes the oldest idle one.
+    pub idle_ms: u64,
 }
 
 /// Take a screenshot of a bot's screen.

@@ -45,8 +45,12 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   lease fences a home operation acts under; the guest refuses one older than its own).
 /// - 7: `Status` request and `Status` reply (`MachineStatus`: uptime, load, CPUs, home disk),
 ///   shown by `computer show`.
-/// - 8: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// - 8: `Activity` request and `Activity` reply (`GuestActivity`: running commands, background
+///   processes, terminal output, CPU; the idle job's view of the guest); `MachineStatus` gains
+///   memory, home use and live desktops; `ScreenInfo.idle_ms` (screen eviction picks the
+///   oldest idle screen).
+/// - 9: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -249,6 +253,8 @@ pub enum Request {
     HomeImport(HomeImportRequest),
     /// The machine's uptime, load and home disk. Answer: `Status`.
     Status,
+    /// What is still working in the computer (idle suspension). Answer: `Activity`.
+    Activity,
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -271,6 +277,7 @@ pub enum Reply {
     ExportStart(ExportStart),
     Imported(Imported),
     Status(MachineStatus),
+    Activity(GuestActivity),
 }
 
 /// The request of [`Request::Ping`] (it carries nothing).
@@ -446,6 +453,39 @@ pub struct MachineStatus {
     /// Size of the filesystem holding the home, and what is still free to its user.
     pub home_total_bytes: u64,
     pub home_free_bytes: u64,
+    /// Memory the machine may use (its cgroup's `memory.max` when that is lower than the
+    /// kernel's `MemTotal`) and what of it is still available.
+    pub memory_total_bytes: u64,
+    pub memory_available_bytes: u64,
+    /// The total is a cgroup limit (a container), not the kernel's memory.
+    pub memory_limited: bool,
+    /// Disk used by the home's own files (allocated blocks), from a bounded walk.
+    pub home_used_bytes: u64,
+    /// The walk stopped at its bound: `home_used_bytes` is a lower bound.
+    pub home_used_partial: bool,
+    /// Live desktops.
+    pub desktops: u32,
+}
+
+/// The request of [`Request::Activity`] (it carries nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActivityRequest;
+
+/// What is still working inside a computer, as its guest sees it: the idle job counts it as use
+/// (bounded by the background work's maximum lifetime) besides the API's own traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestActivity {
+    /// Commands running now (their exec streams are open).
+    pub commands: u32,
+    /// Live processes that finished commands left running (`nohup … &`): they carry the exec-id
+    /// marker of a command that has ended.
+    pub background: u32,
+    /// Milliseconds since a terminal session last printed; `None` when none has.
+    pub terminal_output_ago_ms: Option<u64>,
+    /// CPU used by the computer's work (every process but the guest itself) over the last
+    /// `cpu_interval_ms`, in thousandths of one CPU.
+    pub cpu_milli: u32,
+    pub cpu_interval_ms: u64,
 }
 
 reply_op!(StatusRequest, "status", Unary, Nothing, MachineStatus,
@@ -455,6 +495,14 @@ reply_op!(StatusRequest, "status", Unary, Nothing, MachineStatus,
     read { Reply::Status(status) => status });
 
 impl UnaryOp for StatusRequest {}
+
+reply_op!(ActivityRequest, "activity", Unary, Nothing, GuestActivity,
+    request(_r) Request::Activity,
+    authority(_r) Authority::None,
+    reply(activity) Reply::Activity(activity),
+    read { Reply::Activity(activity) => activity });
+
+impl UnaryOp for ActivityRequest {}
 
 impl Request {
     /// What the request acts under ([`Op::authority`] of its operation).
@@ -478,6 +526,7 @@ impl Request {
             Request::HomeExport(r) => r.authority(),
             Request::HomeImport(r) => r.authority(),
             Request::Status => Authority::None,
+            Request::Activity => Authority::None,
         }
     }
 
@@ -502,6 +551,7 @@ impl Request {
             Request::HomeExport(_) => HomeExportRequest::NAME,
             Request::HomeImport(_) => HomeImportRequest::NAME,
             Request::Status => StatusRequest::NAME,
+            Request::Activity => ActivityRequest::NAME,
         }
     }
 }
@@ -564,6 +614,7 @@ mod tests {
             height: 800,
             browser_pid: None,
             started: true,
+            idle_ms: 0,
         };
         round_trip::<ScreenRequest>(info.clone(), Reply::Screens(vec![info]));
         round_trip::<ScreenRelease>((), Reply::Revoked);
@@ -581,6 +632,7 @@ mod tests {
         };
         round_trip::<HomeImportRequest>(done, Reply::ExportStart(start));
         round_trip::<StatusRequest>(MachineStatus::default(), Reply::Pong);
+        round_trip::<ActivityRequest>(GuestActivity::default(), Reply::Pong);
     }
 
     #[test]

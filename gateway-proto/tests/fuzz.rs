@@ -18,7 +18,7 @@ use gateway_proto::home::{
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
-use gateway_proto::op::MachineStatus;
+use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -334,6 +334,20 @@ static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             cpus: 2,
             home_total_bytes: 1 << 36,
             home_free_bytes: 1 << 34,
+            memory_total_bytes: 1 << 33,
+            memory_available_bytes: 1 << 32,
+            memory_limited: false,
+            home_used_bytes: 1 << 20,
+            home_used_partial: true,
+            desktops: 3,
+        })),
+        sample(Request::Activity),
+        sample(Reply::Activity(GuestActivity {
+            commands: 2,
+            background: 1,
+            terminal_output_ago_ms: Some(1500),
+            cpu_milli: 250,
+            cpu_interval_ms: 30_000,
         })),
     ]
 });
@@ -622,6 +636,7 @@ fn request() -> impl Strategy<Value = Request> {
             HomeImportRequest { size, authority }
         )),
         Just(Request::Status),
+        Just(Request::Activity),
     ]
 }
 
@@ -683,20 +698,64 @@ fn reply() -> impl Strategy<Value = Reply> {
             })
         }),
         (
-            any::<u64>(),
-            any::<[u32; 3]>(),
-            any::<u32>(),
-            any::<u64>(),
-            any::<u64>()
+            (
+                any::<u64>(),
+                any::<[u32; 3]>(),
+                any::<u32>(),
+                any::<u64>(),
+                any::<u64>()
+            ),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<bool>(),
+                any::<u64>(),
+                any::<bool>(),
+                any::<u32>()
+            )
         )
             .prop_map(
-                |(uptime_secs, load_milli, cpus, home_total_bytes, home_free_bytes)| {
+                |(
+                    (uptime_secs, load_milli, cpus, home_total_bytes, home_free_bytes),
+                    (
+                        memory_total_bytes,
+                        memory_available_bytes,
+                        memory_limited,
+                        home_used_bytes,
+                        home_used_partial,
+                        desktops,
+                    ),
+                )| {
                     Reply::Status(MachineStatus {
                         uptime_secs,
                         load_milli,
                         cpus,
                         home_total_bytes,
                         home_free_bytes,
+                        memory_total_bytes,
+                        memory_available_bytes,
+                        memory_limited,
+                        home_used_bytes,
+                        home_used_partial,
+                        desktops,
+                    })
+                }
+            ),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            proptest::option::of(any::<u64>()),
+            any::<u32>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(commands, background, terminal_output_ago_ms, cpu_milli, cpu_interval_ms)| {
+                    Reply::Activity(GuestActivity {
+                        commands,
+                        background,
+                        terminal_output_ago_ms,
+                        cpu_milli,
+                        cpu_interval_ms,
                     })
                 }
             ),

@@ -12,12 +12,13 @@
 //! value, strings and byte buffers are a varint length then the bytes, structs are their fields in
 //! declaration order with no names and no tags.
 
+use gateway_proto::desktop::ScreenInfo;
 use gateway_proto::home::{
     ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
-use gateway_proto::op::MachineStatus;
+use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -91,7 +92,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 8);
+    assert_eq!(PROTOCOL_VERSION, 9);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -525,9 +526,54 @@ fn status_request_and_reply() {
             cpus: 2,
             home_total_bytes: 1 << 20,
             home_free_bytes: 5,
+            memory_total_bytes: 1 << 30,
+            memory_available_bytes: 1 << 29,
+            memory_limited: true,
+            home_used_bytes: 4096,
+            home_used_partial: false,
+            desktops: 2,
         }),
-        // Status, uptime 300, load 120 1 0, 2 CPUs, 1 MiB, 5
-        "0000000b 10 ac02 7801 00 02 80804005",
+        // Status, uptime 300, load 120 1 0, 2 CPUs, 1 MiB, 5, 1 GiB, 512 MiB, limited,
+        // 4096 used, complete, 2 desktops
+        "0000001a 10 ac02 7801 00 02 80804005 8080808004 8080808002 01 8020 00 02",
+    );
+}
+
+#[test]
+fn activity_request_and_reply() {
+    golden(&Request::Activity, "00000001 12");
+    golden(
+        &Reply::Activity(GuestActivity {
+            commands: 1,
+            background: 2,
+            terminal_output_ago_ms: Some(300),
+            cpu_milli: 1000,
+            cpu_interval_ms: 5,
+        }),
+        // Activity, 1 command, 2 background, output 300 ms ago, 1000 milli-CPU over 5 ms
+        "00000009 11 01 02 01ac02 e807 05",
+    );
+    golden(
+        &Reply::Activity(GuestActivity::default()),
+        "00000006 11 00 00 00 00 00",
+    );
+}
+
+#[test]
+fn screen_info_carries_its_idle_time() {
+    golden(
+        &Reply::Screen(ScreenInfo {
+            bot: BotId::new("b").unwrap(),
+            slot: 1,
+            display: 11,
+            width: 1280,
+            height: 800,
+            browser_pid: None,
+            started: false,
+            idle_ms: 200,
+        }),
+        // Screen, bot "b", slot 1, display 11, 1280x800, no pid, not started, idle 200 ms
+        "0000000d 05 0162 01 0b 800a a006 00 00 c801",
     );
 }
 
@@ -602,10 +648,10 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("12");
+    rejected::<Request>("13");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("11");
+    rejected::<Reply>("12");
     rejected::<OpError>("0b 00"); // ErrorCode index 11
     rejected::<FileKind>("02");
 }

@@ -10,6 +10,7 @@
 //! Commands run with the agent user's full rights; the cwd check enforces the contract
 //! ("a cwd outside the home fails"), it does not confine the command.
 
+use crate::activity::Running;
 use crate::home::{self, Home};
 use gateway_proto::{
     BotId, ErrorCode, ExecEvent, ExecInput, ExecRequest, OpError, StartDir, MAX_CHUNK,
@@ -24,6 +25,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
@@ -46,6 +48,15 @@ pub const GUEST_ENV_PREFIX: &str = "RAKAZO_";
 /// Set in every command's environment to a random id per exec. Descendants inherit it, which lets
 /// the tree kill find processes that left both the process group and the parent chain.
 pub const EXEC_ID_VAR: &str = "RAKAZO_EXEC_ID";
+
+/// The prefix of every exec id of commands run in the home at `root`: the first 8 bytes of its
+/// path's sha256 in hex, and a dot. Local computers share the host's `/proc`; the prefix tells
+/// this computer's processes from another's ([`crate::activity`]).
+pub fn home_tag(root: &Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(root.as_os_str().as_bytes());
+    format!("{}.", hex::encode(&digest[..8]))
+}
 
 /// Exit code of a command killed by its timeout.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -90,26 +101,31 @@ const STDIN_READ_AHEAD: usize = 4 * MAX_CHUNK;
 /// `StartDir::BotDir` its bot's `bots/<bot>/`, created on first use), with `HOME` set to the
 /// home, stdin `/dev/null` unless `req.stdin`, and the guest's environment minus every
 /// `RAKAZO_*` variable, plus `req.env` (which may override `HOME`), plus [`EXEC_ID_VAR`].
+///
+/// While it runs, its exec id is registered in `running` (the guest's activity report).
 pub async fn run(
     home: &Home,
+    running: &Arc<Running>,
     req: ExecRequest,
     input: mpsc::Receiver<ExecInput>,
     events: mpsc::Sender<ExecEvent>,
 ) {
     // The command inherits the agent's environment, minus its secrets; this is the one place the
     // agent reads its own environment outside config.rs, and only to pass it on.
-    run_with_env(home, req, std::env::vars_os().collect(), input, events).await;
+    let env = std::env::vars_os().collect();
+    run_with_env(home, running, req, env, input, events).await;
 }
 
 /// [`run`] with an explicit inherited environment (before `RAKAZO_*` variables are removed).
 async fn run_with_env(
     home: &Home,
+    running: &Arc<Running>,
     req: ExecRequest,
     inherited: Vec<(OsString, OsString)>,
     input: mpsc::Receiver<ExecInput>,
     events: mpsc::Sender<ExecEvent>,
 ) {
-    if let Some(last) = execute(home, req, inherited, input, &events).await {
+    if let Some(last) = execute(home, running, req, inherited, input, &events).await {
         // The receiver may be gone by now; there is nobody left to tell.
         let _ = events.send(last).await;
     }
@@ -137,6 +153,7 @@ struct Gone;
 /// Runs the command and returns its final event, or `None` if events can no longer be sent.
 async fn execute(
     home: &Home,
+    running: &Arc<Running>,
     req: ExecRequest,
     inherited: Vec<(OsString, OsString)>,
     mut input: mpsc::Receiver<ExecInput>,
@@ -154,7 +171,13 @@ async fn execute(
             })
         }
     };
-    let exec_id = hex::encode(rand::random::<[u8; 16]>());
+    let exec_id = format!(
+        "{}{}",
+        home_tag(home.root()),
+        hex::encode(rand::random::<[u8; 16]>())
+    );
+    // Counted as a running command until it ends ([`crate::activity`]).
+    let _running = running.enter(&exec_id);
     let program = &req.argv[0];
     let mut cmd = Command::new(program);
     cmd.args(&req.argv[1..])

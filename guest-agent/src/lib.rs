@@ -6,6 +6,7 @@
 //! [`browser`] per bot), each checked against the bot's lease fence ([`fence`]) before anything
 //! runs. `main.rs` only reads the configuration ([`config`]) and starts the tunnel.
 
+pub mod activity;
 pub mod browser;
 pub mod clock;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod fence;
 pub mod gateway;
 pub mod home;
 pub mod homeio;
+pub mod machine;
 pub mod ops;
 pub mod opstream;
 pub mod orphans;

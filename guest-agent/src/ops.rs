@@ -13,12 +13,14 @@
 //! whose first frame is malformed or oversized is answered with an error and reset; other
 //! streams are unaffected.
 
+use crate::activity::Activity;
 use crate::clock::now_ms;
 use crate::exec;
 use crate::fence::{FenceTable, HomeOp};
 use crate::gateway::{Gateway, GatewayConfig};
 use crate::home::stream::{self, FileChanged};
 use crate::home::Home;
+use crate::machine::{self, HomeUseCache};
 use crate::opstream::write_frame;
 use crate::screens::Screens;
 use gateway_proto::desktop::{
@@ -27,7 +29,8 @@ use gateway_proto::desktop::{
 use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
 use gateway_proto::live::{ConnectRequest, RevokeRequest};
 use gateway_proto::op::{
-    malformed, Authority, MachineStatus, PingRequest, ScreenListRequest, StatusRequest,
+    malformed, ActivityRequest, Authority, GuestActivity, MachineStatus, PingRequest,
+    ScreenListRequest, StatusRequest,
 };
 use gateway_proto::page::{
     NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest,
@@ -48,6 +51,10 @@ pub struct Ops {
     fences: Mutex<FenceTable>,
     screens: Arc<Screens>,
     gateway: Arc<Gateway>,
+    /// What is still working (commands, background, terminals, CPU): `Activity`.
+    activity: Arc<Activity>,
+    /// The home's disk use for `Status`, walked at most every few seconds.
+    home_use: Arc<HomeUseCache>,
 }
 
 /// An operation stream past its request frame: what a streaming handler serves.
@@ -89,11 +96,15 @@ impl Ops {
 
     /// [`Ops::new`] with the screen gateway's settings given.
     pub fn with_gateway(home: Home, screens: Arc<Screens>, gateway: GatewayConfig) -> Self {
+        let activity = Arc::new(Activity::new(home.root(), gateway.terminal_output.clone()));
+        let home_use = Arc::new(HomeUseCache::new(home.root()));
         Self {
             home,
             fences: Mutex::new(FenceTable::new()),
             gateway: Gateway::new(gateway, screens.clone()),
             screens,
+            activity,
+            home_use,
         }
     }
 
@@ -164,6 +175,7 @@ impl Ops {
             Request::HomeExport(r) => self.streaming(r, s, Self::home_export).await,
             Request::HomeImport(r) => self.streaming(r, s, Self::home_import).await,
             Request::Status => self.unary(StatusRequest, s, Self::status).await,
+            Request::Activity => self.unary(ActivityRequest, s, Self::activity).await,
         }
     }
 
@@ -221,13 +233,34 @@ impl Ops {
         let fs = nix::sys::statvfs::statvfs(self.home.root())
             .map_err(|e| failed("the home's filesystem", &e))?;
         let block = fs.fragment_size() as u64;
+        let home_use = self.home_use.clone();
+        let (memory, used) =
+            tokio::task::spawn_blocking(move || (machine::memory(), home_use.get()))
+                .await
+                .map_err(|e| failed("memory and home use", &e))?;
+        let memory = memory.ok_or_else(|| failed("/proc/meminfo", &"unexpected format"))?;
+        let desktops = self.screens.list().await.len();
         Ok(MachineStatus {
             uptime_secs,
             load_milli,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             home_total_bytes: (fs.blocks() as u64).saturating_mul(block),
             home_free_bytes: (fs.blocks_available() as u64).saturating_mul(block),
+            memory_total_bytes: memory.total,
+            memory_available_bytes: memory.available,
+            memory_limited: memory.limited,
+            home_used_bytes: used.bytes,
+            home_used_partial: used.partial,
+            desktops: u32::try_from(desktops).unwrap_or(u32::MAX),
         })
+    }
+
+    /// What is still working in the computer ([`crate::activity`]).
+    async fn activity(&self, _: ActivityRequest) -> Result<GuestActivity, OpError> {
+        let activity = self.activity.clone();
+        tokio::task::spawn_blocking(move || activity.look())
+            .await
+            .map_err(|e| OpError::new(ErrorCode::Failed, format!("cannot look at activity: {e}")))
     }
 
     async fn list_files(&self, r: ListFiles) -> Result<Vec<FileEntry>, OpError> {
@@ -269,7 +302,15 @@ impl Ops {
     // Streaming handlers: each answers its header frame itself.
 
     async fn exec(&self, r: ExecRequest, io: Io) {
-        exec::pump::serve(&self.home, io.send, io.recv, io.remainder, r).await
+        exec::pump::serve(
+            &self.home,
+            &self.activity.running,
+            io.send,
+            io.recv,
+            io.remainder,
+            r,
+        )
+        .await
     }
 
     async fn read_file(&self, r: ReadFile, mut io: Io) {

@@ -129,6 +129,13 @@ async fn one_stalled_computer_does_not_hold_the_idle_job() -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Its silent guest was first asked what still works inside; the job waited its bounded
+    // while, counted it as nothing and went on.
+    ensure!(
+        w.log()
+            .contains("the guest did not report its activity in time; counted as none"),
+        "no bounded activity wait in the log"
+    );
     // ... and the real one, let go now, is suspended meanwhile.
     w.post(&format!("{hold}/release-control"), serde_json::json!({}))
         .await?;

@@ -83,11 +83,16 @@ pub async fn handle(
                 .url
                 .ok_or_else(|| ApiError::bad_request("url is required"))?;
             validate_url(&url).map_err(|e| ApiError::bad_request(e.message))?;
-            let page = api.core.call(id, NavigateRequest { bot, lease, url });
+            let page = api
+                .core
+                .call_screen(id, NavigateRequest { bot, lease, url });
             Ok(snapshot_answer(page.await?, None))
         }
         "snapshot" => {
-            let page = api.core.call(id, SnapshotRequest { bot, lease }).await?;
+            let page = api
+                .core
+                .call_screen(id, SnapshotRequest { bot, lease })
+                .await?;
             Ok(snapshot_answer(page, None))
         }
         "act" => {
@@ -101,7 +106,7 @@ pub async fn handle(
             let completed = steps.len();
             match api
                 .core
-                .call(id, PageActRequest { bot, lease, steps })
+                .call_screen(id, PageActRequest { bot, lease, steps })
                 .await?
             {
                 Ok(page) => Ok(snapshot_answer(page, Some(completed))),

@@ -118,6 +118,12 @@ async fn machine(api: &Api, c: &Computer) -> Option<schema::Machine> {
         cpus: s.cpus,
         home_total_bytes: s.home_total_bytes,
         home_free_bytes: s.home_free_bytes,
+        memory_total_bytes: s.memory_total_bytes,
+        memory_available_bytes: s.memory_available_bytes,
+        memory_limited: s.memory_limited,
+        home_used_bytes: s.home_used_bytes,
+        home_used_partial: s.home_used_partial,
+        desktops: s.desktops,
     })
 }
 

@@ -9,6 +9,7 @@
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
 use super::{bot_json, parse_bot, parse_lease, Api};
+use crate::core::CoreError;
 use crate::guest;
 use crate::schema::screen::{
     self, ActRequest, ActResult, Cursor, LeaseBody, Observation, Screen, ScreenList,
@@ -63,7 +64,10 @@ pub async fn ensure(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
-    let screen = api.core.call(id, ScreenRequest { bot, lease }).await?;
+    let screen = api
+        .core
+        .call_screen(id, ScreenRequest { bot, lease })
+        .await?;
     Ok(json_response(StatusCode::OK, &screen_view(screen)))
 }
 
@@ -125,8 +129,17 @@ pub async fn observe(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
-    let req = ObserveRequest { bot, lease };
-    let taken = api.core.guest_for(id, &req).await?.observe(req).await?;
+    let req = ObserveRequest {
+        bot: bot.clone(),
+        lease,
+    };
+    let taken = api
+        .core
+        .with_screen(id, &bot, || async {
+            let guest = api.core.guest_for(id, &req).await?;
+            Ok::<_, CoreError>(guest.observe(req.clone()).await?)
+        })
+        .await?;
     Ok(json_response(StatusCode::OK, &observation(taken)))
 }
 
@@ -140,14 +153,19 @@ pub async fn act(
     let (body, lease, actions) = read_batch(&read_json_bytes(req.into_body()).await?)?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
     let request = desktop::ActRequest {
-        bot,
+        bot: bot.clone(),
         lease,
         actions,
         observe: body.observe,
         settle_ms: body.settle_ms,
     };
-    let guest = api.core.guest_for(id, &request).await?;
-    let (outcome, taken) = guest.act(request).await?;
+    let (outcome, taken) = api
+        .core
+        .with_screen(id, &bot, || async {
+            let guest = api.core.guest_for(id, &request).await?;
+            Ok::<_, CoreError>(guest.act(request.clone()).await?)
+        })
+        .await?;
     let result = ActResult {
         ok: true,
         completed: outcome.completed,

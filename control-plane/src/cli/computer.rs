@@ -94,7 +94,48 @@ fn print_computer(c: &Computer) {
             gib(m.home_free_bytes),
             gib(m.home_total_bytes),
         );
+        for line in machine_lines(m) {
+            println!("\t{line}");
+        }
     }
+}
+
+/// The lines under the first machine line: memory, the home's own use, desktops.
+fn machine_lines(m: &crate::schema::computer::Machine) -> [String; 3] {
+    let limit = if m.memory_limited {
+        " (its container's limit)"
+    } else {
+        ""
+    };
+    let partial = if m.home_used_partial {
+        " (at least: too many files to count them all)"
+    } else {
+        ""
+    };
+    [
+        format!(
+            "memory   {} available of {}{limit}",
+            size(m.memory_available_bytes),
+            size(m.memory_total_bytes)
+        ),
+        format!("home use {} in its files{partial}", size(m.home_used_bytes)),
+        format!("desktops {} live", m.desktops),
+    ]
+}
+
+/// `512 B`, `3.0 KiB`, `12.5 MiB`, `1.2 GiB`.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// `3d 4h`, `4h 12m`, `12m`.
@@ -178,4 +219,40 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
         print_computer(&computer)
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::computer::Machine;
+
+    #[test]
+    fn the_machine_lines_say_what_each_figure_is() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(3 << 10), "3.0 KiB");
+        assert_eq!(size(5 << 20), "5.0 MiB");
+        assert_eq!(size(3 << 29), "1.5 GiB");
+        let m = Machine {
+            uptime_secs: 60,
+            load: [0.0; 3],
+            cpus: 2,
+            home_total_bytes: 1 << 40,
+            home_free_bytes: 1 << 39,
+            memory_total_bytes: 1 << 30,
+            memory_available_bytes: 1 << 29,
+            memory_limited: true,
+            home_used_bytes: 3 << 20,
+            home_used_partial: true,
+            desktops: 2,
+        };
+        assert_eq!(
+            machine_lines(&m),
+            [
+                "memory   512.0 MiB available of 1.0 GiB (its container's limit)".to_string(),
+                "home use 3.0 MiB in its files (at least: too many files to count them all)"
+                    .to_string(),
+                "desktops 2 live".to_string(),
+            ]
+        );
+    }
 }

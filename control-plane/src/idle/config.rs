@@ -13,6 +13,14 @@ use std::time::Duration;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How long a takeover request keeps a non-billing computer awake (contracts.md §8).
 pub const TAKEOVER_KEEP_AWAKE: Duration = Duration::from_secs(30 * 60);
+/// Default maximum lifetime of background work: 4 hours after the computer's last use through
+/// the API, work inside it (a background process, a busy CPU, a printing terminal) no longer
+/// keeps it up. A build or a test suite started and left finishes well within it; a process
+/// stuck in a loop, or a page animating forever, cannot keep a computer up for days.
+pub const DEFAULT_BACKGROUND_MAX: Duration = Duration::from_secs(4 * 3600);
+/// Default CPU threshold, in percent of one CPU over the job's last interval: an idle Xvfb,
+/// x11vnc or Chrome stays well under it, a build or a page still loading is above.
+pub const DEFAULT_CPU_PERCENT: u32 = 10;
 /// Longest idle timeout or keep-awake window accepted: a week.
 const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -27,19 +35,41 @@ pub struct IdleArgs {
     #[arg(long, env = "RAKAZO_TAKEOVER_KEEP_AWAKE_SECS",
           default_value_t = TAKEOVER_KEEP_AWAKE.as_secs())]
     pub takeover_keep_awake_secs: u64,
+    /// How long after a computer's last use through the API the work its guest reports
+    /// (commands, background processes, terminal output, CPU) still keeps it up.
+    #[arg(long, env = "RAKAZO_IDLE_BACKGROUND_MAX_SECS",
+          default_value_t = DEFAULT_BACKGROUND_MAX.as_secs())]
+    pub idle_background_max_secs: u64,
+    /// CPU use (percent of one CPU, over the idle job's last interval, the guest itself not
+    /// counted) above which a computer counts as working.
+    #[arg(long, env = "RAKAZO_IDLE_CPU_PERCENT", default_value_t = DEFAULT_CPU_PERCENT)]
+    pub idle_cpu_percent: u32,
 }
 
 impl IdleArgs {
     /// Range-checks the flags.
     pub fn resolve(&self) -> anyhow::Result<IdleConfig> {
         let max = MAX_WINDOW.as_secs();
-        if self.idle_timeout_secs > max || self.takeover_keep_awake_secs > max {
-            anyhow::bail!("idle timeout and takeover keep-awake must be at most {max} seconds");
+        if self.idle_timeout_secs > max
+            || self.takeover_keep_awake_secs > max
+            || self.idle_background_max_secs > max
+        {
+            anyhow::bail!(
+                "idle timeout, takeover keep-awake and background maximum must be at most {max} seconds"
+            );
+        }
+        if !(1..=10_000).contains(&self.idle_cpu_percent) {
+            anyhow::bail!(
+                "idle CPU threshold must be 1..=10000 percent of one CPU, not {}",
+                self.idle_cpu_percent
+            );
         }
         Ok(IdleConfig {
             timeout: (self.idle_timeout_secs > 0)
                 .then(|| Duration::from_secs(self.idle_timeout_secs)),
             keep_awake: Duration::from_secs(self.takeover_keep_awake_secs),
+            background_max: Duration::from_secs(self.idle_background_max_secs),
+            cpu_threshold_milli: self.idle_cpu_percent * 10,
         })
     }
 }
@@ -50,6 +80,10 @@ pub struct IdleConfig {
     /// `None`: disabled.
     pub timeout: Option<Duration>,
     pub keep_awake: Duration,
+    /// Work the guest reports keeps a computer up at most this long after its last use.
+    pub background_max: Duration,
+    /// CPU use, in thousandths of one CPU, above which the computer counts as working.
+    pub cpu_threshold_milli: u32,
 }
 
 impl Default for IdleConfig {
@@ -57,6 +91,8 @@ impl Default for IdleConfig {
         Self {
             timeout: Some(DEFAULT_IDLE_TIMEOUT),
             keep_awake: TAKEOVER_KEEP_AWAKE,
+            background_max: DEFAULT_BACKGROUND_MAX,
+            cpu_threshold_milli: DEFAULT_CPU_PERCENT * 10,
         }
     }
 }
@@ -87,6 +123,8 @@ mod tests {
         IdleArgs {
             idle_timeout_secs: timeout,
             takeover_keep_awake_secs: keep,
+            idle_background_max_secs: DEFAULT_BACKGROUND_MAX.as_secs(),
+            idle_cpu_percent: DEFAULT_CPU_PERCENT,
         }
     }
 
@@ -99,13 +137,23 @@ mod tests {
         assert_eq!(on.keep_awake, Duration::from_secs(5));
         assert!(args(8 * 24 * 3600, 1800).resolve().is_err());
         assert!(args(900, 8 * 24 * 3600).resolve().is_err());
+        let mut a = args(900, 1800);
+        a.idle_background_max_secs = 8 * 24 * 3600;
+        assert!(a.resolve().is_err());
+        let mut a = args(900, 1800);
+        a.idle_cpu_percent = 0;
+        assert!(a.resolve().is_err());
+        a.idle_cpu_percent = 25;
+        let cfg = a.resolve().unwrap();
+        assert_eq!(cfg.cpu_threshold_milli, 250);
+        assert_eq!(cfg.background_max, DEFAULT_BACKGROUND_MAX);
     }
 
     #[test]
     fn the_job_looks_often_enough_but_not_too_often() {
         let cfg = |secs| IdleConfig {
             timeout: Some(Duration::from_secs(secs)),
-            keep_awake: TAKEOVER_KEEP_AWAKE,
+            ..IdleConfig::default()
         };
         assert_eq!(cfg(1).period(), Duration::from_millis(250));
         assert_eq!(IdleConfig::default().period(), Duration::from_secs(30));

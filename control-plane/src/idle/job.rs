@@ -8,6 +8,7 @@ use super::Report;
 use crate::clock::now_ms;
 use crate::computers::{Computer, ComputerState};
 use crate::core::Core;
+use gateway_proto::op::ActivityRequest;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,7 +108,7 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
     let Some(stored) = idle.store.observe(&c.id, now).await? else {
         return Ok(());
     };
-    let observed = Observed {
+    let mut observed = Observed {
         connected: core.registry.get(id).is_some(),
         pending_restore: core.homes.ledger().pending_restore(&c.id).await?,
         in_flight: seen.in_flight,
@@ -116,9 +117,19 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
         runs: stored.runs,
         active_at_ms: stored.active_at_ms.max(seen.last_used_ms),
         awake_until_ms: stored.awake_until_ms,
+        guest: None,
     };
-    let decision = rules::decide(&observed, timeout, now);
-    let Decision::Suspend { except } = &decision else {
+    let policy = rules::Policy {
+        timeout,
+        background_max: idle.config.background_max,
+        cpu_threshold_milli: idle.config.cpu_threshold_milli,
+    };
+    let mut decision = rules::decide(&observed, &policy, now);
+    if decision.wants_guest() && observed.connected {
+        observed.guest = guest_work(core, id).await;
+        decision = rules::decide(&observed, &policy, now);
+    }
+    let Decision::Suspend { except, overdue } = &decision else {
         debug!(computer_id = %id, ?decision, "not idle");
         idle.gate.set_report(id, Report::of(&decision, now));
         return Ok(());
@@ -141,8 +152,35 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
     };
     // Reported only once claimed: whoever sees `suspending` is refused.
     idle.gate.set_report(id, Report::of(&decision, now));
+    if let Some(why) = overdue {
+        info!(computer_id = %id, work = %why, max_secs = idle.config.background_max.as_secs(), "work inside the computer is past the background maximum: suspending it anyway");
+    }
     let except = except.clone();
     suspend(core, c, &except, claim).await
+}
+
+/// What the guest reports still working inside the computer, asked within
+/// [`ACTIVITY_WAIT`](super::ACTIVITY_WAIT); `None` (no activity, logged) when it does not
+/// answer in time or refuses.
+async fn guest_work(core: &Arc<Core>, id: &str) -> Option<rules::GuestWork> {
+    let guest = core.connected_guest(id).await?;
+    let asked = tokio::time::timeout(super::ACTIVITY_WAIT, guest.call(ActivityRequest)).await;
+    match asked {
+        Ok(Ok(a)) => Some(rules::GuestWork {
+            commands: a.commands,
+            background: a.background,
+            terminal_output_ago_ms: a.terminal_output_ago_ms,
+            cpu_milli: a.cpu_milli,
+        }),
+        Ok(Err(e)) => {
+            info!(computer_id = %id, error = %e, "the guest did not report its activity; counted as none");
+            None
+        }
+        Err(_) => {
+            info!(computer_id = %id, wait_secs = super::ACTIVITY_WAIT.as_secs(), "the guest did not report its activity in time; counted as none");
+            None
+        }
+    }
 }
 
 /// Holding the claim: checkpoint, then stop. A failed checkpoint stops nothing.

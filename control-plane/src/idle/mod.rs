@@ -11,6 +11,14 @@
 //! computer suspends while the run keeps waiting: its lease stays, and its next operation gets
 //! the stopped computer's 409 until someone starts it again.
 //!
+//! Work inside the computer is use too: a computer idle by all of the above is asked by the job
+//! (the guest's `Activity` operation, within [`ACTIVITY_WAIT`]) what still works inside it:
+//! commands running, processes finished commands left behind (`nohup … &`), a terminal that
+//! printed within the idle timeout, CPU above `--idle-cpu-percent` (the guest's own not
+//! counted). That keeps it up, but only until `--idle-background-max-secs` (4 h) after its last
+//! use through the API, so a stuck process cannot keep a computer up forever. A guest that does
+//! not answer in time, or refuses, counts as having nothing running (logged at INFO).
+//!
 //! Parts: [`rules`] decides (pure), [`gate`] holds the claim and the operations in flight (the
 //! API router enters it for every operation on a computer), [`store`] keeps when each computer
 //! was last used and its keep-awake window on the computer row (migration 0005), and [`spawn`]
@@ -33,7 +41,9 @@ mod job;
 pub mod rules;
 pub mod store;
 
-pub use config::{IdleArgs, IdleConfig, DEFAULT_IDLE_TIMEOUT, TAKEOVER_KEEP_AWAKE};
+pub use config::{
+    IdleArgs, IdleConfig, DEFAULT_BACKGROUND_MAX, DEFAULT_IDLE_TIMEOUT, TAKEOVER_KEEP_AWAKE,
+};
 pub use job::spawn;
 
 use crate::clock::now_ms;
@@ -74,7 +84,16 @@ impl Report {
             ),
             Decision::Busy(why) => ("busy", why.clone(), None),
             Decision::Blocked(why) => ("blocked", why.clone(), None),
-            Decision::Suspend { .. } => ("suspending", "idle: checkpoint, then stop".into(), None),
+            Decision::Suspend { overdue, .. } => (
+                "suspending",
+                match overdue {
+                    None => "idle: checkpoint, then stop".into(),
+                    Some(why) => format!(
+                        "idle: checkpoint, then stop (work inside past the background maximum: {why})"
+                    ),
+                },
+                None,
+            ),
         };
         Self {
             at_ms,
@@ -84,6 +103,10 @@ impl Report {
         }
     }
 }
+
+/// How long the job waits for a guest's activity report; past it the guest counts as having
+/// nothing running.
+pub const ACTIVITY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Most computers looked at (and suspended) at once: bounds the checkpoints a wave of idle
 /// computers puts on the store, while one stuck computer holds only its own slot.
@@ -204,6 +227,16 @@ impl Idle {
                 .await?;
         }
         Ok(())
+    }
+
+    /// The live execution and control leases of `id` at `now_ms` (screen eviction spares
+    /// their bots); `None` if there is no such computer.
+    pub async fn holders(
+        &self,
+        id: &ComputerId,
+        now_ms: i64,
+    ) -> Result<Option<store::Stored>, crate::db::DbError> {
+        self.store.observe(id, now_ms).await
     }
 
     /// What the job last decided about `computer`.

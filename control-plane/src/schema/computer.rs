@@ -78,6 +78,24 @@ pub struct Machine {
     /// Size of the filesystem holding the home, and what is free to the home's user.
     pub home_total_bytes: u64,
     pub home_free_bytes: u64,
+    /// The machine's memory (its cgroup's limit in a container) and what is still available.
+    #[serde(default)]
+    pub memory_total_bytes: u64,
+    #[serde(default)]
+    pub memory_available_bytes: u64,
+    /// The total is a cgroup limit, not the kernel's memory.
+    #[serde(default)]
+    pub memory_limited: bool,
+    /// Disk used by the home's own files (allocated blocks), from a walk bounded to 200,000
+    /// entries and reused for 10 s.
+    #[serde(default)]
+    pub home_used_bytes: u64,
+    /// The walk stopped at its bound: `home_used_bytes` is a lower bound.
+    #[serde(default)]
+    pub home_used_partial: bool,
+    /// Live desktops.
+    #[serde(default)]
+    pub desktops: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use tracing::warn;
 /// Serves the exec stream of `req` (its first input frames, if any, in `remainder`) to its end.
 pub async fn serve(
     home: &Home,
+    running: &std::sync::Arc<crate::activity::Running>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     remainder: Vec<u8>,
@@ -63,6 +64,6 @@ pub async fn serve(
         }
         let _ = send.finish();
     };
-    tokio::join!(super::run(home, req, input_rx, event_tx), writer);
+    tokio::join!(super::run(home, running, req, input_rx, event_tx), writer);
     pump.abort();
 }

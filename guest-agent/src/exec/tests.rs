@@ -112,12 +112,21 @@ async fn exec(home: &Home, req: ExecRequest, inputs: Vec<ExecInput>) -> Outcome 
         }
         events
     };
-    let ((), events) = tokio::join!(run_with_env(home, req, test_env(), in_rx, ev_tx), collect);
+    let running = registry();
+    let ((), events) = tokio::join!(
+        run_with_env(home, &running, req, test_env(), in_rx, ev_tx),
+        collect
+    );
     drop(in_tx);
     Outcome { events }
 }
 
 /// A unique number of seconds for `sleep`, to find a test's processes in /proc.
+/// A fresh registry of running commands.
+fn registry() -> Arc<Running> {
+    Arc::default()
+}
+
 fn unique_secs() -> u32 {
     100_000 + rand::random::<u32>() % 800_000
 }
@@ -201,8 +210,9 @@ async fn large_stdin_and_stdout_do_not_deadlock() {
         }
         events
     };
+    let running = registry();
     let ((), in_tx, events) = tokio::join!(
-        run_with_env(&home, r, test_env(), in_rx, ev_tx),
+        run_with_env(&home, &running, r, test_env(), in_rx, ev_tx),
         send,
         collect
     );
@@ -272,7 +282,8 @@ async fn real_environment_has_no_guest_variables() {
         }
         String::from_utf8(out).expect("utf8")
     };
-    let ((), env) = tokio::join!(run(&home, req(&["env"]), in_rx, ev_tx), collect);
+    let running = registry();
+    let ((), env) = tokio::join!(run(&home, &running, req(&["env"]), in_rx, ev_tx), collect);
     for line in env.lines().filter(|l| l.starts_with(GUEST_ENV_PREFIX)) {
         assert!(line.starts_with("RAKAZO_EXEC_ID="), "{line}");
     }
@@ -510,8 +521,16 @@ async fn interrupted(
         }
         events
     };
+    let running = registry();
     let ((), events) = tokio::join!(
-        run_with_env(home, escaping_tree(secs), test_env(), in_rx, ev_tx),
+        run_with_env(
+            home,
+            &running,
+            escaping_tree(secs),
+            test_env(),
+            in_rx,
+            ev_tx
+        ),
         collect
     );
     Outcome { events }
@@ -574,8 +593,16 @@ async fn dropped_event_receiver_aborts() {
             }
         }
     };
+    let running = registry();
     tokio::join!(
-        run_with_env(&home, escaping_tree(secs), test_env(), in_rx, ev_tx),
+        run_with_env(
+            &home,
+            &running,
+            escaping_tree(secs),
+            test_env(),
+            in_rx,
+            ev_tx
+        ),
         watch
     );
     // run returned although the command would sleep for days: it was aborted, and the tree
@@ -590,8 +617,10 @@ async fn dropping_the_future_kills_the_tree() {
     let (_in_tx, in_rx) = mpsc::channel(4);
     let (ev_tx, mut ev_rx) = mpsc::channel(64);
     // Boxed rather than pinned on the stack, so that `drop` below really drops it.
+    let registry = Default::default();
     let mut running = Box::pin(run_with_env(
         &home,
+        &registry,
         escaping_tree(secs),
         test_env(),
         in_rx,
@@ -634,4 +663,84 @@ fn parses_proc_stat_with_odd_names() {
     );
     assert_eq!(parse_stat("garbage"), None);
     assert_eq!(parse_stat("12 (x) S"), None);
+}
+
+/// Runs `req` registering its exec id in `running`.
+async fn exec_in(home: &Home, running: &Arc<Running>, req: ExecRequest) -> Outcome {
+    let (_in_tx, in_rx) = mpsc::channel(1);
+    let (ev_tx, mut ev_rx) = mpsc::channel(64);
+    let collect = async {
+        let mut events = Vec::new();
+        while let Some(e) = ev_rx.recv().await {
+            events.push(e);
+        }
+        events
+    };
+    let ((), events) = tokio::join!(
+        run_with_env(home, running, req, test_env(), in_rx, ev_tx),
+        collect
+    );
+    Outcome { events }
+}
+
+/// The guest's activity report: a running command counts as a command while it runs; what a
+/// finished command left running (`nohup … &`) counts as background until it ends; the
+/// markers of another home's commands are not this home's.
+#[tokio::test]
+async fn activity_counts_running_commands_and_what_finished_ones_left() {
+    use crate::activity::{Activity, LastOutput};
+    let (_t, home) = home();
+    let activity = Arc::new(Activity::new(home.root(), LastOutput::default()));
+    let secs = unique_secs();
+    let out = exec_in(
+        &home,
+        &activity.running,
+        sh(&format!("nohup sleep {secs} >/dev/null 2>&1 & echo $!")),
+    )
+    .await;
+    assert_eq!(out.exit().0, 0);
+    let pid: i32 = out.stdout_str().trim().parse().expect("pid");
+    let look = {
+        let a = activity.clone();
+        move || {
+            let a = a.clone();
+            async move { tokio::task::spawn_blocking(move || a.look()).await.unwrap() }
+        }
+    };
+    let seen = look().await;
+    assert_eq!((seen.commands, seen.background), (0, 1), "{seen:?}");
+    // Another computer's guest (another home) does not count this one's work.
+    let (_t2, other) = self::home();
+    let stranger = Activity::new(other.root(), LastOutput::default());
+    let theirs = tokio::task::spawn_blocking(move || stranger.look())
+        .await
+        .unwrap();
+    assert_eq!(theirs.background, 0, "{theirs:?}");
+
+    // A command running now is a command, not background.
+    let running = activity.running.clone();
+    let home2 = Home::new(home.root()).expect("home");
+    let busy =
+        tokio::spawn(async move { exec_in(&home2, &running, sh("sleep 3; echo done")).await });
+    let mut seen = look().await;
+    for _ in 0..100 {
+        if seen.commands == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = look().await;
+    }
+    assert_eq!((seen.commands, seen.background), (1, 1), "{seen:?}");
+
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    assert_eq!(busy.await.unwrap().stdout_str(), "done\n");
+    let mut seen = look().await;
+    for _ in 0..100 {
+        if seen.background == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = look().await;
+    }
+    assert_eq!((seen.commands, seen.background), (0, 0), "{seen:?}");
 }

@@ -63,6 +63,8 @@ pub struct GatewayConfig {
     /// Start view servers with their own view-only flag too (defence in depth behind the
     /// filter). Tests turn it off to show that the filter alone stops a viewer's input.
     pub view_server_flag: bool,
+    /// Stamped whenever a terminal's shell prints (the guest's activity report).
+    pub terminal_output: crate::activity::LastOutput,
 }
 
 impl GatewayConfig {
@@ -74,6 +76,7 @@ impl GatewayConfig {
             workspace_user: None,
             rfb_program: PathBuf::from("x11vnc"),
             view_server_flag: true,
+            terminal_output: Default::default(),
         }
     }
 }
@@ -287,7 +290,9 @@ impl Gateway {
                     private_session_dir: &private_session_dir,
                 };
                 let plan = plan_shell(place, euid, self.cfg.workspace_user).map_err(failed)?;
-                let session = TerminalSession::start(plan, &socket).map_err(failed)?;
+                let session =
+                    TerminalSession::start(plan, &socket, self.cfg.terminal_output.clone())
+                        .map_err(failed)?;
                 let cap = Capability::new(
                     id,
                     req.kind,

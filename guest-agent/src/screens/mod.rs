@@ -124,6 +124,10 @@ pub struct Screens {
     desktops: Mutex<HashMap<BotId, Arc<Mutex<Desktop>>>>,
     /// The screen gateway, revoked first at every teardown.
     revoker: std::sync::Mutex<Option<std::sync::Weak<dyn CapabilityRevoker>>>,
+    /// When each bot last used its desktop (a graphical call: ensure, observe, act, the page
+    /// tools; a person watching is not the bot using it), in milliseconds since the epoch:
+    /// [`ScreenInfo::idle_ms`], by which eviction picks.
+    used: std::sync::Mutex<HashMap<BotId, i64>>,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -143,6 +147,7 @@ impl Screens {
             slots,
             desktops: Mutex::new(HashMap::new()),
             revoker: std::sync::Mutex::new(None),
+            used: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -168,6 +173,22 @@ impl Screens {
         }
     }
 
+    /// The bot used its desktop now.
+    fn touch(&self, bot: &BotId) {
+        let now = crate::clock::now_ms();
+        self.used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bot.clone(), now);
+    }
+
+    /// Milliseconds since the bot last used its desktop.
+    fn idle_ms(&self, bot: &BotId) -> u64 {
+        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let at = used.get(bot).copied().unwrap_or(0);
+        u64::try_from(crate::clock::now_ms().saturating_sub(at)).unwrap_or(0)
+    }
+
     /// The bot's desktop if it is live (its X server running), locked; never starts one.
     pub async fn live(&self, bot: &BotId) -> Option<LiveScreen> {
         let desktop = self.desktops.lock().await.get(bot).cloned()?;
@@ -185,7 +206,9 @@ impl Screens {
         let mut out = Vec::new();
         for (bot, d) in desktops.iter() {
             let d = d.lock().await;
-            out.push(info_of(bot, &d, false));
+            let mut info = info_of(bot, &d, false);
+            info.idle_ms = self.idle_ms(bot);
+            out.push(info);
         }
         out.sort_by_key(|s| s.slot);
         out
@@ -200,6 +223,7 @@ impl Screens {
 
     /// The bot's desktop, started or repaired as needed.
     async fn desktop(&self, bot: &BotId) -> Result<(Arc<Mutex<Desktop>>, bool), OpError> {
+        self.touch(bot);
         let claim = self.table().claim(bot);
         let claim = match claim {
             Ok(c) => c,
@@ -618,6 +642,7 @@ fn info_of(bot: &BotId, d: &Desktop, started: bool) -> ScreenInfo {
         height: 800,
         browser_pid: d.browser.as_ref().and_then(|b| u32::try_from(b.pid()).ok()),
         started,
+        idle_ms: 0,
     }
 }
 

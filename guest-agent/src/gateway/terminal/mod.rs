@@ -87,8 +87,13 @@ impl std::fmt::Debug for TerminalSession {
 
 impl TerminalSession {
     /// Starts the shell of `plan` on a new PTY and listens on `socket` (mode 0600) for the one
-    /// connection that drives it. Must run inside the tokio runtime.
-    pub fn start(plan: ShellPlan, socket: &Path) -> Result<Self, TerminalError> {
+    /// connection that drives it, stamping `output` whenever the shell prints. Must run inside
+    /// the tokio runtime.
+    pub fn start(
+        plan: ShellPlan,
+        socket: &Path,
+        output: crate::activity::LastOutput,
+    ) -> Result<Self, TerminalError> {
         write_session_dir(&plan).map_err(|source| {
             let _ = std::fs::remove_dir_all(&plan.session_dir);
             TerminalError::SessionDir {
@@ -152,8 +157,14 @@ impl TerminalSession {
         })();
         match io {
             Ok((reader, writer, listener)) => {
-                session.server =
-                    tokio::spawn(serve(listener, pair.master, reader, writer, plan.notice));
+                session.server = tokio::spawn(serve(
+                    listener,
+                    pair.master,
+                    reader,
+                    writer,
+                    plan.notice,
+                    output,
+                ));
                 Ok(session)
             }
             Err(e) => {
@@ -301,6 +312,7 @@ async fn serve(
     reader: Box<dyn Read + Send>,
     writer: Box<dyn Write + Send>,
     notice: Option<String>,
+    printed: crate::activity::LastOutput,
 ) {
     let conn = match tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept()).await {
         Ok(Ok((conn, _))) => conn,
@@ -320,6 +332,7 @@ async fn serve(
             }
         }
         while let Some(mut bytes) = out_rx.recv().await {
+            printed.stamp();
             while bytes.len() < OUT_BATCH {
                 match out_rx.try_recv() {
                     Ok(more) => bytes.extend_from_slice(&more),
