@@ -31,3 +31,12 @@ if [ ! -f "$web/node_modules/@xterm/xterm/lib/xterm.js" ]; then
   fi
   (cd "$web" && npm ci --no-audit --no-fund --silent)
 fi
+# The reference Prometheus text parser the metrics tests read /metrics with
+# (tests/scripts/parse_metrics.py): PyPI's prometheus_client, or Debian's package where pip may
+# not install into the system Python.
+if ! python3 -c 'import prometheus_client' 2>/dev/null; then
+  python3 -m pip install --quiet prometheus_client 2>/dev/null || {
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get install -y -qq python3-prometheus-client >/dev/null
+  }
+fi

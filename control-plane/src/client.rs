@@ -300,6 +300,9 @@ pub struct LocalAddresses {
     /// The SHA-256 of the API's TLS certificate, when it speaks TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_cert_sha256: Option<String>,
+    /// The plain metrics listener (`--metrics-addr`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

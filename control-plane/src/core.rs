@@ -105,6 +105,9 @@ pub struct Core {
     /// The other replicas on the same PostgreSQL, when there may be some (`crate::cluster`);
     /// `None` on SQLite, where one control plane is the only one.
     pub cluster: Option<Arc<Cluster>>,
+    /// This process's metrics (`crate::metrics`): recorded by the router, the checkpoints and
+    /// the idle job, encoded when scraped.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Core {
@@ -126,6 +129,7 @@ impl Core {
             providers,
             enrollment,
             cluster: None,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         }
     }
 

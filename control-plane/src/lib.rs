@@ -18,6 +18,7 @@ pub mod idle;
 pub mod image;
 pub mod lease;
 pub mod live;
+pub mod metrics;
 pub mod provider_set;
 pub mod schema;
 pub mod serve;

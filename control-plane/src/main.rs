@@ -13,11 +13,16 @@ fn main() {
         };
         tracing_subscriber::EnvFilter::new(default)
     });
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.global.log_format {
+        // One JSON object per line: `timestamp`, `level`, `message`, the event's fields, `target`.
+        cli::LogFormat::Json => logs.json().flatten_event(true).init(),
+        cli::LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

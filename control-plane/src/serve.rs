@@ -75,6 +75,10 @@ pub struct ServeConfig {
     pub http: crate::api::HttpConfig,
     /// Replicas on PostgreSQL: the peer link, claims, liveness.
     pub cluster: ClusterConfig,
+    /// A second listener serving only `GET /metrics`, without the API token (`--metrics-addr`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Logs are JSON lines (`--log-format json`): local guests are told to log so too.
+    pub log_json: bool,
 }
 
 /// How this control plane runs beside others on the same PostgreSQL (`crate::cluster`).
@@ -279,10 +283,25 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         .await
         .with_context(|| format!("bind http on {}", cfg.http_addr))?;
     let http_addr = listener.local_addr()?;
+    let metrics_listener = match cfg.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("bind metrics on {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics_addr = match &metrics_listener {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
 
     let mut guest_env = Vec::new();
     if let Some(filter) = &cfg.guest_log {
         guest_env.push(("RAKAZO_LOG".to_string(), filter.clone()));
+    }
+    if cfg.log_json {
+        guest_env.push(("RAKAZO_LOG_FORMAT".to_string(), "json".to_string()));
     }
     if let Some(limit) = &cfg.screen_limit {
         guest_env.push(("SANDBOX_TEAM_SCREEN_LIMIT".to_string(), limit.clone()));
@@ -352,6 +371,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         tokio::spawn(drain_on_signal(cluster));
     }
 
+    if let Some(l) = metrics_listener {
+        tokio::spawn(api::metrics::serve_plain(l, core.clone()));
+    }
     tokio::spawn(tunnel::serve(
         listening,
         registry,
@@ -365,6 +387,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         tunnel_cert_sha256: Some(identity.fingerprint()),
         // The local CLI pins this certificate (`client::Trust::Pinned`).
         http_cert_sha256: api_tls.as_ref().map(|t| t.fingerprint.clone()),
+        metrics: metrics_addr.map(|a| format!("http://{a}")),
     };
     write_atomic(
         &cfg.data_dir.join(ADDRESSES_FILE),

@@ -35,6 +35,12 @@ impl Env {
     pub fn log_filter() -> Option<String> {
         Env.get("RAKAZO_LOG")
     }
+
+    /// Whether logs are JSON lines (`RAKAZO_LOG_FORMAT=json`, handed over by the control plane
+    /// when it logs JSON itself); anything else is text.
+    pub fn log_json() -> bool {
+        Env.get("RAKAZO_LOG_FORMAT").is_some_and(|f| f == "json")
+    }
 }
 
 impl Env {

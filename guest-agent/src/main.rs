@@ -9,11 +9,15 @@ use std::sync::Arc;
 
 fn main() {
     let filter = Env::log_filter().unwrap_or_else(|| "info".to_string());
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    if Env::log_json() {
+        logs.json().flatten_event(true).init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     let config = match Config::from_source(&Env) {
         Ok(c) => c,
         Err(e) => {

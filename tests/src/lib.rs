@@ -644,10 +644,11 @@ impl World {
         self.checked = true;
         let log = self.log();
         for line in log.lines() {
-            if line.contains(" ERROR ") {
+            let level = log_level(line);
+            if level == Some("ERROR") {
                 bail!("server logged an error: {line}");
             }
-            if line.contains(" WARN ")
+            if level == Some("WARN")
                 && !self
                     .opts
                     .allow_warn
@@ -891,6 +892,20 @@ pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// The level of one server log line, text (`… WARN …`) or JSON (`RAKAZO_LOG_FORMAT=json`:
+/// `{"level":"WARN",…}`); `None` for a line that is neither (a panic message, say).
+pub fn log_level(line: &str) -> Option<&'static str> {
+    let levels = ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"];
+    if line.starts_with('{') {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+            return levels.into_iter().find(|l| v["level"] == *l);
+        }
+    }
+    levels
+        .into_iter()
+        .find(|l| line.contains(&format!(" {l} ")))
 }
 
 /// Runs a command through `client` (`path` = `/v1/computers/{id}/exec`): for tasks that

@@ -17,6 +17,7 @@ mod http_hardening;
 mod idle;
 mod image;
 mod live;
+mod metrics;
 mod page_browser;
 mod placement;
 mod providers;

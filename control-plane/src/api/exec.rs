@@ -13,6 +13,7 @@ use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
 use super::{bot_lease, Api};
 use crate::computers::ComputerKind;
 use crate::guest::Exec;
+use crate::metrics::{LateOutcome, Outcome};
 use crate::schema::error::ErrorInfo;
 use crate::schema::exec::{Chunk, ExecLine, ExecSpec};
 use crate::tunnel::TunnelError;
@@ -123,8 +124,12 @@ pub async fn exec(
         .exec(request)
         .await?;
     let (tx, body) = ChannelBody::new(32);
-    tokio::spawn(relay(exec, stdin, tx));
+    // What the stream reports after the 200 (a lost tunnel, a timeout) is the operation's
+    // outcome in the metrics.
+    let late = LateOutcome::default();
+    tokio::spawn(relay(exec, stdin, tx, late.clone()));
     let mut resp = Response::new(body.boxed());
+    resp.extensions_mut().insert(late);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/x-ndjson"),
@@ -170,7 +175,7 @@ fn event_line(ev: &ExecEvent) -> Bytes {
 
 /// Moves stdin to the guest and events to the client until the command ends or either side
 /// goes away.
-async fn relay(exec: Exec, stdin: Stdin, out: Out) {
+async fn relay(exec: Exec, stdin: Stdin, out: Out, late: LateOutcome) {
     let Exec {
         first,
         stdin: mut stdin_tx,
@@ -202,6 +207,10 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out) {
             ev = events.next() => match ev {
                 Ok(Some(ev)) => {
                     let last = matches!(ev, ExecEvent::Exit { .. } | ExecEvent::Failed(_));
+                    if let ExecEvent::Failed(e) = &ev {
+                        let api: ApiError = TunnelError::Guest(e.clone()).into();
+                        late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
+                    }
                     if out.send(Ok(event_line(&ev))).await.is_err() {
                         stdin_tx.abort().await;
                         return;
@@ -212,6 +221,7 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out) {
                     }
                 }
                 Ok(None) => {
+                    late.set(Outcome::Uncertain);
                     let err = TunnelError::Lost(String::new());
                     let _ = out.send(Ok(line(&ExecLine::Error(ErrorInfo {
                         code: "tunnel_lost".to_string(),
@@ -222,6 +232,7 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out) {
                 }
                 Err(e) => {
                     let api: ApiError = e.into();
+                    late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
                     let _ = out.send(Ok(line(&ExecLine::Error(api.info())))).await;
                     return;
                 }

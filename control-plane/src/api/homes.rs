@@ -17,6 +17,7 @@ use crate::core::{Core, CoreError};
 use crate::homes::browse::{clean_path, Walker};
 use crate::homes::flow::DEFAULT_LEASE_WAIT;
 use crate::homes::{chain, HomeError, Progress, ProgressReport};
+use crate::metrics::{LateOutcome, Outcome};
 use crate::schema::error::ErrorInfo;
 use crate::schema::files::{Entry, EntryKind};
 use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
@@ -131,7 +132,7 @@ impl ProgressLines {
 fn ndjson_flow<F>(
     progress: Progress,
     flow: F,
-    done: impl FnOnce(F::Output) -> Bytes + Send + 'static,
+    done: impl FnOnce(F::Output) -> (Bytes, Outcome) + Send + 'static,
 ) -> Response<RespBody>
 where
     F: Future + Send + 'static,
@@ -140,6 +141,9 @@ where
     let mut rx = progress.subscribe();
     let mut job = tokio::spawn(flow);
     let (tx, body) = ChannelBody::new(16);
+    // The flow's outcome, told after the 200, is the operation's in the metrics.
+    let late = LateOutcome::default();
+    let told = late.clone();
     tokio::spawn(async move {
         let out: Out = tx;
         let mut lines = ProgressLines::default();
@@ -147,10 +151,11 @@ where
         loop {
             tokio::select! {
                 result = &mut job => {
-                    let final_line = match result {
+                    let (final_line, outcome) = match result {
                         Ok(v) => done(v),
-                        Err(e) => error_line(ApiError::internal(format!("home flow task failed: {e}"))),
+                        Err(e) => (error_line(ApiError::internal(format!("home flow task failed: {e}"))), Outcome::Failed),
                     };
+                    told.set(outcome);
                     if client {
                         let r = *rx.borrow();
                         for l in lines.next(&progress, r, true) {
@@ -183,6 +188,7 @@ where
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/x-ndjson"),
     );
+    resp.extensions_mut().insert(late);
     resp
 }
 
@@ -198,10 +204,14 @@ fn wait_of(q: &HashMap<String, String>) -> Result<Duration, ApiError> {
     }
 }
 
-fn outcome_line(r: Result<HomeDone, CoreError>) -> Bytes {
+fn outcome_line(r: Result<HomeDone, CoreError>) -> (Bytes, Outcome) {
     match r {
-        Ok(done) => line(&HomeLine::Done(done)),
-        Err(e) => error_line(e.into()),
+        Ok(done) => (line(&HomeLine::Done(done)), Outcome::Ok),
+        Err(e) => {
+            let e: ApiError = e.into();
+            let outcome = Outcome::of_status(e.status.as_u16(), e.uncertain);
+            (error_line(e), outcome)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! constant time. Handlers parse and bound their input, call [`Core`], and convert the result;
 //! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
 //! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
+//! `GET /metrics` (behind the token too) and the recording of every operation are [`metrics`]'.
 
 mod attachments;
 pub use attachments::{DEFAULT_ATTACHMENT_MAX_BYTES, DEFAULT_ATTACHMENT_URL_TTL};
@@ -17,6 +18,7 @@ mod homes;
 mod leases;
 pub mod listener;
 mod live;
+pub mod metrics;
 mod screens;
 pub(crate) mod tunnel_ws;
 
@@ -129,8 +131,11 @@ impl Api {
 
 /// Routes one request.
 pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody> {
+    let started = crate::clock::monotonic();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let op = metrics::op_kind(&method, &path);
+    let mut head = None;
     // A capability path holds its credential: it is never logged (contracts.md §6).
     let (resp, path) = if path.starts_with("/cap/") || path == "/cap" {
         (live::public(&api, req).await, "/cap/<redacted>".to_string())
@@ -153,12 +158,18 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
     } else {
         match route(&api, req).await {
             Ok(resp) => (resp, path),
-            Err(e) => (e.into_response(), path),
+            Err(e) => {
+                head = Some(crate::metrics::Outcome::of_status(
+                    e.status.as_u16(),
+                    e.uncertain,
+                ));
+                (e.into_response(), path)
+            }
         }
     };
     // Other paths carry ids and bot names, never secrets; queries (file paths) are not logged.
     info!(%method, %path, status = resp.status().as_u16(), "http request");
-    resp
+    metrics::record(&api.core.metrics, op, started, head, resp)
 }
 
 async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
@@ -181,6 +192,9 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
             "unauthorized",
             "missing or wrong API token",
         ));
+    }
+    if let (&Method::GET, ["metrics"]) = (&method, segments.as_slice()) {
+        return Ok(metrics::scrape(&api.core));
     }
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.

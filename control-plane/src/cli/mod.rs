@@ -70,6 +70,17 @@ pub struct Global {
     /// the data dir, else the system's CAs.
     #[arg(long, global = true, env = "RAKAZO_CA_FILE")]
     pub ca_file: Option<PathBuf>,
+    /// Log lines as text, or as one JSON object per line (`level`, `message`, fields) for a log
+    /// collector; `serve` hands the choice to local guests.
+    #[arg(long, global = true, env = "RAKAZO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (`--log-format`, `RAKAZO_LOG_FORMAT`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]

@@ -70,6 +70,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RAKAZO_REPLICA_DEAD_AFTER_SECS", default_value_t = crate::cluster::DEFAULT_DEAD_AFTER.as_secs(),
           value_parser = clap::value_parser!(u64).range(2..=600))]
     pub replica_dead_after_secs: u64,
+    /// Also serve `GET /metrics` here, plain HTTP and without the API token, for a scraper on
+    /// a private network (the API listener serves it behind the token in any case). Anyone who
+    /// reaches this address reads the metrics: bind it to a private interface.
+    #[arg(long, env = "RAKAZO_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub homes: crate::homes::HomeArgs,
     #[command(flatten)]
@@ -122,6 +127,8 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         idle: args.idle.resolve()?,
         live: args.live.resolve()?,
         http: args.http.resolve()?,
+        metrics_addr: args.metrics_addr,
+        log_json: g.log_format == super::LogFormat::Json,
     })
     .await?;
     Ok(0)

@@ -32,6 +32,24 @@ impl Core {
         lease_wait: Duration,
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
+        // Every trigger checkpoints through here: its bytes and duration are recorded once.
+        let started = crate::clock::monotonic();
+        let result = self
+            .checkpoint_locked(c, except, lease_wait, progress)
+            .await;
+        let took = crate::clock::monotonic().saturating_duration_since(started);
+        self.metrics
+            .checkpoint(result.as_ref().ok().map(|done| done.bytes), took);
+        result
+    }
+
+    async fn checkpoint_locked(
+        &self,
+        c: &Computer,
+        except: &[BotId],
+        lease_wait: Duration,
+        progress: &Progress,
+    ) -> Result<Checkpointed, CoreError> {
         Self::require_running(c)?;
         let _busy = self.homes.lock(&c.id).await?;
         if self.restore_pending(c).await? {

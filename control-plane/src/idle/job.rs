@@ -211,6 +211,8 @@ async fn suspend(
     {
         let error = crate::homes::chain(&e);
         warn!(computer_id = %id, error, "idle checkpoint failed; the computer keeps running and suspension is retried after another idle timeout");
+        core.metrics
+            .idle_suspension(crate::metrics::Suspension::CheckpointFailed);
         let now = now_ms();
         core.idle.gate.set_report(
             id,
@@ -230,6 +232,8 @@ async fn suspend(
     match core.stop_machine(&c).await {
         Ok(_) => {
             info!(computer_id = %id, "computer suspended after being idle");
+            core.metrics
+                .idle_suspension(crate::metrics::Suspension::Suspended);
             core.idle.gate.set_report(
                 id,
                 Report {
@@ -242,6 +246,8 @@ async fn suspend(
         }
         Err(e) => {
             warn!(computer_id = %id, error = %crate::homes::chain(&e), "stopping an idle computer failed after its checkpoint; retried after another idle timeout");
+            core.metrics
+                .idle_suspension(crate::metrics::Suspension::StopFailed);
             let now = now_ms();
             core.idle.gate.touch(id, now);
             core.idle.store.used(&c.id, now).await?;

@@ -141,6 +141,19 @@ impl Streams {
             .count()
     }
 
+    /// How many streams are open by kind: (view, control, terminal) (the metrics' gauges).
+    pub fn count_by_kind(&self) -> (usize, usize, usize) {
+        let mut n = (0, 0, 0);
+        for e in self.lock().values() {
+            match e.policy {
+                CapabilityKind::View => n.0 += 1,
+                CapabilityKind::Control => n.1 += 1,
+                CapabilityKind::Terminal => n.2 += 1,
+            }
+        }
+        n
+    }
+
     /// How many streams are open.
     pub fn len(&self) -> usize {
         self.lock().len()

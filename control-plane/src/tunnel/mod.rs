@@ -205,6 +205,19 @@ impl Registry {
             .cloned()
     }
 
+    /// How many guests are connected (the `rakazo_connected_guests` gauge).
+    pub fn len(&self) -> usize {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.values()
+            .filter(|c| c.conn.close_reason().is_none())
+            .count()
+    }
+
+    /// Whether no guest is connected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The live connection, or `NotConnected`.
     pub fn require(&self, computer: &str) -> Result<Arc<GuestConn>, TunnelError> {
         self.get(computer)
