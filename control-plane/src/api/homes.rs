@@ -17,6 +17,7 @@ use crate::core::{Core, CoreError};
 use crate::homes::browse::{clean_path, Walker};
 use crate::homes::flow::DEFAULT_LEASE_WAIT;
 use crate::homes::{chain, HomeError, Progress, ProgressReport};
+use crate::schema::activity::Cause;
 use crate::schema::error::ErrorInfo;
 use crate::schema::files::{Entry, EntryKind};
 use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
@@ -217,8 +218,14 @@ pub async fn checkpoint(
     let p = progress.clone();
     let flow = async move {
         let r = core.checkpoint_home(&c, &[], wait, &p).await;
-        if let Err(e) = &r {
-            warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
+        match &r {
+            Err(e) => {
+                warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
+            }
+            Ok(done) => {
+                core.record_checkpoint(&c, done, Cause::User, "checkpointed by a user")
+                    .await;
+            }
         }
         r.map(|d| HomeDone {
             revision: Some(d.revision.get()),

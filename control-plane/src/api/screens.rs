@@ -9,7 +9,9 @@
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
 use super::{bot_json, parse_bot, parse_lease, Api};
+use crate::activity::CommandStart;
 use crate::guest;
+use crate::schema::activity::CommandAction;
 use crate::schema::screen::{
     self, ActRequest, ActResult, Cursor, LeaseBody, Observation, Screen, ScreenList,
     ScreenReleased, Window,
@@ -139,6 +141,9 @@ pub async fn act(
     let bot = parse_bot(bot)?;
     let (body, lease, actions) = read_batch(&read_json_bytes(req.into_body()).await?)?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
+    // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
+    // keys, typed text, which may be a password) are not.
+    let records = feed_lines(id, &bot, &actions);
     let request = desktop::ActRequest {
         bot,
         lease,
@@ -146,8 +151,24 @@ pub async fn act(
         observe: body.observe,
         settle_ms: body.settle_ms,
     };
-    let guest = api.core.guest_for(id, &request).await?;
-    let (outcome, taken) = guest.act(request).await?;
+    let acted = match api.core.guest_for(id, &request).await {
+        Ok(guest) => guest.act(request).await.map_err(ApiError::from),
+        Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
+        Err(e) => Err(e.into()),
+    };
+    if !records.is_empty() {
+        let activity = api.core.activity.clone();
+        let result = match &acted {
+            Ok(_) => Ok(None),
+            Err(e) => Err((format!("the batch failed: {}", e.message), e.uncertain)),
+        };
+        tokio::spawn(async move {
+            for r in &records {
+                activity.action(r, result.clone()).await;
+            }
+        });
+    }
+    let (outcome, taken) = acted?;
     let result = ActResult {
         ok: true,
         completed: outcome.completed,
@@ -156,6 +177,27 @@ pub async fn act(
         observation: taken.map(observation),
     };
     Ok(json_response(StatusCode::OK, &result))
+}
+
+/// The feed's lines of a batch: its `open` and `launch` actions.
+fn feed_lines(id: &str, bot: &BotId, actions: &[Action]) -> Vec<CommandStart> {
+    actions
+        .iter()
+        .filter_map(|a| {
+            let (action, line) = match a {
+                Action::Open { target } => (CommandAction::Open, target.clone()),
+                Action::Launch { application, uri } => (
+                    CommandAction::Launch,
+                    match uri {
+                        Some(uri) => format!("{application} {uri}"),
+                        None => application.clone(),
+                    },
+                ),
+                _ => return None,
+            };
+            Some(CommandStart::action(id, Some(bot.as_str()), action, line))
+        })
+        .collect()
 }
 
 /// A computer_act body, its lease, and its actions as the guest takes them (taken out of the
