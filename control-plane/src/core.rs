@@ -16,6 +16,7 @@ use crate::homes::flow::{FlowError, RunCheckpoint};
 use crate::lease::{Lease, LeaseError, LeaseStore, SqlLeaseStore};
 use crate::live::store::LiveStoreError;
 use crate::provider_set::ProviderSet;
+use crate::schema::activity::{Cause, LifecycleKind as Lifecycle};
 use crate::tunnel::{GuestAuth, Registry, TunnelError};
 use gateway_proto::desktop::ScreenRelease;
 use gateway_proto::{BotId, BotLease, LeaseToken, Op, Secret, UnaryOp};
@@ -108,6 +109,9 @@ pub struct Core {
     /// This process's metrics (`crate::metrics`): recorded by the router, the checkpoints and
     /// the idle job, encoded when scraped.
     pub metrics: Arc<crate::metrics::Metrics>,
+
+    /// Each computer's activity feed: bots' commands and lifecycle changes with their reasons.
+    pub activity: Arc<crate::activity::Activity>,
 }
 
 impl Core {
@@ -122,6 +126,10 @@ impl Core {
         Self {
             homes,
             idle: crate::idle::Idle::new(idle, db.clone()),
+            activity: Arc::new(crate::activity::Activity::new(
+                db.clone(),
+                crate::activity::ActivityConfig::default(),
+            )),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -136,6 +144,12 @@ impl Core {
     /// Runs as one replica of `cluster`.
     pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
+        self
+    }
+
+    /// Records activity with `config` (`--activity-retention`).
+    pub fn with_activity(mut self, db: Db, config: crate::activity::ActivityConfig) -> Self {
+        self.activity = Arc::new(crate::activity::Activity::new(db, config));
         self
     }
 
@@ -247,7 +261,19 @@ impl Core {
         };
         let computer = self.computers.create(new, now_ms()).await?;
         info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
-        self.boot(&computer, None, token).await
+        let id = computer.id.as_str();
+        self.activity
+            .lifecycle(
+                id,
+                Lifecycle::Created,
+                Cause::User,
+                format!("created by a user on provider {provider_kind}"),
+            )
+            .await;
+        let booted = self.boot(&computer, None, token).await;
+        self.record_boot(id, &booted, Cause::User, "first boot after create")
+            .await;
+        booted
     }
 
     /// Provisions (or restarts through `previous`) the machine with a fresh enrollment token,
@@ -292,7 +318,24 @@ impl Core {
                 Some(r) => match provider.prepare(&r, &spec).await {
                     Err(e) if e.class() == ErrorClass::Gone => {
                         info!(computer_id = %c.id.as_str(), provider_ref = %r, "machine gone: provisioning a replacement");
-                        (Self::replace(provider, &c, &spec).await?, true)
+                        self.activity
+                            .lifecycle(
+                                c.id.as_str(),
+                                Lifecycle::Gone,
+                                Cause::MachineGone,
+                                format!(
+                                    "the provider no longer has the machine: {}",
+                                    provider_error_text(&e)
+                                ),
+                            )
+                            .await;
+                        let replaced = Self::replace(provider, &c, &spec).await?;
+                        let why = "a new machine replaces the gone one; the stored home is \
+                                   restored into it";
+                        self.activity
+                            .lifecycle(c.id.as_str(), Lifecycle::Replaced, Cause::MachineGone, why)
+                            .await;
+                        (replaced, true)
                     }
                     other => (other?, false),
                 },
@@ -326,8 +369,21 @@ impl Core {
         self.wait_connected(c.id.as_str(), CONNECT_TIMEOUT).await?;
         if pending {
             let booting = self.get(c.id.as_str()).await?;
-            self.restore_into(&booting, &crate::homes::Progress::new())
+            let restored = self
+                .restore_into(&booting, &crate::homes::Progress::new())
                 .await?;
+            if let Some(r) = restored {
+                self.activity
+                    .lifecycle_home(
+                        c.id.as_str(),
+                        Lifecycle::Restored,
+                        Cause::FreshMachine,
+                        "the stored home was restored into a fresh machine",
+                        Some(r.revision.get()),
+                        Some(r.bytes),
+                    )
+                    .await;
+            }
             self.computers
                 .set_state(&c.id, ComputerState::Running, now_ms())
                 .await?;
@@ -378,7 +434,56 @@ impl Core {
                 return self.get(id).await;
             }
         }
-        self.boot(&c, previous, new_token()).await
+        if c.state == ComputerState::Running {
+            self.activity
+                .lifecycle(
+                    id,
+                    Lifecycle::Crashed,
+                    Cause::MachineStopped,
+                    "the computer was running but its machine was not (crashed, killed or \
+                     stopped outside Rakazo): started again by a user",
+                )
+                .await;
+        }
+        let booted = self.boot(&c, previous, new_token()).await;
+        self.record_boot(id, &booted, Cause::User, "started by a user")
+            .await;
+        booted
+    }
+
+    /// Records how a boot ended: started, or failed with its error.
+    async fn record_boot(
+        &self,
+        id: &str,
+        booted: &Result<Computer, CoreError>,
+        cause: Cause,
+        reason: &str,
+    ) {
+        match booted {
+            Ok(_) => {
+                self.activity
+                    .lifecycle(id, Lifecycle::Started, cause, reason)
+                    .await
+            }
+            Err(e) => {
+                let cause = match e {
+                    CoreError::Provider(_) => Cause::ProviderError,
+                    _ => cause,
+                };
+                let error = match e {
+                    CoreError::Provider(p) => provider_error_text(p),
+                    other => other.to_string(),
+                };
+                self.activity
+                    .lifecycle(
+                        id,
+                        Lifecycle::StartFailed,
+                        cause,
+                        format!("{reason} failed: {error}"),
+                    )
+                    .await
+            }
+        }
     }
 
     /// Stops a computer's machine, keeping its home. Checkpoints first (§9); a failed
@@ -386,7 +491,16 @@ impl Core {
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         self.checkpoint_before_stop(&c).await?;
-        self.stop_machine(&c).await
+        let stopped = self.stop_machine(&c).await?;
+        self.activity
+            .lifecycle(
+                id,
+                Lifecycle::Stopped,
+                Cause::User,
+                "stopped by a user (home checkpointed first)",
+            )
+            .await;
+        Ok(stopped)
     }
 
     /// Stops `c`'s machine without a checkpoint: the second half of [`Core::stop`], and what
@@ -446,6 +560,9 @@ impl Core {
             .set_state(&c.id, ComputerState::Destroyed, now_ms())
             .await?;
         info!(computer_id = %c.id.as_str(), "computer destroyed");
+        self.activity
+            .lifecycle(id, Lifecycle::Destroyed, Cause::User, "destroyed by a user")
+            .await;
         Ok(())
     }
 
@@ -504,7 +621,24 @@ impl Core {
             };
             if !running {
                 let previous = c.provider_ref.clone().map(ProviderRef);
-                match self.boot(&c, previous, new_token()).await {
+                self.activity
+                    .lifecycle(
+                        c.id.as_str(),
+                        Lifecycle::Crashed,
+                        Cause::MachineStopped,
+                        "the control plane restarted and found the machine not running: \
+                         starting it again",
+                    )
+                    .await;
+                let booted = self.boot(&c, previous, new_token()).await;
+                self.record_boot(
+                    c.id.as_str(),
+                    &booted,
+                    Cause::Recovery,
+                    "restart after the control plane restarted",
+                )
+                .await;
+                match booted {
                     Ok(_) => {
                         info!(computer_id = %c.id.as_str(), "computer restarted after control-plane restart")
                     }
@@ -700,6 +834,14 @@ impl Core {
     pub async fn get_lease(&self, id: &str, bot: &BotId) -> Result<Option<Lease>, CoreError> {
         let c = self.get(id).await?;
         Ok(self.leases.get(&c.id, bot, now_ms()).await?)
+    }
+}
+
+/// A provider's error with its source, as the activity feed tells it.
+fn provider_error_text(e: &ProviderError) -> String {
+    match std::error::Error::source(e) {
+        Some(src) => format!("{e}: {src}"),
+        None => e.to_string(),
     }
 }
 

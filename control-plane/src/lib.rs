@@ -3,6 +3,7 @@
 //! Thin by design: authentication, fenced leases, the computer registry, the HTTP API and the
 //! QUIC tunnel to the guests. Everything that happens inside a computer is done by its guest.
 
+pub mod activity;
 pub mod api;
 pub mod claims;
 pub mod cli;

@@ -69,6 +69,8 @@ pub struct ServeConfig {
     pub homes: crate::homes::HomeStoreConfig,
     /// Idle suspension (timeout, takeover keep-awake).
     pub idle: crate::idle::IdleConfig,
+    /// The activity feed (retention per computer; 0: off).
+    pub activity: crate::activity::ActivityConfig,
     /// Live screens (the control lease's TTL).
     pub live: crate::live::LiveConfig,
     /// The HTTP listener: timeouts, connection cap, TLS.
@@ -349,6 +351,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     if let Some((cluster, _)) = &cluster {
         homes = homes.with_claims(cluster.claims.clone());
     }
+    let activity_db = db.clone();
     let mut core = Core::new(
         db,
         registry.clone(),
@@ -357,6 +360,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         Arc::new(homes),
         cfg.idle,
     );
+    core = core.with_activity(activity_db, cfg.activity);
     if let Some((cluster, _)) = &cluster {
         core = core.with_cluster(cluster.clone());
     }

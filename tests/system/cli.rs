@@ -41,6 +41,7 @@
 //! | `rakazo home checkpoint c-…`                                   | `cli_checkpoints_browses_restores_and_purges_a_home` |
 //! | `rakazo home ls c-… bin ; rakazo home cat c-… bin/tool.sh`     | `cli_checkpoints_browses_restores_and_purges_a_home` |
 //! | `rakazo home restore c-… ; rakazo home show c-…`               | `cli_checkpoints_browses_restores_and_purges_a_home` |
+//! | `rakazo activity c-… --limit 50`                               | `activity::lifecycle_events_say_why_and_following_does_not_keep_a_computer_awake` (`--follow`: `activity::a_follower_sees_commands_live_with_every_secret_redacted`) |
 //! | `rakazo computer stop c-… ; … start c-… ; … destroy c-…`       | `cli_manages_the_lifecycle_of_computers` |
 //! | `rakazo home purge team-acme`                                  | `cli_checkpoints_browses_restores_and_purges_a_home` |
 //!

@@ -3,6 +3,7 @@
 //! One test binary; each module is one capability. Every test starts its own [`tests::World`].
 
 mod abuse;
+mod activity;
 mod browser_isolation;
 mod cli;
 mod desktops;

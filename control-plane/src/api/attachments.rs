@@ -14,9 +14,11 @@ use super::body::{json_response, read_json, ApiError, RespBody};
 use super::files::{content_length, download_response};
 use super::{parse_bot, parse_lease, Api};
 use crate::clock::now_ms;
+use crate::activity::CommandStart;
 use crate::computers::ComputerKind;
 use crate::guest::SendError;
 use crate::live::seal::{AttachmentScope, MAX_ATTACHMENT_PATH};
+use crate::schema::activity::CommandAction;
 use crate::schema::files::{AttachRequest, Attached, Uploaded};
 use gateway_proto::{BotId, BotLease, ErrorCode, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
@@ -157,8 +159,40 @@ pub async fn upload(
         ));
     };
     let path = format!("{dir}/{landed}");
+    let record = CommandStart::action(id, Some(bot.as_str()), CommandAction::Upload, path.clone());
+    let result = write_upload(api, id, &path, size, req).await;
+    feed(api, record, result.as_ref().copied());
+    let written = result?;
+    info!(computer_id = %id, bot = %bot, bytes = written, "user uploaded a file");
+    Ok(json_response(
+        StatusCode::OK,
+        &Uploaded {
+            path,
+            size: written,
+        },
+    ))
+}
+
+/// One line in the feed for `record`, written after the answer (never holding it up).
+fn feed(api: &Arc<Api>, record: CommandStart, result: Result<u64, &ApiError>) {
+    let activity = api.core.activity.clone();
+    let recorded = match result {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) => Err((e.message.clone(), e.uncertain)),
+    };
+    tokio::spawn(async move { activity.action(&record, recorded).await });
+}
+
+/// Streams a user's upload to `path`, never replacing a file; the bytes committed.
+async fn write_upload(
+    api: &Arc<Api>,
+    id: &str,
+    path: &str,
+    size: u64,
+    req: hyper::Request<Incoming>,
+) -> Result<u64, ApiError> {
     let wreq = WriteFile {
-        path: path.clone(),
+        path: path.to_string(),
         executable: false,
         size,
         lease: None,
@@ -169,16 +203,7 @@ pub async fn upload(
         .write_file(wreq, req.into_body().into_data_stream())
         .await
     {
-        Ok(written) => {
-            info!(computer_id = %id, bot = %bot, bytes = written, "user uploaded a file");
-            Ok(json_response(
-                StatusCode::OK,
-                &Uploaded {
-                    path,
-                    size: written,
-                },
-            ))
-        }
+        Ok(written) => Ok(written),
         Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
             ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),
         ),
@@ -214,8 +239,26 @@ pub async fn attach(
             token: lease,
         }),
     };
-    let (size, mut bytes) = api.core.guest_for(id, &read).await?.read_file(read).await?;
-    bytes.abort();
+    let record = CommandStart::action(
+        id,
+        Some(bot.as_str()),
+        CommandAction::AttachFile,
+        body.path.clone(),
+    );
+    let size = match api.core.guest_for(id, &read).await {
+        Ok(guest) => match guest.read_file(read).await {
+            Ok((size, mut bytes)) => {
+                bytes.abort();
+                Ok(size)
+            }
+            Err(e) => Err(ApiError::from(e)),
+        },
+        // No such computer: no feed to record in.
+        Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
+        Err(e) => Err(ApiError::from(e)),
+    };
+    feed(api, record, size.as_ref().copied());
+    let size = size?;
     let expires_at_ms = now_ms().saturating_add(
         i64::try_from(api.limits.attachment_url_ttl.as_millis()).unwrap_or(i64::MAX),
     );
@@ -272,17 +315,26 @@ pub async fn download(api: &Arc<Api>, token: &str) -> Result<Response<RespBody>,
         .await?
         .read_file(read)
         .await?;
+    let record = CommandStart::action(
+        &scope.computer,
+        Some(scope.bot.as_str()),
+        CommandAction::Download,
+        scope.path.clone(),
+    );
     if size != scope.size {
         bytes.abort();
-        return Err(ApiError::new(
+        let err = ApiError::new(
             StatusCode::CONFLICT,
             "attachment_changed",
             format!(
                 "the file was {} bytes when attached and is {size} now; attach it again",
                 scope.size
             ),
-        ));
+        );
+        feed(api, record, Err(&err));
+        return Err(err);
     }
+    feed(api, record, Ok(size));
     Ok(download_response(
         scope.computer.clone(),
         size,

@@ -11,6 +11,7 @@
 
 use super::body::{read_json, ApiError, ChannelBody, RespBody, MAX_JSON_BODY};
 use super::{bot_lease, Api};
+use crate::activity::{CommandStart, ExecOutcome, Tail};
 use crate::computers::ComputerKind;
 use crate::guest::Exec;
 use crate::metrics::{LateOutcome, Outcome};
@@ -102,6 +103,14 @@ pub async fn exec(
         }
     }
     let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    // Recorded in the feed once the command ends (or fails to start), redacted there; the env's
+    // values are hidden wherever they appear.
+    let record = CommandStart::exec(
+        id,
+        body.bot.as_deref(),
+        &body.argv,
+        body.env.values().cloned(),
+    );
     // Without a cwd, a command under a Team bot's lease starts in that bot's directory.
     let start = match (&body.cwd, &lease) {
         (None, Some(_)) => start_dir(&api.core.get(id).await?.kind),
@@ -117,17 +126,37 @@ pub async fn exec(
         start,
     };
     // The first event decides the status: a refusal (stale fence, bad request) is an HTTP error.
-    let exec = api
-        .core
-        .guest_for(id, &request)
-        .await?
-        .exec(request)
-        .await?;
+    let exec = match api.core.guest_for(id, &request).await {
+        Ok(guest) => guest.exec(request).await.map_err(ApiError::from),
+        // No such computer: no feed to record in.
+        Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
+        Err(e) => Err(ApiError::from(e)),
+    };
+    let exec = match exec {
+        Ok(exec) => exec,
+        Err(e) => {
+            let activity = api.core.activity.clone();
+            let outcome = ExecOutcome {
+                exit_code: None,
+                error: Some(e.info().message),
+                uncertain: e.uncertain,
+            };
+            tokio::spawn(async move { activity.command(&record, outcome, None).await });
+            return Err(e);
+        }
+    };
     let (tx, body) = ChannelBody::new(32);
     // What the stream reports after the 200 (a lost tunnel, a timeout) is the operation's
     // outcome in the metrics.
     let late = LateOutcome::default();
-    tokio::spawn(relay(exec, stdin, tx, late.clone()));
+    let activity = api.core.activity.clone();
+    let relay_late = late.clone();
+    tokio::spawn(async move {
+        let mut tail = Tail::default();
+        let outcome = relay(exec, stdin, tx, relay_late, &mut tail).await;
+        // The client has its answer (the relay dropped its sender): record now.
+        activity.command(&record, outcome, Some(&tail)).await;
+    });
     let mut resp = Response::new(body.boxed());
     resp.extensions_mut().insert(late);
     resp.headers_mut().insert(
@@ -173,20 +202,58 @@ fn event_line(ev: &ExecEvent) -> Bytes {
     })
 }
 
+/// What the feed says of a command the client left before it ended.
+fn client_gone() -> ExecOutcome {
+    ExecOutcome {
+        exit_code: None,
+        error: Some("the client went away: the command was aborted".to_string()),
+        uncertain: false,
+    }
+}
+
+/// What the feed records of the command's last event (none: still running).
+fn outcome_of(ev: &ExecEvent, tail: &mut Tail) -> Option<ExecOutcome> {
+    match ev {
+        ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
+            tail.push(b);
+            None
+        }
+        ExecEvent::Started { .. } => None,
+        ExecEvent::Exit { code, message } => Some(ExecOutcome {
+            exit_code: Some(*code),
+            error: message.clone(),
+            uncertain: false,
+        }),
+        ExecEvent::Failed(e) => Some(ExecOutcome {
+            exit_code: None,
+            error: Some(e.message.clone()),
+            uncertain: false,
+        }),
+    }
+}
+
 /// Moves stdin to the guest and events to the client until the command ends or either side
-/// goes away.
-async fn relay(exec: Exec, stdin: Stdin, out: Out, late: LateOutcome) {
+/// goes away; keeps the output's tail and returns how the command ended, for the feed, and
+/// sets the metrics' late outcome of a failure.
+async fn relay(
+    exec: Exec,
+    stdin: Stdin,
+    out: Out,
+    late: LateOutcome,
+    tail: &mut Tail,
+) -> ExecOutcome {
     let Exec {
         first,
         stdin: mut stdin_tx,
         mut events,
     } = exec;
+    let first_outcome = outcome_of(&first, tail);
     if out.send(Ok(event_line(&first))).await.is_err() {
         stdin_tx.abort().await;
-        return;
+        return first_outcome.unwrap_or_else(client_gone);
     }
-    if matches!(first, ExecEvent::Exit { .. }) {
-        return;
+    if let Some(done) = first_outcome {
+        return done;
     }
     // stdin source: a finished text, or the rest of the request body.
     let (mut body, pending) = match stdin {
@@ -206,35 +273,37 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out, late: LateOutcome) {
         tokio::select! {
             ev = events.next() => match ev {
                 Ok(Some(ev)) => {
-                    let last = matches!(ev, ExecEvent::Exit { .. } | ExecEvent::Failed(_));
                     if let ExecEvent::Failed(e) = &ev {
                         let api: ApiError = TunnelError::Guest(e.clone()).into();
                         late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
                     }
+                    let last = outcome_of(&ev, tail);
                     if out.send(Ok(event_line(&ev))).await.is_err() {
                         stdin_tx.abort().await;
-                        return;
+                        return last.unwrap_or_else(client_gone);
                     }
-                    if last {
+                    if let Some(done) = last {
                         stdin_tx.finish();
-                        return;
+                        return done;
                     }
                 }
                 Ok(None) => {
                     late.set(Outcome::Uncertain);
                     let err = TunnelError::Lost(String::new());
-                    let _ = out.send(Ok(line(&ExecLine::Error(ErrorInfo {
+                    let info = ErrorInfo {
                         code: "tunnel_lost".to_string(),
                         message: "the guest ended the command stream without an exit status; the outcome is uncertain".to_string(),
                         uncertain: err.is_uncertain(),
-                    })))).await;
-                    return;
+                    };
+                    let _ = out.send(Ok(line(&ExecLine::Error(info.clone())))).await;
+                    return ExecOutcome { exit_code: None, error: Some(info.message), uncertain: info.uncertain };
                 }
                 Err(e) => {
                     let api: ApiError = e.into();
                     late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
-                    let _ = out.send(Ok(line(&ExecLine::Error(api.info())))).await;
-                    return;
+                    let info = api.info();
+                    let _ = out.send(Ok(line(&ExecLine::Error(info.clone())))).await;
+                    return ExecOutcome { exit_code: None, error: Some(info.message), uncertain: info.uncertain };
                 }
             },
             frame = async { body.as_mut()?.frame().await }, if stdin_open && body.is_some() => match frame {
@@ -257,7 +326,7 @@ async fn relay(exec: Exec, stdin: Stdin, out: Out, late: LateOutcome) {
             },
             () = out.closed() => {
                 stdin_tx.abort().await;
-                return;
+                return client_gone();
             }
         }
     }

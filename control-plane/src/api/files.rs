@@ -3,11 +3,14 @@
 //! Reads stream the guest's raw bytes into the response with their exact length; the guest is
 //! untrusted, so a reply that announces more than was asked for, or sends more or fewer bytes
 //! than announced, ends the response with an error. Writes need `Content-Length` and stream the
-//! body to the guest, which commits the file only when every byte arrived.
+//! body to the guest, which commits the file only when every byte arrived. A write (attempted
+//! or done) is one line in the computer's activity feed; listings and reads are not recorded.
 
 use super::body::{json_response, too_large, ApiError, ChannelBody, RespBody};
 use super::{bot_lease, Api};
+use crate::activity::CommandStart;
 use crate::guest::{ByteError, ByteStream, SendError};
+use crate::schema::activity::CommandAction;
 use crate::schema::files::{Entry, EntryKind, FileList, Written};
 use gateway_proto::{FileKind, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
@@ -203,6 +206,8 @@ pub async fn write(
             usize::try_from(api.limits.max_upload_bytes).unwrap_or(usize::MAX),
         ));
     }
+    let bot = lease.as_ref().map(|l| l.bot.as_str().to_string());
+    let record = CommandStart::action(id, bot.as_deref(), CommandAction::WriteFile, path_of(q));
     let wreq = WriteFile {
         path: path_of(q),
         executable,
@@ -210,12 +215,34 @@ pub async fn write(
         lease,
         no_replace: false,
     };
-    let guest = api.core.guest_for(id, &wreq).await?;
+    let result = match api.core.guest_for(id, &wreq).await {
+        Ok(guest) => write_to(guest, wreq, size, req).await,
+        // No such computer: no feed to record in.
+        Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
+        Err(e) => Err(e.into()),
+    };
+    // One line in the feed, written after the answer (never holding it up).
+    let activity = api.core.activity.clone();
+    let recorded = match &result {
+        Ok(written) => Ok(Some(*written)),
+        Err(e) => Err((e.message.clone(), e.uncertain)),
+    };
+    tokio::spawn(async move { activity.action(&record, recorded).await });
+    result.map(|written| json_response(StatusCode::OK, &Written { written }))
+}
+
+/// Streams the upload to the guest; the bytes it committed.
+async fn write_to(
+    guest: crate::guest::Guest,
+    wreq: WriteFile,
+    size: u64,
+    req: hyper::Request<Incoming>,
+) -> Result<u64, ApiError> {
     match guest
         .write_file(wreq, req.into_body().into_data_stream())
         .await
     {
-        Ok(written) => Ok(json_response(StatusCode::OK, &Written { written })),
+        Ok(written) => Ok(written),
         Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
             ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),
         ),

@@ -18,6 +18,7 @@ use crate::homes::browse::{clean_path, Walker};
 use crate::homes::flow::DEFAULT_LEASE_WAIT;
 use crate::homes::{chain, HomeError, Progress, ProgressReport};
 use crate::metrics::{LateOutcome, Outcome};
+use crate::schema::activity::Cause;
 use crate::schema::error::ErrorInfo;
 use crate::schema::files::{Entry, EntryKind};
 use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
@@ -227,8 +228,14 @@ pub async fn checkpoint(
     let p = progress.clone();
     let flow = async move {
         let r = core.checkpoint_home(&c, &[], wait, &p).await;
-        if let Err(e) = &r {
-            warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
+        match &r {
+            Err(e) => {
+                warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
+            }
+            Ok(done) => {
+                core.record_checkpoint(&c, done, Cause::User, "checkpointed by a user")
+                    .await;
+            }
         }
         r.map(|d| HomeDone {
             revision: Some(d.revision.get()),

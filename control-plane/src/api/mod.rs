@@ -7,6 +7,7 @@
 //! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
 //! `GET /metrics` (behind the token too) and the recording of every operation are [`metrics`]'.
 
+mod activity;
 mod attachments;
 pub use attachments::{DEFAULT_ATTACHMENT_MAX_BYTES, DEFAULT_ATTACHMENT_URL_TTL};
 mod body;
@@ -221,14 +222,15 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
 /// Whether a request is an operation on one computer for idle suspension (`crate::idle`), and
 /// whether its claim refuses it: `Some((id, refuse))`. Not operations: showing the computer,
 /// reading or renewing a lease (renewals keep a lease, not the computer, alive), browsing the
-/// stored home (no guest involved). Ending a run and releasing control count as uses but are
+/// stored home (no guest involved), reading or following the activity feed (a follower must not
+/// keep a computer awake). Ending a run and releasing control count as uses but are
 /// never refused.
 fn idle_use<'a>(method: &Method, segments: &[&'a str]) -> Option<(&'a str, bool)> {
     let ["v1", "computers", id, rest @ ..] = segments else {
         return None;
     };
     match (method, rest) {
-        (&Method::GET, [] | ["leases", _] | ["home", ..]) => None,
+        (&Method::GET, [] | ["leases", _] | ["home", ..] | ["activity", ..]) => None,
         (_, ["leases", _, "renew"]) => None,
         (_, ["leases", _, "release"] | ["screens", _, "release-control"]) => Some((id, false)),
         _ => Some((id, true)),
@@ -277,6 +279,12 @@ async fn dispatch(
         (&Method::POST, ["v1", "computers", id, "stop"]) => computers::stop(api, id).await,
         (&Method::POST, ["v1", "computers", id, "start"]) => computers::start(api, id).await,
         (&Method::POST, ["v1", "computers", id, "exec"]) => exec::exec(api, id, req).await,
+        (&Method::GET, ["v1", "computers", id, "activity"]) => {
+            activity::history(api, id, &query).await
+        }
+        (&Method::GET, ["v1", "computers", id, "activity", "stream"]) => {
+            activity::stream(api, id, &query).await
+        }
         (&Method::GET, ["v1", "computers", id, "files"]) => files::list(api, id, &query).await,
         (&Method::GET, ["v1", "computers", id, "files", "content"]) => {
             files::read(api, id, &query).await

@@ -9,8 +9,10 @@
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
 use super::{bot_json, parse_bot, parse_lease, Api};
+use crate::activity::CommandStart;
 use crate::core::CoreError;
 use crate::guest;
+use crate::schema::activity::CommandAction;
 use crate::schema::screen::{
     self, ActRequest, ActResult, Cursor, LeaseBody, Observation, Screen, ScreenList,
     ScreenReleased, Window,
@@ -152,6 +154,9 @@ pub async fn act(
     let bot = parse_bot(bot)?;
     let (body, lease, actions) = read_batch(&read_json_bytes(req.into_body()).await?)?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
+    // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
+    // keys, typed text, which may be a password) are not.
+    let records = feed_lines(id, &bot, &actions);
     let request = desktop::ActRequest {
         bot: bot.clone(),
         lease,
@@ -159,13 +164,31 @@ pub async fn act(
         observe: body.observe,
         settle_ms: body.settle_ms,
     };
-    let (outcome, taken) = api
+    let acted = api
         .core
         .with_screen(id, &bot, || async {
             let guest = api.core.guest_for(id, &request).await?;
             Ok::<_, CoreError>(guest.act(request.clone()).await?)
         })
-        .await?;
+        .await;
+    let acted = match acted {
+        // No such computer: no feed to record in.
+        Err(e @ CoreError::NotFound(_)) => return Err(e.into()),
+        other => other.map_err(ApiError::from),
+    };
+    if !records.is_empty() {
+        let activity = api.core.activity.clone();
+        let result = match &acted {
+            Ok(_) => Ok(None),
+            Err(e) => Err((format!("the batch failed: {}", e.message), e.uncertain)),
+        };
+        tokio::spawn(async move {
+            for r in &records {
+                activity.action(r, result.clone()).await;
+            }
+        });
+    }
+    let (outcome, taken) = acted?;
     let result = ActResult {
         ok: true,
         completed: outcome.completed,
@@ -174,6 +197,27 @@ pub async fn act(
         observation: taken.map(observation),
     };
     Ok(json_response(StatusCode::OK, &result))
+}
+
+/// The feed's lines of a batch: its `open` and `launch` actions.
+fn feed_lines(id: &str, bot: &BotId, actions: &[Action]) -> Vec<CommandStart> {
+    actions
+        .iter()
+        .filter_map(|a| {
+            let (action, line) = match a {
+                Action::Open { target } => (CommandAction::Open, target.clone()),
+                Action::Launch { application, uri } => (
+                    CommandAction::Launch,
+                    match uri {
+                        Some(uri) => format!("{application} {uri}"),
+                        None => application.clone(),
+                    },
+                ),
+                _ => return None,
+            };
+            Some(CommandStart::action(id, Some(bot.as_str()), action, line))
+        })
+        .collect()
 }
 
 /// A computer_act body, its lease, and its actions as the guest takes them (taken out of the

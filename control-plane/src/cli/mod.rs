@@ -7,9 +7,10 @@
 //!
 //! One file per area of the API, each owning its subcommands and their bodies: [`computer`],
 //! [`exec`], [`files`], [`lease`], [`screen`] (screens, terminals, observe and act), [`browser`],
-//! [`home`]; [`serve`] runs the control plane itself. This file holds the top-level parser, the
+//! [`home`], [`activity`]; [`serve`] runs the control plane itself. This file holds the top-level parser, the
 //! global flags, finding the server and token, and the shared printing.
 
+pub mod activity;
 pub mod browser;
 pub mod computer;
 pub mod exec;
@@ -115,6 +116,8 @@ pub enum Command {
     /// Checkpoint, restore and browse a computer's stored home.
     #[command(subcommand)]
     Home(HomeCmd),
+    /// A computer's activity feed: bots' commands and why it started or stopped (--follow: live).
+    Activity(activity::ActivityArgs),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -236,6 +239,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Browser(cmd) => browser::run(&g, cmd).await,
         Command::Image(cmd) => crate::image::run(cmd, g.json).await,
         Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
+        Command::Activity(a) => activity::run(&g, a).await,
     }
 }
 

@@ -13,6 +13,7 @@ use crate::computers::{Computer, ComputerState};
 use crate::db::DbError;
 use crate::homes::flow::{self, Checkpointed, Restored, RunCheckpoint, DEFAULT_LEASE_WAIT};
 use crate::homes::{chain, HomeError, Progress};
+use crate::schema::activity::{Cause, LifecycleKind};
 use gateway_proto::home::{HomeAuthority, HomeAuthorityError, LeaseFence, MAX_HOME_AUTHORITY};
 use gateway_proto::BotId;
 use std::time::Duration;
@@ -72,7 +73,40 @@ impl Core {
         progress: &Progress,
     ) -> Result<Option<Restored>, CoreError> {
         Self::require_running(c)?;
-        self.restore_into(c, progress).await
+        let restored = self.restore_into(c, progress).await?;
+        if let Some(r) = &restored {
+            self.activity
+                .lifecycle_home(
+                    c.id.as_str(),
+                    LifecycleKind::Restored,
+                    Cause::User,
+                    "the stored home was restored by a user",
+                    Some(r.revision.get()),
+                    Some(r.bytes),
+                )
+                .await;
+        }
+        Ok(restored)
+    }
+
+    /// Records a checkpoint in the computer's activity feed.
+    pub async fn record_checkpoint(
+        &self,
+        c: &Computer,
+        done: &Checkpointed,
+        cause: Cause,
+        reason: &str,
+    ) {
+        self.activity
+            .lifecycle_home(
+                c.id.as_str(),
+                LifecycleKind::Checkpointed,
+                cause,
+                reason,
+                Some(done.revision.get()),
+                Some(done.bytes),
+            )
+            .await;
     }
 
     /// [`Core::restore_home`] without the state check: `boot` restores a fresh machine while the
@@ -144,7 +178,12 @@ impl Core {
             )
             .await
         {
-            Ok(done) => RunCheckpoint::Saved(done),
+            Ok(done) => {
+                let reason = format!("the run of bot {bot} ended (the last one out saves)");
+                self.record_checkpoint(c, &done, Cause::RunEnded, &reason)
+                    .await;
+                RunCheckpoint::Saved(done)
+            }
             Err(e) => RunCheckpoint::Failed(chain(&e)),
         }
     }
@@ -165,7 +204,11 @@ impl Core {
             .checkpoint_home(c, &[], DEFAULT_LEASE_WAIT, &Progress::new())
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(done) => {
+                self.record_checkpoint(c, &done, Cause::BeforeStop, "saved before the stop")
+                    .await;
+                Ok(())
+            }
             Err(e) => {
                 warn!(computer_id = %c.id, error = %chain(&e), "checkpoint before stop failed; not stopping");
                 Err(e)

@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "cluster",
         sql: include_str!("../../migrations/0008_cluster.sql"),
     },
+    Migration {
+        version: 10,
+        name: "activity",
+        sql: include_str!("../../migrations/0010_activity.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

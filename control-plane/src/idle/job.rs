@@ -9,6 +9,8 @@ use crate::clock::now_ms;
 use crate::computers::{Computer, ComputerState};
 use crate::core::Core;
 use gateway_proto::op::ActivityRequest;
+
+use crate::schema::activity::{Cause, LifecycleKind};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -205,10 +207,14 @@ async fn suspend(
     let progress = crate::homes::Progress::new();
     // The lease wait is zero: under the claim no lease can be taken, so a holder other than
     // those in `except` means the computer is in use after all.
-    if let Err(e) = core
+    let checkpointed = core
         .checkpoint_home(&c, except, Duration::ZERO, &progress)
-        .await
-    {
+        .await;
+    if let Ok(done) = &checkpointed {
+        core.record_checkpoint(&c, done, Cause::Idle, "saved before the idle suspension")
+            .await;
+    }
+    if let Err(e) = checkpointed {
         let error = crate::homes::chain(&e);
         warn!(computer_id = %id, error, "idle checkpoint failed; the computer keeps running and suspension is retried after another idle timeout");
         core.metrics
@@ -234,6 +240,18 @@ async fn suspend(
             info!(computer_id = %id, "computer suspended after being idle");
             core.metrics
                 .idle_suspension(crate::metrics::Suspension::Suspended);
+            let idle_secs = core.idle.config.timeout.map_or(0, |t| t.as_secs());
+            core.activity
+                .lifecycle(
+                    id,
+                    LifecycleKind::Stopped,
+                    Cause::Idle,
+                    format!(
+                        "idle suspension: unused for {idle_secs} s (no command, run, control or \
+                         viewer); home checkpointed, machine stopped; start it to use it again"
+                    ),
+                )
+                .await;
             core.idle.gate.set_report(
                 id,
                 Report {
