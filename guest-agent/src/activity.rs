@@ -3,7 +3,7 @@
 //! terminal output, and CPU.
 //!
 //! - **Commands**: every exec registers its exec id ([`crate::exec::EXEC_ID_VAR`]) in
-//!   [`Running`] for as long as it runs (its stream is open).
+//!   [`Running`] (kept in [`crate::exec`]) for as long as it runs (its stream is open).
 //! - **Background**: live processes (zombies aside) whose environment carries the marker of an
 //!   exec id that is *not* running: a `nohup … &` that outlived its command. A process that
 //!   dropped the marker from its environment (`env -i`) is not seen; its CPU still is, below.
@@ -26,7 +26,7 @@
 //! so it answers a second later.
 
 use crate::clock::now_ms;
-use crate::exec::EXEC_ID_VAR;
+use crate::exec::{Running, EXEC_ID_VAR};
 use gateway_proto::op::GuestActivity;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -42,47 +42,6 @@ pub const MAX_INTERVAL_MS: i64 = 60_000;
 pub const SHORT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most processes looked at in one look: a machine with more is judged on the first ones.
 const MAX_PROCS: usize = 65_536;
-
-/// The exec ids of the commands running now.
-#[derive(Debug, Default)]
-pub struct Running {
-    ids: Mutex<HashSet<String>>,
-}
-
-impl Running {
-    /// Registers `exec_id` until the returned guard drops.
-    pub fn enter(self: &Arc<Self>, exec_id: &str) -> RunningGuard {
-        self.lock().insert(exec_id.to_owned());
-        RunningGuard {
-            running: self.clone(),
-            id: exec_id.to_owned(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.ids.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn count(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn contains(&self, id: &str) -> bool {
-        self.lock().contains(id)
-    }
-}
-
-/// A running command's registration.
-pub struct RunningGuard {
-    running: Arc<Running>,
-    id: String,
-}
-
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        self.running.lock().remove(&self.id);
-    }
-}
 
 /// When a terminal last printed (milliseconds since the epoch; 0: never).
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,6 @@
 //! Commands run with the agent user's full rights; the cwd check enforces the contract
 //! ("a cwd outside the home fails"), it does not confine the command.
 
-use crate::activity::Running;
 use crate::home::{self, Home};
 use gateway_proto::{
     BotId, ErrorCode, ExecEvent, ExecInput, ExecRequest, OpError, StartDir, MAX_CHUNK,
@@ -26,6 +25,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
@@ -56,6 +56,47 @@ pub fn home_tag(root: &Path) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(root.as_os_str().as_bytes());
     format!("{}.", hex::encode(&digest[..8]))
+}
+
+/// The exec ids of the commands running now.
+#[derive(Debug, Default)]
+pub struct Running {
+    ids: Mutex<HashSet<String>>,
+}
+
+impl Running {
+    /// Registers `exec_id` until the returned guard drops.
+    pub fn enter(self: &Arc<Self>, exec_id: &str) -> RunningGuard {
+        self.lock().insert(exec_id.to_owned());
+        RunningGuard {
+            running: self.clone(),
+            id: exec_id.to_owned(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.lock().contains(id)
+    }
+}
+
+/// A running command's registration.
+pub struct RunningGuard {
+    running: Arc<Running>,
+    id: String,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.running.lock().remove(&self.id);
+    }
 }
 
 /// Exit code of a command killed by its timeout.

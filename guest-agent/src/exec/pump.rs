@@ -11,7 +11,7 @@ use tracing::warn;
 /// Serves the exec stream of `req` (its first input frames, if any, in `remainder`) to its end.
 pub async fn serve(
     home: &Home,
-    running: &std::sync::Arc<crate::activity::Running>,
+    running: &std::sync::Arc<super::Running>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     remainder: Vec<u8>,
