@@ -14,6 +14,7 @@ mod hostile_guest;
 mod http_hardening;
 mod idle;
 mod image;
+mod jobs;
 mod live;
 mod page_browser;
 mod placement;

@@ -12,6 +12,7 @@ mod computers;
 mod exec;
 mod files;
 mod homes;
+mod jobs;
 mod leases;
 pub mod listener;
 mod live;
@@ -192,7 +193,7 @@ fn idle_use<'a>(method: &Method, segments: &[&'a str]) -> Option<(&'a str, bool)
         return None;
     };
     match (method, rest) {
-        (&Method::GET, [] | ["leases", _] | ["home", ..]) => None,
+        (&Method::GET, [] | ["leases", _] | ["home", ..] | ["jobs"]) => None,
         (_, ["leases", _, "renew"]) => None,
         (_, ["leases", _, "release"] | ["screens", _, "release-control"]) => Some((id, false)),
         _ => Some((id, true)),
@@ -240,6 +241,17 @@ async fn dispatch(
         (&Method::DELETE, ["v1", "computers", id]) => computers::destroy(api, id).await,
         (&Method::POST, ["v1", "computers", id, "stop"]) => computers::stop(api, id).await,
         (&Method::POST, ["v1", "computers", id, "start"]) => computers::start(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "update"]) => {
+            jobs::start(api, id, crate::jobs::JobKind::Update).await
+        }
+        (&Method::POST, ["v1", "computers", id, "recover"]) => {
+            jobs::start(api, id, crate::jobs::JobKind::Recover).await
+        }
+        (&Method::GET, ["v1", "computers", id, "jobs"]) => jobs::list(api, id).await,
+        (&Method::GET, ["v1", "jobs", id]) => jobs::show(api, id).await,
+        (&Method::POST, ["v1", "jobs", id, "release-interrupted"]) => {
+            jobs::release_interrupted(api, id, req).await
+        }
         (&Method::POST, ["v1", "computers", id, "exec"]) => exec::exec(api, id, req).await,
         (&Method::GET, ["v1", "computers", id, "files"]) => files::list(api, id, &query).await,
         (&Method::GET, ["v1", "computers", id, "files", "content"]) => {
@@ -360,6 +372,7 @@ impl From<CoreError> for ApiError {
             CoreError::Home(h) => homes::home_error(h),
             CoreError::BadLimits(_) => ApiError::bad_request(msg),
             CoreError::Provider(p) => provider_error(&p),
+            CoreError::Job(j) => jobs::job_error(j),
         }
     }
 }

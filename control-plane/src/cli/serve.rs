@@ -65,6 +65,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub idle: crate::idle::IdleArgs,
     #[command(flatten)]
+    pub jobs: crate::jobs::JobArgs,
+    #[command(flatten)]
     pub live: crate::live::LiveArgs,
     #[command(flatten)]
     pub providers: crate::provider_set::ProviderArgs,
@@ -106,6 +108,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         },
         homes: args.homes.resolve(&crate::homes::config::process_env)?,
         idle: args.idle.resolve()?,
+        jobs: args.jobs.resolve(),
         live: args.live.resolve()?,
         http: args.http.resolve()?,
     })

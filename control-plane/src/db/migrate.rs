@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "cluster",
         sql: include_str!("../../migrations/0008_cluster.sql"),
     },
+    Migration {
+        version: 9,
+        name: "jobs",
+        sql: include_str!("../../migrations/0009_jobs.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).
