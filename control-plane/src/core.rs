@@ -646,7 +646,11 @@ impl Core {
         // A job that reserved the computer between the check and the grant wins: the lease is
         // given back before anyone learns of it (so a reservation never sees a lease it let in).
         if let Err(e) = self.check_unreserved(&c.id).await {
-            if let Err(r) = self.leases.release(&c.id, bot, &lease.token, now_ms()).await {
+            if let Err(r) = self
+                .leases
+                .release(&c.id, bot, &lease.token, now_ms())
+                .await
+            {
                 warn!(computer_id = %c.id.as_str(), bot = %bot, error = %r, "could not give back a lease granted as a job reserved the computer; it expires by itself");
             }
             return Err(e);

@@ -216,7 +216,10 @@ async fn an_update_and_a_recovery_run_to_completion_with_their_stages() -> Resul
     assert_eq!(second.len(), 1, "one machine: {second:?}");
     assert_ne!(second, first, "the machine was replaced");
     assert_eq!(w.sh(&c, "cat kept.txt").await?, "live-before-update\n");
-    let revision = w.home_revision(&c).await?.context("the update checkpointed")?;
+    let revision = w
+        .home_revision(&c)
+        .await?
+        .context("the update checkpointed")?;
     let shown = w.show(&c).await?;
     assert_eq!(shown["state"], "running", "{shown}");
 
@@ -263,7 +266,10 @@ async fn an_update_and_a_recovery_run_to_completion_with_their_stages() -> Resul
     );
     let third = machines(&w, &c)?;
     assert_eq!(third.len(), 1, "{third:?}");
-    assert!(third != second && third != first, "replaced again: {third:?}");
+    assert!(
+        third != second && third != first,
+        "replaced again: {third:?}"
+    );
     assert_eq!(w.sh(&c, "cat kept.txt").await?, "live-before-update\n");
     assert_eq!(
         w.sh(&c, "test -e lost.txt && echo there || echo gone")
@@ -372,9 +378,15 @@ async fn a_reservation_refuses_leases_stop_takeover_and_a_second_job() -> Result
     // No lease was granted meanwhile.
     assert!(w
         .client
-        .json(Method::GET, &format!("/v1/computers/{c}/leases/bot-2"), None)
+        .json(
+            Method::GET,
+            &format!("/v1/computers/{c}/leases/bot-2"),
+            None
+        )
         .await
-        .is_err_and(|e| matches!(e, ClientError::Api { status, .. } if status == StatusCode::NOT_FOUND)));
+        .is_err_and(
+            |e| matches!(e, ClientError::Api { status, .. } if status == StatusCode::NOT_FOUND)
+        ));
 
     // The run ends: the update checkpoints its work and replaces the machine.
     w.post(
@@ -400,7 +412,8 @@ async fn a_reservation_refuses_leases_stop_takeover_and_a_second_job() -> Result
             "done"
         ]
     );
-    assert_eq!(w.sh(&c, "cat run.txt").await?, "run-output\n");
+    // A Team bot's commands run in its own directory: the run's work survived the update.
+    assert_eq!(w.sh(&c, "cat bots/bot-1/run.txt").await?, "run-output\n");
     // Free again.
     w.lease(&c, "bot-2", "run-2").await?;
     w.check_log()

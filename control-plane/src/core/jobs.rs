@@ -41,7 +41,9 @@ impl Core {
             (None, _) => {}
         }
         self.drop_guest(&c.id).await;
-        self.computers.set_provider_ref(&c.id, None, now_ms()).await?;
+        self.computers
+            .set_provider_ref(&c.id, None, now_ms())
+            .await?;
         info!(computer_id = %c.id, "machine removed for its replacement");
         Ok(())
     }

@@ -56,7 +56,11 @@ pub enum JobError {
 fn reserved_message(job: &Job) -> String {
     let mut msg = format!(
         "computer {} is reserved by {} job {} ({}, stage {})",
-        job.computer, job.kind.as_str(), job.id, job.state, job.stage
+        job.computer,
+        job.kind.as_str(),
+        job.id,
+        job.state,
+        job.stage
     );
     if job.state == JobState::Interrupted {
         msg.push_str(&format!(

@@ -190,7 +190,10 @@ pub enum Refusal {
     NotQueued(JobState),
     /// The job is no longer `running` under this worker (interrupted, or never ours): the
     /// worker must stop before its next step.
-    Lost { state: JobState, worker: Option<String> },
+    Lost {
+        state: JobState,
+        worker: Option<String>,
+    },
     /// A stage that is not this kind's, or not later than the current one.
     BadStage { from: Stage, to: Stage },
     /// `release-interrupted` needs the explicit assertion that the workers stopped.
@@ -300,7 +303,12 @@ pub fn note_revision(job: &Job, worker: &str, revision: u64, now_ms: i64) -> Res
 
 /// The worker is done: `Ok` succeeded (stage `done`), `Err(error)` failed at its current stage.
 /// Either ends the reservation.
-pub fn finish(job: &Job, worker: &str, outcome: Result<(), String>, now_ms: i64) -> Result<Job, Refusal> {
+pub fn finish(
+    job: &Job,
+    worker: &str,
+    outcome: Result<(), String>,
+    now_ms: i64,
+) -> Result<Job, Refusal> {
     ours(job, worker)?;
     let mut next = Job {
         finished_at_ms: Some(now_ms),
@@ -389,8 +397,14 @@ mod tests {
         let r = claim(&q, "w1", 2_000).unwrap();
         assert_eq!((r.state, r.heartbeat_at_ms), (JobState::Running, 2_000));
         // Claimed: never claimed again, by anyone.
-        assert_eq!(claim(&r, "w1", 2_001), Err(Refusal::NotQueued(JobState::Running)));
-        assert_eq!(claim(&r, "w2", 2_001), Err(Refusal::NotQueued(JobState::Running)));
+        assert_eq!(
+            claim(&r, "w1", 2_001),
+            Err(Refusal::NotQueued(JobState::Running))
+        );
+        assert_eq!(
+            claim(&r, "w2", 2_001),
+            Err(Refusal::NotQueued(JobState::Running))
+        );
         // Stages go forward, may skip, never back or sideways into another kind's.
         let c = advance(&r, "w1", Stage::Checkpointing, 3_000).unwrap();
         assert_eq!(
@@ -452,7 +466,10 @@ mod tests {
         assert!(matches!(heartbeat(&i, "w1", 1), Err(Refusal::Lost { .. })));
         assert!(advance(&i, "w1", Stage::Stopping, 1).is_err());
         assert!(finish(&i, "w1", Ok(()), 1).is_err());
-        assert_eq!(claim(&i, "w2", 1), Err(Refusal::NotQueued(JobState::Interrupted)));
+        assert_eq!(
+            claim(&i, "w2", 1),
+            Err(Refusal::NotQueued(JobState::Interrupted))
+        );
         // Interrupting twice changes nothing.
         assert_eq!(interrupt(&i, T, i64::MAX), None);
         // Release needs the assertion, and an interrupted job.

@@ -54,9 +54,8 @@ impl JobStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(DbError::from)?;
-        let sql = format!(
-            "SELECT {COLUMNS} FROM jobs WHERE computer_id = $1 AND state IN {RESERVING}"
-        );
+        let sql =
+            format!("SELECT {COLUMNS} FROM jobs WHERE computer_id = $1 AND state IN {RESERVING}");
         let active = sqlx::query(&sql)
             .bind(computer.as_str())
             .fetch_optional(&mut *tx)
@@ -399,7 +398,10 @@ mod tests {
                 other => panic!("expected Reserved, got {other:?}"),
             }
             // Another computer is another reservation.
-            store.create(&other, JobKind::Recover, None, 11).await.unwrap();
+            store
+                .create(&other, JobKind::Recover, None, 11)
+                .await
+                .unwrap();
             // Claimed by one worker only.
             store.claim(&job.id, "w1", 20).await.unwrap();
             assert!(matches!(
@@ -409,7 +411,10 @@ mod tests {
                     ..
                 })
             ));
-            store.advance(&job.id, "w1", Stage::Checkpointing, 30).await.unwrap();
+            store
+                .advance(&job.id, "w1", Stage::Checkpointing, 30)
+                .await
+                .unwrap();
             store.note_revision(&job.id, "w1", 4, 31).await.unwrap();
             let done = store.finish(&job.id, "w1", Ok(()), 40).await.unwrap();
             assert_eq!(done.state, JobState::Succeeded);
@@ -429,10 +434,7 @@ mod tests {
                 listed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
                 [next.id.as_str(), job.id.as_str()]
             );
-            assert!(matches!(
-                store.get("j-none").await,
-                Ok(None)
-            ));
+            assert!(matches!(store.get("j-none").await, Ok(None)));
         })
         .await;
     }
@@ -471,7 +473,11 @@ mod tests {
             let job = store.create(&c, JobKind::Update, None, 0).await.unwrap();
             store.claim(&job.id, "w1", 1_000).await.unwrap();
             store.heartbeat(&job.id, "w1", 5_000).await.unwrap();
-            assert!(other.interrupt_stale(timeout, 604_999).await.unwrap().is_empty());
+            assert!(other
+                .interrupt_stale(timeout, 604_999)
+                .await
+                .unwrap()
+                .is_empty());
             let hit = other.interrupt_stale(timeout, 605_000).await.unwrap();
             assert_eq!(hit.len(), 1);
             assert_eq!(hit[0].state, JobState::Interrupted);
@@ -479,14 +485,20 @@ mod tests {
             assert!(other.reservation(&c).await.unwrap().is_some());
             assert!(matches!(
                 store.heartbeat(&job.id, "w1", 606_000).await,
-                Err(JobError::Refused { refusal: Refusal::Lost { .. }, .. })
+                Err(JobError::Refused {
+                    refusal: Refusal::Lost { .. },
+                    ..
+                })
             ));
             assert!(other.claim(&job.id, "w2", 606_000).await.is_err());
             assert!(other.ids_in(JobState::Queued).await.unwrap().is_empty());
             // Release: only with the assertion.
             assert!(matches!(
                 other.release(&job.id, false, 607_000).await,
-                Err(JobError::Refused { refusal: Refusal::NotAsserted, .. })
+                Err(JobError::Refused {
+                    refusal: Refusal::NotAsserted,
+                    ..
+                })
             ));
             let freed = other.release(&job.id, true, 607_000).await.unwrap();
             assert_eq!(freed.state, JobState::Released);
