@@ -31,6 +31,7 @@ use tracing::{debug, info, warn};
 
 mod evict;
 mod home;
+mod jobs;
 
 /// How long `create` and `start` wait for a new guest to dial in.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,6 +61,9 @@ pub enum CoreError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Home(#[from] crate::homes::HomeError),
+    /// A maintenance job reserves the computer, or a job could not be read or changed.
+    #[error(transparent)]
+    Job(#[from] crate::jobs::JobError),
 }
 
 impl From<FlowError> for CoreError {
@@ -101,6 +105,8 @@ pub struct Core {
     pub homes: Arc<crate::homes::HomeService>,
     /// Idle suspension: the claim, operations in flight, last use (contracts.md §8, §9).
     pub idle: crate::idle::Idle,
+    /// Maintenance jobs: the reservation they hold (contracts.md §10).
+    pub jobs: crate::jobs::Jobs,
     providers: ProviderSet,
     enrollment: Enrollment,
     /// The other replicas on the same PostgreSQL, when there may be some (`crate::cluster`);
@@ -130,6 +136,7 @@ impl Core {
                 db.clone(),
                 crate::activity::ActivityConfig::default(),
             )),
+            jobs: crate::jobs::Jobs::new(db.clone()),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -425,6 +432,7 @@ impl Core {
     /// machine stopped, a replacement if it is gone.
     pub async fn start(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
+        self.check_unreserved(&c.id).await?;
         let previous = c.provider_ref.clone().map(ProviderRef);
         if let (Some(r), Some(provider)) = (&previous, self.providers.get(&c.provider)) {
             if c.state == ComputerState::Running
@@ -490,6 +498,7 @@ impl Core {
     /// checkpoint refuses the stop, so nothing newer than the stored revision is put at risk.
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
+        self.check_unreserved(&c.id).await?;
         self.checkpoint_before_stop(&c).await?;
         let stopped = self.stop_machine(&c).await?;
         self.activity
@@ -548,6 +557,7 @@ impl Core {
         if c.state == ComputerState::Destroyed {
             return Ok(());
         }
+        self.check_unreserved(&c.id).await?;
         match (&c.provider_ref, self.providers.get(&c.provider)) {
             (Some(r), Some(provider)) => provider.destroy(&ProviderRef(r.clone())).await?,
             (Some(r), None) => {
@@ -592,6 +602,19 @@ impl Core {
         for c in self.computers.list().await? {
             if c.state != ComputerState::Running {
                 continue;
+            }
+            // A maintenance job's computer is the job's to replace (or, interrupted, the
+            // operator's to release): never restarted behind its back.
+            match self.jobs.store.reservation(&c.id).await {
+                Ok(None) => {}
+                Ok(Some(job)) => {
+                    info!(computer_id = %c.id.as_str(), job_id = %job.id, state = %job.state, "computer reserved by a maintenance job: not restarted");
+                    continue;
+                }
+                Err(e) => {
+                    warn!(computer_id = %c.id.as_str(), error = %e, "could not read the computer's reservation: not restarted");
+                    continue;
+                }
             }
             let _claim = match &self.cluster {
                 None => None,
@@ -754,10 +777,23 @@ impl Core {
         ttl: Duration,
     ) -> Result<Lease, CoreError> {
         let c = self.get(id).await?;
+        self.check_unreserved(&c.id).await?;
         let lease = self
             .leases
             .acquire(&c.id, bot, owner, ttl, now_ms())
             .await?;
+        // A job that reserved the computer between the check and the grant wins: the lease is
+        // given back before anyone learns of it (so a reservation never sees a lease it let in).
+        if let Err(e) = self.check_unreserved(&c.id).await {
+            if let Err(r) = self
+                .leases
+                .release(&c.id, bot, &lease.token, now_ms())
+                .await
+            {
+                warn!(computer_id = %c.id.as_str(), bot = %bot, error = %r, "could not give back a lease granted as a job reserved the computer; it expires by itself");
+            }
+            return Err(e);
+        }
         self.push_lease(&c, bot, &lease.token, false).await;
         Ok(lease)
     }

@@ -17,6 +17,7 @@ pub mod guest;
 pub mod homes;
 pub mod idle;
 pub mod image;
+pub mod jobs;
 pub mod lease;
 pub mod live;
 pub mod metrics;

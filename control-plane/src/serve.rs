@@ -71,6 +71,8 @@ pub struct ServeConfig {
     pub idle: crate::idle::IdleConfig,
     /// The activity feed (retention per computer; 0: off).
     pub activity: crate::activity::ActivityConfig,
+    /// Maintenance jobs (heartbeat timeout, an update's wait for runs).
+    pub jobs: crate::jobs::JobConfig,
     /// Live screens (the control lease's TTL).
     pub live: crate::live::LiveConfig,
     /// The HTTP listener: timeouts, connection cap, TLS.
@@ -361,8 +363,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         cfg.idle,
     );
     core = core.with_activity(activity_db, cfg.activity);
+    core.jobs.config = cfg.jobs;
     if let Some((cluster, _)) = &cluster {
         core = core.with_cluster(cluster.clone());
+        // A replica works jobs under its own id, which its heartbeat row shows alive.
+        core.jobs.set_worker(cluster.me().id.clone());
     }
     let core = Arc::new(core);
     if let Some((cluster, endpoint)) = cluster {
@@ -407,6 +412,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             tracing::error!(error = %e, "recovering computers failed");
         }
         // After recovery, so a computer restarted by it is not judged on its stale state.
+        crate::jobs::spawn(recover.clone());
         crate::idle::spawn(recover);
     });
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);

@@ -10,7 +10,8 @@
 //! - removing `<root>/<ref>/` makes the machine gone (as a cloud that lost it would);
 //! - a line `<op> <class>` in `<root>/faults` (op: provision, prepare, state, stop, destroy;
 //!   class: gone, capacity, transient, invalid) makes the next call of that operation fail with
-//!   that class; each line is used once.
+//!   that class; each line is used once. Class `hang` makes that call never return, as a cloud
+//!   call stuck mid-way: a test kills the control plane under it.
 //!
 //! Machine records live in memory only, so a restarted control plane finds every fake machine
 //! gone and replaces it: the provider-reference-is-not-durable rule, exercised on every restart.
@@ -77,8 +78,8 @@ impl FakeProvider {
         writeln!(f, "{op} {}", class.as_str())
     }
 
-    /// Takes the first fault queued for `op`, if any.
-    fn fault(&self, op: &str) -> Result<(), ProviderError> {
+    /// Takes the first fault queued for `op`, if any; `hang` never returns.
+    async fn fault(&self, op: &str) -> Result<(), ProviderError> {
         let path = self.root.join("faults");
         let Ok(text) = std::fs::read_to_string(&path) else {
             return Ok(());
@@ -94,6 +95,10 @@ impl FakeProvider {
         let rest: String = lines.iter().map(|l| format!("{l}\n")).collect();
         std::fs::write(&path, rest).map_err(|e| ProviderError::io("rewrite fake faults", e))?;
         let context = format!("fake {op}");
+        if class == "hang" {
+            tracing::info!(op, "fake provider call hangs (injected)");
+            std::future::pending::<()>().await;
+        }
         Err(match class {
             "gone" => ProviderError::NotFound(ProviderRef(format!("fake-{op}"))),
             "capacity" => ProviderError::Capacity(format!("{context}: no capacity (injected)")),
@@ -230,7 +235,7 @@ impl SandboxProvider for FakeProvider {
     }
 
     async fn provision(&self, spec: &SandboxSpec) -> Result<ProviderRef, ProviderError> {
-        self.fault("provision")?;
+        self.fault("provision").await?;
         crate::check_spec_placement(self, spec)?;
         spec.limits.validate().map_err(ProviderError::BadSpec)?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
@@ -245,7 +250,7 @@ impl SandboxProvider for FakeProvider {
         r: &ProviderRef,
         spec: &SandboxSpec,
     ) -> Result<ProviderRef, ProviderError> {
-        self.fault("prepare")?;
+        self.fault("prepare").await?;
         check_ref(r)?;
         if !self.exists(r) {
             return Err(ProviderError::NotFound(r.clone()));
@@ -257,7 +262,7 @@ impl SandboxProvider for FakeProvider {
     }
 
     async fn state(&self, r: &ProviderRef) -> Result<MachineState, ProviderError> {
-        self.fault("state")?;
+        self.fault("state").await?;
         check_ref(r)?;
         Ok(if !self.exists(r) {
             MachineState::Gone
@@ -269,14 +274,14 @@ impl SandboxProvider for FakeProvider {
     }
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {
-        self.fault("stop")?;
+        self.fault("stop").await?;
         check_ref(r)?;
         self.halt(r).await;
         Ok(())
     }
 
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
-        self.fault("destroy")?;
+        self.fault("destroy").await?;
         check_ref(r)?;
         self.halt(r).await;
         self.machines.lock().expect("fake machines").remove(&r.0);

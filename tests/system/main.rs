@@ -17,6 +17,7 @@ mod hostile_guest;
 mod http_hardening;
 mod idle;
 mod image;
+mod jobs;
 mod live;
 mod metrics;
 mod page_browser;

@@ -13,8 +13,8 @@
 use super::body::{json_response, read_json, ApiError, RespBody};
 use super::files::{content_length, download_response};
 use super::{parse_bot, parse_lease, Api};
-use crate::clock::now_ms;
 use crate::activity::CommandStart;
+use crate::clock::now_ms;
 use crate::computers::ComputerKind;
 use crate::guest::SendError;
 use crate::live::seal::{AttachmentScope, MAX_ATTACHMENT_PATH};

@@ -76,6 +76,16 @@ pub fn op_kind(method: &Method, path: &str) -> Option<&'static str> {
             "release" => "lease.release",
             _ => "other",
         },
+        ["v1", "computers", _, "uploads", _] if m == Method::PUT => "files.upload",
+        ["v1", "computers", _, "files", "attach"] if m == Method::POST => "files.attach",
+        ["att", _] if m == Method::GET => "files.download",
+        ["v1", "computers", _, "activity"] if m == Method::GET => "activity.history",
+        ["v1", "computers", _, "activity", "stream"] if m == Method::GET => "activity.stream",
+        ["v1", "computers", _, "update"] if m == Method::POST => "job.update",
+        ["v1", "computers", _, "recover"] if m == Method::POST => "job.recover",
+        ["v1", "computers", _, "jobs"] if m == Method::GET => "job.list",
+        ["v1", "jobs", _] if m == Method::GET => "job.show",
+        ["v1", "jobs", _, "release-interrupted"] if m == Method::POST => "job.release_interrupted",
         ["v1", ..] => "other",
         // Capability pages, their assets and anything outside /v1: not operations.
         _ => return None,
@@ -183,7 +193,7 @@ impl Drop for Recorded {
 }
 
 /// What the scrape reads from the modules that own the live state.
-pub fn sample(core: &Core) -> Sample {
+pub async fn sample(core: &Core) -> Sample {
     let (view, control, terminal) = core.live.streams.count_by_kind();
     Sample {
         connected_guests: core.registry.len() as u64,
@@ -192,14 +202,22 @@ pub fn sample(core: &Core) -> Sample {
             ("control", control as u64),
             ("terminal", terminal as u64),
         ],
-        // Maintenance jobs: the lead wires the jobs table's counts by (kind, state) here.
-        jobs: Vec::new(),
+        // Maintenance jobs by kind and state, from the jobs table (every replica reports the
+        // same figures: sum only one). A database that does not answer leaves the family out
+        // of this scrape rather than failing it.
+        jobs: match core.jobs.store.counts().await {
+            Ok(counts) => counts,
+            Err(e) => {
+                warn!(error = %e, "metrics: cannot count maintenance jobs");
+                Vec::new()
+            }
+        },
     }
 }
 
 /// The scrape's answer.
-pub fn scrape(core: &Core) -> Response<RespBody> {
-    let text = core.metrics.encode(&sample(core));
+pub async fn scrape(core: &Core) -> Response<RespBody> {
+    let text = core.metrics.encode(&sample(core).await);
     let mut resp = Response::new(full(Bytes::from(text)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -237,7 +255,7 @@ pub async fn serve_plain(listener: TcpListener, core: Arc<Core>) {
             let _permit = permit;
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let core = core.clone();
-                async move { Ok::<_, std::convert::Infallible>(plain(&core, &req)) }
+                async move { Ok::<_, std::convert::Infallible>(plain(&core, &req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -250,9 +268,9 @@ pub async fn serve_plain(listener: TcpListener, core: Arc<Core>) {
     }
 }
 
-fn plain(core: &Core, req: &Request<Incoming>) -> Response<RespBody> {
+async fn plain(core: &Core, req: &Request<Incoming>) -> Response<RespBody> {
     if req.method() == Method::GET && req.uri().path() == "/metrics" {
-        return scrape(core);
+        return scrape(core).await;
     }
     let mut resp = Response::new(full(Bytes::from_static(
         b"only GET /metrics is served here\n",

@@ -16,6 +16,7 @@ mod computers;
 mod exec;
 mod files;
 mod homes;
+mod jobs;
 mod leases;
 pub mod listener;
 mod live;
@@ -195,7 +196,7 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
         ));
     }
     if let (&Method::GET, ["metrics"]) = (&method, segments.as_slice()) {
-        return Ok(metrics::scrape(&api.core));
+        return Ok(metrics::scrape(&api.core).await);
     }
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
@@ -230,7 +231,7 @@ fn idle_use<'a>(method: &Method, segments: &[&'a str]) -> Option<(&'a str, bool)
         return None;
     };
     match (method, rest) {
-        (&Method::GET, [] | ["leases", _] | ["home", ..] | ["activity", ..]) => None,
+        (&Method::GET, [] | ["leases", _] | ["home", ..] | ["activity", ..] | ["jobs"]) => None,
         (_, ["leases", _, "renew"]) => None,
         (_, ["leases", _, "release"] | ["screens", _, "release-control"]) => Some((id, false)),
         _ => Some((id, true)),
@@ -278,6 +279,17 @@ async fn dispatch(
         (&Method::DELETE, ["v1", "computers", id]) => computers::destroy(api, id).await,
         (&Method::POST, ["v1", "computers", id, "stop"]) => computers::stop(api, id).await,
         (&Method::POST, ["v1", "computers", id, "start"]) => computers::start(api, id).await,
+        (&Method::POST, ["v1", "computers", id, "update"]) => {
+            jobs::start(api, id, crate::jobs::JobKind::Update).await
+        }
+        (&Method::POST, ["v1", "computers", id, "recover"]) => {
+            jobs::start(api, id, crate::jobs::JobKind::Recover).await
+        }
+        (&Method::GET, ["v1", "computers", id, "jobs"]) => jobs::list(api, id).await,
+        (&Method::GET, ["v1", "jobs", id]) => jobs::show(api, id).await,
+        (&Method::POST, ["v1", "jobs", id, "release-interrupted"]) => {
+            jobs::release_interrupted(api, id, req).await
+        }
         (&Method::POST, ["v1", "computers", id, "exec"]) => exec::exec(api, id, req).await,
         (&Method::GET, ["v1", "computers", id, "activity"]) => {
             activity::history(api, id, &query).await
@@ -410,6 +422,7 @@ impl From<CoreError> for ApiError {
             CoreError::Home(h) => homes::home_error(h),
             CoreError::BadLimits(_) => ApiError::bad_request(msg),
             CoreError::Provider(p) => provider_error(&p),
+            CoreError::Job(j) => jobs::job_error(j),
         }
     }
 }

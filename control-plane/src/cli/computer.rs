@@ -1,9 +1,11 @@
 //! `rakazo computer …`: create, list, show, start, stop and destroy computers
-//! (`/v1/computers`).
+//! (`/v1/computers`), and their maintenance jobs: update, recover, jobs, release-interrupted
+//! (`/v1/computers/{id}/update|recover|jobs`, `/v1/jobs/{id}`).
 
 use super::{print_json, Global};
 use crate::client::q;
 use crate::schema::computer::{Computer, ComputerList, CreateComputer};
+use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::wire_name;
 use anyhow::Result;
 use clap::Subcommand;
@@ -57,6 +59,40 @@ pub enum ComputerCmd {
     /// Destroy a computer (idempotent).
     Destroy {
         id: String,
+    },
+    /// Rebuild the computer's machine with the configured provider and image: checkpoint its
+    /// live home (after runs holding leases end), replace the machine, restore the home. Runs
+    /// as a background job that reserves the computer.
+    Update {
+        id: String,
+        /// Follow the job's stages until it ends; exit 0 only if it succeeded.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Rebuild the computer's machine from its last saved home, without a checkpoint: work
+    /// since that checkpoint is lost. For a computer whose machine or guest is broken, or
+    /// after an interrupted job was released.
+    Recover {
+        id: String,
+        /// Follow the job's stages until it ends; exit 0 only if it succeeded.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// The computer's maintenance jobs, newest first (or one job, with --job).
+    Jobs {
+        id: String,
+        /// Show this job only.
+        #[arg(long)]
+        job: Option<String>,
+    },
+    /// Free a computer held by an interrupted job (its worker stopped heartbeating), after
+    /// making sure its workers and provider operations have stopped.
+    ReleaseInterrupted {
+        /// The interrupted job's id.
+        job: String,
+        /// Assert that the job's workers and provider operations have stopped (required).
+        #[arg(long)]
+        workers_stopped: bool,
     },
 }
 
@@ -157,6 +193,48 @@ struct Destroyed {
 pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     let c = g.client()?;
     let computer: Computer = match cmd {
+        ComputerCmd::Update { id, wait } => return start_job(g, &id, "update", wait).await,
+        ComputerCmd::Recover { id, wait } => return start_job(g, &id, "recover", wait).await,
+        ComputerCmd::Jobs { id, job } => {
+            let jobs = match job {
+                Some(j) => vec![c.fetch(Method::GET, &format!("/v1/jobs/{}", q(&j))).await?],
+                None => {
+                    let list: JobList = c
+                        .fetch(Method::GET, &format!("/v1/computers/{}/jobs", q(&id)))
+                        .await?;
+                    list.jobs
+                }
+            };
+            if g.json {
+                print_json(&JobList { jobs });
+            } else {
+                jobs.iter().for_each(print_job);
+            }
+            return Ok(0);
+        }
+        ComputerCmd::ReleaseInterrupted {
+            job,
+            workers_stopped,
+        } => {
+            let released: Job = c
+                .call(
+                    Method::POST,
+                    &format!("/v1/jobs/{}/release-interrupted", q(&job)),
+                    &ReleaseInterrupted { workers_stopped },
+                )
+                .await?;
+            if g.json {
+                print_json(&released);
+            } else {
+                print_job(&released);
+                println!(
+                    "computer {} is free: `rakazo computer recover {}` rebuilds it from its last \
+                     saved home",
+                    released.computer, released.computer
+                );
+            }
+            return Ok(0);
+        }
         ComputerCmd::Create {
             workspace,
             private_bot,
@@ -255,4 +333,76 @@ mod tests {
             ]
         );
     }
+}
+
+/// One line per job, then its warning and error if any.
+fn print_job(j: &Job) {
+    println!(
+        "{}\t{}\t{}\t{}\tstage {}{}",
+        j.id,
+        j.computer,
+        j.kind,
+        j.state,
+        j.stage,
+        j.revision
+            .map(|r| format!("\thome revision {r}"))
+            .unwrap_or_default()
+    );
+    if let Some(w) = &j.warning {
+        println!("\twarning: {w}");
+    }
+    if let Some(e) = &j.error {
+        println!("\terror: {e}");
+    }
+}
+
+/// How often `--wait` looks at the job.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `computer update|recover`: starts the job; with `wait`, prints each stage as the job reaches
+/// it (from its stored history, so none is missed) until it ends.
+async fn start_job(g: &Global, id: &str, action: &str, wait: bool) -> Result<i32> {
+    let c = g.client()?;
+    let mut job: Job = c
+        .fetch(Method::POST, &format!("/v1/computers/{}/{action}", q(id)))
+        .await?;
+    if !g.json {
+        println!("job {} {} computer {}", job.id, job.kind, job.computer);
+        if let Some(w) = &job.warning {
+            println!("warning: {w}");
+        }
+    }
+    if !wait {
+        if g.json {
+            print_json(&job);
+        } else {
+            println!("{}\tstage {}", job.state, job.stage);
+        }
+        return Ok(0);
+    }
+    let mut shown = 0;
+    loop {
+        if !g.json {
+            for s in job.stages.iter().skip(shown) {
+                println!("stage {}", s.stage);
+            }
+        }
+        shown = job.stages.len();
+        if !matches!(job.state.as_str(), "queued" | "running") {
+            break;
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+        job = c
+            .fetch(Method::GET, &format!("/v1/jobs/{}", q(&job.id)))
+            .await?;
+    }
+    if g.json {
+        print_json(&job);
+    } else {
+        println!("{}", job.state);
+        if let Some(e) = &job.error {
+            eprintln!("rakazo: job {} {}: {e}", job.id, job.state);
+        }
+    }
+    Ok(if job.state == "succeeded" { 0 } else { 1 })
 }

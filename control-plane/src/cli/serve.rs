@@ -82,6 +82,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub activity: crate::activity::ActivityArgs,
     #[command(flatten)]
+    pub jobs: crate::jobs::JobArgs,
+    #[command(flatten)]
     pub live: crate::live::LiveArgs,
     #[command(flatten)]
     pub providers: crate::provider_set::ProviderArgs,
@@ -128,6 +130,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         homes: args.homes.resolve(&crate::homes::config::process_env)?,
         idle: args.idle.resolve()?,
         activity: args.activity.resolve()?,
+        jobs: args.jobs.resolve(),
         live: args.live.resolve()?,
         http: args.http.resolve()?,
         metrics_addr: args.metrics_addr,

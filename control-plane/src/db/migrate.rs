@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0008_cluster.sql"),
     },
     Migration {
+        version: 9,
+        name: "jobs",
+        sql: include_str!("../../migrations/0009_jobs.sql"),
+    },
+    Migration {
         version: 10,
         name: "activity",
         sql: include_str!("../../migrations/0010_activity.sql"),

@@ -131,6 +131,16 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
         observed.guest = guest_work(core, id).await;
         decision = rules::decide(&observed, &policy, now);
     }
+    // A maintenance job's reservation excludes idle suspension (contracts.md §10).
+    let decision = match (&decision, core.jobs.store.reservation(&c.id).await?) {
+        (Decision::Suspend { .. }, Some(job)) => Decision::Blocked(format!(
+            "reserved by {} job {} ({})",
+            job.kind.as_str(),
+            job.id,
+            job.state
+        )),
+        _ => decision,
+    };
     let Decision::Suspend { except, overdue } = &decision else {
         debug!(computer_id = %id, ?decision, "not idle");
         idle.gate.set_report(id, Report::of(&decision, now));
@@ -201,6 +211,13 @@ async fn suspend(
     // State as of now, under the claim: nothing else changes it until the claim drops.
     let c = core.get(id).await?;
     if c.state != ComputerState::Running {
+        return Ok(());
+    }
+    // Looked at again under the claim: a job created after the look entered the gate (one
+    // process) or found the database claim free (replicas) before this claim was taken, so its
+    // reservation is visible now, and no job can be created until the claim drops.
+    if let Some(job) = core.jobs.store.reservation(&c.id).await? {
+        debug!(computer_id = %id, job_id = %job.id, "reserved by a maintenance job: not suspended");
         return Ok(());
     }
     info!(computer_id = %id, waiting_runs = ?except.iter().map(|b| b.as_str()).collect::<Vec<_>>(), "computer idle: checkpointing its home, then stopping it");

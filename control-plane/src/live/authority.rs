@@ -171,6 +171,8 @@ pub async fn take_control(
     now_ms: i64,
 ) -> Result<ControlLease, LiveError> {
     let c = core.get(id).await?;
+    // A maintenance job is about to replace (or has left half-replaced) the machine.
+    core.check_unreserved(&c.id).await?;
     let lease = core
         .live
         .store

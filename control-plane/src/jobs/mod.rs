@@ -1,0 +1,173 @@
+//! Maintenance jobs (contracts.md §10): update (checkpoint the live home, rebuild the machine
+//! with the configured provider and image, restore the home) and recovery (rebuild the machine
+//! from the last saved home, without a checkpoint) run as durable jobs in the database.
+//!
+//! A job in state `queued`, `running` or `interrupted` reserves its computer: new execution
+//! leases, stop, start, destroy, takeover and idle suspension are refused with 409
+//! `computer_reserved` naming the job ([`Core::check_unreserved`](crate::core::Core)); a second
+//! job is refused the same way. Leases held before the reservation keep working (renewals,
+//! their commands) until the machine goes; an update first waits for them to be released.
+//!
+//! Parts: [`rules`] (pure: the states, stages and who may change a job), [`store`] (the `jobs`
+//! table, migration 0009: every change a locked read, a rule, a write), [`worker`] (claims a
+//! queued job, heartbeats it, drives the core through its stages; and the sweep every control
+//! plane runs: interrupt jobs whose worker went silent, claim queued ones nobody ran). The
+//! worker drives the core; the core holds only this module's state ([`Jobs`]), never the worker.
+//!
+//! Across replicas nothing lives in process memory: the claim is the row's `queued → running`
+//! transition, the heartbeat is the row's `heartbeat_at`, and any replica (or the restarted
+//! process) marks a job whose heartbeat is older than `--job-heartbeat-timeout-secs`
+//! `interrupted`. A claimed job is never claimed again: after a crash it stays reserved until an
+//! operator asserts its workers stopped (`release-interrupted`, state `released`), and then
+//! recovers the computer.
+
+pub mod rules;
+pub mod store;
+mod worker;
+
+pub use rules::{Job, JobKind, JobState, Refusal, Stage};
+pub use store::JobStore;
+pub use worker::{create, recover_warning, spawn, start};
+
+use clap::Args;
+use std::time::Duration;
+
+/// The contract's heartbeat window (contracts.md §10: 10 minutes).
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// How long an update waits for runs holding execution leases to end before it gives up,
+/// changing nothing: one execution lease's time to live (contracts.md §8).
+pub const DEFAULT_LEASE_WAIT: Duration = crate::lease::EXEC_LEASE_TTL;
+
+/// Errors of the jobs boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("job {0} not found")]
+    NotFound(String),
+    /// The computer is reserved by this job.
+    #[error("{}", reserved_message(.0))]
+    Reserved(Box<Job>),
+    #[error("job {id}: {}", refusal_message(.refusal))]
+    Refused { id: String, refusal: Refusal },
+    #[error("job store failed")]
+    Db(#[from] crate::db::DbError),
+}
+
+/// What a refused caller reads: the job, its kind, state and stage, and what to do.
+fn reserved_message(job: &Job) -> String {
+    let mut msg = format!(
+        "computer {} is reserved by {} job {} ({}, stage {})",
+        job.computer,
+        job.kind.as_str(),
+        job.id,
+        job.state,
+        job.stage
+    );
+    if job.state == JobState::Interrupted {
+        msg.push_str(&format!(
+            ": its worker stopped heartbeating; once its workers and provider operations have \
+             stopped, release it (`rakazo computer release-interrupted {} --workers-stopped`)",
+            job.id
+        ));
+    } else {
+        msg.push_str(&format!(
+            "; wait for it to end (`rakazo computer jobs {}`)",
+            job.computer
+        ));
+    }
+    msg
+}
+
+fn refusal_message(r: &Refusal) -> String {
+    match r {
+        Refusal::NotQueued(s) => format!("is {s}, not queued"),
+        Refusal::Lost { state, worker } => format!(
+            "is {state} under worker {}, no longer this worker's",
+            worker.as_deref().unwrap_or("none")
+        ),
+        Refusal::BadStage { from, to } => format!("cannot go from stage {from} to {to}"),
+        Refusal::NotAsserted => "releasing an interrupted job needs {\"workers_stopped\": true}: \
+                                 assert that its workers and provider operations have stopped"
+            .to_string(),
+        Refusal::NotInterrupted(s) => {
+            format!("is {s}; only an interrupted job can be released")
+        }
+    }
+}
+
+/// `rakazo serve` flags of maintenance jobs.
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// Seconds a running job's worker may go without a heartbeat before any control plane
+    /// marks the job interrupted (it stays reserved until released).
+    #[arg(long, env = "RAKAZO_JOB_HEARTBEAT_TIMEOUT_SECS",
+          default_value_t = DEFAULT_HEARTBEAT_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub job_heartbeat_timeout_secs: u64,
+    /// Seconds an update waits for runs that hold execution leases to end before it fails,
+    /// changing nothing.
+    #[arg(long, env = "RAKAZO_JOB_LEASE_WAIT_SECS",
+          default_value_t = DEFAULT_LEASE_WAIT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub job_lease_wait_secs: u64,
+}
+
+impl JobArgs {
+    pub fn resolve(&self) -> JobConfig {
+        JobConfig {
+            heartbeat_timeout: Duration::from_secs(self.job_heartbeat_timeout_secs),
+            lease_wait: Duration::from_secs(self.job_lease_wait_secs),
+        }
+    }
+}
+
+/// Settings of maintenance jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobConfig {
+    pub heartbeat_timeout: Duration,
+    pub lease_wait: Duration,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+            lease_wait: DEFAULT_LEASE_WAIT,
+        }
+    }
+}
+
+impl JobConfig {
+    /// How often a worker heartbeats and the sweep looks: a quarter of the timeout, between
+    /// 100 ms and 30 s.
+    pub fn period(&self) -> Duration {
+        (self.heartbeat_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
+    }
+}
+
+/// The jobs' state in the core: the store, the settings, and who this process's worker is.
+pub struct Jobs {
+    pub store: JobStore,
+    pub config: JobConfig,
+    worker: String,
+}
+
+impl Jobs {
+    /// Jobs in `db`, worked here under a fresh process id (`p-<hex>`) until [`Jobs::set_worker`].
+    pub fn new(db: crate::db::Db) -> Self {
+        Self {
+            store: JobStore::new(db),
+            config: JobConfig::default(),
+            worker: format!("p-{}", hex::encode(rand::random::<[u8; 6]>())),
+        }
+    }
+
+    /// Works jobs as `worker` (a replica's id).
+    pub fn set_worker(&mut self, worker: impl Into<String>) {
+        self.worker = worker.into();
+    }
+
+    /// Who claims jobs in this process.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+}
