@@ -299,41 +299,6 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     Ok(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::schema::computer::Machine;
-
-    #[test]
-    fn the_machine_lines_say_what_each_figure_is() {
-        assert_eq!(size(512), "512 B");
-        assert_eq!(size(3 << 10), "3.0 KiB");
-        assert_eq!(size(5 << 20), "5.0 MiB");
-        assert_eq!(size(3 << 29), "1.5 GiB");
-        let m = Machine {
-            uptime_secs: 60,
-            load: [0.0; 3],
-            cpus: 2,
-            home_total_bytes: 1 << 40,
-            home_free_bytes: 1 << 39,
-            memory_total_bytes: 1 << 30,
-            memory_available_bytes: 1 << 29,
-            memory_limited: true,
-            home_used_bytes: 3 << 20,
-            home_used_partial: true,
-            desktops: 2,
-        };
-        assert_eq!(
-            machine_lines(&m),
-            [
-                "memory   512.0 MiB available of 1.0 GiB (its container's limit)".to_string(),
-                "home use 3.0 MiB in its files (at least: too many files to count them all)"
-                    .to_string(),
-                "desktops 2 live".to_string(),
-            ]
-        );
-    }
-}
 
 /// One line per job, then its warning and error if any.
 fn print_job(j: &Job) {
@@ -405,4 +370,40 @@ async fn start_job(g: &Global, id: &str, action: &str, wait: bool) -> Result<i32
         }
     }
     Ok(if job.state == "succeeded" { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::computer::Machine;
+
+    #[test]
+    fn the_machine_lines_say_what_each_figure_is() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(3 << 10), "3.0 KiB");
+        assert_eq!(size(5 << 20), "5.0 MiB");
+        assert_eq!(size(3 << 29), "1.5 GiB");
+        let m = Machine {
+            uptime_secs: 60,
+            load: [0.0; 3],
+            cpus: 2,
+            home_total_bytes: 1 << 40,
+            home_free_bytes: 1 << 39,
+            memory_total_bytes: 1 << 30,
+            memory_available_bytes: 1 << 29,
+            memory_limited: true,
+            home_used_bytes: 3 << 20,
+            home_used_partial: true,
+            desktops: 2,
+        };
+        assert_eq!(
+            machine_lines(&m),
+            [
+                "memory   512.0 MiB available of 1.0 GiB (its container's limit)".to_string(),
+                "home use 3.0 MiB in its files (at least: too many files to count them all)"
+                    .to_string(),
+                "desktops 2 live".to_string(),
+            ]
+        );
+    }
 }
