@@ -299,7 +299,6 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     Ok(0)
 }
 
-
 /// One line per job, then its warning and error if any.
 fn print_job(j: &Job) {
     println!(
