@@ -52,6 +52,9 @@ async fn lease_of(w: &World, c: &str, bot: &str) -> Result<serde_json::Value> {
         .await?)
 }
 
+/// How long a refused `rakazo serve` may take to exit.
+const REFUSAL_WAIT: Duration = Duration::from_secs(60);
+
 #[tokio::test]
 async fn any_replica_serves_any_computer_and_a_killed_holder_loses_only_what_was_in_flight(
 ) -> Result<()> {
@@ -263,8 +266,12 @@ async fn a_second_serve_on_one_sqlite_data_dir_is_refused() -> Result<()> {
         .env("RAKAZO_DATA_DIR", w.data_dir.path())
         .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
         .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
-        .output()
-        .await?;
+        .kill_on_drop(true)
+        .output();
+    // A refused serve exits at once; one that started would serve until killed.
+    let out = tokio::time::timeout(REFUSAL_WAIT, out)
+        .await
+        .map_err(|_| anyhow!("a second serve on the data dir started and kept running"))??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a second serve started: {stderr}");
     assert!(
@@ -290,8 +297,11 @@ async fn a_replica_with_other_secrets_is_refused() -> Result<()> {
         .env("DATABASE_URL", &r.database_url)
         .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
         .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
-        .output()
-        .await?;
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(REFUSAL_WAIT, out)
+        .await
+        .map_err(|_| anyhow!("a replica with its own secrets started and kept running"))??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {
         bail!("a replica with its own secrets started: {stderr}");
