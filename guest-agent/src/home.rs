@@ -12,7 +12,7 @@
 
 use gateway_proto::{ErrorCode, FileEntry, FileKind, OpError};
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, open, openat, renameat, renameat2, AtFlags, FcntlArg, OFlag, RenameFlags};
+use nix::fcntl::{fcntl, open, openat, renameat, AtFlags, FcntlArg, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode};
 use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
 use std::fmt;
@@ -500,6 +500,33 @@ fn final_error(dir: &OwnedFd, name: &str, errno: Errno, full: &RelPath) -> OpErr
 }
 
 /// Refuses to replace anything but a regular file (or nothing) at `name`.
+/// `renameat2(dir, from, dir, to, RENAME_NOREPLACE)` by its system call: nix offers the wrapper
+/// on glibc only, and the guest is also built static on musl.
+fn rename_noreplace(dir: &OwnedFd, from: &str, to: &str) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    const RENAME_NOREPLACE: libc::c_uint = 1;
+    let from = std::ffi::CString::new(from).map_err(|_| Errno::EINVAL)?;
+    let to = std::ffi::CString::new(to).map_err(|_| Errno::EINVAL)?;
+    let fd = dir.as_raw_fd();
+    // SAFETY: both names are NUL-terminated strings that outlive the call, and `fd` is an open
+    // directory borrowed from `dir` for the call's duration; the kernel reads nothing else.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            fd,
+            from.as_ptr(),
+            fd,
+            to.as_ptr(),
+            RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
 fn exists(full: &RelPath) -> OpError {
     OpError::new(
         ErrorCode::Exists,
@@ -573,17 +600,12 @@ impl PendingWrite {
             )
         })?;
         if self.keep_existing {
-            renameat2(
-                &self.dir,
-                self.temp_name.as_str(),
-                &self.dir,
-                self.final_name.as_str(),
-                RenameFlags::RENAME_NOREPLACE,
-            )
-            .map_err(|e| match e {
-                Errno::EEXIST => exists(&self.path),
-                e => failed("rename into", &self.path, e),
-            })?;
+            rename_noreplace(&self.dir, &self.temp_name, &self.final_name).map_err(
+                |e| match e {
+                    Errno::EEXIST => exists(&self.path),
+                    e => failed("rename into", &self.path, e),
+                },
+            )?;
         } else {
             check_replaceable(&self.dir, &self.final_name, &self.path)?;
             renameat(
