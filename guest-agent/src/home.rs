@@ -500,33 +500,6 @@ fn final_error(dir: &OwnedFd, name: &str, errno: Errno, full: &RelPath) -> OpErr
 }
 
 /// Refuses to replace anything but a regular file (or nothing) at `name`.
-/// `renameat2(dir, from, dir, to, RENAME_NOREPLACE)` by its system call: nix offers the wrapper
-/// on glibc only, and the guest is also built static on musl.
-fn rename_noreplace(dir: &OwnedFd, from: &str, to: &str) -> Result<(), Errno> {
-    use std::os::fd::AsRawFd;
-    const RENAME_NOREPLACE: libc::c_uint = 1;
-    let from = std::ffi::CString::new(from).map_err(|_| Errno::EINVAL)?;
-    let to = std::ffi::CString::new(to).map_err(|_| Errno::EINVAL)?;
-    let fd = dir.as_raw_fd();
-    // SAFETY: both names are NUL-terminated strings that outlive the call, and `fd` is an open
-    // directory borrowed from `dir` for the call's duration; the kernel reads nothing else.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            fd,
-            from.as_ptr(),
-            fd,
-            to.as_ptr(),
-            RENAME_NOREPLACE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
-}
-
 fn exists(full: &RelPath) -> OpError {
     OpError::new(
         ErrorCode::Exists,
@@ -600,7 +573,7 @@ impl PendingWrite {
             )
         })?;
         if self.keep_existing {
-            rename_noreplace(&self.dir, &self.temp_name, &self.final_name).map_err(
+            sys::rename_noreplace(&self.dir, &self.temp_name, &self.final_name).map_err(
                 |e| match e {
                     Errno::EEXIST => exists(&self.path),
                     e => failed("rename into", &self.path, e),
@@ -717,6 +690,7 @@ fn not_regular(path: &RelPath) -> OpError {
 }
 
 pub mod stream;
+mod sys;
 
 #[cfg(test)]
 mod tests;
