@@ -11,17 +11,15 @@
 //!   streamed from the running computer, if its size is still the attached one.
 
 use super::body::{json_response, read_json, ApiError, RespBody};
-use super::files::{content_length, download_response};
+use super::files::{content_length, download_response, write_to};
 use super::{parse_bot, parse_lease, Api};
 use crate::activity::CommandStart;
 use crate::clock::now_ms;
 use crate::computers::ComputerKind;
-use crate::guest::SendError;
 use crate::live::seal::{AttachmentScope, MAX_ATTACHMENT_PATH};
 use crate::schema::activity::CommandAction;
 use crate::schema::files::{AttachRequest, Attached, Uploaded};
 use gateway_proto::{BotId, BotLease, ErrorCode, ListFiles, ReadFile, WriteFile};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use std::collections::{HashMap, HashSet};
@@ -199,19 +197,7 @@ async fn write_upload(
         no_replace: true,
     };
     let guest = api.core.guest_for(id, &wreq).await?;
-    match guest
-        .write_file(wreq, req.into_body().into_data_stream())
-        .await
-    {
-        Ok(written) => Ok(written),
-        Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
-            ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),
-        ),
-        Err(SendError::TooLong) => Err(ApiError::bad_request(format!(
-            "upload is longer than its {size} bytes"
-        ))),
-        Err(SendError::Tunnel(e)) => Err(e.into()),
-    }
+    write_to(guest, wreq, size, req).await
 }
 
 /// `POST /v1/computers/{id}/files/attach` `{path, bot, lease}`: the bot's file as a download URL.

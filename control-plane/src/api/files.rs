@@ -232,7 +232,7 @@ pub async fn write(
 }
 
 /// Streams the upload to the guest; the bytes it committed.
-async fn write_to(
+pub(super) async fn write_to(
     guest: crate::guest::Guest,
     wreq: WriteFile,
     size: u64,
