@@ -407,6 +407,31 @@ impl World {
         }
     }
 
+    /// Sends the server SIGTERM (a shutdown, as a deployment's rollout does) and waits up to
+    /// `within` for it to exit; returns how it exited.
+    pub async fn terminate_server(&mut self, within: Duration) -> Result<std::process::ExitStatus> {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let mut child = self
+            .server
+            .take()
+            .ok_or_else(|| anyhow!("the server is not running"))?;
+        let pid = i32::try_from(child.id())?;
+        kill(Pid::from_raw(pid), Signal::SIGTERM)?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the server was still running {within:?} after SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The running server's process id (benchmarks sample its memory).
     pub fn server_pid(&self) -> Option<u32> {
         self.server.as_ref().map(Child::id)

@@ -382,3 +382,20 @@ pub async fn wait_closed(ws: &mut Ws, within: Duration) -> Result<()> {
         }
     }
 }
+
+/// Reads a websocket until its close frame (up to `within`); returns the frame's reason. A
+/// stream that ends without one (a reset, a bare TCP close) is an error.
+pub async fn close_reason(ws: &mut Ws, within: Duration) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Err(_) => bail!("still open after {within:?}"),
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                return Ok(frame.map(|f| f.reason.to_string()).unwrap_or_default())
+            }
+            Ok(None) => bail!("ended without a close frame"),
+            Ok(Some(Err(e))) => bail!("ended with {e}"),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}

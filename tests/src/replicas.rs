@@ -10,6 +10,8 @@ use anyhow::Result;
 pub struct Replicas {
     pub worlds: Vec<World>,
     pub s3: S3Server,
+    /// The object store every replica keeps homes in (one content key).
+    pub store: ObjectStoreOptions,
     pub database_url: String,
 }
 
@@ -75,6 +77,7 @@ impl Replicas {
         Ok(Self {
             worlds,
             s3,
+            store,
             database_url,
         })
     }

@@ -9,7 +9,9 @@ use futures_util::{SinkExt, StreamExt};
 use gateway_proto::termframe::{encode_input, encode_resize};
 use std::time::Duration;
 use tests::fixture::Fixture;
-use tests::live::{connect, get, read_until, upgrade_status, wait_closed, Rfb, WsBytes};
+use tests::live::{
+    close_reason, connect, get, read_until, upgrade_status, wait_closed, Rfb, WsBytes,
+};
 use tests::{wait_for, World, WorldOptions};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -1015,22 +1017,6 @@ impl Bot {
             serde_json::json!({ "policy": "view", "ttl_secs": ttl_secs }),
         )
         .await
-    }
-}
-
-/// Reads a websocket until its close frame (up to `within`); returns the frame's reason.
-async fn close_reason(ws: &mut tests::live::Ws, within: Duration) -> Result<String> {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, ws.next()).await {
-            Err(_) => bail!("still open after {within:?}"),
-            Ok(Some(Ok(Message::Close(frame)))) => {
-                return Ok(frame.map(|f| f.reason.to_string()).unwrap_or_default())
-            }
-            Ok(None) => bail!("ended without a close frame"),
-            Ok(Some(Err(e))) => bail!("ended with {e}"),
-            Ok(Some(Ok(_))) => {}
-        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! Several control planes on one PostgreSQL (issue 14): any replica serves any computer, and a
 //! replica killed with its guests connected loses only what was in flight.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use control_plane::client::ClientError;
+use futures_util::StreamExt;
 use std::time::Duration;
-use tests::live::{connect, Rfb, WsBytes};
+use tests::live::{close_reason, connect, Rfb, WsBytes};
 use tests::replicas::Replicas;
 use tests::{wait_for, ExecOutput, World};
+use tokio_tungstenite::tungstenite::Message;
 
 /// What an exec through the API came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -52,6 +54,66 @@ async fn lease_of(w: &World, c: &str, bot: &str) -> Result<serde_json::Value> {
         .await?)
 }
 
+/// Execs `echo n<i>` (after a 50 ms sleep) through `w` in a loop, up to `max` times or until
+/// `done` says the outcomes so far are enough.
+fn exec_loop(
+    w: &World,
+    c: &str,
+    max: u32,
+    done: impl Fn(&[Outcome]) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Vec<Outcome>> {
+    let client = w.client.clone();
+    let path = format!("/v1/computers/{c}/exec");
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for i in 0..max {
+            let want = format!("n{i}\n");
+            let spec =
+                serde_json::json!({ "argv": ["sh", "-c", "sleep 0.05; echo n$0", i.to_string()] });
+            seen.push(outcome(
+                &tests::exec_via(&client, &path, &spec).await,
+                want.as_bytes(),
+            ));
+            if done(&seen) {
+                break;
+            }
+        }
+        seen
+    })
+}
+
+/// Starts `bot`'s desktop through `w` under a run's lease, then ends the run.
+async fn desktop(w: &World, c: &str, bot: &str) -> Result<()> {
+    let lease = w.lease(c, bot, "run-desk").await?;
+    w.post(
+        &format!("/v1/computers/{c}/screens/{bot}/ensure"),
+        serde_json::json!({ "lease": lease }),
+    )
+    .await?;
+    w.post(
+        &format!("/v1/computers/{c}/leases/{bot}/release"),
+        serde_json::json!({ "lease": lease, "outcome": "success" }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A view URL of `bot`'s desktop issued by `w`, and its websocket opened on `w`.
+async fn view(w: &mut World, c: &str, bot: &str) -> Result<tests::live::Ws> {
+    let v = w
+        .post(
+            &format!("/v1/computers/{c}/screens/{bot}/url"),
+            serde_json::json!({ "policy": "view" }),
+        )
+        .await?;
+    let path = v["path"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no path in {v}"))?
+        .to_string();
+    w.add_secret(path.trim_start_matches("/cap/"));
+    connect(&w.http, &path).await
+}
+
 /// How long a refused `rakazo serve` may take to exit.
 const REFUSAL_WAIT: Duration = Duration::from_secs(60);
 
@@ -88,31 +150,8 @@ async fn any_replica_serves_any_computer_and_a_killed_holder_loses_only_what_was
 
     // Viewed through the third: a desktop started through one replica, a view URL issued by
     // another, its websocket on the third, an RFB session relayed through the holder.
-    let lease = r.worlds[a].lease(&c, "bot-v", "run-desk").await?;
-    r.worlds[a]
-        .post(
-            &format!("/v1/computers/{c}/screens/bot-v/ensure"),
-            serde_json::json!({ "lease": lease }),
-        )
-        .await?;
-    r.worlds[a]
-        .post(
-            &format!("/v1/computers/{c}/leases/bot-v/release"),
-            serde_json::json!({ "lease": lease, "outcome": "success" }),
-        )
-        .await?;
-    let v = r.worlds[b]
-        .post(
-            &format!("/v1/computers/{c}/screens/bot-v/url"),
-            serde_json::json!({ "policy": "view" }),
-        )
-        .await?;
-    let path = v["path"]
-        .as_str()
-        .ok_or_else(|| anyhow!("no path in {v}"))?;
-    r.worlds[b].add_secret(path.trim_start_matches("/cap/"));
-    let http_b = r.worlds[b].http.clone();
-    let ws = connect(&http_b, path).await?;
+    desktop(&r.worlds[a], &c, "bot-v").await?;
+    let ws = view(&mut r.worlds[b], &c, "bot-v").await?;
     let rfb = Rfb::handshake(WsBytes::new(ws)).await?;
     assert!(
         rfb.width >= 640 && rfb.height >= 480,
@@ -137,30 +176,9 @@ async fn any_replica_serves_any_computer_and_a_killed_holder_loses_only_what_was
 
     // An exec loop through replica a and a checkpoint through replica b, then kill -9 of the
     // replica holding the guest.
-    let client_a = r.worlds[a].client.clone();
-    let path_a = format!("/v1/computers/{c}/exec");
-    let execs = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        let mut oks_after_failure = 0;
-        for i in 0..400u32 {
-            let want = format!("n{i}\n");
-            let spec =
-                serde_json::json!({ "argv": ["sh", "-c", "sleep 0.05; echo n$0", i.to_string()] });
-            let got = outcome(
-                &tests::exec_via(&client_a, &path_a, &spec).await,
-                want.as_bytes(),
-            );
-            let failed_before = seen.iter().any(|o| *o != Outcome::Ok);
-            if got == Outcome::Ok && failed_before {
-                oks_after_failure += 1;
-                if oks_after_failure == 20 {
-                    seen.push(got);
-                    break;
-                }
-            }
-            seen.push(got);
-        }
-        seen
+    let execs = exec_loop(&r.worlds[a], &c, 400, |seen| {
+        let first_failure = seen.iter().position(|o| *o != Outcome::Ok);
+        first_failure.is_some_and(|f| seen[f..].iter().filter(|o| **o == Outcome::Ok).count() == 20)
     });
     let client_b = r.worlds[b].client.clone();
     let cc = c.clone();
@@ -289,6 +307,10 @@ async fn a_second_serve_on_one_sqlite_data_dir_is_refused() -> Result<()> {
 async fn a_replica_with_other_secrets_is_refused() -> Result<()> {
     let r = Replicas::start(1, |_, _| {}).await?;
     let dir = tempfile::tempdir()?;
+    // Configured as a replica should be (the shared database and object store), so nothing
+    // but its own secrets (a fresh data dir: its own API token, capability key and tunnel
+    // certificate) can refuse it.
+    let store = &r.store;
     let out = tokio::process::Command::new(tests::bin("rakazo"))
         .arg("serve")
         .env_clear()
@@ -297,6 +319,13 @@ async fn a_replica_with_other_secrets_is_refused() -> Result<()> {
         .env("DATABASE_URL", &r.database_url)
         .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
         .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
+        .env("RAKAZO_HOME_STORE", "object")
+        .env("RAKAZO_S3_ENDPOINT", &store.endpoint)
+        .env("RAKAZO_S3_BUCKET", &store.bucket)
+        .env("RAKAZO_S3_ACCESS_KEY_ID", &store.access_key_id)
+        .env("RAKAZO_S3_SECRET_ACCESS_KEY", &store.secret_access_key)
+        .env("RAKAZO_S3_PATH_STYLE", "true")
+        .env("RAKAZO_HOME_CONTENT_KEY", &store.content_key_hex)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(REFUSAL_WAIT, out)
@@ -388,6 +417,102 @@ async fn an_idle_claim_of_a_killed_replica_is_taken_over() -> Result<()> {
     );
     r.worlds[other].check_log()?;
     r.worlds[holder].allow_warn("");
+    r.worlds[holder].check_log()?;
+    Ok(())
+}
+
+/// SIGTERM drains a replica (a rollout's shutdown): it tells its guests to go, and they dial
+/// another replica at once, not after the dead-replica timeout; a view stream through it and
+/// one relayed through it from another replica each end with a close frame; an exec loop
+/// through another replica sees at most what was in flight fail, as `uncertain`; the replica
+/// leaves the cluster and exits 0.
+#[tokio::test]
+async fn a_terminated_replica_drains_its_guests_and_ends_its_streams_cleanly() -> Result<()> {
+    let mut r = Replicas::start(3, |_, o| allow_failover_warns(o)).await?;
+    let c = r.worlds[0].create_computer("ws-drain").await?;
+    let holder = wait_for(Duration::from_secs(10), "the guest's replica", || {
+        r.holder_of(&c)
+    })
+    .await?;
+    let (a, b) = ((holder + 1) % 3, (holder + 2) % 3);
+
+    // A desktop, and two view streams: one on the holder, one on b relayed through it.
+    desktop(&r.worlds[a], &c, "bot-v").await?;
+    let mut streams = Vec::new();
+    for i in [holder, b] {
+        let mut ws = view(&mut r.worlds[i], &c, "bot-v").await?;
+        // The relay is up: the RFB server's version greeting came through.
+        let first = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .map_err(|_| anyhow!("no RFB greeting through replica {i}"))?;
+        assert!(
+            matches!(&first, Some(Ok(Message::Binary(b))) if b.starts_with(b"RFB ")),
+            "{first:?}"
+        );
+        streams.push((i, ws));
+    }
+
+    // An exec loop through a, running across the drain.
+    let execs = exec_loop(&r.worlds[a], &c, 300, |seen| seen.len() == 60);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let status = r.worlds[holder]
+        .terminate_server(Duration::from_secs(20))
+        .await?;
+    assert!(status.success(), "the drained replica exited {status:?}");
+    let log = r.worlds[holder].log();
+    assert!(
+        log.contains("draining: guests are sent to the other replicas"),
+        "{log}"
+    );
+    assert!(log.contains("drained; exiting"), "{log}");
+
+    // Both view streams end with a close frame, not a reset.
+    for (i, ws) in &mut streams {
+        let reason = close_reason(ws, Duration::from_secs(20))
+            .await
+            .with_context(|| format!("the view stream through replica {i}"))?;
+        assert!(!reason.is_empty(), "replica {i} closed without a reason");
+    }
+
+    // The guest was told to go, and went: to a live replica, at once.
+    let guest_log = std::fs::read_to_string(
+        r.worlds[0]
+            .machines_dir
+            .path()
+            .join("local")
+            .join(&c)
+            .join("guest.log"),
+    )?;
+    assert!(
+        guest_log.contains("the control-plane replica is draining; dialling the next"),
+        "{guest_log}"
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the guest on a live replica",
+        || r.holder_of(&c).filter(|h| *h != holder),
+    )
+    .await?;
+
+    let seen = execs.await?;
+    let failures: Vec<&Outcome> = seen.iter().filter(|o| **o != Outcome::Ok).collect();
+    assert!(
+        failures.iter().all(|o| matches!(o, Outcome::Uncertain(_))),
+        "only operations in flight may fail, as uncertain: {failures:?}"
+    );
+    assert!(failures.len() <= 2, "{failures:?}");
+    assert!(seen.ends_with(&[Outcome::Ok]), "{seen:?}");
+
+    // The cluster no longer lists it, so no new guest is sent there.
+    let db = control_plane::db::Db::connect(&r.database_url).await?;
+    let replicas: i64 = sqlx::query_scalar("SELECT count(*) FROM replicas")
+        .fetch_one(db.pool())
+        .await?;
+    db.close().await;
+    assert_eq!(replicas, 2, "the drained replica left the replicas table");
+    for i in [a, b] {
+        r.worlds[i].check_log()?;
+    }
     r.worlds[holder].check_log()?;
     Ok(())
 }
