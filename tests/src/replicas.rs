@@ -13,21 +13,17 @@ pub struct Replicas {
     /// The object store every replica keeps homes in (one content key).
     pub store: ObjectStoreOptions,
     pub database_url: String,
+    /// The schema `database_url` uses; dropped after the replicas (fields drop in order).
+    _schema: control_plane::db::testing::PgSchema,
 }
 
-/// A fresh schema in the test PostgreSQL, as a `DATABASE_URL` whose connections use it.
-pub async fn fresh_pg_url() -> Result<String> {
+/// A fresh schema in the test PostgreSQL (`RAKAZO_TEST_PG_URL`, else the default), dropped
+/// with the returned guard; its `url()` is a `DATABASE_URL` whose connections use it.
+pub async fn fresh_pg() -> Result<control_plane::db::testing::PgSchema> {
     #[allow(clippy::disallowed_methods)] // the test's one knob: where PostgreSQL runs
     let base = std::env::var("RAKAZO_TEST_PG_URL")
         .unwrap_or_else(|_| control_plane::db::testing::DEFAULT_PG_URL.into());
-    let schema = format!("rk_sys_{}", hex::encode(rand::random::<[u8; 6]>()));
-    let admin = control_plane::db::Db::connect(&base).await?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(admin.pool())
-        .await?;
-    admin.close().await;
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Ok(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
+    Ok(control_plane::db::testing::postgres_schema(&base).await?)
 }
 
 impl Replicas {
@@ -35,7 +31,8 @@ impl Replicas {
     pub async fn start(n: usize, tune: impl Fn(usize, &mut WorldOptions)) -> Result<Self> {
         let s3 = S3Server::start().await?;
         let store = ObjectStoreOptions::for_server(&s3);
-        let database_url = fresh_pg_url().await?;
+        let schema = fresh_pg().await?;
+        let database_url = schema.url().to_owned();
         let mut worlds: Vec<World> = Vec::with_capacity(n);
         for i in 0..n {
             let mut opts = WorldOptions {
@@ -79,6 +76,7 @@ impl Replicas {
             s3,
             store,
             database_url,
+            _schema: schema,
         })
     }
 

@@ -399,16 +399,8 @@ async fn stop_start_and_idempotent_destroy() -> Result<()> {
 
 #[tokio::test]
 async fn the_control_plane_runs_on_postgres() -> Result<()> {
-    #[allow(clippy::disallowed_methods)] // the test's one knob: where PostgreSQL runs
-    let base = std::env::var("RAKAZO_TEST_PG_URL")
-        .unwrap_or_else(|_| control_plane::db::testing::DEFAULT_PG_URL.into());
-    let schema = format!("rk_sys_{}", hex::encode(rand::random::<[u8; 6]>()));
-    let admin = control_plane::db::Db::connect(&base).await?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(admin.pool())
-        .await?;
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let schema = tests::replicas::fresh_pg().await?;
+    let url = schema.url().to_owned();
     let mut w = World::start_with(WorldOptions {
         database_url: Some(url),
         ..Default::default()
@@ -429,9 +421,8 @@ async fn the_control_plane_runs_on_postgres() -> Result<()> {
         .await?;
     assert_eq!(l["lease"], "r:1");
     w.check_log()?;
+    // The server goes before its schema.
     drop(w);
-    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(admin.pool())
-        .await?;
+    drop(schema);
     Ok(())
 }

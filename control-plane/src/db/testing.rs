@@ -41,6 +41,15 @@ pub async fn postgres(base_url: &str) -> Result<Db, DbError> {
 
 /// Like [`postgres`], but nothing is migrated: for tests of the migrations themselves.
 pub async fn postgres_empty(base_url: &str) -> Result<Db, DbError> {
+    let schema = postgres_schema(base_url).await?;
+    let db = Db::connect(schema.url()).await?;
+    Ok(db.with_fixture(Arc::new(schema)))
+}
+
+/// An empty schema `rk_<random>` in the database at `base_url`, dropped with the returned
+/// guard; [`PgSchema::url`] is a URL whose connections use it, for a control plane started
+/// on it (which migrates it itself).
+pub async fn postgres_schema(base_url: &str) -> Result<PgSchema, DbError> {
     let schema = format!("rk_{}", random_suffix());
     sqlx::any::install_default_drivers();
     let mut admin = AnyConnection::connect(base_url)
@@ -53,14 +62,13 @@ pub async fn postgres_empty(base_url: &str) -> Result<Db, DbError> {
         .execute(format!("CREATE SCHEMA {schema}").as_str())
         .await?;
     let _ = admin.close().await;
-    let guard = PgSchema {
-        base_url: base_url.to_owned(),
-        schema: schema.clone(),
-    };
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    let db = Db::connect(&url).await?;
-    Ok(db.with_fixture(Arc::new(guard)))
+    Ok(PgSchema {
+        base_url: base_url.to_owned(),
+        schema,
+        url,
+    })
 }
 
 /// 16 random lowercase hex characters: unique names for concurrent test fixtures.
@@ -77,9 +85,18 @@ impl Drop for TempDir {
     }
 }
 
-struct PgSchema {
+/// A throw-away PostgreSQL schema: dropped (with everything in it) when this is dropped.
+pub struct PgSchema {
     base_url: String,
     schema: String,
+    url: String,
+}
+
+impl PgSchema {
+    /// The database URL whose connections use the schema.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
 }
 
 impl Drop for PgSchema {
