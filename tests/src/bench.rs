@@ -23,3 +23,23 @@ pub fn arg(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Whether `--smoke` was given: a few runs of everything, seconds to a minute in all, so that CI
+/// runs every bench (its timings printed, never asserted) and none can rot unnoticed.
+pub fn smoke() -> bool {
+    std::env::args().any(|a| a == "--smoke")
+}
+
+/// `full`, or `tiny` in a smoke run.
+pub fn size<T>(full: T, tiny: T) -> T {
+    if smoke() {
+        tiny
+    } else {
+        full
+    }
+}
+
+/// The command line after the program's name, without `--smoke`.
+pub fn args() -> impl Iterator<Item = String> {
+    std::env::args().skip(1).filter(|a| a != "--smoke")
+}

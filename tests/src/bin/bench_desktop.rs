@@ -27,6 +27,8 @@
 //!
 //! Usage: `target/release/bench_desktop [--observe-runs N] [--anchor-runs N] [--click-runs N]
 //! [--xdotool-runs N] [--start-runs N] [--api-runs N] [--desktops N] [--bin-dir DIR]`.
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use base64::Engine as _;
@@ -45,7 +47,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use tests::bench::{ms, now};
+use tests::bench::{args as bench_args, ms, now, size};
 use tests::fixture::Fixture;
 use tests::{pids_with_env, wait_for};
 
@@ -152,20 +154,20 @@ impl Options {
     fn parse() -> Result<Self> {
         let exe = std::env::current_exe().context("path of this executable")?;
         let mut o = Options {
-            observe_runs: 100,
-            anchor_runs: 20,
-            click_runs: 200,
-            xdotool_runs: 50,
-            start_runs: 10,
-            api_runs: 50,
-            desktops: 10,
+            observe_runs: size(100, 4),
+            anchor_runs: size(20, 2),
+            click_runs: size(200, 4),
+            xdotool_runs: size(50, 2),
+            start_runs: size(10, 1),
+            api_runs: size(50, 3),
+            desktops: size(10, 2),
             // A binary lives in <target>/<profile>, beside `rakazo` and `rakazo-guest`.
             bin_dir: exe
                 .parent()
                 .ok_or_else(|| anyhow!("executable has no directory"))?
                 .to_path_buf(),
         };
-        let mut args = std::env::args().skip(1);
+        let mut args = bench_args();
         while let Some(flag) = args.next() {
             let mut value = || args.next().ok_or_else(|| anyhow!("{flag} needs a value"));
             match flag.as_str() {
@@ -695,6 +697,9 @@ struct Server {
     computer: String,
     /// Desktop processes seen (pid, command line), killed at the end if they outlive the stop.
     seen: Vec<(i32, String)>,
+    /// Every execution lease taken, `(bot, lease)`: released before the stop, which refuses to
+    /// checkpoint a home under held leases.
+    leases: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl Server {
@@ -743,6 +748,7 @@ impl Server {
             nodelay: RawClient::new("http://127.0.0.1:1", ""),
             computer: String::new(),
             seen: Vec::new(),
+            leases: std::sync::Mutex::new(Vec::new()),
         };
         let addresses = server.data_dir.path().join("data/addresses.json");
         let text = wait_for(Duration::from_secs(30), "addresses.json", || {
@@ -807,10 +813,34 @@ impl Server {
                 serde_json::json!({ "owner": format!("bench-{bot}"), "ttl_ms": LEASE_TTL_MS }),
             )
             .await?;
-        Ok(v["lease"]
+        let lease = v["lease"]
             .as_str()
             .ok_or_else(|| anyhow!("no lease in {v}"))?
-            .to_string())
+            .to_string();
+        self.leases
+            .lock()
+            .map_err(|_| anyhow!("lease list poisoned"))?
+            .push((bot.to_string(), lease.clone()));
+        Ok(lease)
+    }
+
+    /// Releases every lease [`Server::lease`] took (the runs are over).
+    async fn release_leases(&self) -> Result<()> {
+        let leases = std::mem::take(
+            &mut *self
+                .leases
+                .lock()
+                .map_err(|_| anyhow!("lease list poisoned"))?,
+        );
+        for (bot, lease) in leases {
+            self.post(
+                &format!("/v1/computers/{}/leases/{bot}/release", self.computer),
+                serde_json::json!({ "lease": lease, "outcome": "success" }),
+            )
+            .await
+            .with_context(|| format!("release the lease of {bot}"))?;
+        }
+        Ok(())
     }
 
     fn screen_path(&self, bot: &str, action: &str) -> String {
@@ -1040,7 +1070,10 @@ fn via_index(via: Via) -> usize {
 async fn measure_api(fx: &Fixture, opts: &Options) -> Result<ApiRuns> {
     let mut server = Server::start(&opts.bin_dir).await?;
     let result = measure_api_on(&mut server, fx, opts).await;
-    // Stop the computer through the API, so the guest closes every Chrome through CDP.
+    // The runs are over: their leases go first (a stop checkpoints the home, which it refuses
+    // under held leases). Then stop the computer through the API, so the guest closes every
+    // Chrome through CDP.
+    let released = server.release_leases().await;
     let t = now();
     let stopped = server
         .post(
@@ -1053,6 +1086,7 @@ async fn measure_api(fx: &Fixture, opts: &Options) -> Result<ApiRuns> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let leftovers = server.kill_leftovers();
     let mut r = result?;
+    released?;
     stopped.context("stop the computer")?;
     r.stop = stop;
     r.leftovers = leftovers;

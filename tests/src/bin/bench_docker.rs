@@ -11,11 +11,13 @@
 //!
 //! `cargo run --release -p tests --bin bench_docker -- [--runs N] [--fleet N]`; needs the engine
 //! (`bash scripts/podman.sh start`) and the static guest built in the same profile.
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{bail, Context, Result};
 use hyper::Method;
 use std::time::Duration;
-use tests::bench::{arg, ms, now};
+use tests::bench::{arg, ms, now, size};
 use tests::{engine, World, WorldOptions};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -96,8 +98,8 @@ async fn ensure(w: &World, c: &str, bot: &str) -> Result<Duration> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs = arg("--runs", 5);
-    let fleet = arg("--fleet", 10);
+    let runs = arg("--runs", size(5, 1));
+    let fleet = arg("--fleet", size(10, 2));
     engine::require_engine()?;
     let image = engine::image()?;
     println!("image {image}, {runs} runs, fleet of {fleet}");

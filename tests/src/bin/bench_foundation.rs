@@ -25,6 +25,8 @@
 //! Usage: `target/release/bench_foundation [--exec-runs N] [--warmups N] [--mib N]
 //! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only]`; `--quic-only`
 //! measures only the tunnel's ceiling (and its TCP anchor).
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use bytes::Bytes;
@@ -42,7 +44,7 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
-use tests::bench::{ms, now};
+use tests::bench::{args as bench_args, ms, now, size};
 use tests::procstat::{cpu_ticks, TICKS_PER_SEC};
 use tests::{pids_with_env, wait_for, ExecOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,10 +67,10 @@ impl Options {
     fn parse() -> Result<Self> {
         let exe = std::env::current_exe().context("path of this executable")?;
         let mut o = Options {
-            exec_runs: 300,
-            warmups: 20,
-            mib: 256,
-            transfer_runs: 3,
+            exec_runs: size(300, 20),
+            warmups: size(20, 2),
+            mib: size(256, 8),
+            transfer_runs: size(3, 1),
             home_parents: Vec::new(),
             // A binary lives in <target>/<profile>, beside `rakazo` and `rakazo-guest`.
             bin_dir: exe
@@ -77,7 +79,7 @@ impl Options {
                 .to_path_buf(),
             quic_only: false,
         };
-        let mut args = std::env::args().skip(1);
+        let mut args = bench_args();
         while let Some(flag) = args.next() {
             let mut value = || args.next().ok_or_else(|| anyhow!("{flag} needs a value"));
             match flag.as_str() {

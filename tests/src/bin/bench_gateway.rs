@@ -22,6 +22,8 @@
 //!
 //! Usage: `target/release/bench_gateway [--latency-runs N] [--scroll-secs S] [--rounds N]
 //! [--term-mb N] [--keys N]`.
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::ScreenRequest;
@@ -38,6 +40,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
+use tests::bench::size;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use x11rb::connection::Connection as _;
@@ -64,13 +67,13 @@ struct Args {
 
 fn args() -> Result<Args> {
     let mut a = Args {
-        latency_runs: 60,
-        scroll_secs: 3,
-        rounds: 2,
-        term_mb: 200,
-        keys: 200,
+        latency_runs: size(60, 5),
+        scroll_secs: size(3, 1),
+        rounds: size(2, 1),
+        term_mb: size(200, 4),
+        keys: size(200, 10),
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = tests::bench::args();
     while let Some(flag) = it.next() {
         let mut value = || -> Result<u64> {
             it.next()

@@ -9,12 +9,14 @@
 //!   refusal costs, and that it reads nothing large.
 //!
 //! `cargo run --release -p tests --bin bench_hardening -- [--runs N] [--slow N]`
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tests::bench::{arg, ms, now};
+use tests::bench::{arg, ms, now, size};
 use tests::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -73,8 +75,8 @@ async fn exec_true(w: &World, c: &str) -> Result<Duration> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let runs = arg("--runs", 100);
-    let slow = arg("--slow", 300);
+    let runs = arg("--runs", size(100, 5));
+    let slow = arg("--slow", size(300, 10));
     let mut w = World::start().await?;
     // Expected here: the quota refusals, and (past the connection cap) the cap's summary.
     w.allow_warn("home checkpoint failed; the previous revision stays current");

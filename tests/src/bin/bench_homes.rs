@@ -11,6 +11,8 @@
 //! Run in release, after building the binaries it starts:
 //! `cargo build --release -p control-plane -p guest-agent -p homes -p tests --bin rakazo
 //! --bin rakazo-guest --bin bench_seal --bin bench_homes && ./target/release/bench_homes`.
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
@@ -22,7 +24,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tests::bench::now;
+use tests::bench::{args as bench_args, now, size};
 use tests::garage::Garage;
 use tests::procstat::cpu_s;
 use tests::s3::S3Server;
@@ -192,8 +194,9 @@ fn sealing_speed() -> String {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
-    let (mut mib, mut garage_bin, mut parts) = (1024usize, None::<std::path::PathBuf>, None);
-    let mut args = std::env::args().skip(1);
+    let (mut mib, mut garage_bin, mut parts) =
+        (size(1024usize, 16), None::<std::path::PathBuf>, None);
+    let mut args = bench_args();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--garage" => garage_bin = Some(args.next().context("--garage needs a path")?.into()),

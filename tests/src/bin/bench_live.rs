@@ -20,15 +20,18 @@
 //! Timings are printed, never asserted. Usage: `target/release/bench_live [--latency-runs N]
 //! [--scroll-secs S] [--terminal-mib M] [--echo-runs N] [--terminal-only 1]` (the last skips
 //! 1 and 2).
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use gateway_proto::termframe::encode_input;
 use http_body_util::BodyExt;
 use hyper::Method;
+use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::Duration;
-use tests::bench::ms;
+use tests::bench::{ms, size};
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, RawIo, Rfb, RfbIo, WsBytes};
 use tests::procstat::cpu_s;
@@ -75,13 +78,13 @@ struct Args {
 
 fn args() -> Result<Args> {
     let mut a = Args {
-        latency_runs: 30,
-        scroll_secs: 5,
-        terminal_mib: 200,
-        echo_runs: 50,
+        latency_runs: size(30, 3),
+        scroll_secs: size(5, 1),
+        terminal_mib: size(200, 4),
+        echo_runs: size(50, 5),
         terminal_only: false,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = tests::bench::args();
     while let Some(flag) = it.next() {
         let v = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -134,7 +137,25 @@ impl DirectVnc {
     async fn start(d: &Display) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("direct.sock");
-        let child = tokio::process::Command::new("x11vnc")
+        // As the display's own user (the computer's, when the control plane is root), like the
+        // guest's x11vnc: the X server attaches only shared memory its user may read, so a
+        // root x11vnc's MIT-SHM attach would be refused.
+        let owner = std::fs::metadata(&d.xauthority).context("the display's Xauthority")?;
+        let (uid, gid) = (owner.uid(), owner.gid());
+        let mut cmd = if uid == nix::unistd::geteuid().as_raw() {
+            tokio::process::Command::new("x11vnc")
+        } else {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+            let mut c = tokio::process::Command::new("setpriv");
+            c.args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={gid}"),
+                "--clear-groups",
+                "x11vnc",
+            ]);
+            c
+        };
+        let child = cmd
             .args(["-display", &format!(":{}", d.num), "-auth", &d.xauthority])
             .arg("-unixsock")
             .arg(&socket)

@@ -22,6 +22,8 @@
 //! Usage: `target/release/bench_page [--runs N] [--warmup N] [--cold-runs N] [--node-dir DIR]
 //! [--no-node]`, from the workspace root (the default node dir is `tests/bench/page`, which
 //! needs `npm ci` first).
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{bail, ensure, Context, Result};
 use gateway_proto::page::{MAX_ELEMENTS, MAX_TEXT_CHARS};
@@ -32,7 +34,7 @@ use guest_agent::pagebrowser::{PageBrowser, MAX_SNAPSHOT_BYTES};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
-use tests::bench::now;
+use tests::bench::{args as bench_args, now, size};
 use tests::fixture::Fixture;
 
 /// The bench's displays start here, away from the guest's slots and the other benches.
@@ -50,13 +52,13 @@ struct Options {
 
 fn options() -> Result<Options> {
     let mut o = Options {
-        runs: 50,
-        warmup: 5,
-        cold_runs: 10,
+        runs: size(50, 3),
+        warmup: size(5, 1),
+        cold_runs: size(10, 1),
         node_dir: PathBuf::from("tests/bench/page"),
         node: true,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = bench_args();
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {

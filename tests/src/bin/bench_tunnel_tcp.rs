@@ -17,12 +17,14 @@
 //! `cargo build --release -p control-plane -p guest-agent -p tests --bins &&
 //!  target/release/bench_tunnel_tcp [--rtt-runs N] [--mib N] [--bulk-runs N] [--exec-runs N]
 //!  [--file-mib N]`
+//!
+//! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tests::bench::{arg, ms, now};
+use tests::bench::{arg, ms, now, size};
 use tests::{udp_black_hole, World, WorldOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -496,11 +498,11 @@ async fn main() -> Result<()> {
     if tests::tcp_only_tunnel().is_some() {
         bail!("unset RAKAZO_TEST_TUNNEL: this bench compares both transports itself");
     }
-    let rtt_runs = arg("--rtt-runs", 2000);
-    let mib = arg("--mib", 256);
-    let bulk_runs = arg("--bulk-runs", 3);
-    let exec_runs = arg("--exec-runs", 300);
-    let file_mib = arg("--file-mib", 64);
+    let rtt_runs = arg("--rtt-runs", size(2000, 50));
+    let mib = arg("--mib", size(256, 8));
+    let bulk_runs = arg("--bulk-runs", size(3, 1));
+    let exec_runs = arg("--exec-runs", size(300, 20));
+    let file_mib = arg("--file-mib", size(64, 4));
     ensure!(
         rtt_runs > 0 && mib > 0 && bulk_runs > 0 && exec_runs > 0 && file_mib > 0,
         "counts must be positive"
