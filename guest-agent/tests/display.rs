@@ -408,6 +408,12 @@ async fn capture_is_a_1280x800_png_with_a_stable_frame_id() -> Result<()> {
         first.frame_id, second.frame_id,
         "unchanged screen, new frame id"
     );
+    assert_eq!(second.png, first.png);
+    assert_eq!(
+        capturer.encodes(),
+        1,
+        "an unchanged screen was encoded again"
+    );
 
     // Timings (debug build): capture alone, encode alone, the whole observation.
     const N: u32 = 10;
@@ -472,6 +478,8 @@ async fn a_drawn_window_changes_the_frame_id() -> Result<()> {
     )?;
     let after = capturer.observe()?;
     assert_ne!(before.frame_id, after.frame_id);
+    assert_eq!(capturer.encodes(), 2, "a changed screen is encoded");
+    assert_eq!(after.frame_id, frame_id(&after.png));
 
     let frame = capturer.capture()?;
     let pixel = |x: usize, y: usize| {
