@@ -316,33 +316,68 @@ async fn initialize(w: &World, path: &str, token: &str) -> Option<(hyper::Status
     }
 }
 
+/// The README's MCP command (`## Connecting an MCP client`), as written: its arguments after
+/// `rakazo`, with `c-...` standing for the computer.
+fn readme_mcp_command() -> Result<Vec<String>> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))?;
+    let line = readme
+        .split_once("## Connecting an MCP client")
+        .and_then(|(_, rest)| rest.split_once("```sh\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block.trim())
+        .context("README.md has no MCP block")?;
+    let code = line.split_once(" #").map_or(line, |(c, _)| c).trim();
+    let args = code
+        .strip_prefix("rakazo ")
+        .context("the README's MCP line is no rakazo command")?;
+    Ok(args.split_whitespace().map(String::from).collect())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
     let mut w = World::start().await?;
     let a = w.create_computer("ws-mcp-a").await?;
     let b = w.create_computer("ws-mcp-b").await?;
-    let minted = w
-        .post(
-            &format!("/v1/computers/{a}/mcp-tokens/bot-x"),
-            serde_json::json!({ "ttl_secs": 600 }),
-        )
-        .await?;
-    let token = minted["token"].as_str().unwrap_or_default().to_string();
+    // The README's line, through the real binary: the endpoint URL, then the token.
+    let args: Vec<String> = readme_mcp_command()?
+        .into_iter()
+        .map(|arg| if arg == "c-..." { a.clone() } else { arg })
+        .collect();
+    assert_eq!(args[..4], ["mcp", "token", a.as_str(), "bot-1"]);
+    let out = tokio::process::Command::new(tests::bin("rakazo"))
+        .args(&args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("RAKAZO_URL", &w.http)
+        .env("RAKAZO_TOKEN", w.api_token())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out).await??;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout)?;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0], format!("{}/v1/mcp/{a}/bot-1", w.http));
+    let token = lines[1].to_string();
     w.add_secret(&token);
     let forbidden = Some((hyper::StatusCode::FORBIDDEN, "forbidden".to_string()));
     assert_eq!(
-        initialize(&w, &format!("/v1/mcp/{b}/bot-x"), &token).await,
+        initialize(&w, &format!("/v1/mcp/{b}/bot-1"), &token).await,
         forbidden,
         "computer B"
     );
     assert_eq!(
-        initialize(&w, &format!("/v1/mcp/{a}/bot-y"), &token).await,
+        initialize(&w, &format!("/v1/mcp/{a}/bot-2"), &token).await,
         forbidden,
-        "bot y"
+        "bot 2"
     );
     // Nothing was leased on B or for y.
-    assert!(lease(&w, &b, "bot-x").await?.is_none());
-    assert!(lease(&w, &a, "bot-y").await?.is_none());
+    assert!(lease(&w, &b, "bot-1").await?.is_none());
+    assert!(lease(&w, &a, "bot-2").await?.is_none());
     // The session token is no API token, and no other sealed token is a session token.
     let as_api = Client::new(w.http.clone(), Secret::new(token.clone()));
     match as_api.json(hyper::Method::GET, "/v1/computers", None).await {
@@ -351,7 +386,7 @@ async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
     }
     let view = w
         .post(
-            &format!("/v1/computers/{a}/screens/bot-x/url"),
+            &format!("/v1/computers/{a}/screens/bot-1/url"),
             serde_json::json!({}),
         )
         .await?;
@@ -363,7 +398,7 @@ async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
     w.add_secret(&cap);
     let unauthorized = Some((hyper::StatusCode::UNAUTHORIZED, "unauthorized".to_string()));
     assert_eq!(
-        initialize(&w, &format!("/v1/mcp/{a}/bot-x"), &cap).await,
+        initialize(&w, &format!("/v1/mcp/{a}/bot-1"), &cap).await,
         unauthorized
     );
     let mut tampered = token.clone().into_bytes();
@@ -372,7 +407,7 @@ async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
     assert_eq!(
         initialize(
             &w,
-            &format!("/v1/mcp/{a}/bot-x"),
+            &format!("/v1/mcp/{a}/bot-1"),
             &String::from_utf8(tampered)?
         )
         .await,
@@ -380,7 +415,7 @@ async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
     );
     // At its own endpoint the token passes authentication: the answer is rmcp's (this bare
     // request does not accept an event stream), not a refusal of the token.
-    let own = initialize(&w, &format!("/v1/mcp/{a}/bot-x"), &token).await;
+    let own = initialize(&w, &format!("/v1/mcp/{a}/bot-1"), &token).await;
     assert!(
         !matches!(own, Some((s, _)) if s == hyper::StatusCode::UNAUTHORIZED || s == hyper::StatusCode::FORBIDDEN),
         "{own:?}"

@@ -7,8 +7,9 @@
 //!
 //! One file per area of the API, each owning its subcommands and their bodies: [`computer`],
 //! [`exec`], [`files`], [`lease`], [`screen`] (screens, terminals, observe and act), [`browser`],
-//! [`home`], [`activity`], [`mcp`] (session tokens); [`serve`] runs the control plane itself. This file holds the top-level parser, the
-//! global flags, finding the server and token, and the shared printing.
+//! [`home`], [`activity`], [`mcp`] (session tokens); [`serve`] runs the control plane itself.
+//! This file holds the top-level parser, the global flags, finding the server and token, and the
+//! shared printing.
 
 pub mod activity;
 pub mod browser;
