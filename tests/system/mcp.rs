@@ -45,7 +45,7 @@ fn python() -> PathBuf {
 }
 
 /// Runs `tests/scripts/mcp_client.py` with `plan` on stdin (it holds tokens: never argv);
-/// returns its JSON report.
+/// returns its JSON report, with what the client logged on stderr as `stderr`.
 async fn client(plan: serde_json::Value) -> Result<serde_json::Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/mcp_client.py");
     let mut child = tokio::process::Command::new(python())
@@ -69,12 +69,14 @@ async fn client(plan: serde_json::Value) -> Result<serde_json::Value> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    serde_json::from_slice(&out.stdout).with_context(|| {
+    let mut report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
             "the MCP client printed no JSON: {}",
             String::from_utf8_lossy(&out.stdout)
         )
-    })
+    })?;
+    report["stderr"] = String::from_utf8_lossy(&out.stderr).into();
+    Ok(report)
 }
 
 /// `rakazo <args> --json` through the real binary with the world's API token.
@@ -283,7 +285,10 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     let written = std::fs::read_to_string(w.home_of(&c).join("notes/mcp.txt"))?;
     assert_eq!(written, "written over mcp\n");
 
-    // The session ended (the client's DELETE): the lease is released, with outcome success.
+    // The session ended (the client's DELETE, which it saw succeed): the lease is released,
+    // with outcome success.
+    let stderr = report["stderr"].as_str().unwrap_or_default();
+    assert!(!stderr.contains("termination failed"), "{stderr}");
     lease_released(&w, &c, "bot-m", Duration::from_secs(10)).await?;
     released_with(&w, "Success").await?;
     // The bot's actions are in the activity feed, as through the HTTP API.

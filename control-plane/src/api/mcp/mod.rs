@@ -136,10 +136,16 @@ pub async fn serve(
     let service =
         StreamableHttpService::new(factory, api.mcp.sessions.clone(), api.mcp.rmcp.clone());
     let service = hyper_util::service::TowerToHyperService::new(service);
-    let resp = match hyper::service::Service::call(&service, req).await {
+    let delete = req.method() == Method::DELETE;
+    let mut resp = match hyper::service::Service::call(&service, req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
     };
+    // rmcp accepts a session's DELETE with 202; clients (PyPI's `mcp`) take only 200 or 204 as
+    // "terminated" and warn otherwise. The session is closed by then: say so plainly.
+    if delete && resp.status() == StatusCode::ACCEPTED {
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
     Ok(resp.map(|body| body.map_err(|never| match never {}).boxed()))
 }
 
