@@ -47,7 +47,17 @@ async def call(client, name, args=None):
 async def flow(plan):
     report = {}
     headers = {"Authorization": f"Bearer {plan['token']}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(90.0)) as http:
+    session_ids = []
+
+    async def remember_session(response):
+        sid = response.headers.get("mcp-session-id")
+        if sid and sid not in session_ids:
+            session_ids.append(sid)
+
+    hooks = {"response": [remember_session]}
+    async with httpx2.AsyncClient(
+        headers=headers, timeout=httpx2.Timeout(90.0), event_hooks=hooks
+    ) as http:
         transport = streamable_http_client(plan["endpoint"], http_client=http)
         async with Client(transport, mode="legacy") as client:
             report["protocol"] = client.protocol_version
@@ -123,6 +133,27 @@ async def flow(plan):
                 client, "write_file", {"path": "notes/mcp.txt", "content": "written over mcp\n"}
             )
             report["write"] = {"error": wrote.is_error, "text": texts(wrote)}
+
+            # The live session's id, sent to another bot's endpoint with the API token: the
+            # session belongs to its own endpoint only.
+            report["session_ids"] = len(session_ids)
+            hijack = await http.post(
+                plan["other_endpoint"],
+                headers={
+                    "Authorization": f"Bearer {plan['api_token']}",
+                    "Accept": "application/json, text/event-stream",
+                    "Content-Type": "application/json",
+                    "mcp-session-id": session_ids[0],
+                    "mcp-protocol-version": "2025-11-25",
+                },
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 99,
+                    "method": "tools/call",
+                    "params": {"name": "shell", "arguments": {"command": "echo hijacked"}},
+                },
+            )
+            report["hijack"] = {"status": hijack.status_code, "body": hijack.text[:500]}
     report["lease_after"] = lease_of(plan)
     return report
 

@@ -174,6 +174,7 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
 
     let report = client(serde_json::json!({
         "endpoint": format!("{}{}", w.http, minted["path"].as_str().unwrap_or_default()),
+        "other_endpoint": format!("{}/v1/mcp/{c}/bot-other", w.http),
         "token": token,
         "page": page,
         "csv": "report.csv",
@@ -284,6 +285,11 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     assert_eq!(report["write"]["error"], false, "{}", report["write"]);
     let written = std::fs::read_to_string(w.home_of(&c).join("notes/mcp.txt"))?;
     assert_eq!(written, "written over mcp\n");
+    // The live session's id at another bot's endpoint (with the API token) is an unknown
+    // session there: nothing ran, nothing was leased for that bot.
+    assert_eq!(report["session_ids"], 1, "{report}");
+    assert_eq!(report["hijack"]["status"], 404, "{}", report["hijack"]);
+    assert!(lease(&w, &c, "bot-other").await?.is_none());
 
     // The session ended (the client's DELETE, which it saw succeed): the lease is released,
     // with outcome success.
@@ -303,6 +309,7 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
         .to_string();
     assert!(feed.contains("hello from mcp"), "{feed}");
     assert!(feed.contains("notes/mcp.txt"), "{feed}");
+    assert!(!feed.contains("hijacked"), "{feed}");
     w.check_log()
 }
 
