@@ -40,3 +40,16 @@ if ! python3 -c 'import prometheus_client' 2>/dev/null; then
     $SUDO apt-get install -y -qq python3-prometheus-client >/dev/null
   }
 fi
+# The official MCP Python client the MCP system test drives the server with
+# (tests/scripts/mcp_client.py): PyPI's `mcp`, pinned, in a venv cached outside the checkout
+# (tests/system/mcp.rs looks for it there, or at RAKAZO_MCP_PYTHON).
+mcp_venv="${HOME}/.cache/rakazo/mcp-venv"
+if ! "$mcp_venv/bin/python" -c 'import mcp' 2>/dev/null; then
+  # Debian's python3 makes venvs only with python3-venv installed.
+  python3 -m venv "$mcp_venv" 2>/dev/null || {
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$mcp_venv"
+  }
+  "$mcp_venv/bin/pip" install --quiet 'mcp==2.3.0'
+fi

@@ -20,6 +20,7 @@ pub mod image;
 pub mod jobs;
 pub mod lease;
 pub mod live;
+pub mod mcp;
 pub mod metrics;
 pub mod provider_set;
 pub mod schema;

@@ -75,6 +75,8 @@ pub struct ServeConfig {
     pub jobs: crate::jobs::JobConfig,
     /// Live screens (the control lease's TTL).
     pub live: crate::live::LiveConfig,
+    /// The MCP endpoint (allowed hosts, session idle time).
+    pub mcp: crate::mcp::McpConfig,
     /// The HTTP listener: timeouts, connection cap, TLS.
     pub http: crate::api::HttpConfig,
     /// Replicas on PostgreSQL: the peer link, claims, liveness.
@@ -418,7 +420,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);
     let api = Api::new(core, &token, cfg.limits, live)
         .with_https(api_tls.is_some())
-        .with_tunnel_carrier(tunnel_carrier);
+        .with_tunnel_carrier(tunnel_carrier)
+        .with_mcp(&cfg.mcp);
     api::serve(
         listener,
         Arc::new(api),

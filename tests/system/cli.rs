@@ -46,7 +46,8 @@
 //! | `rakazo home purge team-acme`                                  | `cli_checkpoints_browses_restores_and_purges_a_home` |
 //!
 //! The README's file hand-overs after the tour (`files upload … --control`, `files attach …
-//! --bot --lease`) run in `cli_uploads_for_the_user_and_attaches_for_the_bot`.
+//! --bot --lease`) run in `cli_uploads_for_the_user_and_attaches_for_the_bot`; its MCP line
+//! (`mcp token … --ttl-secs`), as written, in `mcp::a_session_token_opens_only_its_own_computer_and_bot`.
 //!
 //! Beyond the tour: `screen list`, `lease show`/`renew`/`release --outcome`, `home reconcile`,
 //! `files cat --max-bytes`, `exec --cwd/--env/--json`, the global `--url`/`--token-file`/

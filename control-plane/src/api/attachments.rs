@@ -197,7 +197,13 @@ async fn write_upload(
         no_replace: true,
     };
     let guest = api.core.guest_for(id, &wreq).await?;
-    write_to(guest, wreq, size, req).await
+    write_to(
+        guest,
+        wreq,
+        size,
+        http_body_util::BodyExt::into_data_stream(req.into_body()),
+    )
+    .await
 }
 
 /// `POST /v1/computers/{id}/files/attach` `{path, bot, lease}`: the bot's file as a download URL.

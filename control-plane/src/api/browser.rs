@@ -14,6 +14,7 @@ use gateway_proto::page::{
     self, validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, SnapshotRequest,
     FALLBACK,
 };
+use gateway_proto::BotId;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use std::sync::Arc;
@@ -59,13 +60,12 @@ fn snapshot(s: page::Snapshot) -> Snapshot {
 }
 
 /// A successful page tool's answer; a browser_act's also says how many steps completed.
-fn snapshot_answer(s: page::Snapshot, completed: Option<usize>) -> Response<RespBody> {
-    let done = PageResult::Done(PageDone {
+fn snapshot_answer(s: page::Snapshot, completed: Option<usize>) -> PageResult {
+    PageResult::Done(PageDone {
         ok: true,
         snapshot: snapshot(s),
         completed,
-    });
-    json_response(StatusCode::OK, &done)
+    })
 }
 
 pub async fn handle(
@@ -76,6 +76,19 @@ pub async fn handle(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, PageRequest) = bot_json(bot, req).await?;
+    let result = run(api, id, bot, action, body).await?;
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// One page tool (`navigate`, `snapshot` or `act`) for `bot`: the operation behind
+/// `POST …/browser/{bot}/{action}` and MCP's `browser_*` tools.
+pub(super) async fn run(
+    api: &Arc<Api>,
+    id: &str,
+    bot: BotId,
+    action: &str,
+    body: PageRequest,
+) -> Result<PageResult, ApiError> {
     let lease = parse_lease(&body.lease)?;
     match action {
         "navigate" => {
@@ -110,16 +123,13 @@ pub async fn handle(
                 .await?
             {
                 Ok(page) => Ok(snapshot_answer(page, Some(completed))),
-                Err(f) => Ok(json_response(
-                    StatusCode::OK,
-                    &PageResult::Failed(PageFailed {
-                        ok: false,
-                        completed: f.completed,
-                        uncertain: f.uncertain,
-                        error: f.error,
-                        fallback: FALLBACK.to_string(),
-                    }),
-                )),
+                Err(f) => Ok(PageResult::Failed(PageFailed {
+                    ok: false,
+                    completed: f.completed,
+                    uncertain: f.uncertain,
+                    error: f.error,
+                    fallback: FALLBACK.to_string(),
+                })),
             }
         }
         other => Err(ApiError::not_found(format!(

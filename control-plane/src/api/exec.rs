@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 /// Content type of a streamed-stdin exec request.
 pub const EXEC_STREAM_CONTENT_TYPE: &str = "application/vnd.rakazo.exec-stream";
 /// Longest timeout a caller may ask for: a day.
-const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+pub(super) const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Where stdin comes from.
 enum Stdin {
@@ -92,6 +92,39 @@ pub async fn exec(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (body, stdin) = parse(req).await?;
+    let (exec, record) = start(api, id, body, !matches!(stdin, Stdin::None)).await?;
+    let (tx, body) = ChannelBody::new(32);
+    // What the stream reports after the 200 (a lost tunnel, a timeout) is the operation's
+    // outcome in the metrics.
+    let late = LateOutcome::default();
+    let activity = api.core.activity.clone();
+    let relay_late = late.clone();
+    tokio::spawn(async move {
+        let mut tail = Tail::default();
+        let outcome = relay(exec, stdin, tx, relay_late, &mut tail).await;
+        // The client has its answer (the relay dropped its sender): record now.
+        activity.command(&record, outcome, Some(&tail)).await;
+    });
+    let mut resp = Response::new(body.boxed());
+    resp.extensions_mut().insert(late);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    *resp.status_mut() = StatusCode::OK;
+    Ok(resp)
+}
+
+/// Starts a command: validates `body`, starts it on the guest (with stdin to come when
+/// `stdin`), and returns it with its feed record, which the caller writes once the command
+/// ends; a command that fails to start is recorded here. The operation behind
+/// `POST …/exec` and MCP's `shell`.
+pub(super) async fn start(
+    api: &Arc<Api>,
+    id: &str,
+    body: ExecSpec,
+    stdin: bool,
+) -> Result<(Exec, CommandStart), ApiError> {
     if body.argv.is_empty() {
         return Err(ApiError::bad_request("argv must not be empty"));
     }
@@ -121,7 +154,7 @@ pub async fn exec(
         cwd: body.cwd,
         env: body.env.into_iter().collect(),
         timeout_ms: body.timeout_ms,
-        stdin: !matches!(stdin, Stdin::None),
+        stdin,
         lease,
         start,
     };
@@ -132,8 +165,8 @@ pub async fn exec(
         Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
         Err(e) => Err(ApiError::from(e)),
     };
-    let exec = match exec {
-        Ok(exec) => exec,
+    match exec {
+        Ok(exec) => Ok((exec, record)),
         Err(e) => {
             let activity = api.core.activity.clone();
             let outcome = ExecOutcome {
@@ -142,29 +175,9 @@ pub async fn exec(
                 uncertain: e.uncertain,
             };
             tokio::spawn(async move { activity.command(&record, outcome, None).await });
-            return Err(e);
+            Err(e)
         }
-    };
-    let (tx, body) = ChannelBody::new(32);
-    // What the stream reports after the 200 (a lost tunnel, a timeout) is the operation's
-    // outcome in the metrics.
-    let late = LateOutcome::default();
-    let activity = api.core.activity.clone();
-    let relay_late = late.clone();
-    tokio::spawn(async move {
-        let mut tail = Tail::default();
-        let outcome = relay(exec, stdin, tx, relay_late, &mut tail).await;
-        // The client has its answer (the relay dropped its sender): record now.
-        activity.command(&record, outcome, Some(&tail)).await;
-    });
-    let mut resp = Response::new(body.boxed());
-    resp.extensions_mut().insert(late);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/x-ndjson"),
-    );
-    *resp.status_mut() = StatusCode::OK;
-    Ok(resp)
+    }
 }
 
 /// Where a bot of a computer of `kind` starts its commands and terminals when it names no
@@ -203,7 +216,7 @@ fn event_line(ev: &ExecEvent) -> Bytes {
 }
 
 /// What the feed says of a command the client left before it ended.
-fn client_gone() -> ExecOutcome {
+pub(super) fn client_gone() -> ExecOutcome {
     ExecOutcome {
         exit_code: None,
         error: Some("the client went away: the command was aborted".to_string()),
@@ -212,7 +225,7 @@ fn client_gone() -> ExecOutcome {
 }
 
 /// What the feed records of the command's last event (none: still running).
-fn outcome_of(ev: &ExecEvent, tail: &mut Tail) -> Option<ExecOutcome> {
+pub(super) fn outcome_of(ev: &ExecEvent, tail: &mut Tail) -> Option<ExecOutcome> {
     match ev {
         ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
             tail.push(b);

@@ -40,10 +40,18 @@ pub async fn list(
     id: &str,
     q: &HashMap<String, String>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let req = ListFiles {
-        path: path_of(q),
-        lease: lease_of(q)?,
-    };
+    let listing = list_entries(api, id, path_of(q), lease_of(q)?).await?;
+    Ok(json_response(StatusCode::OK, &listing))
+}
+
+/// A directory's entries: the operation behind `GET …/files` and MCP's `list_files`.
+pub(super) async fn list_entries(
+    api: &Arc<Api>,
+    id: &str,
+    path: String,
+    lease: Option<gateway_proto::BotLease>,
+) -> Result<FileList, ApiError> {
+    let req = ListFiles { path, lease };
     let entries = api
         .core
         .call(id, req)
@@ -59,7 +67,7 @@ pub async fn list(
             executable: e.executable,
         })
         .collect();
-    Ok(json_response(StatusCode::OK, &FileList { entries }))
+    Ok(FileList { entries })
 }
 
 pub async fn read(
@@ -69,19 +77,35 @@ pub async fn read(
 ) -> Result<Response<RespBody>, ApiError> {
     let lease = lease_of(q)?;
     let max_bytes = match q.get("max_bytes") {
-        Some(v) => v
-            .parse::<u64>()
-            .map_err(|_| ApiError::bad_request("max_bytes must be a non-negative integer"))?,
-        None => api.limits.max_read_bytes,
-    }
-    .min(api.limits.max_read_bytes);
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| ApiError::bad_request("max_bytes must be a non-negative integer"))?,
+        ),
+        None => None,
+    };
+    let (size, bytes) = open_read(api, id, path_of(q), max_bytes, lease).await?;
+    Ok(download_response(id.to_string(), size, bytes, None))
+}
+
+/// Opens a file for reading, at most `max_bytes` (default and ceiling: the API's read limit;
+/// a larger file is the guest's refusal, `computer file exceeds N bytes`): the operation behind
+/// `GET …/files/content` and MCP's `read_file`.
+pub(super) async fn open_read(
+    api: &Arc<Api>,
+    id: &str,
+    path: String,
+    max_bytes: Option<u64>,
+    lease: Option<gateway_proto::BotLease>,
+) -> Result<(u64, ByteStream), ApiError> {
+    let max_bytes = max_bytes
+        .unwrap_or(api.limits.max_read_bytes)
+        .min(api.limits.max_read_bytes);
     let req = ReadFile {
-        path: path_of(q),
+        path,
         max_bytes,
         lease,
     };
-    let (size, bytes) = api.core.guest_for(id, &req).await?.read_file(req).await?;
-    Ok(download_response(id.to_string(), size, bytes, None))
+    Ok(api.core.guest_for(id, &req).await?.read_file(req).await?)
 }
 
 /// Streams a file's `size` bytes from the guest as the response body; with `name`, as a
@@ -201,22 +225,46 @@ pub async fn write(
         Some(_) => return Err(ApiError::bad_request("executable must be true or false")),
     };
     let size = content_length(&req)?;
+    let written = write_file(
+        api,
+        id,
+        path_of(q),
+        executable,
+        lease,
+        size,
+        req.into_body().into_data_stream(),
+    )
+    .await?;
+    Ok(json_response(StatusCode::OK, &Written { written }))
+}
+
+/// Writes `size` bytes from `body` to `path` (bounded by the API's upload limit) and records
+/// the write in the feed: the operation behind `PUT …/files/content` and MCP's `write_file`.
+pub(super) async fn write_file<E>(
+    api: &Arc<Api>,
+    id: &str,
+    path: String,
+    executable: bool,
+    lease: Option<gateway_proto::BotLease>,
+    size: u64,
+    body: impl futures_util::Stream<Item = Result<bytes::Bytes, E>>,
+) -> Result<u64, ApiError> {
     if size > api.limits.max_upload_bytes {
         return Err(too_large(
             usize::try_from(api.limits.max_upload_bytes).unwrap_or(usize::MAX),
         ));
     }
     let bot = lease.as_ref().map(|l| l.bot.as_str().to_string());
-    let record = CommandStart::action(id, bot.as_deref(), CommandAction::WriteFile, path_of(q));
+    let record = CommandStart::action(id, bot.as_deref(), CommandAction::WriteFile, path.clone());
     let wreq = WriteFile {
-        path: path_of(q),
+        path,
         executable,
         size,
         lease,
         no_replace: false,
     };
     let result = match api.core.guest_for(id, &wreq).await {
-        Ok(guest) => write_to(guest, wreq, size, req).await,
+        Ok(guest) => write_to(guest, wreq, size, body).await,
         // No such computer: no feed to record in.
         Err(e @ crate::core::CoreError::NotFound(_)) => return Err(e.into()),
         Err(e) => Err(e.into()),
@@ -228,20 +276,17 @@ pub async fn write(
         Err(e) => Err((e.message.clone(), e.uncertain)),
     };
     tokio::spawn(async move { activity.action(&record, recorded).await });
-    result.map(|written| json_response(StatusCode::OK, &Written { written }))
+    result
 }
 
 /// Streams the upload to the guest; the bytes it committed.
-pub(super) async fn write_to(
+pub(super) async fn write_to<E>(
     guest: crate::guest::Guest,
     wreq: WriteFile,
     size: u64,
-    req: hyper::Request<Incoming>,
+    body: impl futures_util::Stream<Item = Result<bytes::Bytes, E>>,
 ) -> Result<u64, ApiError> {
-    match guest
-        .write_file(wreq, req.into_body().into_data_stream())
-        .await
-    {
+    match guest.write_file(wreq, body).await {
         Ok(written) => Ok(written),
         Err(SendError::Source { sent, .. } | SendError::TooShort { sent }) => Err(
             ApiError::bad_request(format!("upload ended after {sent} of {size} bytes")),

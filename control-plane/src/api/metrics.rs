@@ -85,6 +85,8 @@ pub fn op_kind(method: &Method, path: &str) -> Option<&'static str> {
         ["v1", "computers", _, "recover"] if m == Method::POST => "job.recover",
         ["v1", "computers", _, "jobs"] if m == Method::GET => "job.list",
         ["v1", "jobs", _] if m == Method::GET => "job.show",
+        ["v1", "mcp", _, _] => "mcp",
+        ["v1", "computers", _, "mcp-tokens", _] if m == Method::POST => "mcp.token",
         ["v1", "jobs", _, "release-interrupted"] if m == Method::POST => "job.release_interrupted",
         ["v1", ..] => "other",
         // Capability pages, their assets and anything outside /v1: not operations.

@@ -20,6 +20,7 @@ mod jobs;
 mod leases;
 pub mod listener;
 mod live;
+mod mcp;
 pub mod metrics;
 mod screens;
 pub(crate) mod tunnel_ws;
@@ -31,7 +32,7 @@ pub use listener::{serve, HttpArgs, HttpConfig};
 
 use crate::core::{Core, CoreError};
 use crate::tunnel::TunnelError;
-use body::{json_response, read_json};
+use body::{invalid_json, json_response, read_json};
 use gateway_proto::{BotId, BotLease, ErrorCode, LeaseToken, Secret};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -78,6 +79,8 @@ pub struct Api {
     https: bool,
     /// The tunnel's carrier, which takes `GET /v1/tunnel` websockets ([`tunnel_ws`]).
     tunnel_carrier: Option<carrier::Carrier>,
+    /// The MCP endpoint's sessions (`crate::mcp`).
+    mcp: mcp::Mcp,
 }
 
 impl Api {
@@ -94,7 +97,14 @@ impl Api {
             live,
             https: false,
             tunnel_carrier: None,
+            mcp: mcp::Mcp::default(),
         }
+    }
+
+    /// Serves MCP with `config` (allowed hosts, session idle time).
+    pub fn with_mcp(mut self, config: &crate::mcp::McpConfig) -> Self {
+        self.mcp = mcp::Mcp::new(config);
+        self
     }
 
     /// Marks the API as served over TLS (`--tls-cert`).
@@ -118,6 +128,7 @@ impl Api {
         }
     }
 
+    /// Whether the request carries the API token.
     fn authorized(&self, req: &Request<Incoming>) -> bool {
         let Some(value) = req.headers().get(header::AUTHORIZATION) else {
             return false;
@@ -188,6 +199,10 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
             &crate::schema::Health { ok: true },
         ));
     }
+    // MCP takes the API token or a session token scoped to its computer and bot.
+    if let ["v1", "mcp", id, bot] = segments.as_slice() {
+        return mcp::serve(api, id, bot, req).await;
+    }
     if !api.authorized(&req) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -201,22 +216,29 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
     let operation = match idle_use(&method, &segments) {
-        Some((id, refuse)) => Some(api.core.idle.enter(id, refuse).map_err(|_| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "computer_suspending",
-                format!(
-                    "computer {id} is being suspended after being idle (home checkpoint, then \
-                     stop); once it is stopped, start it again"
-                ),
-            )
-        })?),
+        Some((id, refuse)) => Some(enter_operation(api, id, refuse)?),
         None => None,
     };
     let resp = dispatch(api, req, &method, &path, &segments).await?;
     Ok(match operation {
         Some(op) => resp.map(|body| BodyExt::boxed(Operating { body, _op: op })),
         None => resp,
+    })
+}
+
+/// An operation on computer `id` begins: refused (with `refuse`) while idle suspension holds
+/// its claim, counted until the returned guard drops. HTTP routes and MCP tool calls pass here
+/// alike.
+fn enter_operation(api: &Api, id: &str, refuse: bool) -> Result<crate::idle::Operation, ApiError> {
+    api.core.idle.enter(id, refuse).map_err(|_| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "computer_suspending",
+            format!(
+                "computer {id} is being suspended after being idle (home checkpoint, then \
+                 stop); once it is stopped, start it again"
+            ),
+        )
     })
 }
 
@@ -360,6 +382,9 @@ async fn dispatch(
             browser::handle(api, id, bot, action, req).await
         }
         (&Method::GET, ["v1", "computers", id, "leases", bot]) => leases::get(api, id, bot).await,
+        (&Method::POST, ["v1", "computers", id, "mcp-tokens", bot]) => {
+            mcp::mint(api, id, bot, req).await
+        }
         (&Method::POST, ["v1", "computers", id, "leases", bot, action]) => {
             leases::act(api, id, bot, action, req).await
         }
@@ -374,6 +399,11 @@ async fn dispatch(
             "the API lives under /v1",
         )),
     }
+}
+
+/// One query parameter of a request.
+fn query_value(req: &Request<Incoming>, key: &str) -> Option<String> {
+    query_map(req).remove(key)
 }
 
 fn query_map(req: &Request<Incoming>) -> HashMap<String, String> {

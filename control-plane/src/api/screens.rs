@@ -131,6 +131,18 @@ pub async fn observe(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
+    let taken = observe_bot(api, id, bot, lease).await?;
+    Ok(json_response(StatusCode::OK, &taken))
+}
+
+/// computer_observe for `bot` under `lease`: the operation behind `POST …/observe` and MCP's
+/// `computer_observe`.
+pub(super) async fn observe_bot(
+    api: &Arc<Api>,
+    id: &str,
+    bot: BotId,
+    lease: LeaseToken,
+) -> Result<Observation, ApiError> {
     let req = ObserveRequest {
         bot: bot.clone(),
         lease,
@@ -142,7 +154,7 @@ pub async fn observe(
             Ok::<_, CoreError>(guest.observe(req.clone()).await?)
         })
         .await?;
-    Ok(json_response(StatusCode::OK, &observation(taken)))
+    Ok(observation(taken))
 }
 
 pub async fn act(
@@ -152,7 +164,19 @@ pub async fn act(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let bot = parse_bot(bot)?;
-    let (body, lease, actions) = read_batch(&read_json_bytes(req.into_body()).await?)?;
+    let result = act_batch(api, id, bot, &read_json_bytes(req.into_body()).await?).await?;
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// computer_act: a batch body (`{lease, actions, observe?, settle_ms?}`) read, validated, run
+/// and recorded; the operation behind `POST …/act` and MCP's `computer_act`.
+pub(super) async fn act_batch(
+    api: &Arc<Api>,
+    id: &str,
+    bot: BotId,
+    body: &[u8],
+) -> Result<ActResult, ApiError> {
+    let (body, lease, actions) = read_batch(body)?;
     validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
     // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
     // keys, typed text, which may be a password) are not.
@@ -196,7 +220,7 @@ pub async fn act(
         settled: outcome.settled,
         observation: taken.map(observation),
     };
-    Ok(json_response(StatusCode::OK, &result))
+    Ok(result)
 }
 
 /// The feed's lines of a batch: its `open` and `launch` actions.

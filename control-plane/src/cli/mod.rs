@@ -7,8 +7,9 @@
 //!
 //! One file per area of the API, each owning its subcommands and their bodies: [`computer`],
 //! [`exec`], [`files`], [`lease`], [`screen`] (screens, terminals, observe and act), [`browser`],
-//! [`home`], [`activity`]; [`serve`] runs the control plane itself. This file holds the top-level parser, the
-//! global flags, finding the server and token, and the shared printing.
+//! [`home`], [`activity`], [`mcp`] (session tokens); [`serve`] runs the control plane itself.
+//! This file holds the top-level parser, the global flags, finding the server and token, and the
+//! shared printing.
 
 pub mod activity;
 pub mod browser;
@@ -17,6 +18,7 @@ pub mod exec;
 pub mod files;
 pub mod home;
 pub mod lease;
+pub mod mcp;
 pub mod screen;
 pub mod serve;
 
@@ -26,6 +28,7 @@ pub use exec::ExecArgs;
 pub use files::FilesCmd;
 pub use home::HomeCmd;
 pub use lease::LeaseCmd;
+pub use mcp::McpCmd;
 pub use screen::{ActArgs, ObserveArgs, ScreenCmd, TerminalCmd};
 pub use serve::ServeArgs;
 
@@ -118,6 +121,9 @@ pub enum Command {
     Home(HomeCmd),
     /// A computer's activity feed: bots' commands and why it started or stopped (--follow: live).
     Activity(activity::ActivityArgs),
+    /// MCP session tokens: one computer and bot's MCP endpoint for an MCP client.
+    #[command(subcommand)]
+    Mcp(McpCmd),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -240,6 +246,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Image(cmd) => crate::image::run(cmd, g.json).await,
         Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
         Command::Activity(a) => activity::run(&g, a).await,
+        Command::Mcp(cmd) => mcp::run(&g, cmd).await,
     }
 }
 

@@ -86,6 +86,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub live: crate::live::LiveArgs,
     #[command(flatten)]
+    pub mcp: crate::mcp::McpArgs,
+    #[command(flatten)]
     pub providers: crate::provider_set::ProviderArgs,
     #[command(flatten)]
     pub http: crate::api::HttpArgs,
@@ -132,6 +134,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         activity: args.activity.resolve()?,
         jobs: args.jobs.resolve(),
         live: args.live.resolve()?,
+        mcp: args.mcp.resolve(args.http_addr)?,
         http: args.http.resolve()?,
         metrics_addr: args.metrics_addr,
         log_json: g.log_format == super::LogFormat::Json,

@@ -59,6 +59,17 @@ pub struct AttachmentScope {
 /// The policy byte of attachment tokens (capabilities use 1–3).
 const ATTACHMENT_POLICY: u8 = 4;
 
+/// What an MCP session token opens, sealed inside it: the MCP endpoint of one bot on one
+/// computer (`crate::mcp`), nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpScope {
+    pub computer: String,
+    pub bot: BotId,
+}
+
+/// The policy byte of MCP session tokens.
+const MCP_POLICY: u8 = 5;
+
 /// An opened token: its policy, expiry and scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capability {
@@ -163,6 +174,20 @@ impl Sealer {
     ) -> Result<(i64, AttachmentScope), SealError> {
         match self.open_bytes(token, now_ms)? {
             (ATTACHMENT_POLICY, expires_at_ms, scope) => Ok((expires_at_ms, scope)),
+            _ => Err(SealError),
+        }
+    }
+
+    /// Seals an MCP session token for one computer and bot until `expires_at_ms`.
+    pub fn seal_mcp(&self, expires_at_ms: i64, scope: &McpScope) -> Result<String, SealError> {
+        self.seal_bytes(MCP_POLICY, expires_at_ms, scope)
+    }
+
+    /// Opens an MCP session token at `now_ms`. No capability or attachment token opens as one,
+    /// nor the other way round: the policy byte is authenticated.
+    pub fn open_mcp(&self, token: &str, now_ms: i64) -> Result<(i64, McpScope), SealError> {
+        match self.open_bytes(token, now_ms)? {
+            (MCP_POLICY, expires_at_ms, scope) => Ok((expires_at_ms, scope)),
             _ => Err(SealError),
         }
     }
@@ -289,6 +314,23 @@ mod tests {
         assert!(t
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+
+    #[test]
+    fn an_mcp_token_opens_only_as_one() {
+        let s = sealer();
+        let mine = McpScope {
+            computer: "c-0123456789abcdef".into(),
+            bot: BotId::new("bot-1").unwrap(),
+        };
+        let t = s.seal_mcp(EXP, &mine).unwrap();
+        assert_eq!(s.open_mcp(&t, NOW), Ok((EXP, mine)));
+        assert_eq!(s.open(&t, NOW), Err(SealError));
+        assert_eq!(s.open_attachment(&t, NOW), Err(SealError));
+        assert_eq!(s.open_mcp(&t, EXP), Err(SealError), "expiry is exclusive");
+        let cap = s.seal(CapabilityKind::View, EXP, &scope()).unwrap();
+        assert_eq!(s.open_mcp(&cap, NOW), Err(SealError));
+        assert_eq!(Sealer::new(&[8u8; 32]).open_mcp(&t, NOW), Err(SealError));
     }
 
     fn attachment() -> AttachmentScope {

@@ -4,11 +4,11 @@
 //!
 //! One module per area of the API, as the CLI is split: [`activity`] (the feed), [`computer`],
 //! [`exec`] (the request and its NDJSON event lines), [`files`], [`screen`] (desktops, observe
-//! and act, live and terminal URLs, takeover), [`browser`], [`lease`], [`home`], [`job`]
-//! (maintenance jobs), and [`error`] (the one error body). Every type derives both `Serialize`
-//! and `Deserialize`; request bodies deny unknown fields, answers do not (a newer server may add
-//! one). An optional field the API leaves out when unset says so with `skip_serializing_if`; one
-//! it sends as `null` has no such attribute.
+//! and act, live and terminal URLs, takeover), [`browser`], [`lease`], [`mcp`] (session
+//! tokens), [`home`], [`job`] (maintenance jobs), and [`error`] (the one error body). Every type
+//! derives both `Serialize` and `Deserialize`; request bodies deny unknown fields, answers do
+//! not (a newer server may add one). An optional field the API leaves out when unset says so
+//! with `skip_serializing_if`; one it sends as `null` has no such attribute.
 //!
 //! Only shapes live here: checks and defaults that need the domain (bounds, lease parsing,
 //! policies) stay with the handlers, whose error texts are part of the contract. Nothing here
@@ -23,6 +23,7 @@ pub mod files;
 pub mod home;
 pub mod job;
 pub mod lease;
+pub mod mcp;
 pub mod screen;
 
 #[cfg(test)]
