@@ -19,6 +19,7 @@ mod idle;
 mod image;
 mod jobs;
 mod live;
+mod lost;
 mod metrics;
 mod page_browser;
 mod placement;
