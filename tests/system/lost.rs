@@ -88,3 +88,36 @@ async fn a_killed_or_removed_container_is_recorded_with_its_cause() -> Result<()
     assert_eq!(after[n - 1]["cause"], "user");
     w.check_log()
 }
+
+/// A guest whose connection dies but which dials in again within the grace records nothing: the
+/// container is frozen (`podman pause`) past the tunnel's 6 s idle timeout, so the control plane
+/// sees the connection end by itself, then thawed; the guest redials, the check finds it back,
+/// and the feed is unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_back_within_the_grace_records_nothing() -> Result<()> {
+    let mut w = World::start_with(docker_world()).await?;
+    let c = w.create_computer_on("ws-blip", Some("docker")).await?;
+    let container = engine::container_of(&c);
+    let before = w.lifecycle(&c).await?.len();
+    engine::podman(&["pause", &container])?;
+    // Waits for the control plane to drop the silent connection (its own idle timeout).
+    tests::wait_for(LOSS, "the frozen guest's connection to end", || {
+        w.log()
+            .lines()
+            .any(|l| l.contains(&c) && l.contains("guest disconnected"))
+            .then_some(())
+    })
+    .await?;
+    engine::podman(&["unpause", &container])?;
+    let quiet = tests::wait_for(LOSS, "the loss check's verdict", || {
+        w.log()
+            .lines()
+            .find(|l| l.contains(&c) && l.contains("nothing to record"))
+            .map(str::to_string)
+    })
+    .await?;
+    assert!(quiet.contains("Reconnected"), "{quiet}");
+    assert_eq!(w.lifecycle(&c).await?.len(), before, "nothing recorded");
+    assert_eq!(w.sh(&c, "echo back").await?, "back\n");
+    w.check_log()
+}

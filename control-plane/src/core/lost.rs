@@ -20,7 +20,7 @@ use crate::schema::activity::{Cause, LifecycleKind as Lifecycle};
 use providers::{MachineExit, ProviderRef, SandboxProvider};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// How long a guest whose connection ended may take to dial in again before its loss is
 /// recorded. The guest notices a dead connection within its 6 s idle timeout and redials
@@ -55,7 +55,7 @@ impl Core {
             match core.loss_settled(&id).await {
                 Ok(()) => core.record_loss(&id).await,
                 Err(quiet) => {
-                    debug!(computer_id = %id, ?quiet, "guest connection ended: nothing to record")
+                    info!(computer_id = %id, ?quiet, "guest connection ended by itself: nothing to record")
                 }
             }
         });
