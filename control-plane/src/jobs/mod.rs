@@ -218,3 +218,55 @@ impl Jobs {
         &self.worker
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::testing;
+
+    /// Two replicas (two `Jobs` on one database, each its own claim holder): while one holds a
+    /// computer for a lifecycle action, the other's job creation is refused at once and its
+    /// own action waits, getting the computer when the first releases it.
+    #[tokio::test]
+    async fn a_lifecycle_action_excludes_a_job_creation_across_replicas() {
+        for db in [
+            testing::sqlite().await.unwrap(),
+            testing::postgres(testing::DEFAULT_PG_URL).await.unwrap(),
+        ] {
+            let mut a = Jobs::new(db.clone());
+            a.set_worker("r-a", Claims::new(db.clone(), "r-a", DEFAULT_CLAIM_TTL));
+            let mut b = Jobs::new(db.clone());
+            b.set_worker("r-b", Claims::new(db, "r-b", DEFAULT_CLAIM_TTL));
+            let id = ComputerId::new("c-race").unwrap();
+            let act = a.act(&id).await.unwrap();
+            match b.hold_for_creation(&id).await {
+                Err(JobError::Busy(c)) => assert_eq!(c, "c-race"),
+                other => panic!("expected Busy, got {:?}", other.map(|h| h.id().clone())),
+            }
+            let b = std::sync::Arc::new(b);
+            let waiting = tokio::spawn({
+                let (b, id) = (b.clone(), id.clone());
+                async move {
+                    let held = b.act(&id).await?;
+                    let fence = held.id().fence;
+                    held.release().await;
+                    Ok::<_, JobError>(fence)
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(
+                !waiting.is_finished(),
+                "an action waits for the one under way"
+            );
+            act.release().await;
+            let fence = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(fence >= 2, "taken after the first: fence {fence}");
+            // Released by the waiter too: a job may be created.
+            b.hold_for_creation(&id).await.unwrap().release().await;
+        }
+    }
+}
