@@ -2,7 +2,8 @@
 //! (migration 0008 `claims`), never in process memory.
 //!
 //! A claim is one row per `(kind, subject)`: idle suspension of a computer, the checkpoint or
-//! restore of a home, the reconciler. Taking it is one statement (insert, or take over a row
+//! restore of a home, the reconciler, a computer's lifecycle action (stop, start, destroy, a
+//! new takeover) against a maintenance job's creation (`crate::jobs::Jobs::act`). Taking it is one statement (insert, or take over a row
 //! whose holder let it expire), so two replicas can never both hold it; every take increments
 //! the row's `fence`, and renewing or releasing needs holder and fence, so a replica whose claim
 //! expired (it stalled, or lost the database) can neither extend nor drop its successor's.
@@ -159,6 +160,25 @@ impl Claims {
             tokio::time::sleep(WAIT_POLL).await;
         }
     }
+
+    /// [`Claims::wait`] for at most `patience`; `None` when it was held all that time.
+    pub async fn wait_for(
+        &self,
+        kind: &'static str,
+        subject: &str,
+        patience: Duration,
+    ) -> Result<Option<Held>, DbError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(held) = self.hold(kind, subject).await? {
+                return Ok(Some(held));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+    }
 }
 
 /// A claim this process holds: renewed every third of its time to live, released on drop.
@@ -166,6 +186,8 @@ pub struct Held {
     claims: Claims,
     id: ClaimId,
     renewer: tokio::task::JoinHandle<()>,
+    /// Released already by [`Held::release`]: the drop has nothing left to do.
+    released: bool,
 }
 
 impl Held {
@@ -193,6 +215,7 @@ impl Held {
             claims,
             id,
             renewer,
+            released: false,
         }
     }
 
@@ -200,11 +223,24 @@ impl Held {
     pub fn id(&self) -> &ClaimId {
         &self.id
     }
+
+    /// Releases the claim now, before returning: the next taker (another request right after
+    /// this one) finds it free, where a drop releases it in the background a moment later.
+    pub async fn release(mut self) {
+        self.renewer.abort();
+        self.released = true;
+        if let Err(e) = self.claims.release(&self.id).await {
+            warn!(kind = self.id.kind, subject = %self.id.subject, error = %e, "releasing a claim failed; it expires by itself");
+        }
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.renewer.abort();
+        if self.released {
+            return;
+        }
         let (claims, id) = (self.claims.clone(), self.id.clone());
         // Released in the background: a runtime shutting down leaves the row to expire.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -32,6 +32,9 @@ use tracing::{debug, info, warn};
 mod evict;
 mod home;
 mod jobs;
+mod lost;
+
+pub use lost::GUEST_LOSS_GRACE;
 
 /// How long `create` and `start` wait for a new guest to dial in.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -376,24 +379,12 @@ impl Core {
         self.wait_connected(c.id.as_str(), CONNECT_TIMEOUT).await?;
         if pending {
             let booting = self.get(c.id.as_str()).await?;
-            let restored = self
-                .restore_into(&booting, &crate::homes::Progress::new())
-                .await?;
-            if let Some(r) = restored {
-                self.activity
-                    .lifecycle_home(
-                        c.id.as_str(),
-                        Lifecycle::Restored,
-                        Cause::FreshMachine,
-                        "the stored home was restored into a fresh machine",
-                        Some(r.revision.get()),
-                        Some(r.bytes),
-                    )
-                    .await;
-            }
-            self.computers
-                .set_state(&c.id, ComputerState::Running, now_ms())
-                .await?;
+            self.restore_and_record(
+                &booting,
+                Cause::FreshMachine,
+                "the stored home was restored into a fresh machine",
+            )
+            .await?;
         }
         // A booted computer starts its idle timer afresh.
         self.idle
@@ -432,7 +423,12 @@ impl Core {
     /// machine stopped, a replacement if it is gone.
     pub async fn start(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
-        self.check_unreserved(&c.id).await?;
+        self.unreserved_act(&c.id, || self.start_held(id)).await
+    }
+
+    /// [`Core::start`] once it holds the lifecycle claim and found no reservation.
+    async fn start_held(&self, id: &str) -> Result<Computer, CoreError> {
+        let c = self.get(id).await?;
         let previous = c.provider_ref.clone().map(ProviderRef);
         if let (Some(r), Some(provider)) = (&previous, self.providers.get(&c.provider)) {
             if c.state == ComputerState::Running
@@ -498,7 +494,12 @@ impl Core {
     /// checkpoint refuses the stop, so nothing newer than the stored revision is put at risk.
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
-        self.check_unreserved(&c.id).await?;
+        self.unreserved_act(&c.id, || self.stop_held(id)).await
+    }
+
+    /// [`Core::stop`] once it holds the lifecycle claim and found no reservation.
+    async fn stop_held(&self, id: &str) -> Result<Computer, CoreError> {
+        let c = self.get(id).await?;
         self.checkpoint_before_stop(&c).await?;
         let stopped = self.stop_machine(&c).await?;
         self.activity
@@ -557,7 +558,19 @@ impl Core {
         if c.state == ComputerState::Destroyed {
             return Ok(());
         }
-        self.check_unreserved(&c.id).await?;
+        self.unreserved_act(&cid, || self.destroy_held(&cid)).await
+    }
+
+    /// [`Core::destroy`] once it holds the lifecycle claim and found no reservation.
+    async fn destroy_held(&self, cid: &ComputerId) -> Result<(), CoreError> {
+        let id = cid.as_str();
+        let Some(c) = self.computers.get(cid).await? else {
+            return Err(CoreError::NotFound(id.to_string()));
+        };
+        // Destroyed while this waited for another action's claim.
+        if c.state == ComputerState::Destroyed {
+            return Ok(());
+        }
         match (&c.provider_ref, self.providers.get(&c.provider)) {
             (Some(r), Some(provider)) => provider.destroy(&ProviderRef(r.clone())).await?,
             (Some(r), None) => {
@@ -934,6 +947,11 @@ impl GuestAuth for CoreAuth {
             if let Err(e) = cluster.set_link(computer_id, connected).await {
                 warn!(computer_id, error = %e, "could not record which replica the guest is connected to");
             }
+        }
+        // The tunnel reports `false` only for a connection that ended by itself (one the
+        // control plane closed, or that a newer one replaced, is forgotten first).
+        if !connected {
+            self.0.guest_lost(computer_id);
         }
     }
 }

@@ -369,7 +369,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     if let Some((cluster, _)) = &cluster {
         core = core.with_cluster(cluster.clone());
         // A replica works jobs under its own id, which its heartbeat row shows alive.
-        core.jobs.set_worker(cluster.me().id.clone());
+        core.jobs
+            .set_worker(cluster.me().id.clone(), cluster.claims.clone());
     }
     let core = Arc::new(core);
     if let Some((cluster, endpoint)) = cluster {

@@ -32,7 +32,8 @@ pub use engine::{connect_engine, Endpoint, TlsFiles};
 pub use fleet::{engine_ref, valid_engine_name, EngineConfig, DEFAULT_ENGINE};
 
 use crate::{
-    MachineLimits, MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec,
+    MachineExit, MachineLimits, MachineState, ProviderError, ProviderRef, SandboxProvider,
+    SandboxSpec,
 };
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, VolumeCreateRequest};
 use bollard::query_parameters::{
@@ -637,6 +638,19 @@ impl SandboxProvider for DockerProvider {
             Some(ContainerStateStatusEnum::REMOVING) => MachineState::Gone,
             _ => MachineState::Stopped,
         })
+    }
+
+    async fn exit(&self, r: &ProviderRef) -> Result<MachineExit, ProviderError> {
+        let Some((e, id)) = self.locate(r)? else {
+            return Ok(MachineExit::Gone);
+        };
+        match self.inspect(e, id, r).await {
+            Ok(info) => Ok(container::exit_of(&info)),
+            Err(err) => match self.unless_lost(e, r, err) {
+                ProviderError::NotFound(_) => Ok(MachineExit::Gone),
+                other => Err(other),
+            },
+        }
     }
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {

@@ -11,7 +11,9 @@
 //! - a line `<op> <class>` in `<root>/faults` (op: provision, prepare, state, stop, destroy;
 //!   class: gone, capacity, transient, invalid) makes the next call of that operation fail with
 //!   that class; each line is used once. Class `hang` makes that call never return, as a cloud
-//!   call stuck mid-way: a test kills the control plane under it.
+//!   call stuck mid-way: a test kills the control plane under it. Class `hold` makes that call
+//!   create `<root>/held-<op>` and wait until the test removes it (at most [`HOLD_MAX`]), then
+//!   proceed as usual: a test acts while the call is under way, deterministically.
 //!
 //! Machine records live in memory only, so a restarted control plane finds every fake machine
 //! gone and replaces it: the provider-reference-is-not-durable rule, exercised on every restart.
@@ -26,6 +28,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 const STOP_GRACE: Duration = Duration::from_secs(20);
+/// The longest a `hold` fault holds its call.
+pub const HOLD_MAX: Duration = Duration::from_secs(120);
 
 /// A machine the fake cloud knows.
 #[derive(Debug, Clone)]
@@ -98,6 +102,19 @@ impl FakeProvider {
         if class == "hang" {
             tracing::info!(op, "fake provider call hangs (injected)");
             std::future::pending::<()>().await;
+        }
+        if class == "hold" {
+            let held = self.root.join(format!("held-{op}"));
+            std::fs::write(&held, b"").map_err(|e| ProviderError::io("write fake hold", e))?;
+            tracing::info!(
+                op,
+                "fake provider call held until its file is removed (injected)"
+            );
+            let deadline = tokio::time::Instant::now() + HOLD_MAX;
+            while held.exists() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            return Ok(());
         }
         Err(match class {
             "gone" => ProviderError::NotFound(ProviderRef(format!("fake-{op}"))),

@@ -188,6 +188,41 @@ pub enum MachineState {
     Gone,
 }
 
+/// What became of a machine whose guest went away, as far as its provider can tell
+/// ([`SandboxProvider::exit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachineExit {
+    /// The machine still runs: only its guest went away (it died, or its network is cut).
+    Running,
+    /// The machine stopped without being asked to by us.
+    Stopped {
+        /// Its main process's exit code, where the provider reports one (137: killed by
+        /// SIGKILL).
+        exit_code: Option<i64>,
+        /// Whether the provider says it was killed for running out of memory.
+        oom_killed: bool,
+        /// The provider's own words about the exit, if any (bounded, never a secret).
+        detail: Option<String>,
+    },
+    /// The machine no longer exists (removed, or its engine is lost).
+    Gone,
+}
+
+impl MachineExit {
+    /// The exit a provider without more to say reports: its [`MachineState`].
+    pub fn from_state(state: MachineState) -> Self {
+        match state {
+            MachineState::Running => Self::Running,
+            MachineState::Stopped => Self::Stopped {
+                exit_code: None,
+                oom_killed: false,
+                detail: None,
+            },
+            MachineState::Gone => Self::Gone,
+        }
+    }
+}
+
 /// Why a provider operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -314,6 +349,16 @@ pub trait SandboxProvider: Send + Sync {
         r: &ProviderRef,
     ) -> impl Future<Output = Result<MachineState, ProviderError>> + Send;
 
+    /// What became of the machine behind `r`, asked when its guest went away unexpectedly: still
+    /// running, stopped (with its exit code and whether it ran out of memory, where the provider
+    /// says), or gone. By default what [`SandboxProvider::state`] says; a provider that knows
+    /// more (docker's inspect) says more.
+    fn exit(
+        &self,
+        r: &ProviderRef,
+    ) -> impl Future<Output = Result<MachineExit, ProviderError>> + Send {
+        async move { self.state(r).await.map(MachineExit::from_state) }
+    }
     /// Stops the machine, keeping its home. Stopping a stopped machine succeeds.
     fn stop(&self, r: &ProviderRef) -> impl Future<Output = Result<(), ProviderError>> + Send;
 
@@ -369,6 +414,10 @@ impl SandboxProvider for AnyProvider {
 
     async fn state(&self, r: &ProviderRef) -> Result<MachineState, ProviderError> {
         dispatch!(self, p => p.state(r).await)
+    }
+
+    async fn exit(&self, r: &ProviderRef) -> Result<MachineExit, ProviderError> {
+        dispatch!(self, p => p.exit(r).await)
     }
 
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {

@@ -560,6 +560,26 @@ impl World {
         Ok(id)
     }
 
+    /// The computer's `computer.lifecycle` events (its newest 200 activity events' worth),
+    /// oldest first.
+    pub async fn lifecycle(&self, computer: &str) -> Result<Vec<serde_json::Value>> {
+        let page = self
+            .client
+            .json(
+                Method::GET,
+                &format!("/v1/computers/{}/activity?limit=200", q(computer)),
+                None,
+            )
+            .await?;
+        Ok(page["events"]
+            .as_array()
+            .ok_or_else(|| anyhow!("no events in {page}"))?
+            .iter()
+            .filter(|e| e["type"] == "computer.lifecycle")
+            .cloned()
+            .collect())
+    }
+
     /// The computer as `GET /v1/computers/{id}` shows it.
     pub async fn show(&self, computer: &str) -> Result<serde_json::Value> {
         Ok(self

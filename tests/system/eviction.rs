@@ -170,3 +170,33 @@ async fn held_screens_are_never_evicted() -> Result<()> {
     third.release().await?;
     w.check_log()
 }
+
+/// Two new bots refused at once evict one screen each, not the same one twice: evictions on a
+/// computer take turns (the `evict` claim), and a turn first runs its call again. Both bots get
+/// a desktop, in the slots of the two idle screens.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_bots_refused_at_once_evict_one_screen_each() -> Result<()> {
+    let mut w = World::start_with(limited()).await?;
+    let c = w.create_computer("ws-evict-two").await?;
+    idle_desktop(&w, &c, "bot-old").await?;
+    idle_desktop(&w, &c, "bot-mid").await?;
+    let a = Bot::new(&w, &c, "bot-a").await?;
+    let b = Bot::new(&w, &c, "bot-b").await?;
+    let (got_a, got_b) = tokio::join!(a.ensure(), b.ensure());
+    let (got_a, got_b) = (got_a?, got_b?);
+    assert_eq!(got_a["started"], true, "{got_a}");
+    assert_eq!(got_b["started"], true, "{got_b}");
+    assert_ne!(got_a["slot"], got_b["slot"], "{got_a} {got_b}");
+    let mut now = screens(&w, &c).await?;
+    now.sort();
+    assert_eq!(now, vec!["bot-a", "bot-b"]);
+    let evictions = w
+        .log()
+        .lines()
+        .filter(|l| l.contains("screen limit reached: evicted the oldest idle screen nobody holds"))
+        .count();
+    assert_eq!(evictions, 2, "one eviction per refused bot");
+    a.release().await?;
+    b.release().await?;
+    w.check_log()
+}

@@ -290,6 +290,13 @@ async fn a_reservation_refuses_leases_stop_takeover_and_a_second_job() -> Result
     let mut w = world(&[], &[]).await?;
     let c = w.create_computer("ws-reserve").await?;
     let held = w.lease(&c, "bot-1", "run-1").await?;
+    // A user in control of bot-4 before the job keeps it: renewals are not takeovers.
+    let takeover4 = format!("/v1/computers/{c}/screens/bot-4/takeover");
+    let control = w.post(&takeover4, serde_json::json!({})).await?;
+    let control_id = control["control_lease"]
+        .as_str()
+        .context("control lease")?
+        .to_string();
     let created = start(&w, &c, "update").await?;
     let id = created["id"].as_str().context("job id")?.to_string();
     assert_eq!(created["kind"], "update");
@@ -302,59 +309,61 @@ async fn a_reservation_refuses_leases_stop_takeover_and_a_second_job() -> Result
     assert!(waiting["heartbeat_at_ms"].as_i64().is_some(), "{waiting}");
 
     let stage = "waiting";
-    assert_reserved(
-        "a second update",
-        start(&w, &c, "update").await,
-        &id,
-        "update",
-        stage,
-    )?;
-    assert_reserved(
-        "a recovery",
-        start(&w, &c, "recover").await,
-        &id,
-        "update",
-        stage,
-    )?;
-    assert_reserved(
-        "a new lease",
-        w.post(
-            &format!("/v1/computers/{c}/leases/bot-2/acquire"),
-            serde_json::json!({"owner": "run-2"}),
-        )
-        .await,
-        &id,
-        "update",
-        stage,
-    )?;
-    assert_reserved("stop", start(&w, &c, "stop").await, &id, "update", stage)?;
-    assert_reserved("start", start(&w, &c, "start").await, &id, "update", stage)?;
-    assert_reserved(
-        "takeover",
-        w.post(
-            &format!("/v1/computers/{c}/screens/bot-2/takeover"),
-            serde_json::json!({}),
-        )
-        .await,
-        &id,
-        "update",
-        stage,
-    )?;
-    assert_reserved(
-        "destroy",
-        w.client
-            .json(Method::DELETE, &format!("/v1/computers/{c}"), None)
+    let refused = [
+        ("a second update", start(&w, &c, "update").await),
+        ("a recovery", start(&w, &c, "recover").await),
+        (
+            "a new lease",
+            w.post(
+                &format!("/v1/computers/{c}/leases/bot-2/acquire"),
+                serde_json::json!({"owner": "run-2"}),
+            )
             .await,
-        &id,
-        "update",
-        stage,
-    )?;
+        ),
+        ("stop", start(&w, &c, "stop").await),
+        ("start", start(&w, &c, "start").await),
+        ("takeover", start(&w, &c, "screens/bot-2/takeover").await),
+        (
+            "a new takeover",
+            start(&w, &c, "screens/bot-5/takeover").await,
+        ),
+        (
+            "destroy",
+            w.client
+                .json(Method::DELETE, &format!("/v1/computers/{c}"), None)
+                .await,
+        ),
+    ];
+    for (what, r) in refused {
+        assert_reserved(what, r, &id, "update", stage)?;
+    }
     rakazo_refused(
         &w,
         &["lease", "acquire", &c, "bot-3", "--owner", "run-3"],
         &["reserved by update job", &id],
     )
     .await?;
+    // The user who held control of bot-4 before the job renews it (the same lease, a later
+    // expiry); nobody takes new control (bot-2, bot-5 above).
+    let renewed = w.post(&takeover4, serde_json::json!({})).await?;
+    assert_eq!(renewed["control_lease"], control_id.as_str(), "{renewed}");
+    assert!(
+        renewed["expires_at_ms"].as_i64() >= control["expires_at_ms"].as_i64(),
+        "{renewed} vs {control}"
+    );
+    // Control that lapses or is released is gone for the job's time: taking it again is new.
+    w.post(
+        &format!("/v1/computers/{c}/screens/bot-4/release-control"),
+        serde_json::json!({}),
+    )
+    .await?;
+    assert_reserved(
+        "taking bot-4's control again once released",
+        w.post(&takeover4, serde_json::json!({})).await,
+        &id,
+        "update",
+        stage,
+    )?;
     rakazo_refused(&w, &["computer", "update", &c], &["reserved", &id]).await?;
 
     // The run that held its lease before the job keeps going: renewals and its commands work.
@@ -591,5 +600,170 @@ async fn kill_9_mid_job_leaves_it_interrupted_until_released() -> Result<()> {
     assert_eq!(machines(&w, &c)?.len(), 1);
     assert_eq!(w.sh(&c, "cat kept.txt").await?, "saved-by-the-update\n");
     w.lease(&c, "bot-1", "run-1").await?;
+    w.check_log()
+}
+
+/// The fake machines' directory (its `faults` file, its `held-<op>` files).
+fn fake_root(w: &World) -> std::path::PathBuf {
+    w.machines_dir.path().join("fake")
+}
+
+/// Waits until the fake provider holds a call of `op` (`<op> hold` fault).
+async fn until_held(w: &World, op: &str) -> Result<std::path::PathBuf> {
+    let held = fake_root(w).join(format!("held-{op}"));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !held.exists() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the provider's {op} was never reached"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(held)
+}
+
+/// A stop under way holds the computer from its reservation check to its end: an update or a
+/// recovery asked while its provider call is in progress (held there by the fake provider) is
+/// refused 409 `computer_busy`, rather than created between the stop's check and its act. Once
+/// the stop has ended an update is created and runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_under_way_refuses_a_job_created_meanwhile() -> Result<()> {
+    let mut w = world(&[], &[]).await?;
+    let c = w.create_computer("ws-race").await?;
+    std::fs::write(fake_root(&w).join("faults"), "stop hold\n")?;
+    let stopping = start(&w, &c, "stop");
+    let meanwhile = async {
+        let held = until_held(&w, "stop").await?;
+        let update = start(&w, &c, "update").await;
+        let recover = start(&w, &c, "recover").await;
+        std::fs::remove_file(&held)?;
+        anyhow::Ok((update, recover))
+    };
+    let (stopped, meanwhile) = tokio::join!(stopping, meanwhile);
+    let (update, recover) = meanwhile?;
+    let stopped = stopped.context("the stop")?;
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    for (what, r) in [("an update", update), ("a recovery", recover)] {
+        let (status, code, msg) = refusal(r).with_context(|| what.to_string())?;
+        ensure!(
+            status == StatusCode::CONFLICT && code == "computer_busy",
+            "{what} during the stop: {status} {code} {msg}"
+        );
+        ensure!(
+            msg.contains(&c) && msg.contains("stop, start, destroy or takeover"),
+            "{msg}"
+        );
+    }
+    let listed = w
+        .client
+        .json(Method::GET, &format!("/v1/computers/{c}/jobs"), None)
+        .await?;
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(0), "{listed}");
+
+    // Free once the stop has ended: the update runs on the stopped computer.
+    let created = start(&w, &c, "update").await?;
+    let id = created["id"].as_str().context("job id")?.to_string();
+    let done = wait_job(&w, &id, "the update to end", |j| {
+        j["state"] != "running" && j["state"] != "queued"
+    })
+    .await?;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    w.check_log()
+}
+
+/// Every lifecycle event of computer `c` as `(event, cause, reason)`, oldest first.
+async fn lifecycle(w: &World, c: &str) -> Result<Vec<(String, String, String)>> {
+    Ok(w.lifecycle(c)
+        .await?
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+            (s("event"), s("cause"), s("reason"))
+        })
+        .collect())
+}
+
+/// An update whose new machine cannot be provisioned (the fake provider refuses it) ends
+/// `failed` at stage `provisioning` with the provider's error and the way out; `--wait` exits
+/// non-zero. The reservation ends with it: leases are granted again. The computer is what the
+/// README says a job failed from `stopping` on leaves: `provisioning`, without a machine, its
+/// home safe in the store. The feed tells it: the machine removed, then the job's failure with
+/// its stage and error. A recovery then rebuilds it from the update's checkpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_job_ends_failed_with_its_stage_and_frees_the_computer() -> Result<()> {
+    let mut w = world(&[], &["maintenance job failed"]).await?;
+    let c = w.create_computer("ws-fail").await?;
+    w.sh(&c, "echo saved-by-the-update > kept.txt").await?;
+    std::fs::write(fake_root(&w).join("faults"), "provision invalid\n")?;
+    let out = rakazo(&w, &["computer", "update", &c, "--wait"]).await?;
+    let stdout = text(&out.stdout);
+    ensure!(
+        !out.status.success(),
+        "a failed job's --wait fails: {stdout}"
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&rakazo_ok(&w, &["computer", "jobs", &c, "--json"]).await?)?;
+    let failed = &listed["jobs"][0];
+    let id = failed["id"].as_str().context("job id")?.to_string();
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["stage"], "provisioning", "{failed}");
+    assert_eq!(failed["reserving"], false, "{failed}");
+    let error = failed["error"].as_str().context("error")?;
+    for needle in [
+        "provisioning failed",
+        "refused (injected)",
+        &format!("rakazo computer recover {c}"),
+    ] {
+        assert!(error.contains(needle), "{needle:?} not in {error:?}");
+    }
+    assert!(stdout.contains("failed"), "{stdout}");
+
+    // What the README says: no machine, `provisioning`, the update's checkpoint stored.
+    let shown = w.show(&c).await?;
+    assert_eq!(shown["state"], "provisioning", "{shown}");
+    assert!(machines(&w, &c)?.is_empty(), "the old machine was removed");
+    let revision = w
+        .home_revision(&c)
+        .await?
+        .context("the update checkpointed")?;
+    assert_eq!(failed["revision"].as_u64(), Some(revision), "{failed}");
+    // The reservation is gone: a lease is granted (the run ends before the recovery).
+    let lease = w.lease(&c, "bot-1", "run-1").await?;
+    w.post(
+        &format!("/v1/computers/{c}/leases/bot-1/release"),
+        serde_json::json!({"lease": lease}),
+    )
+    .await?;
+
+    // The feed: checkpointed and removed by the job, then its failure with stage and error.
+    let events = lifecycle(&w, &c).await?;
+    let tail: Vec<(&str, &str)> = events
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(|(e, c, _)| (e.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            ("checkpointed", "maintenance"),
+            ("stopped", "maintenance"),
+            ("job_failed", "maintenance")
+        ],
+        "{events:#?}"
+    );
+    let reason = &events.last().context("events")?.2;
+    assert!(
+        reason.starts_with(&format!(
+            "update job {id} failed at stage provisioning: provisioning failed"
+        )),
+        "{reason}"
+    );
+
+    // The way out it names works.
+    let out = rakazo_ok(&w, &["computer", "recover", &c, "--wait"]).await?;
+    assert!(out.trim_end().ends_with("succeeded"), "{out}");
+    assert_eq!(w.sh(&c, "cat kept.txt").await?, "saved-by-the-update\n");
     w.check_log()
 }

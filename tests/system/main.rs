@@ -19,6 +19,7 @@ mod idle;
 mod image;
 mod jobs;
 mod live;
+mod lost;
 mod mcp;
 mod metrics;
 mod page_browser;

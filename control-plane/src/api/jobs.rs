@@ -105,6 +105,7 @@ pub fn job_error(e: JobError) -> ApiError {
     match e {
         JobError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "job_not_found", msg),
         JobError::Reserved(_) => ApiError::new(StatusCode::CONFLICT, "computer_reserved", msg),
+        JobError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "computer_busy", msg),
         JobError::Refused {
             refusal: Refusal::NotAsserted,
             ..

@@ -14,10 +14,17 @@
 //! in the home (profiles are never deleted); its next graphical call starts a desktop again,
 //! evicting in turn if it must.
 //!
-//! Two calls refused at once may each evict a screen; each retries once. A lease taken between
-//! the second look and the release is not seen (the window is one database read long).
+//! Evictions on one computer take turns, across replicas: a refused call takes the computer's
+//! `evict` claim (`crate::claims`, in the database; waiting up to [`EVICT_WAIT`]), runs once more
+//! under it (a turn before it may have freed a slot, or taken the one it freed), and only when
+//! still refused evicts one screen and runs its call again before giving the claim back. So two
+//! bots refused at once evict two different screens, one each, and each freed slot goes to the
+//! call it was freed for (unless a call that was never refused takes it first: that call then
+//! has its screen, and the refused one is refused, having evicted one). A lease taken between the
+//! second look and the release is not seen (the window is one database read long).
 
 use super::{Core, CoreError};
+use crate::claims::Held;
 use crate::clock::now_ms;
 use crate::computers::{ComputerError, ComputerId};
 use crate::tunnel::TunnelError;
@@ -26,7 +33,13 @@ use gateway_proto::op::ScreenListRequest;
 use gateway_proto::{BotId, ErrorCode, UnaryOp};
 use std::collections::HashSet;
 use std::future::Future;
+use std::time::Duration;
 use tracing::{info, warn};
+
+/// The claim kind (`evict/<computer>`) one eviction at a time holds.
+const EVICT_CLAIM: &str = "evict";
+/// How long a refused call waits for other evictions on its computer before it is refused.
+pub const EVICT_WAIT: Duration = Duration::from_secs(60);
 
 /// The screen to evict for `for_bot`: of the screens whose bot is not in `held` (and is not
 /// `for_bot`), the one idle longest (the lowest slot among equals); `None` when none qualifies.
@@ -63,12 +76,45 @@ impl Core {
             Err(e) if screen_unavailable(&e) => e,
             done => return done,
         };
-        match self.evict_screen(id, bot).await {
-            Ok(Some(_)) => call().await,
-            Ok(None) => Err(refused),
+        let Some(turn) = self.eviction_turn(id, bot).await else {
+            return Err(refused);
+        };
+        // Once more under the turn: a turn before this one may have freed a slot, or taken the
+        // one it freed; only a call still refused evicts.
+        let done = match call().await {
+            Err(refused) if screen_unavailable(&refused) => {
+                match self.evict_screen(id, bot).await {
+                    Ok(Some(_)) => call().await,
+                    Ok(None) => Err(refused),
+                    Err(e) => {
+                        warn!(computer_id = %id, bot = %bot, error = %e, "screen eviction failed; the call is refused");
+                        Err(refused)
+                    }
+                }
+            }
+            done => done,
+        };
+        turn.release().await;
+        done
+    }
+
+    /// The computer's eviction turn (its `evict` claim), waiting up to [`EVICT_WAIT`] for the
+    /// turns before it; `None` (logged) when it could not be had.
+    async fn eviction_turn(&self, id: &str, bot: &BotId) -> Option<Held> {
+        match self
+            .jobs
+            .claims()
+            .wait_for(EVICT_CLAIM, id, EVICT_WAIT)
+            .await
+        {
+            Ok(Some(turn)) => Some(turn),
+            Ok(None) => {
+                warn!(computer_id = %id, bot = %bot, wait_secs = EVICT_WAIT.as_secs(), "other screen evictions on this computer took too long; the call is refused");
+                None
+            }
             Err(e) => {
-                warn!(computer_id = %id, bot = %bot, error = %e, "screen eviction failed; the call is refused");
-                Err(refused)
+                warn!(computer_id = %id, bot = %bot, error = %e, "could not take the computer's eviction turn; the call is refused");
+                None
             }
         }
     }

@@ -109,6 +109,34 @@ impl Core {
             .await;
     }
 
+    /// Restores the stored home into `c`'s fresh machine (the computer still `provisioning`),
+    /// records the restore in the feed with `cause` and `reason`, and records the computer
+    /// `running`: the end of a boot of a fresh machine and of a job's replacement alike.
+    pub(crate) async fn restore_and_record(
+        &self,
+        c: &Computer,
+        cause: Cause,
+        reason: &str,
+    ) -> Result<Option<Restored>, CoreError> {
+        let restored = self.restore_into(c, &Progress::new()).await?;
+        if let Some(r) = &restored {
+            self.activity
+                .lifecycle_home(
+                    c.id.as_str(),
+                    LifecycleKind::Restored,
+                    cause,
+                    reason,
+                    Some(r.revision.get()),
+                    Some(r.bytes),
+                )
+                .await;
+        }
+        self.computers
+            .set_state(&c.id, ComputerState::Running, crate::clock::now_ms())
+            .await?;
+        Ok(restored)
+    }
+
     /// [`Core::restore_home`] without the state check: `boot` restores a fresh machine while the
     /// computer is still `provisioning`, so nothing else reaches its empty home first.
     pub(crate) async fn restore_into(

@@ -7,7 +7,7 @@
 use super::{Core, CoreError, CONNECT_TIMEOUT};
 use crate::clock::now_ms;
 use crate::computers::{new_token, Computer, ComputerId, ComputerState, TokenHash};
-use crate::homes::{HomeError, Progress};
+use crate::homes::HomeError;
 use crate::jobs::JobError;
 use crate::schema::activity::{Cause, LifecycleKind as Lifecycle};
 use providers::{ProviderRef, SandboxProvider};
@@ -20,6 +20,29 @@ impl Core {
             Some(job) => Err(JobError::Reserved(Box::new(job)).into()),
             None => Ok(()),
         }
+    }
+
+    /// Runs lifecycle action `act` (stop, start, destroy, a new takeover) on computer `id`:
+    /// holding its lifecycle claim (`Jobs::act`), refused while a job reserves it, and acting
+    /// before the claim is given back. A job's creation takes the same claim, so no job can
+    /// appear between the check and the act, on any replica: either the job exists first and
+    /// the action is refused `computer_reserved`, or the action has acted (or failed) first
+    /// and the job's creation meanwhile was refused `computer_busy`.
+    pub(crate) async fn unreserved_act<T, F>(
+        &self,
+        id: &ComputerId,
+        act: impl FnOnce() -> F,
+    ) -> Result<T, CoreError>
+    where
+        F: std::future::Future<Output = Result<T, CoreError>>,
+    {
+        let held = self.jobs.act(id).await?;
+        let result = match self.check_unreserved(id).await {
+            Ok(()) => act().await,
+            Err(e) => Err(e),
+        };
+        held.release().await;
+        result
     }
 
     /// Removes `c`'s machine for a replacement: the computer is `provisioning` from now on (no
@@ -99,21 +122,12 @@ impl Core {
     /// Restores the stored home into `c`'s new machine and records the computer running;
     /// returns the revision restored (`None`: there was no stored home).
     pub(crate) async fn job_restore(&self, c: &Computer) -> Result<Option<u64>, CoreError> {
-        let restored = self.restore_into(c, &Progress::new()).await?;
-        if let Some(r) = &restored {
-            self.activity
-                .lifecycle_home(
-                    c.id.as_str(),
-                    Lifecycle::Restored,
-                    Cause::Maintenance,
-                    "a maintenance job restored the stored home into the new machine",
-                    Some(r.revision.get()),
-                    Some(r.bytes),
-                )
-                .await;
-        }
-        self.computers
-            .set_state(&c.id, ComputerState::Running, now_ms())
+        let restored = self
+            .restore_and_record(
+                c,
+                Cause::Maintenance,
+                "a maintenance job restored the stored home into the new machine",
+            )
             .await?;
         self.idle
             .booted(&c.id)

@@ -29,6 +29,8 @@ pub use rules::{Job, JobKind, JobState, Refusal, Stage};
 pub use store::JobStore;
 pub use worker::{create, recover_warning, spawn, start};
 
+use crate::claims::{Claims, Held, DEFAULT_CLAIM_TTL};
+use crate::computers::ComputerId;
 use clap::Args;
 use std::time::Duration;
 
@@ -48,6 +50,13 @@ pub enum JobError {
     Reserved(Box<Job>),
     #[error("job {id}: {}", refusal_message(.refusal))]
     Refused { id: String, refusal: Refusal },
+    /// A lifecycle action (stop, start, destroy, a new takeover) holds the computer: a job is
+    /// not created under it, and another action waited for it in vain.
+    #[error(
+        "computer {0} is busy: a stop, start, destroy or takeover of it is under way; try again \
+         when it has ended"
+    )]
+    Busy(String),
     #[error("job store failed")]
     Db(#[from] crate::db::DbError),
 }
@@ -144,30 +153,120 @@ impl JobConfig {
     }
 }
 
-/// The jobs' state in the core: the store, the settings, and who this process's worker is.
+/// The claim kind (`lifecycle/<computer>`) that makes a lifecycle action and a job's creation
+/// exclusive across replicas.
+pub const LIFECYCLE_CLAIM: &str = "lifecycle";
+/// How long a lifecycle action waits for another one on the same computer to end before it is
+/// refused `computer_busy`: a start waits up to 30 s for its guest, then restores the home.
+pub const LIFECYCLE_WAIT: Duration = Duration::from_secs(180);
+
+/// The jobs' state in the core: the store, the settings, who this process's worker is, and the
+/// claims a lifecycle action and a job's creation take.
 pub struct Jobs {
     pub store: JobStore,
     pub config: JobConfig,
     worker: String,
+    claims: Claims,
 }
 
 impl Jobs {
     /// Jobs in `db`, worked here under a fresh process id (`p-<hex>`) until [`Jobs::set_worker`].
     pub fn new(db: crate::db::Db) -> Self {
+        let worker = format!("p-{}", hex::encode(rand::random::<[u8; 6]>()));
         Self {
-            store: JobStore::new(db),
+            store: JobStore::new(db.clone()),
             config: JobConfig::default(),
-            worker: format!("p-{}", hex::encode(rand::random::<[u8; 6]>())),
+            claims: Claims::new(db, worker.clone(), DEFAULT_CLAIM_TTL),
+            worker,
         }
     }
 
-    /// Works jobs as `worker` (a replica's id).
-    pub fn set_worker(&mut self, worker: impl Into<String>) {
+    /// Works jobs as `worker` (a replica's id), taking lifecycle claims through `claims` (the
+    /// replica's, with its time to live).
+    pub fn set_worker(&mut self, worker: impl Into<String>, claims: Claims) {
         self.worker = worker.into();
+        self.claims = claims;
+    }
+
+    /// The claims lifecycle actions take (also read by the lost-guest check).
+    pub fn claims(&self) -> &Claims {
+        &self.claims
+    }
+
+    /// Holds computer `id` for a lifecycle action (stop, start, destroy, a new takeover) until
+    /// the returned claim is released: no job is created meanwhile, so the action's reservation
+    /// check (made after this) stays true until it has acted. Waits up to [`LIFECYCLE_WAIT`]
+    /// for another action on it, then refuses [`JobError::Busy`].
+    pub async fn act(&self, id: &ComputerId) -> Result<Held, JobError> {
+        self.claims
+            .wait_for(LIFECYCLE_CLAIM, id.as_str(), LIFECYCLE_WAIT)
+            .await?
+            .ok_or_else(|| JobError::Busy(id.to_string()))
+    }
+
+    /// Holds computer `id` for a job's creation, refusing [`JobError::Busy`] at once while a
+    /// lifecycle action holds it.
+    pub(crate) async fn hold_for_creation(&self, id: &ComputerId) -> Result<Held, JobError> {
+        self.claims
+            .hold(LIFECYCLE_CLAIM, id.as_str())
+            .await?
+            .ok_or_else(|| JobError::Busy(id.to_string()))
     }
 
     /// Who claims jobs in this process.
     pub fn worker(&self) -> &str {
         &self.worker
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::testing;
+
+    /// Two replicas (two `Jobs` on one database, each its own claim holder): while one holds a
+    /// computer for a lifecycle action, the other's job creation is refused at once and its
+    /// own action waits, getting the computer when the first releases it.
+    #[tokio::test]
+    async fn a_lifecycle_action_excludes_a_job_creation_across_replicas() {
+        for db in [
+            testing::sqlite().await.unwrap(),
+            testing::postgres(testing::DEFAULT_PG_URL).await.unwrap(),
+        ] {
+            let mut a = Jobs::new(db.clone());
+            a.set_worker("r-a", Claims::new(db.clone(), "r-a", DEFAULT_CLAIM_TTL));
+            let mut b = Jobs::new(db.clone());
+            b.set_worker("r-b", Claims::new(db, "r-b", DEFAULT_CLAIM_TTL));
+            let id = ComputerId::new("c-race").unwrap();
+            let act = a.act(&id).await.unwrap();
+            match b.hold_for_creation(&id).await {
+                Err(JobError::Busy(c)) => assert_eq!(c, "c-race"),
+                other => panic!("expected Busy, got {:?}", other.map(|h| h.id().clone())),
+            }
+            let b = std::sync::Arc::new(b);
+            let waiting = tokio::spawn({
+                let (b, id) = (b.clone(), id.clone());
+                async move {
+                    let held = b.act(&id).await?;
+                    let fence = held.id().fence;
+                    held.release().await;
+                    Ok::<_, JobError>(fence)
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(
+                !waiting.is_finished(),
+                "an action waits for the one under way"
+            );
+            act.release().await;
+            let fence = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(fence >= 2, "taken after the first: fence {fence}");
+            // Released by the waiter too: a job may be created.
+            b.hold_for_creation(&id).await.unwrap().release().await;
+        }
     }
 }

@@ -13,6 +13,7 @@ use crate::clock::now_ms;
 use crate::computers::{Computer, ComputerState};
 use crate::core::{Core, CoreError};
 use crate::homes::{chain, Progress};
+use crate::schema::activity::{Cause, LifecycleKind as Lifecycle};
 use crate::tunnel::TunnelError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,17 @@ pub async fn create(core: &Arc<Core>, id: &str, kind: JobKind) -> Result<super::
         JobKind::Update => None,
         JobKind::Recover => Some(recover_warning(core.stored_revision(&c).await?)),
     };
-    let created = core.jobs.store.create(&c.id, kind, warning, now_ms()).await;
+    // A stop, start, destroy or takeover checks the reservation once it holds the computer's
+    // lifecycle claim, and acts before giving it back: while one holds it no job is created
+    // (refused `computer_busy`), and once the job exists the next one is refused by it.
+    let created = match core.jobs.hold_for_creation(&c.id).await {
+        Ok(act) => {
+            let created = core.jobs.store.create(&c.id, kind, warning, now_ms()).await;
+            act.release().await;
+            created
+        }
+        Err(e) => Err(e),
+    };
     if let Some((claims, claim)) = idle_claim {
         if let Err(e) = claims.release(&claim).await {
             warn!(computer_id = %id, error = %e, "releasing the idle claim a job took failed; it expires by itself");
@@ -180,10 +191,22 @@ async fn run(core: &Arc<Core>, id: &str) {
         }
     };
     match core.jobs.store.finish(id, &worker, result, now_ms()).await {
-        Ok(_) => match failure {
+        Ok(finished) => match failure {
             None => info!(job_id = %id, computer_id = %job.computer, "maintenance job succeeded"),
             Some(error) => {
-                warn!(job_id = %id, computer_id = %job.computer, error, "maintenance job failed")
+                warn!(job_id = %id, computer_id = %job.computer, error, "maintenance job failed");
+                core.activity
+                    .lifecycle(
+                        job.computer.as_str(),
+                        Lifecycle::JobFailed,
+                        Cause::Maintenance,
+                        format!(
+                            "{} job {id} failed at stage {}: {error}",
+                            job.kind.as_str(),
+                            finished.stage
+                        ),
+                    )
+                    .await;
             }
         },
         Err(e) => {
@@ -235,6 +258,13 @@ async fn update(r: &Run<'_>, id: &str) -> Result<(), Stop> {
             .checkpoint_home(&c, &[], Duration::ZERO, &Progress::new())
             .await
             .map_err(|e| failed("checkpoint failed; nothing was changed", &e))?;
+        core.record_checkpoint(
+            &c,
+            &saved,
+            Cause::Maintenance,
+            "saved before the update replaces the machine",
+        )
+        .await;
         r.revision(saved.revision.get()).await?;
     }
     replace(r, &c).await

@@ -171,13 +171,25 @@ pub async fn take_control(
     now_ms: i64,
 ) -> Result<ControlLease, LiveError> {
     let c = core.get(id).await?;
-    // A maintenance job is about to replace (or has left half-replaced) the machine.
-    core.check_unreserved(&c.id).await?;
-    let lease = core
+    // The user who holds control keeps it, even while a maintenance job reserves the computer:
+    // like a run's lease held before the job, it lasts until the machine goes.
+    if let Some(lease) = core
         .live
         .store
-        .take_control(&c.id, bot, ttl, now_ms)
-        .await?;
+        .renew_control(&c.id, bot, ttl, now_ms)
+        .await?
+    {
+        debug!(computer_id = %id, bot = %bot, "user renewed control");
+        return Ok(lease);
+    }
+    // A new takeover is a lifecycle action: refused while a job reserves the computer (it is
+    // about to replace the machine, or left it half-replaced), and no job is created between
+    // that check and the grant.
+    let lease = core
+        .unreserved_act(&c.id, || async {
+            Ok(core.live.store.take_control(&c.id, bot, ttl, now_ms).await)
+        })
+        .await??;
     info!(computer_id = %id, bot = %bot, "user took control");
     Ok(lease)
 }

@@ -191,6 +191,32 @@ impl LiveStore {
         ttl: Duration,
         now_ms: i64,
     ) -> Result<ControlLease, LiveStoreError> {
+        let lease = self.control(computer, bot, ttl, now_ms, true).await?;
+        lease.ok_or_else(|| DbError::corrupt(TABLE, key(computer, bot), "no control lease").into())
+    }
+
+    /// Extends the user's control of `bot` while it is live (the same refusal as
+    /// [`LiveStore::take_control`] while a run holds the bot); `None`, changing nothing, when
+    /// there is no live control to extend (a new takeover is [`LiveStore::take_control`]).
+    pub async fn renew_control(
+        &self,
+        computer: &ComputerId,
+        bot: &BotId,
+        ttl: Duration,
+        now_ms: i64,
+    ) -> Result<Option<ControlLease>, LiveStoreError> {
+        self.control(computer, bot, ttl, now_ms, false).await
+    }
+
+    /// Takes or extends control; a new control lease only when `new_allowed`.
+    async fn control(
+        &self,
+        computer: &ComputerId,
+        bot: &BotId,
+        ttl: Duration,
+        now_ms: i64,
+        new_allowed: bool,
+    ) -> Result<Option<ControlLease>, LiveStoreError> {
         let (mut tx, state) = self.locked(computer, bot).await?;
         let sql = format!(
             "SELECT owner, fence, expires_at FROM leases WHERE computer_id = $1 AND bot = $2{}",
@@ -224,7 +250,9 @@ impl LiveStore {
         }
         let id = match state.control_at(now_ms) {
             Some(live) => live.id.clone(),
-            None => new_control_id(),
+            None if new_allowed => new_control_id(),
+            // Nothing to renew: `tx` drops, which rolls back the row `locked` may have made.
+            None => return Ok(None),
         };
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let lease = ControlLease {
@@ -242,7 +270,7 @@ impl LiveStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(lease)
+        Ok(Some(lease))
     }
 
     /// Ends the user's control lease; returns the one that was stored (lapsed or not), if any.

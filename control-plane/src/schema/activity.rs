@@ -101,6 +101,8 @@ pub enum LifecycleKind {
     Destroyed,
     /// Starting the computer failed.
     StartFailed,
+    /// A maintenance job failed (its reason names the job, its stage and the error).
+    JobFailed,
 }
 
 /// Who or what caused a lifecycle event.
@@ -121,8 +123,10 @@ pub enum Cause {
     Recovery,
     /// The machine stopped on its own (crashed, OOM-killed, killed outside Rakazo).
     MachineStopped,
-    /// The computer's guest connection was lost.
+    /// The computer's guest connection was lost while its machine still ran.
     GuestLost,
+    /// The provider killed the machine for running out of memory (docker's `OOMKilled`).
+    OutOfMemory,
     /// The provider no longer has the machine (removed, its engine gone).
     MachineGone,
     /// The provider failed.

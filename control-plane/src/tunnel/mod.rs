@@ -53,7 +53,10 @@ const CLOSE_SUPERSEDED: u32 = 2;
 pub trait GuestAuth: Send + Sync + 'static {
     /// Whether `token` is the enrollment token of a live computer `computer_id`.
     fn verify(&self, computer_id: &str, token: &Secret) -> impl Future<Output = bool> + Send;
-    /// Records that the computer's guest connected or disconnected.
+    /// Records that the computer's guest connected or disconnected. Disconnected is reported
+    /// only for a connection that ended by itself: one the control plane closed
+    /// ([`Registry::disconnect`], [`Registry::close_all`]) or a newer one replaced is forgotten
+    /// before it ends, and reports nothing.
     fn set_connected(&self, computer_id: &str, connected: bool) -> impl Future<Output = ()> + Send;
     /// The live execution leases of the computer's bots, pushed to its guest on every hello so
     /// a restarted guest refuses stale fences at once. An error is the implementor's to log;

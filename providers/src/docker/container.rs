@@ -6,7 +6,7 @@ use super::{
     volume_name, DockerConfig, DEFAULT_SHM_MB, GUEST_PATH, HOME_DIR, LABEL_COMPUTER,
     LABEL_HOME_KEY, LABEL_MANAGED, MIB, PATH_ENV, RUN_AS, TOKEN_PATH,
 };
-use crate::SandboxSpec;
+use crate::{MachineExit, SandboxSpec};
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig,
     ResourcesUlimits,
@@ -36,6 +36,40 @@ pub(super) fn label<'a>(info: &'a ContainerInspectResponse, key: &str) -> Option
 
 pub(super) fn status(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
     info.state.as_ref()?.status
+}
+
+/// The most of the engine's error text an exit carries.
+const EXIT_DETAIL_MAX: usize = 200;
+
+/// What an inspect says became of the container: running (or restarting, or paused: the
+/// machine is there), being removed (gone), or stopped with its exit code, the engine's OOM
+/// flag and its error text.
+pub(super) fn exit_of(info: &ContainerInspectResponse) -> MachineExit {
+    let Some(state) = info.state.as_ref() else {
+        return MachineExit::Stopped {
+            exit_code: None,
+            oom_killed: false,
+            detail: None,
+        };
+    };
+    match state.status {
+        Some(
+            ContainerStateStatusEnum::RUNNING
+            | ContainerStateStatusEnum::RESTARTING
+            | ContainerStateStatusEnum::PAUSED,
+        ) => MachineExit::Running,
+        Some(ContainerStateStatusEnum::REMOVING) => MachineExit::Gone,
+        _ => MachineExit::Stopped {
+            exit_code: state.exit_code,
+            oom_killed: state.oom_killed == Some(true),
+            detail: state
+                .error
+                .as_deref()
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(|e| e.chars().take(EXIT_DETAIL_MAX).collect()),
+        },
+    }
 }
 
 /// The tar uploaded at `/` before every start: `/etc/rakazo/` (0700) and the token (0600), both
@@ -136,6 +170,76 @@ pub(super) fn container_body(config: &DockerConfig, spec: &SandboxSpec) -> Conta
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn inspected(
+        status: ContainerStateStatusEnum,
+        code: i64,
+        oom: bool,
+        error: &str,
+    ) -> ContainerInspectResponse {
+        ContainerInspectResponse {
+            state: Some(bollard::models::ContainerState {
+                status: Some(status),
+                exit_code: Some(code),
+                oom_killed: Some(oom),
+                error: Some(error.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_inspect_tells_how_a_container_ended() {
+        use ContainerStateStatusEnum as S;
+        assert_eq!(
+            exit_of(&inspected(S::RUNNING, 0, false, "")),
+            MachineExit::Running
+        );
+        assert_eq!(
+            exit_of(&inspected(S::PAUSED, 0, false, "")),
+            MachineExit::Running
+        );
+        assert_eq!(
+            exit_of(&inspected(S::REMOVING, 0, false, "")),
+            MachineExit::Gone
+        );
+        assert_eq!(
+            exit_of(&inspected(S::EXITED, 137, true, "")),
+            MachineExit::Stopped {
+                exit_code: Some(137),
+                oom_killed: true,
+                detail: None
+            }
+        );
+        assert_eq!(
+            exit_of(&inspected(S::EXITED, 137, false, "")),
+            MachineExit::Stopped {
+                exit_code: Some(137),
+                oom_killed: false,
+                detail: None
+            }
+        );
+        let long = "x".repeat(1000);
+        match exit_of(&inspected(S::DEAD, 1, false, &long)) {
+            MachineExit::Stopped {
+                exit_code: Some(1),
+                oom_killed: false,
+                detail: Some(d),
+            } => {
+                assert_eq!(d.len(), EXIT_DETAIL_MAX)
+            }
+            other => panic!("{other:?}"),
+        }
+        let no_state = ContainerInspectResponse::default();
+        assert!(matches!(
+            exit_of(&no_state),
+            MachineExit::Stopped {
+                exit_code: None,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn token_archive_holds_the_token_file_only_under_etc_rakazo() {
