@@ -304,7 +304,7 @@ impl Target {
             order.push(Transport::Websocket);
         }
         if let Some(last) = self.last.filter(|&t| t != Transport::Quic) {
-            if self.tcp_streak % QUIC_RETRY_EVERY != 0 {
+            if !self.tcp_streak.is_multiple_of(QUIC_RETRY_EVERY) {
                 order.retain(|&t| t != last);
                 order.insert(0, last);
             }

@@ -760,7 +760,7 @@ fn keep_busy(
         let mut max_gap = Duration::ZERO;
         let mut last: Option<Instant> = None;
         while now() < end {
-            let color = if frames % 2 == 0 {
+            let color = if frames.is_multiple_of(2) {
                 0x00ff_0000
             } else {
                 0x0000_ff00

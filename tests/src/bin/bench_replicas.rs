@@ -351,7 +351,7 @@ struct Fleet {
 fn computer_of(b: usize, owners: &[usize]) -> usize {
     let replica = b % REPLICAS;
     let round = b / REPLICAS;
-    let owned = round % 2 == 0;
+    let owned = round.is_multiple_of(2);
     let candidates: Vec<usize> = (0..owners.len())
         .filter(|&i| (owners[i] == replica) == owned)
         .collect();
