@@ -118,7 +118,22 @@ pub fn empty() -> RespBody {
 /// Reads a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if malformed).
 pub async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, ApiError> {
     let bytes = read_json_bytes(body).await?;
-    serde_json::from_slice(&bytes).map_err(invalid_json)
+    parse_object(&bytes)
+}
+
+/// Parses a request body that must be a JSON object. serde would also read a struct from a JSON
+/// array of its fields in order (`[null, null]`), which no route takes: it is refused first.
+pub fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    check_object(bytes)?;
+    serde_json::from_slice(bytes).map_err(invalid_json)
+}
+
+/// 400 unless `bytes` start (after whitespace) as a JSON object does.
+pub fn check_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::bad_request("request body must be a JSON object")),
+    }
 }
 
 /// The bytes of a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if empty), for

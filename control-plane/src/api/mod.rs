@@ -336,8 +336,8 @@ async fn dispatch(
             "observe" => screens::observe(api, id, bot, req).await,
             "act" => screens::act(api, id, bot, req).await,
             "url" => live::url(api, id, bot, None, req).await,
-            "takeover" => live::takeover(api, id, bot).await,
-            "release-control" => live::release_control(api, id, bot).await,
+            "takeover" => live::takeover(api, id, bot, req).await,
+            "release-control" => live::release_control(api, id, bot, req).await,
             other => Err(ApiError::not_found(format!(
                 "no screen action {other:?}; use ensure, release, observe, act, url, takeover \
                  or release-control"
