@@ -20,6 +20,7 @@ mod image;
 mod jobs;
 mod live;
 mod metrics;
+mod openapi;
 mod page_browser;
 mod placement;
 mod providers;

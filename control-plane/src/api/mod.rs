@@ -1,7 +1,8 @@
 //! The HTTP API under `/v1`: authentication, routing, and the translation between HTTP and the
 //! core.
 //!
-//! Every route but `GET /v1/health` needs `Authorization: Bearer <api token>`, compared in
+//! Every route but `GET /v1/health`, `GET /v1/openapi.json` (the API's description, [`openapi`])
+//! and the guest tunnel needs `Authorization: Bearer <api token>`, compared in
 //! constant time. Handlers parse and bound their input, call [`Core`], and convert the result;
 //! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
 //! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
@@ -21,6 +22,8 @@ mod leases;
 pub mod listener;
 mod live;
 pub mod metrics;
+mod openapi;
+pub use openapi::document_json as openapi_json;
 mod screens;
 pub(crate) mod tunnel_ws;
 
@@ -187,6 +190,11 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
             StatusCode::OK,
             &crate::schema::Health { ok: true },
         ));
+    }
+    // The API's description is public, as health is: shapes only, no ids or secrets
+    // (`openapi` explains why).
+    if let (&Method::GET, ["v1", "openapi.json"]) = (&method, segments.as_slice()) {
+        return Ok(openapi::response());
     }
     if !api.authorized(&req) {
         return Err(ApiError::new(
