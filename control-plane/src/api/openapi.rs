@@ -1163,6 +1163,10 @@ fn misc(doc: &mut Doc) {
             "tags": ["service"],
             "summary": "The guests' tunnel over a websocket (guests authenticate inside it, not \
                         with the API token).",
+            "description": "Only a guest's upgrade (`Connection: Upgrade`, `Upgrade: websocket`, \
+                            `Sec-WebSocket-Key`) gets the 101; the API tester checks the \
+                            refusals here, and the tunnel itself is tested through real guests \
+                            (`tests/system/tunnel_tcp.rs`).",
             "security": [],
             "responses": responses(vec![(101, json!({ "description": "Switching to the websocket." }))], errs),
         }),
