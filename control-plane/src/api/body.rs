@@ -233,6 +233,29 @@ impl Body for ChannelBody {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_request_body_is_an_object_never_an_array_of_fields() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Two {
+            a: Option<u8>,
+            b: Option<u8>,
+        }
+        // serde alone reads a struct from an array of its fields in order.
+        assert!(serde_json::from_slice::<Two>(b"[null, null]").is_ok());
+        for bad in [&b"[null, null]"[..], b"[]", b"null", b"\"x\"", b"1"] {
+            let e = parse_object::<Two>(bad).unwrap_err();
+            assert_eq!(
+                (e.status, e.message.as_str()),
+                (
+                    StatusCode::BAD_REQUEST,
+                    "request body must be a JSON object"
+                )
+            );
+        }
+        assert!(parse_object::<Two>(b" \n{\"a\": 1}").is_ok());
+    }
+
     #[tokio::test]
     async fn forward_sends_what_was_read_and_says_when_to_stop() {
         let (tx, mut rx) = mpsc::channel(4);
