@@ -7,6 +7,9 @@ bash scripts/setup-debian.sh
 bash scripts/ensure-postgres.sh
 # The homes object-store tests run against a real S3 server (s3s-fs), cached outside the checkout.
 bash scripts/s3s-fs.sh install
+# schemathesis checks the live server against control-plane/openapi.json (tests/system/openapi.rs);
+# installed into a venv cached outside the checkout.
+bash scripts/schemathesis.sh install
 # Docker computers run on a real engine (podman's Docker-compatible API) from our own image; the
 # image's root filesystem is built from Debian packages once and cached outside the checkout
 # (keyed by a hash of its recipe). The tests layer the guest on it through `rakazo image build`.

@@ -75,20 +75,34 @@ pub struct SandboxSpec {
 }
 
 /// Per-computer resource limits. `None` leaves the provider's default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct MachineLimits {
     /// Memory limit in MiB (16..=1048576).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 16, maximum = 1048576)]
     pub memory_mb: Option<u64>,
     /// CPU limit in thousandths of a CPU (100..=256000, i.e. 0.1 to 256 CPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 100, maximum = 256000)]
     pub cpu_millis: Option<u32>,
     /// Maximum number of processes (16..=1000000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 16, maximum = 1000000)]
     pub pids: Option<u32>,
     /// Size of `/dev/shm` in MiB (1..=65536). Chrome needs it; 256 is a sensible value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 65536)]
     pub shm_mb: Option<u64>,
 }
 

@@ -22,6 +22,7 @@ mod live;
 mod lost;
 mod mcp;
 mod metrics;
+mod openapi;
 mod page_browser;
 mod placement;
 mod providers;

@@ -118,7 +118,22 @@ pub fn empty() -> RespBody {
 /// Reads a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if malformed).
 pub async fn read_json<T: DeserializeOwned>(body: Incoming) -> Result<T, ApiError> {
     let bytes = read_json_bytes(body).await?;
-    serde_json::from_slice(&bytes).map_err(invalid_json)
+    parse_object(&bytes)
+}
+
+/// Parses a request body that must be a JSON object. serde would also read a struct from a JSON
+/// array of its fields in order (`[null, null]`), which no route takes: it is refused first.
+pub fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    check_object(bytes)?;
+    serde_json::from_slice(bytes).map_err(invalid_json)
+}
+
+/// 400 unless `bytes` start (after whitespace) as a JSON object does.
+pub fn check_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::bad_request("request body must be a JSON object")),
+    }
 }
 
 /// The bytes of a JSON body of at most [`MAX_JSON_BODY`] bytes (413 beyond, 400 if empty), for
@@ -217,6 +232,29 @@ impl Body for ChannelBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_body_is_an_object_never_an_array_of_fields() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Two {
+            a: Option<u8>,
+            b: Option<u8>,
+        }
+        // serde alone reads a struct from an array of its fields in order.
+        assert!(serde_json::from_slice::<Two>(b"[null, null]").is_ok());
+        for bad in [&b"[null, null]"[..], b"[]", b"null", b"\"x\"", b"1"] {
+            let e = parse_object::<Two>(bad).unwrap_err();
+            assert_eq!(
+                (e.status, e.message.as_str()),
+                (
+                    StatusCode::BAD_REQUEST,
+                    "request body must be a JSON object"
+                )
+            );
+        }
+        assert!(parse_object::<Two>(b" \n{\"a\": 1}").is_ok());
+    }
 
     #[tokio::test]
     async fn forward_sends_what_was_read_and_says_when_to_stop() {

@@ -58,6 +58,7 @@ async fn parse(req: hyper::Request<Incoming>) -> Result<(ExecSpec, Stdin), ApiEr
     loop {
         if let Some(nl) = head.iter().position(|b| *b == b'\n') {
             let rest = head.split_off(nl + 1).freeze();
+            super::body::check_object(&head[..nl])?;
             let spec: ExecSpec = serde_json::from_slice(&head[..nl])
                 .map_err(|e| ApiError::bad_request(format!("invalid exec spec line: {e}")))?;
             if spec.stdin.is_some() {

@@ -6,9 +6,7 @@
 //! Capability routes never log their path, token or host; they emit the `screen.proxy.*`
 //! events of contracts.md §6 with a random `screen.connection_id` and the policy.
 
-use super::body::{
-    empty, full, invalid_json, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY,
-};
+use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
 use super::{parse_bot, Api};
 use crate::clock::now_ms;
 use crate::core::CoreError;
@@ -57,7 +55,7 @@ async fn optional_json<T: DeserializeOwned + Default>(body: Incoming) -> Result<
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&bytes).map_err(invalid_json)
+    super::body::parse_object(&bytes)
 }
 
 fn parse_policy(s: &str) -> Result<CapabilityKind, ApiError> {
@@ -145,8 +143,15 @@ pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), 
 }
 
 /// `POST .../screens/{bot}/takeover`.
-pub async fn takeover(api: &Arc<Api>, id: &str, bot: &str) -> Result<Response<RespBody>, ApiError> {
+pub async fn takeover(
+    api: &Arc<Api>,
+    id: &str,
+    bot: &str,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
     let bot = parse_bot(bot)?;
+    // No fields, but a body that is not `{}` (or empty) is refused, not ignored.
+    let _: crate::schema::Empty = optional_json(req.into_body()).await?;
     let ttl = api.live.config.control_lease_ttl;
     let lease = authority::take_control(&api.core, id, &bot, ttl, now_ms()).await?;
     Ok(json_response(
@@ -165,8 +170,10 @@ pub async fn release_control(
     api: &Arc<Api>,
     id: &str,
     bot: &str,
+    req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let bot = parse_bot(bot)?;
+    let _: crate::schema::Empty = optional_json(req.into_body()).await?;
     let had = authority::release_control(&api.core, id, &bot).await?;
     Ok(json_response(
         StatusCode::OK,

@@ -30,7 +30,7 @@ pub fn op_kind(method: &Method, path: &str) -> Option<&'static str> {
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let m = method;
     let kind = match segments.as_slice() {
-        ["v1", "health"] | ["v1", "tunnel"] | ["metrics"] => return None,
+        ["v1", "health"] | ["v1", "openapi.json"] | ["v1", "tunnel"] | ["metrics"] => return None,
         ["v1", "computers"] if m == Method::POST => "computer.create",
         ["v1", "computers"] if m == Method::GET => "computer.list",
         ["v1", "computers", _] if m == Method::GET => "computer.show",

@@ -1,7 +1,8 @@
 //! The HTTP API under `/v1`: authentication, routing, and the translation between HTTP and the
 //! core.
 //!
-//! Every route but `GET /v1/health` needs `Authorization: Bearer <api token>`, compared in
+//! Every route but `GET /v1/health`, `GET /v1/openapi.json` (the API's description, [`openapi`])
+//! and the guest tunnel needs `Authorization: Bearer <api token>`, compared in
 //! constant time. Handlers parse and bound their input, call [`Core`], and convert the result;
 //! decisions live in the core. Request bodies are bounded (413 beyond the limit); file uploads
 //! stream and must announce their length. Connections, their timeouts and TLS are [`listener`]'s.
@@ -22,6 +23,8 @@ pub mod listener;
 mod live;
 mod mcp;
 pub mod metrics;
+mod openapi;
+pub use openapi::document_json as openapi_json;
 mod screens;
 pub(crate) mod tunnel_ws;
 
@@ -203,6 +206,11 @@ async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBo
     if let ["v1", "mcp", id, bot] = segments.as_slice() {
         return mcp::serve(api, id, bot, req).await;
     }
+    // The API's description is public, as health is: shapes only, no ids or secrets
+    // (`openapi` explains why).
+    if let (&Method::GET, ["v1", "openapi.json"]) = (&method, segments.as_slice()) {
+        return Ok(openapi::response());
+    }
     if !api.authorized(&req) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -358,8 +366,8 @@ async fn dispatch(
             "observe" => screens::observe(api, id, bot, req).await,
             "act" => screens::act(api, id, bot, req).await,
             "url" => live::url(api, id, bot, None, req).await,
-            "takeover" => live::takeover(api, id, bot).await,
-            "release-control" => live::release_control(api, id, bot).await,
+            "takeover" => live::takeover(api, id, bot, req).await,
+            "release-control" => live::release_control(api, id, bot, req).await,
             other => Err(ApiError::not_found(format!(
                 "no screen action {other:?}; use ensure, release, observe, act, url, takeover \
                  or release-control"

@@ -248,6 +248,7 @@ fn feed_lines(id: &str, bot: &BotId, actions: &[Action]) -> Vec<CommandStart> {
 /// body). The first error is the one reported: the body's shape, then the lease, then each
 /// action in turn.
 fn read_batch(bytes: &[u8]) -> Result<(ActRequest, LeaseToken, Vec<Action>), ApiError> {
+    super::body::check_object(bytes)?;
     let mut body: ActRequest =
         serde_json::from_slice(bytes).map_err(|e| refused_batch(bytes, e))?;
     let lease = parse_lease(&body.lease)?;

@@ -127,6 +127,9 @@ pub enum Command {
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
+    /// Print the API's OpenAPI 3.1 document (what `GET /v1/openapi.json` serves); needs no
+    /// server. `rakazo openapi > control-plane/openapi.json` regenerates the committed copy.
+    Openapi,
 }
 
 /// The default data dir: `$XDG_DATA_HOME/rakazo` or `~/.local/share/rakazo`.
@@ -247,6 +250,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
         Command::Activity(a) => activity::run(&g, a).await,
         Command::Mcp(cmd) => mcp::run(&g, cmd).await,
+        Command::Openapi => {
+            print!("{}", crate::api::openapi_json());
+            Ok(0)
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One event of the feed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityEvent {
     /// Position in the computer's feed: 1, 2, 3, … (pruned events leave a gap at the start).
     pub seq: u64,
@@ -20,7 +20,7 @@ pub struct ActivityEvent {
 }
 
 /// What an event says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type")]
 pub enum ActivityBody {
     /// A bot's action on the computer: a command, a file write, an `open` or `launch`.
@@ -32,7 +32,7 @@ pub enum ActivityBody {
 }
 
 /// The kind of a recorded bot action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandAction {
     /// A shell command (`POST …/exec`).
@@ -52,7 +52,7 @@ pub enum CommandAction {
 }
 
 /// A `computer.command` event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CommandEvent {
     pub action: CommandAction,
     /// The bot it ran for, when it ran under a bot's lease.
@@ -82,7 +82,7 @@ pub struct CommandEvent {
 }
 
 /// What happened to the computer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LifecycleKind {
     Created,
@@ -106,7 +106,7 @@ pub enum LifecycleKind {
 }
 
 /// Who or what caused a lifecycle event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     /// A user's request (`computer create|start|stop|destroy`, `home checkpoint`).
@@ -136,7 +136,7 @@ pub enum Cause {
 }
 
 /// A `computer.lifecycle` event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LifecycleEvent {
     pub event: LifecycleKind,
     pub cause: Cause,
@@ -151,7 +151,7 @@ pub struct LifecycleEvent {
 }
 
 /// The answer of `GET /v1/computers/{id}/activity`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityPage {
     /// In the order asked for (`order=asc`, the default, oldest first; `desc` newest first).
     pub events: Vec<ActivityEvent>,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The body of every page tool: the lease, plus `url` (navigate) or `steps` (act).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PageRequest {
     pub lease: String,
@@ -16,7 +16,7 @@ pub struct PageRequest {
 }
 
 /// One browser_act step; `ref` names an element of the last snapshot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Step {
     Click {
@@ -47,7 +47,7 @@ pub enum Step {
 }
 
 /// browser_snapshot's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Snapshot {
     pub url: String,
     pub title: String,
@@ -56,7 +56,7 @@ pub struct Snapshot {
     pub tree: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Element {
     #[serde(rename = "ref")]
     pub element: String,
@@ -68,7 +68,7 @@ pub struct Element {
 }
 
 /// The answer of every page tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum PageResult {
     Done(PageDone),
@@ -86,7 +86,7 @@ impl PageResult {
 }
 
 /// The page after the tool ran: `ok: true`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PageDone {
     pub ok: bool,
     pub snapshot: Snapshot,
@@ -96,7 +96,7 @@ pub struct PageDone {
 }
 
 /// A browser_act that failed after validation: `ok: false`. Nothing is replayed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PageFailed {
     pub ok: bool,
     /// Steps confirmed before the failure.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// `POST /v1/computers`: exactly one of `workspace` (a Team computer) and `private_bot` (a
 /// Private computer for that bot).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateComputer {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -33,7 +33,7 @@ pub fn is_default_limits(limits: &MachineLimits) -> bool {
 }
 
 /// A computer as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Computer {
     pub id: String,
     pub kind: ComputerKind,
@@ -67,7 +67,7 @@ pub struct Computer {
 }
 
 /// A running computer's machine, as its guest reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Machine {
     /// Seconds since the kernel booted (a container reports its host's kernel).
     pub uptime_secs: u64,
@@ -98,14 +98,14 @@ pub struct Machine {
     pub desktops: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ComputerKind {
     Team,
     Private,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ComputerState {
     Provisioning,
@@ -115,7 +115,7 @@ pub enum ComputerState {
 }
 
 /// Idle suspension's last decision about a computer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct IdleReport {
     /// `awake`, `busy`, `blocked`, `suspending`, `failed` or `suspended`.
     pub decision: String,
@@ -127,7 +127,7 @@ pub struct IdleReport {
 }
 
 /// `GET /v1/computers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ComputerList {
     pub computers: Vec<Computer>,
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One entry of a listing (also of a stored home's, `home::HomeEntries`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Entry {
     /// Relative to the home.
     pub path: String,
@@ -14,7 +14,7 @@ pub struct Entry {
     pub executable: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     File,
@@ -22,19 +22,19 @@ pub enum EntryKind {
 }
 
 /// `GET /v1/computers/{id}/files?path=`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileList {
     pub entries: Vec<Entry>,
 }
 
 /// `PUT /v1/computers/{id}/files/content?path=`: bytes written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Written {
     pub written: u64,
 }
 
 /// `PUT /v1/computers/{id}/uploads/{bot}?name=&control=`: where a user's upload landed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Uploaded {
     /// Relative to the home: the bot's upload directory and the name, suffixed ` (n)` if the
     /// asked name was taken.
@@ -43,7 +43,7 @@ pub struct Uploaded {
 }
 
 /// `POST /v1/computers/{id}/files/attach`: a bot hands a file out (`attach_file`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AttachRequest {
     /// Relative to the home.
     pub path: String,
@@ -53,7 +53,7 @@ pub struct AttachRequest {
 }
 
 /// A download URL for an attached file: the URL is the credential until it expires.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Attached {
     /// Absolute when the request named its host, else the same as `path`.
     pub url: String,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// One line of `POST …/home/checkpoint[?wait_ms=]` and `POST …/home/restore`: `progress` lines,
 /// then exactly one `done` or `error`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum HomeLine {
     Progress {
@@ -25,7 +25,7 @@ pub enum HomeLine {
 
 /// A finished checkpoint (`revision`, `bytes`) or restore (also `content_bytes`, `entries`;
 /// `revision: null` and nothing else when there was no stored home).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HomeDone {
     pub revision: Option<u64>,
     /// Archive bytes moved.
@@ -38,7 +38,7 @@ pub struct HomeDone {
 }
 
 /// `GET /v1/computers/{id}/home`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HomeInfo {
     pub computer: String,
     pub home_key: String,
@@ -50,7 +50,7 @@ pub struct HomeInfo {
 }
 
 /// `GET …/home/entries[?prefix=&limit=]`: entries of the latest checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HomeEntries {
     pub entries: Vec<Entry>,
     /// More entries matched than `limit`.
@@ -58,7 +58,7 @@ pub struct HomeEntries {
 }
 
 /// `POST /v1/homes/reconcile`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "store", rename_all = "lowercase")]
 pub enum Reconciled {
     /// The object store: what the reconciler found.
@@ -75,7 +75,7 @@ pub enum Reconciled {
 }
 
 /// `DELETE /v1/homes/{home_key}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Purged {
     pub purged: String,
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A maintenance job as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Job {
     pub id: String,
     pub computer: String,
@@ -45,21 +45,21 @@ pub struct Job {
 }
 
 /// One stage a job reached, and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobStage {
     pub stage: String,
     pub at_ms: i64,
 }
 
 /// `GET /v1/computers/{id}/jobs`: its newest jobs first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobList {
     pub jobs: Vec<Job>,
 }
 
 /// The body of `POST /v1/jobs/{id}/release-interrupted`: `workers_stopped` must be `true`, the
 /// operator's assertion that the job's workers and provider operations have stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseInterrupted {
     #[serde(default)]

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The body of acquire (`owner`), renew (`lease`) and release (`lease`, `outcome`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     /// acquire: the run id that will own the lease.
@@ -23,7 +23,7 @@ pub struct LeaseRequest {
 }
 
 /// A live execution lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Lease {
     pub computer: String,
     pub bot: String,
@@ -35,7 +35,7 @@ pub struct Lease {
 }
 
 /// The answer to a release.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseReleased {
     pub released: bool,
     /// The run-end checkpoint of the home (contracts.md §9).
@@ -44,7 +44,7 @@ pub struct LeaseReleased {
 
 /// What the run-end checkpoint did. A failed one is reported to the run; the previous revision
 /// stays current.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum RunCheckpoint {
     Saved {

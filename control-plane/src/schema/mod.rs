@@ -32,12 +32,12 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 /// The body of a request that takes no fields: `{}` (takeover, release-control).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Empty {}
 
 /// `GET /v1/health` (no token needed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Health {
     pub ok: bool,
 }

@@ -7,14 +7,14 @@ use serde_json::Number;
 
 /// The body of ensure, observe and release: the bot's lease (required by ensure and observe;
 /// release also takes `null`, to tear down without one).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseBody {
     pub lease: Option<String>,
 }
 
 /// A bot's desktop.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Screen {
     pub bot: String,
     pub slot: u32,
@@ -29,19 +29,19 @@ pub struct Screen {
 }
 
 /// `GET /v1/computers/{id}/screens`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScreenList {
     pub screens: Vec<Screen>,
 }
 
 /// `POST …/screens/{bot}/release`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScreenReleased {
     pub released: bool,
 }
 
 /// computer_observe's answer (contracts.md §4); also `ActResult::observation`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Observation {
     /// sha256 hex of the PNG.
@@ -62,20 +62,20 @@ pub struct Observation {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Cursor {
     pub x: i32,
     pub y: i32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Window {
     pub id: u32,
     pub title: String,
 }
 
 /// `POST …/screens/{bot}/act`: a batch of actions, validated whole before any runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActRequest {
     pub lease: String,
@@ -90,11 +90,13 @@ pub struct ActRequest {
 
 /// One §4 action; a field left out takes the contract's default. Coordinates are any JSON
 /// number (rounded to a pixel).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Action {
     Click {
+        #[schema(value_type = f64)]
         x: Number,
+        #[schema(value_type = f64)]
         y: Number,
         /// Default `left`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,17 +106,23 @@ pub enum Action {
         double: Option<bool>,
     },
     Move {
+        #[schema(value_type = f64)]
         x: Number,
+        #[schema(value_type = f64)]
         y: Number,
     },
     Down {
+        #[schema(value_type = f64)]
         x: Number,
+        #[schema(value_type = f64)]
         y: Number,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         button: Option<MouseButton>,
     },
     Up {
+        #[schema(value_type = f64)]
         x: Number,
+        #[schema(value_type = f64)]
         y: Number,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         button: Option<MouseButton>,
@@ -160,14 +168,14 @@ pub enum Action {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MouseButton {
     Left,
     Right,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScrollDirection {
     Up,
@@ -175,7 +183,7 @@ pub enum ScrollDirection {
 }
 
 /// computer_act's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ActResult {
     pub ok: bool,
@@ -191,7 +199,7 @@ pub struct ActResult {
 }
 
 /// `POST …/screens/{bot}/url` and `…/terminals/{bot}/url`; the body may also be empty.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UrlRequest {
     /// `view` (default), `control` or `terminal` (the terminals route takes only `terminal`).
@@ -203,7 +211,7 @@ pub struct UrlRequest {
 }
 
 /// A capability URL: the URL is the credential.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LiveUrl {
     /// Absolute when the request named its host, else the same as `path`.
     pub url: String,
@@ -215,7 +223,7 @@ pub struct LiveUrl {
 }
 
 /// `POST …/screens/{bot}/takeover` (body [`super::Empty`]): the user's control lease.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ControlTaken {
     pub computer: String,
     pub bot: String,
@@ -224,7 +232,7 @@ pub struct ControlTaken {
 }
 
 /// `POST …/screens/{bot}/release-control` (body [`super::Empty`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ControlReleased {
     pub released: bool,
     /// Whether a control lease was held.
@@ -233,7 +241,7 @@ pub struct ControlReleased {
 
 /// `POST …/leases/{bot}/waiting_takeover`: the run holding `lease` asks for (or no longer
 /// needs) a person to take over.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitingTakeoverRequest {
     pub lease: String,
@@ -247,7 +255,7 @@ fn yes() -> bool {
 }
 
 /// The answer to [`WaitingTakeoverRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WaitingTakeover {
     pub waiting_takeover: bool,
 }
