@@ -22,6 +22,7 @@ use crate::schema::files::{AttachRequest, Attached, FileList, Uploaded, Written}
 use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
 use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest};
+use crate::schema::mcp::{McpToken, McpTokenRequest};
 use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
@@ -232,6 +233,7 @@ pub fn document() -> Value {
     homes(&mut doc);
     desktops(&mut doc);
     leases_and_live(&mut doc);
+    mcp(&mut doc);
     misc(&mut doc);
     json!({
         "openapi": "3.1.0",
@@ -241,7 +243,10 @@ pub fn document() -> Value {
             "description": "Computers for AI agents: create and run them, execute commands, move \
                 files, drive their desktops and browsers, hold execution leases. Every route but \
                 `GET /v1/health`, `GET /v1/openapi.json` and the guest tunnel needs \
-                `Authorization: Bearer <api token>`. Every error is an `ErrorBody` whose \
+                `Authorization: Bearer <api token>`. MCP clients connect to \
+                `/v1/mcp/{computer}/{bot}` (MCP's streamable HTTP transport, not described \
+                here) with the API token or a session token from `POST \
+                /v1/computers/{id}/mcp-tokens/{bot}`. Every error is an `ErrorBody` whose \
                 `error.code` is stable; `error.uncertain` says whether a failed operation may \
                 still have had its effect.",
         },
@@ -258,6 +263,37 @@ pub fn document() -> Value {
             },
         },
     })
+}
+
+fn mcp(doc: &mut Doc) {
+    let request = doc.of::<McpTokenRequest>();
+    let token = doc.of::<McpToken>();
+    let errs = vec![
+        (
+            400,
+            error(
+                doc,
+                "`bad_request`: a malformed body or bot id, or `ttl_secs` outside 1..=86400.",
+            ),
+        ),
+        (401, error(doc, UNAUTHORIZED)),
+        (404, error(doc, NO_COMPUTER)),
+        (408, error(doc, SLOW_BODY)),
+        (413, error(doc, TOO_LARGE_JSON)),
+    ];
+    doc.route(
+        "post",
+        "/v1/computers/{id}/mcp-tokens/{bot}",
+        "mintMcpToken",
+        json!({
+            "tags": ["mcp"],
+            "summary": "A session token for the bot's MCP endpoint on this computer \
+                        (`/v1/mcp/{computer}/{bot}`) and nothing else; `ttl_secs` defaults to an \
+                        hour.",
+            "requestBody": json_body(request, true),
+            "responses": responses(vec![(200, json_ok("The token and its endpoint.", token))], errs),
+        }),
+    );
 }
 
 fn computers(doc: &mut Doc) {
