@@ -1436,7 +1436,7 @@ fn print_local(r: &ObserveRuns) {
     println!("|---|---|---|---|---|---|");
     let png = |v: &[usize]| kib(median_usize(v));
     row_ms(
-        "`Capturer::observe` (capture + PNG + SHA-256 + cursor + active window)",
+        "`Capturer::observe` of the still screen (capture, compared with the last frame: its PNG and id are reused; cursor; active window). A changed screen adds `encode_png` and `frame_id` (steps below)",
         &obs,
         &format!("{:.0} | 1.00", png(&r.observe_png)),
     );
@@ -1607,7 +1607,7 @@ fn print_api(api: &ApiRuns, guest_observe_p50: Duration) {
             &api.changed,
         ),
         (
-            "unchanged frame, right after the changed one (image omitted; the guest still captures, encodes and hashes)"
+            "unchanged frame, right after the changed one (image omitted; the guest captures and compares, reusing the last PNG)"
                 .to_string(),
             &api.unchanged,
         ),
