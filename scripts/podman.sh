@@ -84,6 +84,10 @@ start() {
   mkdir -p "$dir/tmp"
   # A stale socket from a dead service would make podman refuse to bind.
   rm -f "$sock"
+  # The service, and every conmon it starts, keeps the caller's working directory: one removed
+  # later (a CI checkout replaced by a fresh clone) fails each container start with conmon's
+  # "Failed to get working directory" (the API says `write child: broken pipe`). Start from /.
+  cd /
   if [ -z "$instance" ]; then
     CONTAINERS_CONF="$conf" TMPDIR="$dir/tmp" setsid nohup podman system service --time 0 "unix://$sock" \
       >>"$log" 2>&1 </dev/null &
