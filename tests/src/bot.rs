@@ -104,14 +104,7 @@ impl<'a> Bot<'a> {
     /// A capability URL's path (`/cap/<sealed>`) for `policy`; the caller records it as a
     /// secret.
     pub async fn url(&self, policy: &str) -> Result<String> {
-        let v = self
-            .w
-            .post(&self.path("url"), serde_json::json!({ "policy": policy }))
-            .await?;
-        Ok(v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string())
+        self.w.screen_url(&self.computer, &self.bot, policy).await
     }
 }
 

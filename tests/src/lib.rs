@@ -722,6 +722,21 @@ impl World {
         self.client.json(Method::POST, path, Some(&body)).await
     }
 
+    /// A capability URL's path (`/cap/<sealed>`) for `bot`'s desktop under `policy`; the caller
+    /// records it as a secret.
+    pub async fn screen_url(&self, computer: &str, bot: &str, policy: &str) -> Result<String> {
+        let v = self
+            .post(
+                &format!("/v1/computers/{computer}/screens/{bot}/url"),
+                serde_json::json!({ "policy": policy }),
+            )
+            .await?;
+        Ok(v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string())
+    }
+
     /// Acquires `bot`'s execution lease for `owner`; returns the lease string.
     pub async fn lease(&self, computer: &str, bot: &str, owner: &str) -> Result<String> {
         let v = self

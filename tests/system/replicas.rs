@@ -100,16 +100,7 @@ async fn desktop(w: &World, c: &str, bot: &str) -> Result<()> {
 
 /// A view URL of `bot`'s desktop issued by `w`, and its websocket opened on `w`.
 async fn view(w: &mut World, c: &str, bot: &str) -> Result<tests::live::Ws> {
-    let v = w
-        .post(
-            &format!("/v1/computers/{c}/screens/{bot}/url"),
-            serde_json::json!({ "policy": "view" }),
-        )
-        .await?;
-    let path = v["path"]
-        .as_str()
-        .ok_or_else(|| anyhow!("no path in {v}"))?
-        .to_string();
+    let path = w.screen_url(c, bot, "view").await?;
     w.add_secret(path.trim_start_matches("/cap/"));
     connect(&w.http, &path).await
 }
