@@ -1,6 +1,15 @@
 //! What the bench binaries (tests/src/bin/bench_*.rs) share: their one clock read, milliseconds
 //! as a float, and `--name N` options.
 
+use anyhow::{ensure, Result};
+use bytes::Bytes;
+use control_plane::client::{full_body, ReqBody};
+use http_body_util::BodyExt;
+use hyper::header::{self, HeaderMap};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as LegacyClient;
+use hyper_util::rt::TokioExecutor;
 use std::time::{Duration, Instant};
 
 /// The benchmark's one clock read.
@@ -42,4 +51,70 @@ pub fn size<T>(full: T, tiny: T) -> T {
 /// The command line after the program's name, without `--smoke`.
 pub fn args() -> impl Iterator<Item = String> {
     std::env::args().skip(1).filter(|a| a != "--smoke")
+}
+
+/// An API client beside the shipped one: keep-alive like it, but with `TCP_NODELAY`, so a
+/// bench can tell a Nagle or delayed-ACK stall from the work behind a request, and send any
+/// method, headers and body.
+pub struct NoDelayClient {
+    base: String,
+    token: String,
+    http: LegacyClient<HttpConnector, ReqBody>,
+}
+
+impl NoDelayClient {
+    /// A client of the API at `base` (`http://host:port`) with its token.
+    pub fn new(base: &str, token: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            base: base.to_string(),
+            token: token.to_string(),
+            http: LegacyClient::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+
+    /// Sends a request with the token and `headers`; the status, the response's headers and
+    /// its whole body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<(StatusCode, HeaderMap, Bytes)> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self.http.request(req.body(full_body(body))?).await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok((parts.status, parts.headers, body))
+    }
+
+    /// POSTs `body` as JSON; the JSON answer, or an error naming a status other than success.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        let (status, _, bytes) = self
+            .send(
+                Method::POST,
+                path,
+                &[("content-type", "application/json")],
+                serde_json::to_vec(body)?.into(),
+            )
+            .await?;
+        ensure!(
+            status.is_success(),
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        Ok(serde_json::from_slice(&bytes)?)
+    }
 }

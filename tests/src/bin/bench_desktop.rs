@@ -32,22 +32,18 @@
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use base64::Engine as _;
-use control_plane::client::{full_body, Client, ReqBody};
+use control_plane::client::Client;
 use gateway_proto::Secret;
 use guest_agent::browser::{Browser, BrowserOptions};
 use guest_agent::display::{capture, Button, Capturer, Clock, DisplayError, DisplayNum, Input};
 use guest_agent::display::{Xvfb, XvfbOptions};
-use http_body_util::BodyExt;
-use hyper::{header, Method};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client as LegacyClient;
-use hyper_util::rt::TokioExecutor;
+use hyper::Method;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use tests::bench::{args as bench_args, ms, now, size};
+use tests::bench::{args as bench_args, ms, now, size, NoDelayClient};
 use tests::fixture::Fixture;
 use tests::{pids_with_env, wait_for};
 
@@ -693,7 +689,7 @@ struct Server {
     data_dir: tempfile::TempDir,
     child: Child,
     client: Client,
-    nodelay: RawClient,
+    nodelay: NoDelayClient,
     computer: String,
     /// Desktop processes seen (pid, command line), killed at the end if they outlive the stop.
     seen: Vec<(i32, String)>,
@@ -745,7 +741,7 @@ impl Server {
             data_dir,
             child,
             client: Client::new("http://127.0.0.1:1", Secret::new("")),
-            nodelay: RawClient::new("http://127.0.0.1:1", ""),
+            nodelay: NoDelayClient::new("http://127.0.0.1:1", ""),
             computer: String::new(),
             seen: Vec::new(),
             leases: std::sync::Mutex::new(Vec::new()),
@@ -762,7 +758,7 @@ impl Server {
         let token = std::fs::read_to_string(server.data_dir.path().join("data/api-token"))?;
         let token = token.trim();
         server.client = Client::new(http, Secret::new(token.to_string()));
-        server.nodelay = RawClient::new(http, token);
+        server.nodelay = NoDelayClient::new(http, token);
         // Creating a computer returns once its guest has dialed in.
         let created = server
             .client
@@ -916,44 +912,6 @@ impl Drop for Server {
     }
 }
 
-/// A second API client: keep-alive like the shipped one, but with `TCP_NODELAY`, to tell a
-/// Nagle or delayed-ACK stall apart from the work behind the request.
-struct RawClient {
-    base: String,
-    token: String,
-    http: LegacyClient<HttpConnector, ReqBody>,
-}
-
-impl RawClient {
-    fn new(base: &str, token: &str) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Self {
-            base: base.to_string(),
-            token: token.to_string(),
-            http: LegacyClient::builder(TokioExecutor::new()).build(connector),
-        }
-    }
-
-    async fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
-        let req = hyper::Request::builder()
-            .method(Method::POST)
-            .uri(format!("{}{path}", self.base))
-            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(full_body(serde_json::to_vec(body)?))?;
-        let resp = self.http.request(req).await?;
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await?.to_bytes();
-        ensure!(
-            status.is_success(),
-            "HTTP {status}: {}",
-            String::from_utf8_lossy(&bytes)
-        );
-        Ok(serde_json::from_slice(&bytes)?)
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Via {
     Shipped,
@@ -994,7 +952,7 @@ impl Bot {
         let path = server.screen_path(&self.name, action);
         match via {
             Via::Shipped => server.post(&path, body).await,
-            Via::NoDelay => server.nodelay.post(&path, &body).await,
+            Via::NoDelay => server.nodelay.post_json(&path, &body).await,
         }
         .with_context(|| format!("{action} of bot {}", self.name))
     }

@@ -16,33 +16,19 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use control_plane::client::{full_body, ReqBody};
-use http_body_util::BodyExt;
-use hyper::{header, Method, Request};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client as LegacyClient;
-use hyper_util::rt::TokioExecutor;
+use hyper::Method;
 use std::time::Duration;
-use tests::bench::{arg, ms, now};
+use tests::bench::{arg, ms, now, NoDelayClient};
 use tests::World;
 
 const BOT: &str = "bot-bench";
 
-struct Raw {
-    base: String,
-    token: String,
-    http: LegacyClient<HttpConnector, ReqBody>,
-}
+/// The no-delay API client, answering with the MCP session id header (if any).
+struct Raw(NoDelayClient);
 
 impl Raw {
     fn new(base: &str, token: &str) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Self {
-            base: base.to_string(),
-            token: token.to_string(),
-            http: LegacyClient::builder(TokioExecutor::new()).build(connector),
-        }
+        Self(NoDelayClient::new(base, token))
     }
 
     /// Sends a request; the status, the session id header (if any) and the whole body.
@@ -53,22 +39,12 @@ impl Raw {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<(u16, Option<String>, Bytes)> {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let resp = self.http.request(req.body(full_body(body))?).await?;
-        let status = resp.status().as_u16();
-        let sid = resp
-            .headers()
+        let (status, headers, body) = self.0.send(method, path, headers, body).await?;
+        let sid = headers
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
             .map(String::from);
-        let body = resp.into_body().collect().await?.to_bytes();
-        Ok((status, sid, body))
+        Ok((status.as_u16(), sid, body))
     }
 }
 
