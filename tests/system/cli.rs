@@ -147,12 +147,12 @@ fn succeeded(args: &[&str], out: Output) -> Result<Vec<u8>> {
 }
 
 /// Like [`rakazo`], but the command must succeed; returns its stdout.
-async fn rakazo_ok(w: &World, args: &[&str]) -> Result<Vec<u8>> {
+pub(crate) async fn rakazo_ok(w: &World, args: &[&str]) -> Result<Vec<u8>> {
     succeeded(args, rakazo(w, args).await?)
 }
 
 /// `rakazo <args> --json`, which must succeed and print one JSON document.
-async fn rakazo_json(w: &World, args: &[&str]) -> Result<serde_json::Value> {
+pub(crate) async fn rakazo_json(w: &World, args: &[&str]) -> Result<serde_json::Value> {
     let mut all = args.to_vec();
     all.push("--json");
     let out = rakazo_ok(w, &all).await?;

@@ -4,6 +4,7 @@
 //! session holds the bot's lease and gives it back when it ends (deleted, or idle). A session
 //! token opens its own computer and bot only.
 
+use crate::cli::{rakazo_json, rakazo_ok};
 use anyhow::{anyhow, bail, Context, Result};
 use control_plane::client::{Client, ClientError};
 use gateway_proto::Secret;
@@ -77,27 +78,6 @@ async fn client(plan: serde_json::Value) -> Result<serde_json::Value> {
     })?;
     report["stderr"] = String::from_utf8_lossy(&out.stderr).into();
     Ok(report)
-}
-
-/// `rakazo <args> --json` through the real binary with the world's API token.
-async fn rakazo_json(w: &World, args: &[&str]) -> Result<serde_json::Value> {
-    let out = tokio::process::Command::new(tests::bin("rakazo"))
-        .args(args)
-        .arg("--json")
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("RAKAZO_URL", &w.http)
-        .env("RAKAZO_TOKEN", w.api_token())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out).await??;
-    if !out.status.success() {
-        bail!(
-            "rakazo {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 /// The bot's live lease, or `None` (404).
@@ -356,21 +336,8 @@ async fn a_session_token_opens_only_its_own_computer_and_bot() -> Result<()> {
         .map(|arg| if arg == "c-..." { a.clone() } else { arg })
         .collect();
     assert_eq!(args[..4], ["mcp", "token", a.as_str(), "bot-1"]);
-    let out = tokio::process::Command::new(tests::bin("rakazo"))
-        .args(&args)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("RAKAZO_URL", &w.http)
-        .env("RAKAZO_TOKEN", w.api_token())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), out).await??;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stdout = String::from_utf8(rakazo_ok(&w, &args).await?)?;
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     assert_eq!(lines[0], format!("{}/v1/mcp/{a}/bot-1", w.http));
