@@ -92,7 +92,27 @@ async fn a_new_bot_evicts_the_oldest_idle_uncontrolled_screen() -> Result<()> {
     w.add_secret(view.trim_start_matches("/cap/"));
     let mut viewer = connect(&w.http, &view).await?;
 
-    // bot-mid was used after bot-old, so bot-old is idle longest.
+    // bot-mid was used after bot-old, so bot-old is idle longest: the guest says so.
+    let listed = w
+        .client
+        .json(
+            hyper::Method::GET,
+            &format!("/v1/computers/{c}/screens"),
+            None,
+        )
+        .await?;
+    let idle = |bot: &str| {
+        listed["screens"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["bot"] == bot)
+            .and_then(|s| s["idle_ms"].as_u64())
+    };
+    assert!(
+        idle("bot-old") > idle("bot-mid"),
+        "bot-old must be idle longer than bot-mid: {listed}"
+    );
     let new = Bot::new(&w, &c, "bot-new").await?;
     let s = new.ensure().await?;
     assert_eq!(s["started"], true, "{s}");

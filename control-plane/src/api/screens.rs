@@ -47,6 +47,7 @@ fn screen_view(s: ScreenInfo) -> Screen {
         height: s.height,
         browser_pid: s.browser_pid,
         started: s.started,
+        idle_ms: s.idle_ms,
     }
 }
 

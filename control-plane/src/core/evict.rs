@@ -163,8 +163,21 @@ impl Core {
         let guest = self.guest_for(id, &ScreenListRequest).await?;
         let screens = guest.call(ScreenListRequest).await?;
         let held = self.screen_holders(&c.id).await?;
+        // Every screen as `bot:idle_ms`, and `+held` for those that may not go: why this one.
+        let candidates = screens
+            .iter()
+            .map(|s| {
+                let mark = if held.contains(s.bot.as_str()) {
+                    "+held"
+                } else {
+                    ""
+                };
+                format!("{}:{}{mark}", s.bot, s.idle_ms)
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
         let Some(victim) = pick(&screens, &held, for_bot) else {
-            info!(computer_id = %id, bot = %for_bot, screens = screens.len(), "screen limit reached and no screen is idle and unheld: refused");
+            info!(computer_id = %id, bot = %for_bot, %candidates, "screen limit reached and no screen is idle and unheld: refused");
             return Ok(None);
         };
         let (bot, idle_ms) = (victim.bot.clone(), victim.idle_ms);
@@ -185,7 +198,7 @@ impl Core {
                 lease: None,
             })
             .await?;
-        info!(computer_id = %id, evicted = %bot, idle_ms, for_bot = %for_bot, "screen limit reached: evicted the oldest idle screen nobody holds");
+        info!(computer_id = %id, evicted = %bot, idle_ms, for_bot = %for_bot, %candidates, "screen limit reached: evicted the oldest idle screen nobody holds");
         Ok(Some(bot))
     }
 }

@@ -26,6 +26,10 @@ pub struct Screen {
     pub browser_pid: Option<u32>,
     /// Whether this call started it.
     pub started: bool,
+    /// Milliseconds since the bot's last graphical call (ensure, observe, act, the page tools;
+    /// a person watching does not count), by which screen eviction picks; 0 in an ensure's
+    /// answer.
+    pub idle_ms: u64,
 }
 
 /// `GET /v1/computers/{id}/screens`.
