@@ -125,9 +125,9 @@ pub struct Screens {
     /// The screen gateway, revoked first at every teardown.
     revoker: std::sync::Mutex<Option<std::sync::Weak<dyn CapabilityRevoker>>>,
     /// When each bot last used its desktop (a graphical call: ensure, observe, act, the page
-    /// tools; a person watching is not the bot using it), in milliseconds since the epoch:
-    /// [`ScreenInfo::idle_ms`], by which eviction picks.
-    used: std::sync::Mutex<HashMap<BotId, i64>>,
+    /// tools; a person watching is not the bot using it), on the monotonic clock (a step of
+    /// the wall clock must not reorder them): [`ScreenInfo::idle_ms`], by which eviction picks.
+    used: std::sync::Mutex<HashMap<BotId, std::time::Instant>>,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -175,18 +175,20 @@ impl Screens {
 
     /// The bot used its desktop now.
     fn touch(&self, bot: &BotId) {
-        let now = crate::clock::now_ms();
+        let now = self.clock.now();
         self.used
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(bot.clone(), now);
     }
 
-    /// Milliseconds since the bot last used its desktop.
+    /// Milliseconds since the bot last used its desktop (`u64::MAX` if it never did).
     fn idle_ms(&self, bot: &BotId) -> u64 {
         let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let at = used.get(bot).copied().unwrap_or(0);
-        u64::try_from(crate::clock::now_ms().saturating_sub(at)).unwrap_or(0)
+        used.get(bot).map_or(u64::MAX, |at| {
+            let idle = self.clock.now().saturating_duration_since(*at);
+            u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
+        })
     }
 
     /// The bot's desktop if it is live (its X server running), locked; never starts one.
