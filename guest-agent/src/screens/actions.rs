@@ -1,6 +1,10 @@
-//! computer_act's actions on one desktop: pointer and keys through its
-//! [`Input`](crate::display::Input), and `open`, `focus` and `launch` of the bot's browser or a
-//! program from `PATH`.
+//! computer_act's actions on one desktop, run in order by [`run_batch`]: pointer and keys
+//! through its [`Input`](crate::display::Input) (sent without waiting, one round trip per run of
+//! them), and `wait`, `open`, `focus` and `launch` of the bot's browser or a program from
+//! `PATH`. It also arms the desktop's settler before what the settle after the batch waits for.
+//!
+//! It leaves to others ([`super::Screens::act`]): validation, the refusal rule, the settle
+//! itself and the observation.
 
 use std::time::Duration;
 
