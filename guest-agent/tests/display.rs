@@ -30,6 +30,9 @@ use x11rb::protocol::Event;
 use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
+mod painter;
+use painter::{painter, pixel};
+
 #[allow(
     clippy::disallowed_methods,
     reason = "these tests measure real waits against real X servers"
@@ -498,19 +501,32 @@ async fn xtest_moves_the_pointer_where_query_pointer_finds_it() -> Result<()> {
     let mut input = Input::new(desktop.access(), clock())?;
     let mut capturer = Capturer::new(desktop.access())?;
     assert_eq!(input.move_to(100, 200)?, (100, 200));
+    input.finish()?;
     assert_eq!(capturer.cursor()?, (100, 200));
     assert_eq!(input.move_to(-5, 99_999)?, (0, 799));
+    input.finish()?;
     assert_eq!(capturer.cursor()?, (0, 799));
     assert_eq!(input.move_to(i64::MAX, 3)?, (1279, 3));
+    input.finish()?;
     assert_eq!(capturer.observe()?.cursor, (1279, 3));
 
     const N: u32 = 50;
     let t = now();
     for i in 0..N {
         input.click(i64::from(i), 10, Button::Left, false)?;
+        input.finish()?;
     }
     eprintln!(
         "xtest click incl. move and sync (debug build): {:?}",
+        t.elapsed() / N
+    );
+    let t = now();
+    for i in 0..N {
+        input.click(i64::from(i), 10, Button::Left, false)?;
+    }
+    input.finish()?;
+    eprintln!(
+        "xtest click incl. move, one sync per {N} (debug build): {:?}",
         t.elapsed() / N
     );
     drop((input, capturer));
@@ -534,6 +550,8 @@ async fn clicks_scrolls_and_keys_reach_the_focused_window() -> Result<()> {
     assert_eq!(wm.activate(window)?, Activation::Direct);
     let mut input = Input::new(desktop.access(), clock())?;
 
+    // One batch: six actions, one round trip (at `finish`), the events still in order.
+    let trips = input.syncs();
     input.click(30, 40, Button::Left, false)?;
     input.click(31, 41, Button::Right, true)?;
     input.scroll(ScrollDirection::Down, 3)?;
@@ -544,6 +562,9 @@ async fn clicks_scrolls_and_keys_reach_the_focused_window() -> Result<()> {
         input.scroll(ScrollDirection::Up, 21),
         Err(DisplayError::ScrollAmount(21))
     ));
+    assert_eq!(input.syncs(), trips, "no action waits for the server");
+    input.finish()?;
+    assert_eq!(input.syncs(), trips + 1, "one sync per batch");
     let events = collect_events(&conn, display, Duration::from_secs(5), |e| {
         e.iter()
             .filter(|e| matches!(e, Event::ButtonPress(_)))
@@ -572,10 +593,13 @@ async fn clicks_scrolls_and_keys_reach_the_focused_window() -> Result<()> {
     );
 
     let keymap = ClientKeymap::fetch(&conn)?;
+    let trips = input.syncs();
     input.key(&KeyCombo::parse("ctrl+shift+t", &[] as &[&str])?)?;
     input.key(&KeyCombo::parse("Enter", &[] as &[&str])?)?;
     input.key(&KeyCombo::parse("f5", &["alt"])?)?;
     input.key(&KeyCombo::parse("!", &[] as &[&str])?)?;
+    input.finish()?;
+    assert_eq!(input.syncs(), trips + 1, "one sync per batch");
     let events = collect_events(&conn, display, Duration::from_secs(5), |e| {
         key_presses(e).count() >= 8
     })?;
@@ -600,6 +624,21 @@ async fn clicks_scrolls_and_keys_reach_the_focused_window() -> Result<()> {
     );
     let last = key_presses(&events).nth(7).context("no '!' press")?;
     assert_eq!(keymap.text(last.0, last.1), Some('!'));
+
+    // Typing characters of the keymap changes no binding: no round trip before `finish`.
+    let trips = input.syncs();
+    input.move_to(5, 5)?;
+    input.type_text("ok")?;
+    input.click(6, 6, Button::Left, false)?;
+    input.finish()?;
+    assert_eq!(input.syncs(), trips + 1, "one sync per batch");
+    let events = collect_events(&conn, display, Duration::from_secs(5), |e| {
+        key_presses(e).count() >= 2
+    })?;
+    let typed: String = key_presses(&events)
+        .filter_map(|(kc, state)| keymap.text(kc, state))
+        .collect();
+    assert_eq!(typed, "ok");
     drop((input, wm, conn));
     desktop.stop().await
 }
@@ -624,6 +663,7 @@ async fn typed_unicode_arrives_intact_including_characters_outside_the_keymap() 
     let text = "héllo 🙂 Ωλ 中文 Hello, World! ~|\n\tok é🙂";
     let t = now();
     input.type_text(text)?;
+    input.finish()?;
     eprintln!(
         "typed {} chars (debug build) in {:?}",
         text.chars().count(),
@@ -713,6 +753,7 @@ async fn typing_more_distinct_characters_than_spare_keycodes_recycles_them() -> 
     };
     let mut input = Input::new(desktop.access(), clock())?;
     input.type_text(&text)?;
+    input.finish()?;
     let received = reader.join().expect("reader thread")?;
     assert_eq!(received, text);
     eprintln!("typed {expected} distinct characters over {spare} spare keycodes");
@@ -841,6 +882,66 @@ async fn settle_waits_out_a_busy_screen_and_stops_at_the_cap() -> Result<()> {
         assert_eq!(outcome.waited, cap);
     }
     drop(settler);
+    desktop.stop().await
+}
+
+#[tokio::test]
+async fn after_input_the_settle_waits_for_a_late_draw_and_sees_an_early_one() -> Result<()> {
+    let desktop = Desktop::start().await?;
+    let quiet = Duration::from_millis(100);
+    // Generous bounds: the test is about what the frame shows, not how long it took.
+    let (first_within, cap) = (Duration::from_secs(5), Duration::from_secs(10));
+    let mut settler = Settler::new(desktop.access(), clock())?;
+    let mut input = Input::new(desktop.access(), clock())?;
+    let mut capturer = Capturer::new(desktop.access())?;
+    // Draws three times the quiet period after the click, then at once after the next click.
+    let (late, early) = (0x00ff_0000, 0x0000_ff00);
+    let painter = painter(
+        desktop.access(),
+        (0, 0, 400, 400),
+        vec![(3 * quiet, late), (Duration::ZERO, early)],
+    )?;
+
+    // Armed before the click, as `act` does; the draw comes well after the quiet period.
+    settler.arm()?;
+    input.click(100, 100, Button::Left, false)?;
+    input.finish()?;
+    let outcome = settler.wait_after_input(first_within, quiet, cap)?;
+    eprintln!("late draw: {outcome:?}");
+    assert_eq!(
+        pixel(&capturer.capture()?, 100, 100),
+        late,
+        "the settle returned before the late draw ({outcome:?})"
+    );
+    ensure!(
+        outcome.settled && outcome.first_damage.is_some(),
+        "{outcome:?}"
+    );
+
+    // A draw at once, possibly before the wait begins: it is seen (the arm came first), so the
+    // wait does not run to its bound.
+    settler.arm()?;
+    input.click(100, 100, Button::Left, false)?;
+    input.finish()?;
+    let outcome = settler.wait_after_input(first_within, quiet, cap)?;
+    eprintln!("early draw: {outcome:?}");
+    let painter = painter.join().expect("painter")?;
+    assert_eq!(pixel(&capturer.capture()?, 100, 100), early);
+    ensure!(outcome.first_damage.is_some(), "{outcome:?}");
+
+    // A click where no client draws: no damage, and the wait ends settled at its bound.
+    settler.arm()?;
+    input.click(1000, 700, Button::Left, false)?;
+    input.finish()?;
+    let short = Duration::from_millis(300);
+    let outcome = settler.wait_after_input(short, quiet, cap)?;
+    eprintln!("no draw: {outcome:?}");
+    ensure!(
+        outcome.settled && outcome.damage_events == 0 && outcome.first_damage.is_none(),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.waited, short);
+    drop((settler, input, capturer, painter));
     desktop.stop().await
 }
 

@@ -405,6 +405,13 @@ fn route(method: &str, path: &str) -> (&'static str, String) {
         }
         ("GET", "/catalog") => ok(catalog(query.parse().unwrap_or(5000).min(20_000))),
         ("GET", "/log") => ok(String::new()),
+        ("GET", "/opener") => ok(
+            "<title>Opener</title><button onclick=\"window.open('/popup')\">Open popup</button>"
+                .to_owned(),
+        ),
+        ("GET", "/popup") => ok(
+            "<title>Popup</title><button onclick=\"window.close()\">Close me</button>".to_owned(),
+        ),
         ("GET", p) if p.starts_with("/page/") || p.starts_with("/slow/") => {
             let name = p.rsplit('/').next().unwrap_or("page");
             ok(format!("<title>{name}</title><p>This is {name}</p>"))
@@ -1244,5 +1251,55 @@ async fn tab_selection_follows_visibility_and_focus() -> Result<()> {
     assert_eq!(env.snapshot().await?.title, "third");
     cdp.detach(&second);
     cdp.detach(&third);
+    env.stop().await
+}
+
+/// Snapshots until one shows the tab titled `title`, up to 10 s (a tab the page just opened or
+/// closed becomes the visible one a moment later).
+async fn snapshot_of(env: &mut Env, title: &str) -> Result<Snapshot> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = env.snapshot().await;
+        match s {
+            Ok(s) if s.title == title => return Ok(s),
+            _ if Instant::now() >= deadline => bail!("no snapshot of {title:?}: {s:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_follow_tabs_the_page_opens_and_closes_from_target_events() -> Result<()> {
+    let server = Server::start(None)?;
+    let mut env = Env::start(&server.url("/opener")).await?;
+    env.navigate(&server.url("/opener")).await?;
+    let cdp = env.ws();
+
+    // One tab, its world in place: a snapshot is one CDP command (the tab comes from the target
+    // events, its visibility back with the snapshot).
+    let sent = cdp.commands_sent();
+    let opener = env.snapshot().await?;
+    assert_eq!(opener.title, "Opener");
+    assert_eq!(cdp.commands_sent() - sent, 1, "commands of a warm snapshot");
+
+    // The page opens a tab, which becomes the visible one: the snapshot follows it.
+    env.act_ok(&[click(&find(&opener, "button", "Open popup")?)])
+        .await?;
+    let popup = snapshot_of(&mut env, "Popup").await?;
+
+    // The popup closes itself: the snapshot is the opener's again. The act may fail or not
+    // (its tab went away under it); what counts is what the next snapshots see.
+    let _ = env
+        .act(&[click(&find(&popup, "button", "Close me")?)])
+        .await;
+    snapshot_of(&mut env, "Opener").await?;
+    // And the closed tab is forgotten: one tab again, one command per snapshot.
+    let sent = cdp.commands_sent();
+    assert_eq!(env.snapshot().await?.title, "Opener");
+    assert_eq!(
+        cdp.commands_sent() - sent,
+        1,
+        "commands of a warm snapshot after the popup closed"
+    );
     env.stop().await
 }

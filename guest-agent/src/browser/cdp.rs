@@ -114,6 +114,8 @@ struct Shared {
     /// Encoded messages, NUL included, to the writer task.
     outgoing: mpsc::UnboundedSender<Vec<u8>>,
     next_id: AtomicU64,
+    /// Commands handed to the writer, for tests and benchmarks.
+    sent: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -210,6 +212,7 @@ impl CdpClient {
         let shared = Arc::new(Shared {
             outgoing,
             next_id: AtomicU64::new(1),
+            sent: AtomicU64::new(0),
             state: Mutex::new(State::default()),
         });
         tokio::spawn(write_loop(writer, rx, Arc::downgrade(&shared)));
@@ -220,6 +223,12 @@ impl CdpClient {
     /// Whether Chrome's end has closed: every call fails with [`CdpError::Closed`] from now on.
     pub fn is_closed(&self) -> bool {
         self.shared.lock().closed
+    }
+
+    /// How many commands have been sent on this connection (by every handle), answered or not:
+    /// what a caller's work costs in round trips to Chrome.
+    pub fn commands_sent(&self) -> u64 {
+        self.shared.sent.load(Ordering::Relaxed)
     }
 
     /// Whether `other` is a handle on the same connection (the same Chrome process).
@@ -259,6 +268,7 @@ impl CdpClient {
         if self.shared.outgoing.send(message).is_err() {
             return Err(CdpError::Closed);
         }
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
         let reply = match tokio::time::timeout(timeout, rx).await {
             Err(_elapsed) => return Err(CdpError::Timeout { what, timeout }),
             // The sender was dropped: the connection closed.
@@ -293,6 +303,7 @@ impl CdpClient {
         if self.is_closed() || self.shared.outgoing.send(message).is_err() {
             return Err(CdpError::Closed);
         }
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

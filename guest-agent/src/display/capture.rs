@@ -262,6 +262,12 @@ impl Capturer {
     /// so they are what encoding again would give).
     pub fn observe(&mut self) -> Result<Observation, DisplayError> {
         let frame = self.capture()?;
+        self.observe_frame(frame)
+    }
+
+    /// [`Capturer::observe`] of a frame just captured (by [`Capturer::capture`]), so a caller
+    /// that already holds the current frame does not capture it again.
+    pub fn observe_frame(&mut self, frame: Frame) -> Result<Observation, DisplayError> {
         let (png, id) = match &self.last {
             Some(last) if last.frame == frame => (last.png.clone(), last.frame_id.clone()),
             _ => {

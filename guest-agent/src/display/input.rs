@@ -26,8 +26,15 @@
 //! NoSymbol. With these rules, 40 distinct CJK characters typed over Xvfb's 19 spare keycodes in
 //! four back-to-back calls arrived intact in Chromium, recycled keycodes included.
 //!
-//! Every action ends with a GetInputFocus round trip, so its events have been processed by the
-//! server (and queued to clients) when the call returns.
+//! Actions only send their requests (and flush them); [`Input::finish`] ends a batch with one
+//! GetInputFocus round trip, after which the server has processed every event of the batch (and
+//! queued them to clients) and reported any error. So a batch of actions costs one round trip, not
+//! one per action (issue 17); events of one batch stay in order, since they travel on one
+//! connection. Only typing that changes key bindings waits for the server inside an action (the
+//! bindings must be in place before the pause that lets clients re-read the map). An X error
+//! names the request that caused it by sequence number: [`Input::finish`] (and any later call)
+//! reports it as [`DisplayError::InputAction`] with the index, within the batch, of the action
+//! that sent that request, so the caller knows how many actions the server carried out.
 //!
 //! It leaves to others: batch validation and the 24-action limit, waits between actions,
 //! repeated-action refusal (contracts.md §4), and which window has focus (see `wm`).
@@ -36,7 +43,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use x11rb::connection::{Connection, RequestConnection as _};
+use x11rb::connection::{Connection, RequestConnection as _, SequenceNumber};
 use x11rb::protocol::xproto::{
     ConnectionExt as _, Keycode, Keysym, Mapping, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT,
     KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
@@ -357,6 +364,19 @@ pub struct Input {
     keymap: Keymap,
     pool: RemapPool,
     clock: Clock,
+    /// The sequence number of the last request sent.
+    last_sent: SequenceNumber,
+    /// Per action of the current batch (since the last [`Input::finish`]), the sequence number
+    /// of its last request.
+    batch: Vec<SequenceNumber>,
+    /// Sync round trips made, for tests and benchmarks.
+    syncs: u64,
+}
+
+/// The action of a batch that sent request `seq`: the first whose last request is at or after
+/// it; `ended.len()` (the action still running) when none is.
+fn action_of(ended: &[SequenceNumber], seq: SequenceNumber) -> usize {
+    ended.partition_point(|&last| last < seq)
 }
 
 impl Input {
@@ -388,7 +408,26 @@ impl Input {
             keymap,
             pool,
             clock,
+            last_sent: 0,
+            batch: Vec::new(),
+            syncs: 0,
         })
+    }
+
+    /// How many sync round trips this client made: one per [`Input::finish`], plus one per
+    /// segment of typing that changes key bindings. (Re-reading a keyboard map another client
+    /// changed, rare, also waits for the server; it is not counted.)
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    /// Ends a batch: one round trip, after which the server has processed every action sent
+    /// since the last `finish` (their events are queued to clients), then handles queued
+    /// events. An X error caused by one of those actions is [`DisplayError::InputAction`].
+    pub fn finish(&mut self) -> Result<(), DisplayError> {
+        let result = self.sync().and_then(|()| self.drain_events());
+        self.batch.clear();
+        result
     }
 
     /// The display this drives.
@@ -399,7 +438,7 @@ impl Input {
     /// Moves the pointer to (`x`, `y`), clamped (see [`clamp_point`]); returns where it went.
     pub fn move_to(&mut self, x: i64, y: i64) -> Result<(i16, i16), DisplayError> {
         let point = self.send_move(x, y)?;
-        self.finish()?;
+        self.end_action()?;
         Ok(point)
     }
 
@@ -407,14 +446,14 @@ impl Input {
     pub fn button_down(&mut self, x: i64, y: i64, button: Button) -> Result<(), DisplayError> {
         self.send_move(x, y)?;
         self.fake(BUTTON_PRESS_EVENT, button.detail())?;
-        self.finish()
+        self.end_action()
     }
 
     /// Moves to (`x`, `y`) and releases `button` (the `up` action).
     pub fn button_up(&mut self, x: i64, y: i64, button: Button) -> Result<(), DisplayError> {
         self.send_move(x, y)?;
         self.fake(BUTTON_RELEASE_EVENT, button.detail())?;
-        self.finish()
+        self.end_action()
     }
 
     /// Moves to (`x`, `y`) and clicks `button` once, or twice when `double`.
@@ -430,7 +469,7 @@ impl Input {
             self.fake(BUTTON_PRESS_EVENT, button.detail())?;
             self.fake(BUTTON_RELEASE_EVENT, button.detail())?;
         }
-        self.finish()
+        self.end_action()
     }
 
     /// Scrolls `amount` notches (1..=[`MAX_SCROLL`]) at the pointer.
@@ -446,7 +485,7 @@ impl Input {
             self.fake(BUTTON_PRESS_EVENT, button)?;
             self.fake(BUTTON_RELEASE_EVENT, button)?;
         }
-        self.finish()
+        self.end_action()
     }
 
     /// Presses and releases a key combo: modifiers down in order, the key (with Shift when its
@@ -478,7 +517,9 @@ impl Input {
         for &m in held.iter().rev() {
             self.fake(KEY_RELEASE_EVENT, m)?;
         }
-        self.finish()?;
+        // Sent (flushed by `end_action`) when marked: the server handles the press at once,
+        // and a later binding change for this keycode travels behind it on this connection.
+        self.end_action()?;
         self.pool.mark_pressed(kc, self.clock.now());
         Ok(())
     }
@@ -534,14 +575,15 @@ impl Input {
                     self.fake(KEY_RELEASE_EVENT, shift)?;
                 }
             }
-            // The presses are delivered once the server has processed them.
-            self.conn.sync().map_err(x11_err(display))?;
+            // Sent now, so the rebinding rule below counts from when the server got them (a
+            // later rebinding also travels behind them on this connection).
+            self.conn.flush().map_err(x11_err(display))?;
             let pressed_at = self.clock.now();
             for kc in bound.values() {
                 self.pool.mark_pressed(*kc, pressed_at);
             }
         }
-        self.finish()
+        self.end_action()
     }
 
     /// Puts every keycode bound by typing back to NoSymbol, first waiting until
@@ -560,6 +602,7 @@ impl Input {
                 .change_keyboard_mapping(1, kc, 2, &[ks::NO_SYMBOL, ks::NO_SYMBOL])
                 .map_err(x11_err(display))?;
         }
+        self.end_action()?;
         self.finish()
     }
 
@@ -581,11 +624,14 @@ impl Input {
         }
         for &(keycode, keysym) in &plan.changed {
             // Both columns, so Shift or Caps Lock state cannot change what the key types.
-            self.conn
+            self.last_sent = self
+                .conn
                 .change_keyboard_mapping(1, keycode, 2, &[keysym, keysym])
-                .map_err(x11_err(display))?;
+                .map_err(x11_err(display))?
+                .sequence_number();
         }
-        self.conn.sync().map_err(x11_err(display))?;
+        // The pause must begin once the server has the new bindings (and told the clients).
+        self.sync()?;
         std::thread::sleep(BIND_SETTLE);
         Ok(plan.keycodes)
     }
@@ -610,32 +656,48 @@ impl Input {
 
     fn send_move(&mut self, x: i64, y: i64) -> Result<(i16, i16), DisplayError> {
         let (x, y) = clamp_point(x, y, self.width, self.height);
-        self.conn
+        self.last_sent = self
+            .conn
             .xtest_fake_input(MOTION_NOTIFY_EVENT, 0, CURRENT_TIME, self.root, x, y, 0)
-            .map_err(x11_err(self.display))?;
+            .map_err(x11_err(self.display))?
+            .sequence_number();
         Ok((x, y))
     }
 
-    fn fake(&self, event: u8, detail: u8) -> Result<(), DisplayError> {
-        self.conn
+    fn fake(&mut self, event: u8, detail: u8) -> Result<(), DisplayError> {
+        self.last_sent = self
+            .conn
             .xtest_fake_input(event, detail, CURRENT_TIME, x11rb::NONE, 0, 0, 0)
-            .map_err(x11_err(self.display))?;
+            .map_err(x11_err(self.display))?
+            .sequence_number();
         Ok(())
     }
 
-    /// Round trip so the server has processed everything sent, then handle queued events.
-    fn finish(&mut self) -> Result<(), DisplayError> {
-        self.conn.sync().map_err(x11_err(self.display))?;
-        self.drain_events()
+    /// Ends an action of the batch: remembers its last request and sends what is buffered, so
+    /// the server starts on it while the caller goes on. No round trip.
+    fn end_action(&mut self) -> Result<(), DisplayError> {
+        self.batch.push(self.last_sent);
+        self.conn.flush().map_err(x11_err(self.display))
     }
 
-    /// Surfaces X errors of earlier requests and re-reads the keymap when another client
-    /// changed it (our own bindings also cause MappingNotify; those are recognised and skipped).
+    /// One round trip: the server has processed everything sent.
+    fn sync(&mut self) -> Result<(), DisplayError> {
+        self.syncs += 1;
+        self.conn.sync().map_err(x11_err(self.display))
+    }
+
+    /// Surfaces X errors of earlier requests (attributed to the batch's actions) and re-reads
+    /// the keymap when another client changed it (our own bindings also cause MappingNotify;
+    /// those are recognised and skipped).
     fn drain_events(&mut self) -> Result<(), DisplayError> {
         let display = self.display;
         let mut reload = false;
         let mut first_error = None;
-        while let Some(event) = self.conn.poll_for_event().map_err(x11_err(display))? {
+        while let Some((event, seq)) = self
+            .conn
+            .poll_for_event_with_sequence()
+            .map_err(x11_err(display))?
+        {
             match event {
                 Event::MappingNotify(n) if n.request == Mapping::KEYBOARD => {
                     let ours = self.pool.bound_keycodes();
@@ -647,13 +709,17 @@ impl Input {
                     reload |= foreign;
                 }
                 Event::Error(error) => {
-                    first_error.get_or_insert(error);
+                    first_error.get_or_insert((error, seq));
                 }
                 _ => {}
             }
         }
-        if let Some(error) = first_error {
-            return Err(x11_err(display)(error));
+        if let Some((error, seq)) = first_error {
+            return Err(DisplayError::InputAction {
+                display,
+                action: action_of(&self.batch, seq),
+                source: error.into(),
+            });
         }
         if reload {
             self.reload_keymap()?;

@@ -298,6 +298,15 @@ pub enum DisplayError {
         #[source]
         source: ReplyOrIdError,
     },
+    /// The server refused a request of an input action; `action` counts the batch's actions
+    /// from 0 ([`Input::finish`] ends a batch), so the ones before it were carried out.
+    #[error("the x server refused input action {} of the batch on display {display}", .action + 1)]
+    InputAction {
+        display: DisplayNum,
+        action: usize,
+        #[source]
+        source: ReplyOrIdError,
+    },
     #[error("waiting for x events on display {display} failed")]
     Poll {
         display: DisplayNum,

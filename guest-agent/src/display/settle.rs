@@ -2,10 +2,19 @@
 //! sleep, wait until the X server has reported no damage to the root window for a quiet period
 //! (about 100 ms), capped (2 s by default), and report how long that took.
 //!
+//! After input (issue 17) the quiet period starts only with the first damage: a client that
+//! draws its answer to a click later than the quiet period (Chromium on a loaded machine did, in
+//! 2 of 100 acts) would otherwise be captured before it drew. So a caller [`Settler::arm`]s the
+//! settler *before* it sends the input, and [`Settler::wait_after_input`] then waits (bounded)
+//! for the first damage since the arm, then for the quiet period. When no damage comes within
+//! the bound the screen is taken as unchanged (a click on a blank spot draws nothing).
+//!
 //! The decision is the pure [`QuietWindow`], driven by timestamps the caller supplies; the X side
 //! ([`Settler`]) feeds it real DAMAGE events. The damage object reports at level NonEmpty and is
 //! re-armed (DamageSubtract) after each notification, so a busy screen costs one event per
-//! round trip, not one per drawing request.
+//! round trip, not one per drawing request. Arming costs one round trip: notifications the
+//! server generated before it processed the arm's DamageSubtract carry an older sequence number
+//! and are dropped; later ones count.
 //!
 //! It leaves to others: the clock (injected as a [`Clock`]), and the `settle_ms` batch option, which
 //! replaces this wait with a fixed one.
@@ -27,6 +36,10 @@ use super::{sys, x11_err, Clock, DisplayAccess, DisplayError, DisplayNum};
 pub const DEFAULT_QUIET: Duration = Duration::from_millis(100);
 /// Longest settle wait.
 pub const DEFAULT_CAP: Duration = Duration::from_secs(2);
+/// After input, the longest wait for the first damage; without one by then the screen is taken
+/// as unchanged. Ten quiet periods: a draw that late is not an answer to the input any more,
+/// and a click on a blank spot costs this long.
+pub const DEFAULT_FIRST_DAMAGE: Duration = Duration::from_secs(1);
 
 /// How a settle wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +50,9 @@ pub struct SettleOutcome {
     pub settled: bool,
     /// Damage notifications seen during the wait.
     pub damage_events: u32,
+    /// From the start of the wait to the first damage seen (`None`: none came). A wait after
+    /// input counts damage that came between the arm and the start as seen at the start.
+    pub first_damage: Option<Duration>,
 }
 
 /// What the quiet-window decision says at some instant.
@@ -49,11 +65,18 @@ pub enum SettlePoll {
 }
 
 /// The settle decision: quiet once `quiet` has passed since the later of the start and the
-/// last damage, capped at `cap` after the start. Pure: time comes only from the arguments.
+/// last damage, capped at `cap` after the start. After input ([`QuietWindow::after_input`]) the
+/// start does not count as activity: the window opens with the first damage, which must come
+/// within `first_within` of the start, else the wait ends there as settled (nothing changed).
+/// Pure: time comes only from the arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuietWindow {
     start: Instant,
-    last_damage: Instant,
+    /// The latest damage; `None` until the first one after input.
+    last_damage: Option<Instant>,
+    first_damage: Option<Instant>,
+    /// After input: how long the first damage may take.
+    first_within: Option<Duration>,
     quiet: Duration,
     cap: Duration,
     damage_events: u32,
@@ -65,7 +88,29 @@ impl QuietWindow {
     pub fn new(start: Instant, quiet: Duration, cap: Duration) -> Self {
         Self {
             start,
-            last_damage: start,
+            last_damage: Some(start),
+            first_damage: None,
+            first_within: None,
+            quiet,
+            cap,
+            damage_events: 0,
+        }
+    }
+
+    /// A wait after input starting at `start`: the quiet period runs from the first damage,
+    /// which must come within `first_within` (at most `cap`); without it the wait ends settled
+    /// at `start + first_within`.
+    pub fn after_input(
+        start: Instant,
+        first_within: Duration,
+        quiet: Duration,
+        cap: Duration,
+    ) -> Self {
+        Self {
+            start,
+            last_damage: None,
+            first_damage: None,
+            first_within: Some(first_within.min(cap)),
             quiet,
             cap,
             damage_events: 0,
@@ -74,14 +119,24 @@ impl QuietWindow {
 
     /// Damage was seen at `now`.
     pub fn handle_damage(&mut self, now: Instant) {
-        self.last_damage = self.last_damage.max(now);
+        let now = now.max(self.start);
+        self.last_damage = Some(self.last_damage.map_or(now, |last| last.max(now)));
+        self.first_damage.get_or_insert(now);
         self.damage_events += 1;
     }
 
     /// The decision at `now`.
     pub fn poll(&self, now: Instant) -> SettlePoll {
-        let quiet_at = self.last_damage + self.quiet;
         let cap_at = self.start + self.cap;
+        let Some(last_damage) = self.last_damage else {
+            // After input, nothing drawn yet.
+            let first_by = self.start + self.first_within.unwrap_or(Duration::ZERO);
+            if now >= first_by {
+                return SettlePoll::Done(self.outcome(first_by, true));
+            }
+            return SettlePoll::WaitUntil(first_by);
+        };
+        let quiet_at = last_damage + self.quiet;
         if now >= quiet_at && quiet_at <= cap_at {
             return SettlePoll::Done(self.outcome(quiet_at.max(self.start), true));
         }
@@ -98,6 +153,9 @@ impl QuietWindow {
             waited: due.saturating_duration_since(self.start),
             settled,
             damage_events: self.damage_events,
+            first_damage: self
+                .first_damage
+                .map(|at| at.saturating_duration_since(self.start)),
         }
     }
 }
@@ -109,6 +167,12 @@ pub struct Settler {
     display: DisplayNum,
     damage: damage::Damage,
     clock: Clock,
+    /// Armed and not yet waited on.
+    armed: bool,
+    /// Damage reported since the arm that no wait has counted yet.
+    damaged: bool,
+    /// Requests that waited for the server's answer, for tests and benchmarks.
+    round_trips: u64,
 }
 
 impl Settler {
@@ -142,19 +206,91 @@ impl Settler {
             display,
             damage,
             clock,
+            armed: false,
+            damaged: false,
+            round_trips: 0,
         })
     }
 
-    /// Waits until the screen has been quiet for `quiet` (at most `cap`). Damage from before the call is
-    /// not counted (the start itself counts as activity).
+    /// Waits until the screen has been quiet for `quiet` (at most `cap`). Damage from before the
+    /// call is not counted (the start itself counts as activity).
     pub fn wait(&mut self, quiet: Duration, cap: Duration) -> Result<SettleOutcome, DisplayError> {
+        self.arm()?;
+        let window = QuietWindow::new(self.clock.now(), quiet, cap);
+        self.run(window)
+    }
+
+    /// [`Settler::wait`] with [`DEFAULT_QUIET`] and [`DEFAULT_CAP`].
+    pub fn wait_default(&mut self) -> Result<SettleOutcome, DisplayError> {
+        self.wait(DEFAULT_QUIET, DEFAULT_CAP)
+    }
+
+    /// Starts counting damage: from now on (once the server has processed this call's
+    /// DamageSubtract, which this waits for: one round trip) every damage is seen by the next
+    /// [`Settler::wait_after_input`]. Call it before sending the input whose effect the wait
+    /// is for, so that a client drawing at once is not missed.
+    pub fn arm(&mut self) -> Result<(), DisplayError> {
+        let display = self.display;
+        let subtracted = self
+            .conn
+            .damage_subtract(self.damage, NONE, NONE)
+            .map_err(x11_err(display))?
+            .sequence_number();
+        self.conn.sync().map_err(x11_err(display))?;
+        self.round_trips += 1;
+        self.damaged = false;
+        // Everything the server sent before answering the sync is queued now. A notification
+        // generated before it processed the subtract carries an older sequence number: that
+        // damage is in the past (and the subtract emptied the region, so the next damage is
+        // reported again). A later one is fresh.
+        while let Some((event, seq)) = self
+            .conn
+            .poll_for_event_with_sequence()
+            .map_err(x11_err(display))?
+        {
+            match event {
+                Event::DamageNotify(n) if n.damage == self.damage => {
+                    self.damaged |= seq >= subtracted;
+                }
+                Event::Error(error) => return Err(x11_err(display)(error)),
+                _ => {}
+            }
+        }
+        self.armed = true;
+        Ok(())
+    }
+
+    /// After input sent since [`Settler::arm`]: waits up to `first_within` for the first damage
+    /// since the arm, then until the screen has been quiet for `quiet`, all within `cap` of the
+    /// call. Without damage by `first_within` it returns settled (the input changed nothing on
+    /// screen). Not armed, it arms first (and then cannot see damage from before this call).
+    pub fn wait_after_input(
+        &mut self,
+        first_within: Duration,
+        quiet: Duration,
+        cap: Duration,
+    ) -> Result<SettleOutcome, DisplayError> {
+        if !self.armed {
+            self.arm()?;
+        }
+        let window = QuietWindow::after_input(self.clock.now(), first_within, quiet, cap);
+        self.run(window)
+    }
+
+    /// How many times this settler waited for the server's answer (arms; setup not counted).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips
+    }
+
+    /// Feeds damage notifications to `window` until it decides; each wait on the socket is
+    /// bounded by the window's next deadline.
+    fn run(&mut self, mut window: QuietWindow) -> Result<SettleOutcome, DisplayError> {
         let display = self.display;
         let clock = self.clock.clone();
         let now = || clock.now();
-        self.arm()?;
-        let mut window = QuietWindow::new(now(), quiet, cap);
+        self.armed = false;
+        let mut damaged = std::mem::take(&mut self.damaged);
         loop {
-            let mut damaged = false;
             while let Some(event) = self.conn.poll_for_event().map_err(x11_err(display))? {
                 match event {
                     Event::DamageNotify(n) if n.damage == self.damage => damaged = true,
@@ -165,6 +301,7 @@ impl Settler {
             if damaged {
                 window.handle_damage(now());
                 self.subtract()?;
+                damaged = false;
             }
             match window.poll(now()) {
                 SettlePoll::Done(outcome) => return Ok(outcome),
@@ -175,36 +312,6 @@ impl Settler {
                 }
             }
         }
-    }
-
-    /// [`Settler::wait`] with [`DEFAULT_QUIET`] and [`DEFAULT_CAP`].
-    pub fn wait_default(&mut self) -> Result<SettleOutcome, DisplayError> {
-        self.wait(DEFAULT_QUIET, DEFAULT_CAP)
-    }
-
-    /// Empties the damage region and discards notifications of damage from before the wait.
-    /// NonEmpty reports only the first damage after the region was last emptied, so a
-    /// notification that raced the subtract must be followed by another subtract: up to three
-    /// subtract-and-round-trip passes, until one sees no notification. On a screen too busy for
-    /// that, the last pass still re-arms and later notifications count during the wait.
-    fn arm(&self) -> Result<(), DisplayError> {
-        let display = self.display;
-        for _ in 0..3 {
-            self.subtract()?;
-            self.conn.sync().map_err(x11_err(display))?;
-            let mut seen = false;
-            while let Some(event) = self.conn.poll_for_event().map_err(x11_err(display))? {
-                match event {
-                    Event::DamageNotify(n) if n.damage == self.damage => seen = true,
-                    Event::Error(error) => return Err(x11_err(display)(error)),
-                    _ => {}
-                }
-            }
-            if !seen {
-                return Ok(());
-            }
-        }
-        self.subtract()
     }
 
     /// Empties the damage region so the next damage is reported.
@@ -259,7 +366,8 @@ mod tests {
             SettleOutcome {
                 waited: Q,
                 settled: true,
-                damage_events: 0
+                damage_events: 0,
+                first_damage: None,
             }
         );
     }
@@ -278,6 +386,7 @@ mod tests {
         assert_eq!(out.waited, ms(180));
         assert!(out.settled);
         assert_eq!(out.damage_events, 2);
+        assert_eq!(out.first_damage, Some(ms(30)));
     }
 
     #[test]
@@ -332,5 +441,68 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn after_input_the_quiet_period_waits_for_the_first_damage() {
+        let t0 = origin();
+        let first = Duration::from_secs(1);
+        let mut w = QuietWindow::after_input(t0, first, Q, CAP);
+        // The start is not activity: at 100 ms nothing has been drawn yet, so no decision.
+        assert_eq!(w.poll(t0 + Q), SettlePoll::WaitUntil(t0 + first));
+        // A late draw (300 ms after the input) opens the window.
+        w.handle_damage(t0 + ms(300));
+        assert_eq!(w.poll(t0 + ms(320)), SettlePoll::WaitUntil(t0 + ms(400)));
+        let SettlePoll::Done(out) = w.poll(t0 + ms(400)) else {
+            panic!("not settled")
+        };
+        assert_eq!(
+            out,
+            SettleOutcome {
+                waited: ms(400),
+                settled: true,
+                damage_events: 1,
+                first_damage: Some(ms(300)),
+            }
+        );
+    }
+
+    #[test]
+    fn after_input_without_damage_the_wait_ends_settled_at_the_bound() {
+        let t0 = origin();
+        let w = QuietWindow::after_input(t0, ms(700), Q, CAP);
+        assert_eq!(w.poll(t0 + ms(699)), SettlePoll::WaitUntil(t0 + ms(700)));
+        let SettlePoll::Done(out) = w.poll(t0 + ms(900)) else {
+            panic!("not done")
+        };
+        assert_eq!(
+            out,
+            SettleOutcome {
+                waited: ms(700),
+                settled: true,
+                damage_events: 0,
+                first_damage: None,
+            }
+        );
+        // The bound never exceeds the cap.
+        let w = QuietWindow::after_input(t0, Duration::from_secs(9), Q, ms(300));
+        assert_eq!(w.poll(t0), SettlePoll::WaitUntil(t0 + ms(300)));
+    }
+
+    #[test]
+    fn after_input_damage_keeps_the_cap() {
+        let t0 = origin();
+        let mut w = QuietWindow::after_input(t0, Duration::from_secs(1), Q, ms(500));
+        w.handle_damage(t0 + ms(450));
+        assert_eq!(w.poll(t0 + ms(460)), SettlePoll::WaitUntil(t0 + ms(500)));
+        let SettlePoll::Done(out) = w.poll(t0 + ms(500)) else {
+            panic!("not capped")
+        };
+        assert!(!out.settled);
+        assert_eq!(out.waited, ms(500));
+        // Damage seen before the start (between the arm and the wait) counts as at the start.
+        let mut w = QuietWindow::after_input(t0, Duration::from_secs(1), Q, CAP);
+        w.handle_damage(t0 - ms(50));
+        assert_eq!(w.poll(t0), SettlePoll::WaitUntil(t0 + Q));
     }
 }

@@ -1,8 +1,9 @@
 //! The page browser's Chrome DevTools Protocol calls, on the bot's one CDP connection
 //! ([`crate::browser::cdp::CdpClient`], which owns the transport).
 //!
-//! It owns the list of page targets, and per tab ([`Tab`], a flat session) the handful of raw
-//! commands the page browser needs: the main frame, `Page.createIsolatedWorld`, installing and
+//! It owns the list of page targets ([`TargetWatch`]: kept current from Chrome's `Target.*`
+//! discovery events, so finding the tabs costs no round trip), and per tab ([`Tab`], a flat
+//! session) the handful of raw commands the page browser needs: the main frame, `Page.createIsolatedWorld`, installing and
 //! calling the helper in that world (`Runtime.evaluate` / `Runtime.callFunctionOn` by object id),
 //! `Page.navigate`, pointer and key input, and navigation events. Commands are our own small
 //! serde types, so a field Chrome adds or drops cannot break parsing: call arguments and results
@@ -12,6 +13,7 @@
 //! Every call is bounded by a timeout. It leaves to others: which tab to use, what the helper
 //! does, and what errors mean to the agent ([`super`]).
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -133,6 +135,35 @@ struct RawTarget {
     subtype: Option<String>,
 }
 command!(GetTargets, "Target.getTargets", GetTargetsReturns);
+
+/// Page targets only, like [`GetTargets`]'s filter.
+const PAGES: [TargetFilter; 1] = [TargetFilter { kind: "page" }];
+
+#[derive(Debug, Serialize)]
+struct SetDiscoverTargets {
+    discover: bool,
+    filter: [TargetFilter; 1],
+}
+command!(SetDiscoverTargets, "Target.setDiscoverTargets", Empty);
+
+/// The discovery events [`TargetWatch`] follows (`Target.targetCrashed` is not one: a crashed
+/// tab stays a target, as `Target.getTargets` lists it).
+const TARGET_EVENTS: &[&str] = &[
+    "Target.targetCreated",
+    "Target.targetInfoChanged",
+    "Target.targetDestroyed",
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TargetInfoEvent {
+    target_info: RawTarget,
+}
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TargetDestroyedEvent {
+    target_id: String,
+}
 
 #[derive(Debug, Serialize)]
 struct GetFrameTree {}
@@ -376,27 +407,39 @@ impl Connection {
             .await?)
     }
 
-    /// The browser's tabs: page targets, without prerenders and DevTools windows.
-    pub async fn page_targets(&self) -> Result<Vec<PageTarget>, CdpError> {
+    /// Every page target the browser lists now (`Target.getTargets`, one round trip).
+    async fn list_targets(&self) -> Result<HashMap<String, RawTarget>, CdpError> {
         let targets = self
-            .run(
-                None,
-                &GetTargets {
-                    filter: [TargetFilter { kind: "page" }],
-                },
-                COMMAND_TIMEOUT,
-            )
+            .run(None, &GetTargets { filter: PAGES }, COMMAND_TIMEOUT)
             .await?;
         Ok(targets
             .target_infos
             .into_iter()
-            .filter(|t| t.kind == "page" && t.subtype.is_none())
-            .filter(|t| !t.url.starts_with("devtools://"))
-            .map(|t| PageTarget {
-                id: t.target_id,
-                url: t.url,
-            })
+            .map(|t| (t.target_id.clone(), t))
             .collect())
+    }
+
+    /// Starts following the browser's page targets: subscribes to the discovery events, turns
+    /// discovery on and takes the current list as the starting point (two round trips, once per
+    /// connection). Events that arrived before the list's answer are older than it and are
+    /// dropped in its favour; later ones apply on top of it.
+    pub async fn watch_targets(&self) -> Result<TargetWatch, CdpError> {
+        let events = self.client.subscribe(None, TARGET_EVENTS);
+        self.run(
+            None,
+            &SetDiscoverTargets {
+                discover: true,
+                filter: PAGES,
+            },
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        let mut watch = TargetWatch {
+            events,
+            targets: HashMap::new(),
+        };
+        watch.resync(self).await?;
+        Ok(watch)
     }
 
     /// A session on the tab `target_id` (flat, on the browser's one connection). It is
@@ -409,6 +452,87 @@ impl Connection {
                 id: session,
             }),
         })
+    }
+}
+
+/// The browser's page targets as its discovery events have reported them (see
+/// [`Connection::watch_targets`]). Reading them is no round trip: the events queued so far are
+/// applied first. A tab opened or closed a moment ago may not be reported yet; a caller whose
+/// choice of tab failed can [`TargetWatch::resync`].
+pub struct TargetWatch {
+    events: mpsc::UnboundedReceiver<CdpEvent>,
+    targets: HashMap<String, RawTarget>,
+}
+
+impl Debug for TargetWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TargetWatch")
+            .field("targets", &self.targets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TargetWatch {
+    /// The browser's tabs: page targets, without prerenders and DevTools windows, in no
+    /// particular order. Fails with [`CdpError::Closed`] once the connection has ended.
+    pub fn pages(&mut self) -> Result<Vec<PageTarget>, CdpError> {
+        self.apply_events()?;
+        Ok(self
+            .targets
+            .values()
+            .filter(|t| t.kind == "page" && t.subtype.is_none())
+            .filter(|t| !t.url.starts_with("devtools://"))
+            .map(|t| PageTarget {
+                id: t.target_id.clone(),
+                url: t.url.clone(),
+            })
+            .collect())
+    }
+
+    /// Replaces what the events said with the browser's own list (`Target.getTargets`, one
+    /// round trip), dropping the events that came before its answer.
+    pub async fn resync(&mut self, conn: &Connection) -> Result<(), CdpError> {
+        let listed = conn.list_targets().await?;
+        // Every event sent before the answer is queued by now (one reader, in order).
+        self.apply_events()?;
+        self.targets = listed;
+        Ok(())
+    }
+
+    /// Applies the events received so far, without waiting.
+    fn apply_events(&mut self) -> Result<(), CdpError> {
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => self.apply(&event),
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::error::TryRecvError::Disconnected) => return Err(CdpError::Closed),
+            }
+        }
+    }
+
+    fn apply(&mut self, event: &CdpEvent) {
+        match event.method.as_str() {
+            "Target.targetCreated" | "Target.targetInfoChanged" => {
+                match event.params::<TargetInfoEvent>() {
+                    Ok(e) if e.target_info.kind == "page" => {
+                        self.targets
+                            .insert(e.target_info.target_id.clone(), e.target_info);
+                    }
+                    // A target that is no page (any more) is no tab.
+                    Ok(e) => {
+                        self.targets.remove(&e.target_info.target_id);
+                    }
+                    Err(error) => tracing::debug!(%error, "unreadable target event"),
+                }
+            }
+            "Target.targetDestroyed" => match event.params::<TargetDestroyedEvent>() {
+                Ok(e) => {
+                    self.targets.remove(&e.target_id);
+                }
+                Err(error) => tracing::debug!(%error, "unreadable target event"),
+            },
+            _ => {}
+        }
     }
 }
 
@@ -681,5 +805,71 @@ mod tests {
         assert!(matches!(cut, CdpError::Interrupted));
         let other = classify_protocol("x", "Invalid parameters".into());
         assert!(matches!(other, CdpError::Protocol { .. }));
+    }
+
+    fn event(method: &str, params: serde_json::Value) -> CdpEvent {
+        CdpEvent {
+            method: method.to_owned(),
+            params: serde_json::value::to_raw_value(&params).unwrap(),
+        }
+    }
+
+    fn info(id: &str, kind: &str, url: &str) -> serde_json::Value {
+        serde_json::json!({ "targetInfo": {
+            "targetId": id, "type": kind, "url": url, "title": "t", "attached": false,
+            "canAccessOpener": false, "browserContextId": "B"
+        } })
+    }
+
+    fn ids(watch: &mut TargetWatch) -> Vec<String> {
+        let mut ids: Vec<String> = watch.pages().unwrap().into_iter().map(|t| t.id).collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn target_events_keep_the_tab_list() {
+        let (tx, events) = mpsc::unbounded_channel();
+        let mut watch = TargetWatch {
+            events,
+            targets: HashMap::new(),
+        };
+        let send = |method: &str, params| tx.send(event(method, params)).unwrap();
+        send("Target.targetCreated", info("A", "page", "http://a/"));
+        send(
+            "Target.targetCreated",
+            info("W", "service_worker", "http://a/sw.js"),
+        );
+        send(
+            "Target.targetCreated",
+            info("D", "page", "devtools://devtools/x"),
+        );
+        assert_eq!(ids(&mut watch), ["A"], "workers and devtools are no tabs");
+        send("Target.targetCreated", info("B", "page", "http://b/"));
+        // A prerender is no tab until it is activated (its info changes to a plain page).
+        let mut prerender = info("P", "page", "http://p/");
+        prerender["targetInfo"]["subtype"] = "prerender".into();
+        send("Target.targetCreated", prerender);
+        assert_eq!(ids(&mut watch), ["A", "B"]);
+        send("Target.targetInfoChanged", info("P", "page", "http://p/"));
+        send(
+            "Target.targetDestroyed",
+            serde_json::json!({ "targetId": "A" }),
+        );
+        send(
+            "Target.targetDestroyed",
+            serde_json::json!({ "targetId": "unknown" }),
+        );
+        send(
+            "Target.targetCreated",
+            serde_json::json!({ "garbage": true }),
+        );
+        assert_eq!(ids(&mut watch), ["B", "P"]);
+        // Its info changing to another type takes it out.
+        send("Target.targetInfoChanged", info("B", "other", "http://b/"));
+        assert_eq!(ids(&mut watch), ["P"]);
+        // The connection closed: the list is no longer known.
+        drop(tx);
+        assert!(matches!(watch.pages(), Err(CdpError::Closed)));
     }
 }

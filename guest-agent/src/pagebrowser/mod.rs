@@ -16,7 +16,13 @@
 //!   A tab that does not answer within [`PROBE_TIMEOUT`] (a busy or hung page) counts as
 //!   unknown: it is chosen only when no tab is visible and it is the only unknown one, so the
 //!   agent can still navigate away from a hung page. A snapshot with a single tab skips the
-//!   probe and gets the visibility back with the snapshot itself.
+//!   probe and gets the visibility back with the snapshot itself. The page targets are followed
+//!   from Chrome's target discovery events (`Target.setDiscoverTargets` once per connection,
+//!   then `targetCreated` / `targetInfoChanged` / `targetDestroyed`), so finding them costs no
+//!   round trip: a warm snapshot of a single tab is one CDP call. Events may lag a tab the page
+//!   opened or closed a moment ago, so when the choice fails (no tab, or the single tab taken
+//!   unprobed is hidden or gone) the list is read again with `Target.getTargets` and, if it
+//!   differs, the choice is made again.
 //! - **Isolated world.** All page code runs in a world created with `Page.createIsolatedWorld`
 //!   under a fresh random name; the helper (`page.js`) is evaluated once in the returned context
 //!   id and afterwards called by object id (`Runtime.callFunctionOn`), so no context is ever
@@ -121,6 +127,8 @@ impl Debug for PageBrowser {
 /// The cached connection to one browser and what we know of its tabs.
 struct Conn {
     cdp: cdp::Connection,
+    /// The browser's tabs, followed from its target events.
+    targets: cdp::TargetWatch,
     tabs: HashMap<String, TabState>,
 }
 
@@ -178,10 +186,22 @@ impl PageBrowser {
     }
 
     /// browser_snapshot on the browser behind `browser` ([`crate::browser::Browser::cdp`]).
+    /// With a single tab and its world in place, this is one CDP round trip: the tab comes from
+    /// the target events, its visibility back with the snapshot.
     pub async fn snapshot(&mut self, browser: &CdpClient) -> Result<Snapshot, OpError> {
-        // With a single tab, its visibility comes back with the snapshot: one round trip less.
         let (target, probed) = self.select_tab(browser, true).await?;
-        self.snapshot_tab(&target, !probed).await
+        let result = self.snapshot_tab(&target, !probed).await;
+        if probed || result.is_ok() {
+            return result;
+        }
+        // The only tab the events reported, taken unprobed, is hidden or gone: a tab opened or
+        // closed a moment ago may not have been reported yet. Ask the browser; if it knows
+        // other tabs than the events did, choose again among them.
+        if self.resync_targets().await? {
+            let (target, probed) = self.select_tab(browser, false).await?;
+            return self.snapshot_tab(&target, !probed).await;
+        }
+        result
     }
 
     /// browser_navigate: checks the URL before any CDP call ([`validate_url`], as
@@ -222,9 +242,9 @@ impl PageBrowser {
 
     // ------------------------------------------------------------ connection, tabs, worlds
 
-    /// The cached connection, replaced (with a fresh tab cache) when `browser` is another
-    /// browser's; fails when the browser is gone.
-    fn connection(&mut self, browser: &CdpClient) -> Result<&mut Conn, OpError> {
+    /// The cached connection, replaced (with a fresh tab cache, following the new browser's
+    /// targets) when `browser` is another browser's; fails when the browser is gone.
+    async fn connection(&mut self, browser: &CdpClient) -> Result<&mut Conn, OpError> {
         if browser.is_closed() {
             self.conn = None;
             return Err(OpError::new(ErrorCode::Failed, chain(&CdpError::Closed)));
@@ -233,8 +253,14 @@ impl PageBrowser {
             if self.conn.is_some() {
                 self.browser_restarted();
             }
+            let cdp = cdp::Connection::new(browser.clone());
+            let targets = match cdp.watch_targets().await {
+                Ok(t) => t,
+                Err(e) => return Err(self.failed("follow tabs", e)),
+            };
             self.conn = Some(Conn {
-                cdp: cdp::Connection::new(browser.clone()),
+                cdp,
+                targets,
                 tabs: HashMap::new(),
             });
         }
@@ -244,16 +270,53 @@ impl PageBrowser {
         }
     }
 
-    /// The single focused visible tab, else the single visible tab, else [`NO_TAB`]. With
-    /// `unprobed_single`, a browser with one tab returns it without asking whether it is
-    /// visible (`false` in the result): the caller must check.
+    /// Replaces the tabs the target events reported with the browser's own list; true when
+    /// that changed them.
+    async fn resync_targets(&mut self) -> Result<bool, OpError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        let ids = |pages: Vec<cdp::PageTarget>| {
+            let mut ids: Vec<String> = pages.into_iter().map(|t| t.id).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let before = conn.targets.pages().map(ids);
+        let resynced = conn.targets.resync(&conn.cdp).await;
+        let after = conn.targets.pages().map(ids);
+        match (resynced, before, after) {
+            (Ok(()), Ok(before), Ok(after)) => Ok(before != after),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(self.failed("list tabs", e)),
+        }
+    }
+
+    /// The single focused visible tab, else the single visible tab, else [`NO_TAB`], among the
+    /// tabs the target events reported (no round trip); when that finds none, once more among
+    /// the browser's own list if that differs. With `unprobed_single`, a browser with one tab
+    /// returns it without asking whether it is visible (`false` in the result): the caller
+    /// must check.
     async fn select_tab(
         &mut self,
         browser: &CdpClient,
         unprobed_single: bool,
     ) -> Result<(String, bool), OpError> {
-        let conn = self.connection(browser)?;
-        let targets = match conn.cdp.page_targets().await {
+        let chosen = self.choose_tab(browser, unprobed_single).await;
+        match chosen {
+            Err(e) if e.message == NO_TAB && self.resync_targets().await? => {
+                self.choose_tab(browser, unprobed_single).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`PageBrowser::select_tab`] among the tabs known now.
+    async fn choose_tab(
+        &mut self,
+        browser: &CdpClient,
+        unprobed_single: bool,
+    ) -> Result<(String, bool), OpError> {
+        let conn = self.connection(browser).await?;
+        let targets = match conn.targets.pages() {
             Ok(t) => t,
             Err(e) => return Err(self.failed("list tabs", e)),
         };

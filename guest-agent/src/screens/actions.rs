@@ -1,6 +1,10 @@
-//! computer_act's actions on one desktop: pointer and keys through its
-//! [`Input`](crate::display::Input), and `open`, `focus` and `launch` of the bot's browser or a
-//! program from `PATH`.
+//! computer_act's actions on one desktop, run in order by [`run_batch`]: pointer and keys
+//! through its [`Input`](crate::display::Input) (sent without waiting, one round trip per run of
+//! them), and `wait`, `open`, `focus` and `launch` of the bot's browser or a program from
+//! `PATH`. It also arms the desktop's settler before what the settle after the batch waits for.
+//!
+//! It leaves to others ([`super::Screens::act`]): validation, the refusal rule, the settle
+//! itself and the observation.
 
 use std::time::Duration;
 
@@ -63,58 +67,67 @@ fn open_url(home: &std::path::Path, target: &str) -> Result<String, OpError> {
     Ok(format!("file://{}", path.display()))
 }
 
-pub(super) async fn run_action(
-    screens: &Screens,
-    bot: &BotId,
-    d: &mut Desktop,
-    action: &Action,
-) -> Result<(), OpError> {
+/// Whether `action` is pointer or keyboard input: sent on the desktop's
+/// [`Input`](crate::display::Input) without waiting, a run of them confirmed by one
+/// [`Input::finish`](crate::display::Input::finish).
+fn is_input(action: &Action) -> bool {
+    action.is_visual() || matches!(action, Action::Type { .. })
+}
+
+/// Sends an input action ([`is_input`]); the server's answer comes with the run's
+/// [`Input::finish`](crate::display::Input::finish). Other actions do nothing here.
+fn send_input(d: &mut Desktop, action: &Action) -> Result<(), DisplayError> {
     use gateway_proto::desktop::clamp_coord;
-    let input_err = |e: DisplayError| match e {
-        DisplayError::UnknownKey(_) => op_err(ErrorCode::BadRequest, e),
-        other => failed(other),
-    };
-    match action {
+    tokio::task::block_in_place(|| match action {
         Action::Click {
             x,
             y,
             button: b,
             double,
-        } => tokio::task::block_in_place(|| {
-            d.input
-                .click(clamp_coord(*x), clamp_coord(*y), button(*b), *double)
-        })
-        .map_err(input_err),
-        Action::Move { x, y } => tokio::task::block_in_place(|| {
-            d.input.move_to(clamp_coord(*x), clamp_coord(*y)).map(drop)
-        })
-        .map_err(input_err),
-        Action::Down { x, y, button: b } => tokio::task::block_in_place(|| {
+        } => d
+            .input
+            .click(clamp_coord(*x), clamp_coord(*y), button(*b), *double),
+        Action::Move { x, y } => d.input.move_to(clamp_coord(*x), clamp_coord(*y)).map(drop),
+        Action::Down { x, y, button: b } => {
             d.input
                 .button_down(clamp_coord(*x), clamp_coord(*y), button(*b))
-        })
-        .map_err(input_err),
-        Action::Up { x, y, button: b } => tokio::task::block_in_place(|| {
+        }
+        Action::Up { x, y, button: b } => {
             d.input
                 .button_up(clamp_coord(*x), clamp_coord(*y), button(*b))
-        })
-        .map_err(input_err),
-        Action::Type { text } => {
-            tokio::task::block_in_place(|| d.input.type_text(text)).map_err(input_err)
         }
-        Action::Key { key, modifiers } => {
-            let combo =
-                KeyCombo::parse(key, modifiers).map_err(|e| op_err(ErrorCode::BadRequest, e))?;
-            tokio::task::block_in_place(|| d.input.key(&combo)).map_err(input_err)
-        }
+        Action::Type { text } => d.input.type_text(text),
+        Action::Key { key, modifiers } => d.input.key(&KeyCombo::parse(key, modifiers)?),
         Action::Scroll { direction, amount } => {
             let dir = match direction {
                 ScrollDirection::Up => display::ScrollDirection::Up,
                 ScrollDirection::Down => display::ScrollDirection::Down,
             };
-            tokio::task::block_in_place(|| d.input.scroll(dir, u32::from(*amount)))
-                .map_err(input_err)
+            d.input.scroll(dir, u32::from(*amount))
         }
+        Action::Wait { .. }
+        | Action::Open { .. }
+        | Action::Focus { .. }
+        | Action::Launch { .. } => Ok(()),
+    })
+}
+
+/// An input failure as the agent sees it: an unknown key name is the request's fault.
+fn input_err(e: DisplayError) -> OpError {
+    match e {
+        DisplayError::UnknownKey(_) => op_err(ErrorCode::BadRequest, e),
+        other => failed(other),
+    }
+}
+
+/// Runs an action that is not input ([`is_input`]): `wait`, `open`, `focus`, `launch`.
+async fn run_other(
+    screens: &Screens,
+    bot: &BotId,
+    d: &mut Desktop,
+    action: &Action,
+) -> Result<(), OpError> {
+    match action {
         Action::Wait { ms } => {
             tokio::time::sleep(Duration::from_millis(u64::from(*ms))).await;
             Ok(())
@@ -146,7 +159,81 @@ pub(super) async fn run_action(
         Action::Launch { application, uri } => {
             launch(screens, bot, d, application, uri.as_deref()).await
         }
+        // Input: sent by `send_input` and confirmed by `run_batch`.
+        _ => Ok(()),
     }
+}
+
+/// Runs a validated batch in order. Input actions are sent without waiting, and each run of
+/// them is confirmed by one round trip ([`Input::finish`](crate::display::Input::finish)) before
+/// anything else happens (a `wait`, `open`, `focus` or `launch`, which must come after the input
+/// took effect) and at the end: a batch of input alone costs one X round trip. With `arm`, the
+/// desktop's settler is armed before each run of input and before each `open`, `focus` and
+/// `launch`, so the settle after the batch sees the damage its last causes drew (not before a
+/// `wait`: what is drawn during a wait answers what came before it). Returns whether anything
+/// armed it.
+///
+/// On failure: the index of the action that failed and why. An X error found after the fact is
+/// attributed to the action that sent the refused request; a failure that cannot be attributed
+/// (the connection broke) counts from the start of the unconfirmed run, whose effect is unknown.
+pub(super) async fn run_batch(
+    screens: &Screens,
+    bot: &BotId,
+    d: &mut Desktop,
+    actions: &[Action],
+    arm: bool,
+) -> Result<bool, (usize, OpError)> {
+    let mut armed = false;
+    // The first action of the run of input not yet confirmed.
+    let mut run: Option<usize> = None;
+    for (i, action) in actions.iter().enumerate() {
+        if is_input(action) {
+            if run.is_none() {
+                if arm {
+                    arm_settler(d).map_err(|e| (i, e))?;
+                    armed = true;
+                }
+                run = Some(i);
+            }
+            if let Err(error) = send_input(d, action) {
+                let start = run.unwrap_or(i);
+                let own = match &error {
+                    DisplayError::InputAction { action, .. } => start + action,
+                    _ => i,
+                };
+                // An earlier action of the run may have been refused first.
+                let earlier = finish_input(d, start).err().filter(|(j, _)| *j < own);
+                return Err(earlier.unwrap_or((own, input_err(error))));
+            }
+        } else {
+            if let Some(start) = run.take() {
+                finish_input(d, start)?;
+            }
+            if arm && !matches!(action, Action::Wait { .. }) {
+                arm_settler(d).map_err(|e| (i, e))?;
+                armed = true;
+            }
+            run_other(screens, bot, d, action)
+                .await
+                .map_err(|e| (i, e))?;
+        }
+    }
+    if let Some(start) = run {
+        finish_input(d, start)?;
+    }
+    Ok(armed)
+}
+
+/// Confirms the run of input that began at batch index `start` (one round trip).
+fn finish_input(d: &mut Desktop, start: usize) -> Result<(), (usize, OpError)> {
+    tokio::task::block_in_place(|| d.input.finish()).map_err(|e| match e {
+        DisplayError::InputAction { action, .. } => (start + action, failed(e)),
+        other => (start, failed(other)),
+    })
+}
+
+fn arm_settler(d: &mut Desktop) -> Result<(), OpError> {
+    tokio::task::block_in_place(|| d.settler.arm()).map_err(failed)
 }
 
 /// Launches an application on the bot's display: the bot's own browser for browser names,

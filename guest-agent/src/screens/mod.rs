@@ -17,7 +17,7 @@ use crate::display::{
     XvfbOptions,
 };
 use crate::pagebrowser::PageBrowser;
-use actions::run_action;
+use actions::run_batch;
 use gateway_proto::desktop::{
     validate_actions, ActOutcome, Action, ObservationMeta, ScreenInfo, WindowInfo,
 };
@@ -35,10 +35,13 @@ use tracing::{info, warn};
 /// How many display numbers past its slot's a desktop may land on when another process (another
 /// local computer on the same host) holds the slot's own number.
 const DISPLAY_PROBES: u16 = 64;
-/// Settling after actions when `settle_ms` is not given: no damage for this long...
-const SETTLE_QUIET: Duration = Duration::from_millis(100);
-/// ...capped at this.
-const SETTLE_CAP: Duration = Duration::from_secs(2);
+/// Settling after actions when `settle_ms` is not given: the first damage after the input
+/// within this long (else the screen is taken as unchanged)...
+const SETTLE_FIRST_DAMAGE: Duration = display::settle::DEFAULT_FIRST_DAMAGE;
+/// ...then no damage for this long...
+const SETTLE_QUIET: Duration = display::settle::DEFAULT_QUIET;
+/// ...all capped at this.
+const SETTLE_CAP: Duration = display::settle::DEFAULT_CAP;
 
 /// What desktops need from the guest's configuration.
 #[derive(Debug, Clone)]
@@ -87,6 +90,16 @@ impl LiveScreen {
     /// The display's number and cookie, for X connections of its own (tests, benchmarks).
     pub fn access(&self) -> display::DisplayAccess {
         self.desktop.xvfb.access().clone()
+    }
+
+    /// Round trips the desktop's input and settle clients have waited for so far, as (input
+    /// syncs, settler arms), for tests and benchmarks: an act of input alone adds one of each,
+    /// however many actions it has.
+    pub fn act_round_trips(&self) -> (u64, u64) {
+        (
+            self.desktop.input.syncs(),
+            self.desktop.settler.round_trips(),
+        )
     }
 
     /// Which start of the desktop this is (a restarted display gets a new epoch).
@@ -577,43 +590,50 @@ impl Screens {
         if d.streak.should_refuse(actions) {
             return Err(op_err(ErrorCode::ActionRefused, REFUSAL_MESSAGE));
         }
-        let before = frame_id_now(&mut d)?;
-        let mut completed = 0u32;
-        for action in actions {
-            run_action(self, bot, &mut d, action).await.map_err(|e| {
-                OpError::new(
+        let before = capture_now(&mut d)?;
+        let armed = match run_batch(self, bot, &mut d, actions, settle_ms.is_none()).await {
+            Ok(armed) => armed,
+            Err((index, e)) => {
+                // Counted as the contract expands the batch (a double click is two clicks).
+                let completed = completed_count(&actions[..index]);
+                return Err(OpError::new(
                     e.code,
                     format!(
                         "action {} failed after {completed} completed: {}",
                         completed + 1,
                         e.message
                     ),
-                )
-            })?;
-            completed += match action {
-                Action::Click { double: true, .. } => 2,
-                _ => 1,
-            };
-        }
+                ));
+            }
+        };
+        let completed = completed_count(actions);
         let (settled_ms, settled) = match settle_ms {
             Some(ms) => {
                 tokio::time::sleep(Duration::from_millis(u64::from(ms))).await;
                 (ms, true)
             }
             None => {
-                let outcome =
-                    tokio::task::block_in_place(|| d.settler.wait(SETTLE_QUIET, SETTLE_CAP))
-                        .map_err(failed)?;
+                let outcome = tokio::task::block_in_place(|| {
+                    if armed {
+                        // The quiet period starts with the first damage after the input.
+                        d.settler
+                            .wait_after_input(SETTLE_FIRST_DAMAGE, SETTLE_QUIET, SETTLE_CAP)
+                    } else {
+                        // Only waits: nothing was sent whose drawing to wait for.
+                        d.settler.wait(SETTLE_QUIET, SETTLE_CAP)
+                    }
+                })
+                .map_err(failed)?;
                 (
                     u32::try_from(outcome.waited.as_millis()).unwrap_or(u32::MAX),
                     outcome.settled,
                 )
             }
         };
-        let after = frame_id_now(&mut d)?;
+        let after = capture_now(&mut d)?;
         d.streak.record(actions, after == before);
         let observation = if observe {
-            Some(observe_locked(&mut d, now_ms())?)
+            Some(observe_frame_locked(&mut d, after, now_ms())?)
         } else {
             None
         };
@@ -675,16 +695,35 @@ async fn teardown(bot: &BotId, d: &mut Desktop) -> bool {
     ok
 }
 
-fn frame_id_now(d: &mut Desktop) -> Result<String, OpError> {
-    tokio::task::block_in_place(|| {
-        let frame = d.capturer.capture().map_err(failed)?;
-        let png = display::capture::encode_png(&frame).map_err(failed)?;
-        Ok(display::capture::frame_id(&png))
-    })
+/// What `act` counts as completed for these actions (a double click is two clicks).
+fn completed_count(actions: &[Action]) -> u32 {
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::Click { double: true, .. } => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// The screen's pixels now. `act` compares two of these for the refusal rule: identical pixels
+/// are an identical frame (the PNG encoding is deterministic), without encoding either.
+fn capture_now(d: &mut Desktop) -> Result<display::Frame, OpError> {
+    tokio::task::block_in_place(|| d.capturer.capture()).map_err(failed)
 }
 
 fn observe_locked(d: &mut Desktop, now_ms: i64) -> Result<(ObservationMeta, Vec<u8>), OpError> {
-    let obs = tokio::task::block_in_place(|| d.capturer.observe()).map_err(failed)?;
+    let frame = capture_now(d)?;
+    observe_frame_locked(d, frame, now_ms)
+}
+
+/// The observation of `frame`, captured just now.
+fn observe_frame_locked(
+    d: &mut Desktop,
+    frame: display::Frame,
+    now_ms: i64,
+) -> Result<(ObservationMeta, Vec<u8>), OpError> {
+    let obs = tokio::task::block_in_place(|| d.capturer.observe_frame(frame)).map_err(failed)?;
     let unchanged = d.last_frame.as_deref() == Some(obs.frame_id.as_str());
     if !unchanged {
         // A new frame resets the repeated-action streak.

@@ -6,16 +6,22 @@
 //!    against `import -window root png:-` (ImageMagick) and `scrot` (into tmpfs), all on the
 //!    same Xvfb, which shows a Chromium on a local page so the frame has realistic content. The
 //!    runs are interleaved, one anchor of each per round, so passing load hits them alike;
-//! 2. one click through XTEST (`Input::click`, which ends with a round trip to the server)
-//!    against spawning `xdotool click 1` on that display, interleaved the same way, with
-//!    spawning `true` as the floor under any process anchor;
+//! 2. one click through XTEST (`Input::click` and `Input::finish`, its round trip to the
+//!    server) against spawning `xdotool click 1` on that display, interleaved the same way, with
+//!    spawning `true` as the floor under any process anchor; a batch of clicks with one sync per
+//!    click (as before issue 17) against one sync per batch; and the act's settle after a click
+//!    on the page's counter (arm, click, sync, first damage, quiet period): how long Chromium
+//!    takes to draw, and how many draws came after the quiet period (the old settle, whose quiet
+//!    period began right after the input, returned before those);
 //! 3. desktop cold start: `Xvfb::start` then `Browser::start` until CDP answers, on a fresh
 //!    profile and on a warm one, stopping both between runs;
 //! 4. computer_observe through the API of the built `rakazo serve` and `rakazo-guest`
 //!    (QUIC tunnel on loopback), on the path where the frame changed since the previous
 //!    observation (an act clicks a counter on the page first; the act is not timed) and on the
 //!    path where it did not (the image is omitted), with the shipped client and with a
-//!    `TCP_NODELAY` client;
+//!    `TCP_NODELAY` client; the acts themselves (one click, a batch of ten actions, a click on a
+//!    blank spot that draws nothing), and how many acts returned before Chromium drew (the
+//!    observe after them came back unchanged);
 //! 5. memory with live desktops: the guest's VmRSS, and RSS and PSS of the computer's Xvfb and
 //!    Chromium processes, with 0, 1 and all desktops live.
 //!
@@ -26,7 +32,8 @@
 //! processes it started is killed at the end.
 //!
 //! Usage: `target/release/bench_desktop [--observe-runs N] [--anchor-runs N] [--click-runs N]
-//! [--xdotool-runs N] [--start-runs N] [--api-runs N] [--desktops N] [--bin-dir DIR]`.
+//! [--xdotool-runs N] [--batch-runs N] [--settle-runs N] [--start-runs N] [--api-runs N]
+//! [--desktops N] [--bin-dir DIR]`.
 //!
 //! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
@@ -35,7 +42,9 @@ use base64::Engine as _;
 use control_plane::client::Client;
 use gateway_proto::Secret;
 use guest_agent::browser::{Browser, BrowserOptions};
-use guest_agent::display::{capture, Button, Capturer, Clock, DisplayError, DisplayNum, Input};
+use guest_agent::display::{
+    capture, settle, Button, Capturer, Clock, DisplayError, DisplayNum, Input, Settler,
+};
 use guest_agent::display::{Xvfb, XvfbOptions};
 use hyper::Method;
 use std::collections::BTreeSet;
@@ -57,6 +66,8 @@ const BUMP_POINT: (i64, i64) = (640, 750);
 /// A blank spot of [`PAGE`] (right of the 860 px column, above the counter bar): clicks there
 /// change nothing on screen.
 const BLANK_POINT: (i64, i64) = (1150, 300);
+/// Actions per batch in the batch rows.
+const BATCH: usize = 10;
 /// The pause before an isolated click: Chromium has handled the previous one and gone idle, as
 /// between the actions of real acts (which settle for at least 100 ms).
 const ISOLATION: Duration = Duration::from_millis(20);
@@ -142,6 +153,8 @@ struct Options {
     xdotool_runs: usize,
     start_runs: usize,
     api_runs: usize,
+    batch_runs: usize,
+    settle_runs: usize,
     desktops: usize,
     bin_dir: PathBuf,
 }
@@ -156,6 +169,8 @@ impl Options {
             xdotool_runs: size(50, 2),
             start_runs: size(10, 1),
             api_runs: size(50, 3),
+            batch_runs: size(50, 3),
+            settle_runs: size(100, 3),
             desktops: size(10, 2),
             // A binary lives in <target>/<profile>, beside `rakazo` and `rakazo-guest`.
             bin_dir: exe
@@ -173,6 +188,8 @@ impl Options {
                 "--xdotool-runs" => o.xdotool_runs = value()?.parse()?,
                 "--start-runs" => o.start_runs = value()?.parse()?,
                 "--api-runs" => o.api_runs = value()?.parse()?,
+                "--batch-runs" => o.batch_runs = value()?.parse()?,
+                "--settle-runs" => o.settle_runs = value()?.parse()?,
                 "--desktops" => o.desktops = value()?.parse()?,
                 "--bin-dir" => o.bin_dir = value()?.into(),
                 other => bail!("unknown argument {other:?}"),
@@ -356,9 +373,25 @@ struct ObserveRuns {
     /// Isolated clicks on the same display before Chromium started (no client reacts).
     click_empty: Vec<Duration>,
     round_trip_isolated: Vec<Duration>,
-    /// Load average when the observe rounds and the click rounds began.
+    /// [`BATCH`] clicks, each ended by `Input::finish` (a sync per action).
+    batch_per_action: Vec<Duration>,
+    /// [`BATCH`] clicks, then one `Input::finish`.
+    batch_once: Vec<Duration>,
+    /// Syncs the last one-sync batch made.
+    batch_syncs: u64,
+    /// Arm, click on the counter, finish, settle: the act's X side.
+    settle_total: Vec<Duration>,
+    /// From the start of the settle wait to the first damage, where there was one.
+    first_damage: Vec<Duration>,
+    /// Settles that saw no damage within the bound.
+    no_damage: usize,
+    /// The settler's round trips in the last settle.
+    settle_arms: u64,
+    /// Load average when the observe, click, batch and settle rounds began.
     load_observe: String,
     load_click: String,
+    load_batch: String,
+    load_settle: String,
 }
 
 /// Parts 1 and 2: observe and click on one display, against their process anchors.
@@ -387,6 +420,7 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
             tokio::time::sleep(ISOLATION).await;
             let t = now();
             input.click(bx, by, Button::Left, false)?;
+            input.finish()?;
             if i >= 20 {
                 v.push(now() - t);
             }
@@ -503,8 +537,17 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
             click_isolated: Vec::new(),
             click_empty: click_empty.clone(),
             round_trip_isolated: Vec::new(),
+            batch_per_action: Vec::new(),
+            batch_once: Vec::new(),
+            batch_syncs: 0,
+            settle_total: Vec::new(),
+            first_damage: Vec::new(),
+            no_damage: 0,
+            settle_arms: 0,
             load_observe: loadavg(),
             load_click: String::new(),
+            load_batch: String::new(),
+            load_settle: String::new(),
         };
         // Interleaved rounds: a share of the observes, as many observes split into their steps
         // (timed one by one), one import, one scrot.
@@ -548,6 +591,7 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
         let (bx, by) = BLANK_POINT;
         for _ in 0..20 {
             input.click(bx, by, Button::Left, false)?;
+            input.finish()?;
         }
         let xdotool_once = || -> Result<Duration> {
             let t = now();
@@ -574,6 +618,7 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
             for _ in 0..per_round + extra {
                 let t = now();
                 input.click(bx, by, Button::Left, false)?;
+                input.finish()?;
                 r.click.push(now() - t);
                 let t = now();
                 cap.cursor()?;
@@ -583,6 +628,7 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
                 tokio::time::sleep(ISOLATION).await;
                 let t = now();
                 input.click(bx, by, Button::Left, false)?;
+                input.finish()?;
                 r.click_isolated.push(now() - t);
                 tokio::time::sleep(ISOLATION).await;
                 let t = now();
@@ -597,6 +643,53 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
             r.spawn.push(now() - t);
             ensure!(status.success(), "true failed: {status}");
         }
+        // Batches of clicks on the blank spot: one sync per action (as every action ended
+        // before issue 17) against one sync per batch (`Input::finish` once), interleaved.
+        r.load_batch = loadavg();
+        for _ in 0..opts.batch_runs {
+            tokio::time::sleep(ISOLATION).await;
+            let t = now();
+            for _ in 0..BATCH {
+                input.click(bx, by, Button::Left, false)?;
+                input.finish()?;
+            }
+            r.batch_per_action.push(now() - t);
+            tokio::time::sleep(ISOLATION).await;
+            let syncs = input.syncs();
+            let t = now();
+            for _ in 0..BATCH {
+                input.click(bx, by, Button::Left, false)?;
+            }
+            input.finish()?;
+            r.batch_once.push(now() - t);
+            r.batch_syncs = input.syncs() - syncs;
+        }
+
+        // Settling after a click on the counter bar, as `act` does: arm, click, one sync, then
+        // the first damage (within the bound), then the quiet period.
+        let mut settler = Settler::new(xvfb.access(), Clock::new(now))?;
+        let (ux, uy) = BUMP_POINT;
+        r.load_settle = loadavg();
+        for _ in 0..opts.settle_runs {
+            tokio::time::sleep(ISOLATION).await;
+            let arms = settler.round_trips();
+            let t = now();
+            settler.arm()?;
+            input.click(ux, uy, Button::Left, false)?;
+            input.finish()?;
+            let outcome = settler.wait_after_input(
+                settle::DEFAULT_FIRST_DAMAGE,
+                settle::DEFAULT_QUIET,
+                settle::DEFAULT_CAP,
+            )?;
+            r.settle_total.push(now() - t);
+            r.settle_arms = settler.round_trips() - arms;
+            match outcome.first_damage {
+                Some(first) => r.first_damage.push(first),
+                None => r.no_damage += 1,
+            }
+        }
+        drop(settler);
         drop(input);
         drop(cap);
         Ok::<_, anyhow::Error>(r)
@@ -1007,6 +1100,14 @@ struct ApiRuns {
     unchanged: [Vec<Duration>; 2],
     unchanged_but_changed: usize,
     act: Vec<Duration>,
+    /// Acts of [`BATCH`] actions: moves over a blank spot, then a click on the counter.
+    act_batch: Vec<Duration>,
+    /// The observe after a batch act showed no change.
+    batch_before_draw: usize,
+    /// Acts of one click on a blank spot (nothing draws: the settle waits out its bound).
+    act_blank: Vec<Duration>,
+    /// `settledMs` of those.
+    act_blank_settled: Vec<u64>,
     ensure_first: Duration,
     ensure_new: Vec<Duration>,
     /// Chrome's spawn-to-CDP time of each desktop, from the guest log's `chrome ready` lines.
@@ -1125,6 +1226,36 @@ async fn measure_api_on(server: &mut Server, fx: &Fixture, opts: &Options) -> Re
             } else {
                 r.unchanged_but_changed += 1;
             }
+        }
+    }
+    // Acts of a batch: moves over the blank spot, then a click on the counter; the observe
+    // after each must show the change. And, fewer, acts that change nothing.
+    let (bx, by) = BLANK_POINT;
+    let mut batch: Vec<serde_json::Value> = (0..BATCH - 1)
+        .map(|i| serde_json::json!({ "type": "move", "x": bx, "y": by + i as i64 }))
+        .collect();
+    batch.push(serde_json::json!({ "type": "click", "x": x, "y": y }));
+    let batch = serde_json::Value::Array(batch);
+    for round in 0..opts.api_runs {
+        let t = now();
+        let act = first.act(server, batch.clone()).await?;
+        r.act_batch.push(now() - t);
+        ensure!(act["completed"] == BATCH, "act: {act}");
+        let (_, v, png) = first.observe(server, Via::Shipped).await?;
+        if v["unchanged"] == true || png == 0 {
+            r.batch_before_draw += 1;
+        }
+        if round % 5 == 0 {
+            let t = now();
+            let act = first
+                .act(
+                    server,
+                    serde_json::json!([{ "type": "click", "x": bx, "y": by }]),
+                )
+                .await?;
+            r.act_blank.push(now() - t);
+            r.act_blank_settled
+                .push(act["settledMs"].as_u64().unwrap_or_default());
         }
     }
     r.mem.push(memory(server, 1, displays.clone())?);
@@ -1459,7 +1590,7 @@ fn print_local(r: &ObserveRuns) {
     println!("| measure | runs | p50 µs | p90 µs | p50 / back-to-back click p50 |");
     println!("|---|---|---|---|---|");
     row(
-        "`Input::click` back to back (move + press + release + GetInputFocus round trip)",
+        "`Input::click` + `Input::finish` back to back (move + press + release + GetInputFocus round trip)",
         &r.click,
     );
     row(
@@ -1468,7 +1599,7 @@ fn print_local(r: &ObserveRuns) {
     );
     row(
         &format!(
-            "`Input::click` isolated ({} ms without input before it)",
+            "`Input::click` + `Input::finish` isolated ({} ms without input before it)",
             ISOLATION.as_millis()
         ),
         &r.click_isolated,
@@ -1478,7 +1609,7 @@ fn print_local(r: &ObserveRuns) {
         &r.round_trip_isolated,
     );
     row(
-        "`Input::click` isolated, on the same display before Chromium started (no client to react)",
+        "`Input::click` + `Input::finish` isolated, on the same display before Chromium started (no client to react)",
         &r.click_empty,
     );
     println!(
@@ -1498,6 +1629,65 @@ fn print_local(r: &ObserveRuns) {
         ratio(spawn.p50, click.p50)
     );
     println!();
+
+    let per_action = summarize(&r.batch_per_action);
+    let once = summarize(&r.batch_once);
+    println!("#### A batch of {BATCH} clicks (blank spot of the page; interleaved, each batch after {} ms without input)\n", ISOLATION.as_millis());
+    println!("Load average when these rounds began: {}.\n", r.load_batch);
+    println!("| batch | runs | p50 µs | p90 µs | p50 / one sync per action |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| one sync per action (`Input::finish` after each click: every action before issue 17) | {} | {:.0} | {:.0} | 1.00× |",
+        per_action.n,
+        us(per_action.p50),
+        us(per_action.p90)
+    );
+    println!(
+        "| one sync per batch (`Input::finish` once; it made {} sync) | {} | {:.0} | {:.0} | **{:.2}×** |",
+        r.batch_syncs,
+        once.n,
+        us(once.p50),
+        us(once.p90),
+        ratio(once.p50, per_action.p50)
+    );
+    println!();
+
+    let total = summarize(&r.settle_total);
+    let first = summarize(&r.first_damage);
+    let quiet = settle::DEFAULT_QUIET;
+    let late = r.first_damage.iter().filter(|d| **d > quiet).count();
+    println!("#### Settling after a click on the counter bar (as `act`: `Settler::arm`, click, `Input::finish`, `Settler::wait_after_input`)\n");
+    println!(
+        "Each run after {} ms without input; the settler's round trips per run: {}. Load average when these rounds began: {}.\n",
+        ISOLATION.as_millis(),
+        r.settle_arms,
+        r.load_settle
+    );
+    println!("| measure | runs | p50 ms | p90 ms | max ms |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| arm + click + sync + settle | {} | {:.1} | {:.1} | {:.1} |",
+        total.n,
+        ms(total.p50),
+        ms(total.p90),
+        ms(total.max)
+    );
+    println!(
+        "| from the start of the wait to Chromium's first damage | {} | {:.1} | {:.1} | {:.1} |",
+        first.n,
+        ms(first.p50),
+        ms(first.p90),
+        ms(first.max)
+    );
+    println!();
+    println!(
+        "First damage later than the {} ms quiet period (the old settle, whose quiet period began at once, returned before these draws): **{late} of {}**. No damage within the {} ms bound: {} of {}.\n",
+        quiet.as_millis(),
+        total.n,
+        settle::DEFAULT_FIRST_DAMAGE.as_millis(),
+        r.no_damage,
+        total.n
+    );
 }
 
 fn print_starts(fresh: &Starts, warm: &Starts, api: &ApiRuns) {
@@ -1582,13 +1772,6 @@ fn print_api(api: &ApiRuns, guest_observe_p50: Duration) {
             );
         }
     }
-    let act = summarize(&api.act);
-    println!(
-        "| (context) the act before each changed observe: one click, default settle (≥ 100 ms without damage) | shipped | {} | {:.1} | {:.1} | |",
-        act.n,
-        ms(act.p50),
-        ms(act.p90)
-    );
     println!();
     if api.changed_but_unchanged + api.unchanged_but_changed > 0 {
         println!(
@@ -1596,6 +1779,41 @@ fn print_api(api: &ApiRuns, guest_observe_p50: Duration) {
             api.changed_but_unchanged, api.unchanged_but_changed
         );
     }
+
+    println!("#### Acts through the API (`POST .../act`, shipped client, default settle: the first damage after the input within {} ms, then {} ms without damage, at most {} ms)\n",
+        settle::DEFAULT_FIRST_DAMAGE.as_millis(), settle::DEFAULT_QUIET.as_millis(), settle::DEFAULT_CAP.as_millis());
+    println!("| act | runs | p50 ms | p90 ms | returned before Chromium drew (the observe after it came back unchanged) |");
+    println!("|---|---|---|---|---|");
+    let act = summarize(&api.act);
+    println!(
+        "| one click on the counter bar (before each changed observe above) | {} | {:.1} | {:.1} | {} of {} |",
+        act.n,
+        ms(act.p50),
+        ms(act.p90),
+        api.changed_but_unchanged,
+        act.n
+    );
+    let batch = summarize(&api.act_batch);
+    println!(
+        "| a batch of {BATCH}: {} moves over a blank spot, then a click on the counter bar | {} | {:.1} | {:.1} | {} of {} |",
+        BATCH - 1,
+        batch.n,
+        ms(batch.p50),
+        ms(batch.p90),
+        api.batch_before_draw,
+        batch.n
+    );
+    let blank = summarize(&api.act_blank);
+    let mut settled = api.act_blank_settled.clone();
+    settled.sort_unstable();
+    println!(
+        "| one click on a blank spot (nothing draws: the settle waits out its bound; `settledMs` median {}) | {} | {:.1} | {:.1} | (nothing to draw) |",
+        settled.get(settled.len().saturating_sub(1) / 2).copied().unwrap_or_default(),
+        blank.n,
+        ms(blank.p50),
+        ms(blank.p90),
+    );
+    println!();
 }
 
 fn mib(kb: u64) -> f64 {
@@ -1717,9 +1935,11 @@ async fn main() -> Result<()> {
     print_starts(&fresh, &warm, &api);
     print_memory(&api);
     println!(
-        "- load average when each part began: observe {}; click {}; cold start {}; API and memory {}; at the end {}",
+        "- load average when each part began: observe {}; click {}; batch {}; settle {}; cold start {}; API and memory {}; at the end {}",
         local.load_observe,
         local.load_click,
+        local.load_batch,
+        local.load_settle,
         load_starts,
         load_api,
         loadavg()

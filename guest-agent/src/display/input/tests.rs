@@ -218,3 +218,18 @@ fn segments_hold_at_most_capacity_distinct_unmapped_keysyms() {
     assert!(plan_segments(&[None, a], 0).is_none());
     assert_eq!(distinct_unmapped(&text[..5]), vec![1, 2, 3]);
 }
+
+#[test]
+fn an_x_error_is_attributed_to_the_action_that_sent_the_request() {
+    // The last request of each action of a batch; the third action sent nothing.
+    let ended = [10, 12, 12, 20];
+    assert_eq!(action_of(&ended, 3), 0);
+    assert_eq!(action_of(&ended, 10), 0);
+    assert_eq!(action_of(&ended, 11), 1);
+    assert_eq!(action_of(&ended, 12), 1);
+    assert_eq!(action_of(&ended, 13), 3);
+    assert_eq!(action_of(&ended, 20), 3);
+    // After the last ended action: the one still running.
+    assert_eq!(action_of(&ended, 21), 4);
+    assert_eq!(action_of(&[], 5), 0);
+}
