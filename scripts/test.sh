@@ -10,6 +10,9 @@ bash scripts/s3s-fs.sh install
 # schemathesis checks the live server against control-plane/openapi.json (tests/system/openapi.rs);
 # installed into a venv cached outside the checkout.
 bash scripts/schemathesis.sh install
+# vncdotool, the third-party RFB client tests/system/rfb_client.rs drives capability URLs with;
+# installed into a venv cached outside the checkout.
+bash scripts/vncdotool.sh install
 # Docker computers run on a real engine (podman's Docker-compatible API) from our own image; the
 # image's root filesystem is built from Debian packages once and cached outside the checkout
 # (keyed by a hash of its recipe). The tests layer the guest on it through `rakazo image build`.

@@ -737,6 +737,49 @@ impl World {
             .to_string())
     }
 
+    /// The run holding `lease` asks for a takeover (it waits for the user), and the user takes
+    /// control of `bot`'s screen; returns the takeover's answer.
+    pub async fn take_over_waiting_run(
+        &self,
+        computer: &str,
+        bot: &str,
+        lease: &str,
+    ) -> Result<serde_json::Value> {
+        self.post(
+            &format!("/v1/computers/{computer}/leases/{bot}/waiting_takeover"),
+            serde_json::json!({ "lease": lease }),
+        )
+        .await?;
+        Ok(self
+            .post(
+                &format!("/v1/computers/{computer}/screens/{bot}/takeover"),
+                serde_json::json!({}),
+            )
+            .await?)
+    }
+
+    /// Ends a takeover: the user releases control of `bot`'s screen, then the run holding
+    /// `lease` ends with `outcome` (`success`, `failed`...).
+    pub async fn end_takeover(
+        &self,
+        computer: &str,
+        bot: &str,
+        lease: &str,
+        outcome: &str,
+    ) -> Result<()> {
+        self.post(
+            &format!("/v1/computers/{computer}/screens/{bot}/release-control"),
+            serde_json::json!({}),
+        )
+        .await?;
+        self.post(
+            &format!("/v1/computers/{computer}/leases/{bot}/release"),
+            serde_json::json!({ "lease": lease, "outcome": outcome }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Acquires `bot`'s execution lease for `owner`; returns the lease string.
     pub async fn lease(&self, computer: &str, bot: &str, owner: &str) -> Result<String> {
         let v = self

@@ -399,3 +399,88 @@ pub async fn close_reason(ws: &mut Ws, within: Duration) -> Result<String> {
         }
     }
 }
+
+/// A unix socket in a private temporary directory whose every connection is carried over a new
+/// websocket to a capability (each read becomes one binary message), for RFB clients that speak
+/// plain sockets only (third-party clients, x11vnc-style anchors). Dropping it closes the socket
+/// and every connection.
+pub struct WsBridge {
+    pub socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WsBridge {
+    /// Listens at once; each accepted connection opens `cap_path`'s websocket on `http`.
+    pub async fn start(http: &str, cap_path: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("rakazo-ws-bridge-")
+            .tempdir()?;
+        let socket = dir.path().join("rfb.sock");
+        let listener = tokio::net::UnixListener::bind(&socket)?;
+        let (http, cap_path) = (http.to_string(), cap_path.to_string());
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((unix, _)) = listener.accept().await {
+                let (http, cap_path) = (http.clone(), cap_path.clone());
+                connections.spawn(async move {
+                    if let Ok(ws) = connect(&http, &cap_path).await {
+                        pump(unix, ws).await;
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            socket,
+            _dir: dir,
+            task,
+        })
+    }
+}
+
+impl Drop for WsBridge {
+    fn drop(&mut self) {
+        // Aborting the task drops its JoinSet, which aborts every connection.
+        self.task.abort();
+    }
+}
+
+/// Copies between a unix stream and a websocket until either side ends.
+async fn pump(unix: tokio::net::UnixStream, ws: Ws) {
+    let (mut unix_rx, mut unix_tx) = unix.into_split();
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let up = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match unix_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if ws_tx
+                        .send(Message::Binary(buf[..n].to_vec().into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = ws_tx.close().await;
+    };
+    let down = async {
+        while let Some(Ok(message)) = ws_rx.next().await {
+            let written = match message {
+                Message::Binary(b) => unix_tx.write_all(&b).await,
+                Message::Close(_) => break,
+                _ => Ok(()),
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
+}

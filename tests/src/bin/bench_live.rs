@@ -567,16 +567,7 @@ async fn main() -> Result<()> {
             .to_string(),
     };
     // The run asks for a takeover so that the user may drive the terminal while it stays on.
-    w.post(
-        &format!("/v1/computers/{c}/leases/bot-a/waiting_takeover"),
-        serde_json::json!({ "lease": lease }),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/screens/bot-a/takeover"),
-        serde_json::json!({}),
-    )
-    .await?;
+    w.take_over_waiting_run(&c, "bot-a", &lease).await?;
     let url = |policy: &'static str| {
         let w = &w;
         let c = c.clone();
@@ -715,16 +706,7 @@ async fn main() -> Result<()> {
         echo.1 / local.1,
         echo.2 / local.2
     );
-    w.post(
-        &format!("/v1/computers/{c}/screens/bot-a/release-control"),
-        serde_json::json!({}),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/leases/bot-a/release"),
-        serde_json::json!({ "lease": lease, "outcome": "failed" }),
-    )
-    .await?;
+    w.end_takeover(&c, "bot-a", &lease, "failed").await?;
     let _ = w
         .client
         .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)
