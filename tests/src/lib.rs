@@ -911,11 +911,10 @@ fn remove_computer_user(dir: &Path) {
 }
 
 /// Stops the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
-/// a dead guest leaves behind: its Xvfb and x11vnc (their `-auth` file is in the guest's runtime
-/// dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the home), which run in
-/// their own process groups. SIGTERM first, so the guest tears its desktops down and x11vnc
-/// removes its SysV shared-memory segments (SIGKILLed, it leaks them until `kernel.shmmni` is
-/// exhausted and no x11vnc can start on the machine); SIGKILL for whatever is still there.
+/// a dead guest leaves behind: its X servers (Xvnc: their `-auth` file and RFB socket are in the
+/// guest's runtime dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the
+/// home), which run in their own process groups. SIGTERM first, so the guest tears its desktops
+/// down and Chrome detaches its SysV shared-memory segments; SIGKILL for whatever is still there.
 fn kill_guest_of(dir: &Path) {
     let home = dir.join("home");
     let guests = pids_with_env("RAKAZO_HOME", &home.display().to_string());
