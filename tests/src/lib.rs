@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod anchor;
 pub mod bench;
 pub mod bot;
 pub mod bystander;

@@ -24,6 +24,19 @@ pub fn cpu_s(pid: u32) -> f64 {
     cpu_ticks(&pid.to_string()) as f64 / TICKS_PER_SEC
 }
 
+/// A `kB` value of a `/proc/<pid>/<file>` such as `status` (`VmRSS:`) or `smaps_rollup`
+/// (`Pss:`); 0 when the process or the key is gone.
+pub fn proc_kb(pid: i32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// One SysV shared-memory segment, as `/proc/sysvipc/shm` (what `ipcs -m` reads) lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmSegment {

@@ -47,6 +47,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tests::bench::{args as bench_args, ms, now, size, NoDelayClient};
 use tests::fixture::Fixture;
+use tests::procstat::proc_kb;
 use tests::{pids_with_env, wait_for};
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -1268,17 +1269,6 @@ fn proc_table() -> Vec<Proc> {
 }
 
 /// A `kB` field of `/proc/<pid>/status` or `/proc/<pid>/smaps_rollup`.
-fn proc_kb(pid: i32, file: &str, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[derive(Default, Clone, Copy)]
 struct Group {
     count: usize,
