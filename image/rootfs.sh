@@ -91,7 +91,7 @@ build() {
     "deb $mirror bookworm-updates main" \
     "deb $security bookworm-security main" >&2
   # X servers put their sockets in /tmp/.X11-unix; it must exist, root-owned and 1777, before
-  # Xvfb runs as rakazo. mmdebstrap empties /tmp after the customize hooks (its apt config is
+  # Xvnc runs as rakazo. mmdebstrap empties /tmp after the customize hooks (its apt config is
   # there until then), so the directory is appended to the finished tar.
   mkdir -p "$work/x/tmp/.X11-unix"
   chmod 1777 "$work/x/tmp/.X11-unix"

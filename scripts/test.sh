@@ -10,6 +10,9 @@ bash scripts/s3s-fs.sh install
 # schemathesis checks the live server against control-plane/openapi.json (tests/system/openapi.rs);
 # installed into a venv cached outside the checkout.
 bash scripts/schemathesis.sh install
+# vncdotool, the third-party RFB client tests/system/rfb_client.rs drives capability URLs with;
+# installed into a venv cached outside the checkout.
+bash scripts/vncdotool.sh install
 # Docker computers run on a real engine (podman's Docker-compatible API) from our own image; the
 # image's root filesystem is built from Debian packages once and cached outside the checkout
 # (keyed by a hash of its recipe). The tests layer the guest on it through `rakazo image build`.
@@ -20,6 +23,12 @@ podman --remote --url "unix://$(bash scripts/podman.sh sock)" images --sort crea
   --filter reference=rakazo-computer --format '{{.Repository}}:{{.Tag}}' | tail -n +4 \
   | xargs -r podman --remote --url "unix://$(bash scripts/podman.sh sock)" rmi >/dev/null 2>&1 || true
 bash image/rootfs.sh build >/dev/null
+
+# SysV shared-memory segments on the machine before the suite: the suite must leave none behind
+# (x11vnc, which served live views before Xvnc, leaked some on every run until `kernel.shmmni`
+# ran out). Checked at the end.
+shm_segments() { tail -n +2 /proc/sysvipc/shm | wc -l; }
+shm_before="$(shm_segments)"
 
 echo "== fmt"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -36,3 +45,11 @@ bash scripts/bench-smoke.sh
 echo "== test"
 cargo test --workspace --locked
 echo "== tunnel over TCP (guests told a UDP address that never answers)"; RAKAZO_TEST_TUNNEL=tcp cargo test -p tests --test system --locked -- foundation:: desktops:: live:: homes:: page_browser:: tunnel_tcp::
+echo "== no SysV shared-memory segment left behind"
+shm_after="$(shm_segments)"
+if [ "$shm_after" -gt "$shm_before" ]; then
+  echo "the suite left $((shm_after - shm_before)) SysV shared-memory segments ($shm_before before, $shm_after after):" >&2
+  ipcs -m -p >&2 || true
+  exit 1
+fi
+echo "$shm_after segments, $shm_before before the suite"

@@ -120,7 +120,8 @@ pub struct ProviderArgs {
     /// File (mode 0600) holding the E2B API key (or set E2B_API_KEY).
     #[arg(long, env = "RAKAZO_E2B_API_KEY_FILE")]
     pub e2b_api_key_file: Option<PathBuf>,
-    /// The E2B template computers start from (it must carry Xvfb, Chromium and x11vnc).
+    /// The E2B template computers start from (it must carry Xvnc, from
+    /// tigervnc-standalone-server, and Chromium).
     #[arg(long, env = "RAKAZO_E2B_TEMPLATE")]
     pub e2b_template: Option<String>,
     /// E2B's sandbox domain: the daemon of sandbox <id> is https://49983-<id>.<domain>.
@@ -155,7 +156,8 @@ pub struct ProviderArgs {
     /// File (mode 0600) holding the Daytona API key (or set DAYTONA_API_KEY).
     #[arg(long, env = "RAKAZO_DAYTONA_API_KEY_FILE")]
     pub daytona_api_key_file: Option<PathBuf>,
-    /// The Daytona snapshot computers start from (it must carry Xvfb, Chromium and x11vnc).
+    /// The Daytona snapshot computers start from (it must carry Xvnc, from
+    /// tigervnc-standalone-server, and Chromium).
     #[arg(long, env = "RAKAZO_DAYTONA_SNAPSHOT")]
     pub daytona_snapshot: Option<String>,
     /// The Daytona region (`target`; default: Daytona's).

@@ -12,11 +12,11 @@
 //! - **CPU**: the CPU time (`utime + stime` of `/proc/<pid>/stat`) the computer's processes used
 //!   between two looks, per process and keyed by pid and start time, so an exited process drops
 //!   out and a reused pid is not a negative delta. Whose counts: the guest's descendants (shells,
-//!   commands, Xvfb, x11vnc, Chrome) and every process carrying an exec marker (also those
+//!   commands, Xvnc, Chrome) and every process carrying an exec marker (also those
 //!   reparented away from the guest); never the guest itself, whose own work is answering the
 //!   control plane, nor processes of the host that the guest merely sees (local computers share
 //!   the host's `/proc`). The system-wide `/proc/stat` is not used: in a container it is the
-//!   host's. An idle Xvfb or Chrome uses little CPU and stays under the control plane's threshold;
+//!   host's. An idle Xvnc or Chrome uses little CPU and stays under the control plane's threshold;
 //!   a busy one (a page still loading) counts, and the control plane's maximum lifetime of
 //!   background work bounds even that.
 //!
@@ -335,7 +335,7 @@ mod tests {
         let procs = vec![
             p(1, 0, 1000),  // init: a stranger
             p(10, 1, 500),  // the guest itself
-            p(11, 10, 5),   // Xvfb, a child of the guest
+            p(11, 10, 5),   // Xvnc, a child of the guest
             p(12, 11, 3),   // its child
             p(20, 10, 9),   // a running command
             p(21, 1, 40),   // nohup'd work of an ended command, reparented to init

@@ -74,7 +74,7 @@ fn main() {
         eprintln!("rakazo-guest: {e}");
         std::process::exit(2);
     }
-    // Before any display starts: a SIGKILLed predecessor's Xvfb would hold its display number.
+    // Before any display starts: a SIGKILLed predecessor's Xvnc would hold its display number.
     guest_agent::orphans::reap(&config.runtime_dir, &config.home);
     let screens = Arc::new(Screens::new(
         ScreensConfig {

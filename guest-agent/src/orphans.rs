@@ -1,10 +1,10 @@
 //! Stops what a previous run of this guest left behind.
 //!
-//! Xvfb, x11vnc and Chrome run in their own process groups so a signal to one desktop never
-//! reaches another; the price is that a guest killed with SIGKILL (OOM killer, a crashed host
-//! agent) leaves them running, holding X displays, profile locks and memory. A guest starting
+//! The X servers (Xvnc) and Chrome run in their own process groups so a signal to one desktop
+//! never reaches another; the price is that a guest killed with SIGKILL (OOM killer, a crashed
+//! host agent) leaves them running, holding X displays, profile locks and memory. A guest starting
 //! for the same computer finds them by what their command lines must contain (its runtime dir:
-//! the `-auth` file of Xvfb and x11vnc; its home's browser profiles: Chrome's `--user-data-dir`)
+//! Xvnc's `-auth` file and RFB socket; its home's browser profiles: Chrome's `--user-data-dir`)
 //! and kills them before it serves anything. Other processes in the home (a user's commands)
 //! are left alone.
 
@@ -14,9 +14,8 @@ use std::path::Path;
 use std::time::Duration;
 use tracing::{info, warn};
 
-/// How long leftovers get to exit after SIGTERM. x11vnc removes its SysV shared-memory
-/// segments only when it exits cleanly: SIGKILLed, it leaks them until the host's limit
-/// (`kernel.shmmni`) is reached and no new x11vnc can start.
+/// How long leftovers get to exit after SIGTERM: an X server removes its sockets and lock file
+/// only when it exits cleanly.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// Stops processes of an earlier run of this guest (SIGTERM, then SIGKILL after
@@ -96,11 +95,11 @@ mod tests {
             "/tmp/rakazo-guest-c1/".to_string(),
             "/h/.browser-profiles/".to_string(),
         ];
-        let xvfb = b"Xvfb\0:1\0-auth\0/tmp/rakazo-guest-c1/xauth-1\0";
+        let xvnc = b"Xvnc\0:1\0-auth\0/tmp/rakazo-guest-c1/xauth-1\0";
         let chrome = b"chromium\0--user-data-dir=/h/.browser-profiles/abc\0";
-        let other_guest = b"Xvfb\0-auth\0/tmp/rakazo-guest-c10/xauth-1\0";
+        let other_guest = b"Xvnc\0-auth\0/tmp/rakazo-guest-c10/xauth-1\0";
         let user_cmd = b"python3\0/h/script.py\0";
-        assert!(matches(xvfb, &needles));
+        assert!(matches(xvnc, &needles));
         assert!(matches(chrome, &needles));
         assert!(!matches(other_guest, &needles));
         assert!(!matches(user_cmd, &needles));
@@ -114,7 +113,7 @@ mod tests {
         std::fs::create_dir_all(&runtime).unwrap();
         let marker = runtime.join("xauth-9");
         std::fs::write(&marker, b"").unwrap();
-        // `tail -f` on a file of the runtime dir stands in for a leftover Xvfb: it runs until
+        // `tail -f` on a file of the runtime dir stands in for a leftover Xvnc: it runs until
         // killed, with the runtime dir in its arguments.
         let mut leftover = std::process::Command::new("tail")
             .arg("-f")

@@ -6,7 +6,7 @@
 //! volume is root's), then supplementary groups, gid and uid are set (real, effective and saved,
 //! so nothing can switch back), and the process is marked non-dumpable so commands of the same
 //! uid can neither ptrace it nor read its `/proc/<pid>/environ` or memory. Everything the guest
-//! starts afterwards (commands, terminals, Xvfb, x11vnc, Chrome) runs as that user, and the
+//! starts afterwards (commands, terminals, Xvnc, Chrome) runs as that user, and the
 //! runtime dir it creates afterwards is that user's.
 //!
 //! Resolving the user (passwd name or `uid:gid`) belongs to `config`; this module only acts.

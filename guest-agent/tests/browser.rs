@@ -1,10 +1,10 @@
-//! The browser module against real Xvfb servers and Debian's real Chromium: CDP readiness over
+//! The browser module against real X servers (Xvnc) and Debian's real Chromium: CDP readiness over
 //! the DevTools pipe (and no DevTools port anywhere), the command line of contracts.md §3 with
 //! ours, the sandbox decision, a dead Chrome failing pending calls at once, clean stops, cookies that survive a restart, profile
 //! isolation, stale and live `SingletonLock`s, crash detection, session restore, and a stop that
 //! escalates to SIGKILL when Chrome answers nothing.
 //!
-//! Every test starts its own Xvfb (a random display number base, 21000 and up) and its own home,
+//! Every test starts its own X server (Xvnc) (a random display number base, 21000 and up) and its own home,
 //! and stops everything it started; a panicking test still kills Chrome's process group (Drop).
 //! Pages come from a tiny HTTP/1.1 fixture server on 127.0.0.1:0 that records the `Cookie`
 //! header of every request. Nothing sleeps to wait for readiness: Chrome's start is awaited by
@@ -24,7 +24,7 @@ use guest_agent::browser::{
     profile_dir, Browser, BrowserError, BrowserOptions, CdpError, Sandbox, StopOutcome,
     DEVTOOLS_ACTIVE_PORT, SINGLETON_COOKIE, SINGLETON_LOCK, SINGLETON_SOCKET,
 };
-use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
+use guest_agent::display::{DisplayError, DisplayNum, XServer, XServerOptions};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,9 +40,9 @@ fn next_display() -> DisplayNum {
     DisplayNum::new(next.fetch_add(1, Ordering::Relaxed)).expect("display number in range")
 }
 
-/// An Xvfb with its private runtime directory (which also holds Chrome's log).
+/// An X server with its private runtime directory (which also holds Chrome's log).
 struct Desktop {
-    xvfb: Xvfb,
+    xserver: XServer,
     runtime: tempfile::TempDir,
 }
 
@@ -51,11 +51,11 @@ impl Desktop {
         let runtime = tempfile::tempdir()?;
         fs::set_permissions(runtime.path(), fs::Permissions::from_mode(0o700))?;
         for _ in 0..20 {
-            match Xvfb::start(next_display(), runtime.path(), &XvfbOptions::default()).await {
-                Ok(xvfb) => return Ok(Self { xvfb, runtime }),
+            match XServer::start(next_display(), runtime.path(), &XServerOptions::default()).await {
+                Ok(xserver) => return Ok(Self { xserver, runtime }),
                 // Another process holds that number; take the next one.
                 Err(DisplayError::InUse { .. } | DisplayError::ExitedEarly { .. }) => continue,
-                Err(error) => return Err(error).context("starting xvfb"),
+                Err(error) => return Err(error).context("starting the x server"),
             }
         }
         bail!("no free display number in 20 tries")
@@ -67,14 +67,14 @@ impl Desktop {
         BrowserOptions::new(
             profile_dir(home, &bot),
             home.to_path_buf(),
-            self.xvfb.display_env(),
-            self.xvfb.xauthority().to_path_buf(),
+            self.xserver.display_env(),
+            self.xserver.xauthority().to_path_buf(),
             self.runtime.path().to_path_buf(),
         )
     }
 
     async fn stop(mut self) -> Result<()> {
-        self.xvfb.stop().await?;
+        self.xserver.stop().await?;
         Ok(())
     }
 }
@@ -428,12 +428,12 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
         .collect();
     let has = |kv: String| env.contains(&kv);
     assert!(
-        has(format!("DISPLAY={}", desktop.xvfb.display_env())),
+        has(format!("DISPLAY={}", desktop.xserver.display_env())),
         "{env:?}"
     );
     assert!(has(format!(
         "XAUTHORITY={}",
-        desktop.xvfb.xauthority().display()
+        desktop.xserver.xauthority().display()
     )));
     assert!(has(format!("HOME={}", home.path().display())));
     assert!(

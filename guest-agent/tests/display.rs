@@ -1,9 +1,11 @@
-//! The display module against real Xvfb servers: lifecycle and cleanup, access control,
-//! MIT-SHM capture and frame ids, XTEST input received by real X clients (including Unicode
-//! typed through remapped keycodes), DAMAGE-based settling, and window focus.
+//! The display module against real X servers (Xvnc, the desktops' server; Xvfb, the benchmarks'
+//! anchor, for its lifecycle): lifecycle and cleanup, access control, Xvnc's RFB socket and the
+//! absence of any TCP listener, MIT-SHM capture and frame ids, XTEST input received by real X
+//! clients (including Unicode typed through remapped keycodes), DAMAGE-based settling, and window
+//! focus.
 //!
-//! Every test starts its own Xvfb on a display number from a random base (150 and up) and stops
-//! it. Nothing sleeps to wait for readiness: Xvfb announces itself on `-displayfd`, X round trips
+//! Every test starts its own server on a display number from a random base (150 and up) and
+//! stops it. Nothing sleeps to wait for readiness: the server announces itself on `-displayfd`, X round trips
 //! order requests, and events are awaited with timeouts. The only sleeps pace a drawing thread
 //! that keeps the screen busy for the settle tests. Timings print with `--nocapture`.
 
@@ -18,8 +20,8 @@ use guest_agent::display::capture::{encode_png, frame_id};
 use guest_agent::display::input::{char_keysym, keysym_char};
 use guest_agent::display::{
     wait_for_event, Activation, Button, Capturer, Clock, Cookie, DisplayAccess, DisplayError,
-    DisplayNum, Input, KeyCombo, ScrollDirection, Settler, WindowControl, WindowMatch, Xvfb,
-    XvfbOptions,
+    DisplayNum, Input, KeyCombo, ScrollDirection, Settler, WindowControl, WindowMatch, XServer,
+    XServerKind, XServerOptions,
 };
 use x11rb::connection::Connection;
 use x11rb::protocol::xproto::{
@@ -60,36 +62,40 @@ fn private_dir() -> Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// An Xvfb with its private runtime directory.
+/// An X server (Xvnc unless said) with its private runtime directory.
 struct Desktop {
-    xvfb: Xvfb,
+    server: XServer,
     dir: tempfile::TempDir,
 }
 
 impl Desktop {
     async fn start() -> Result<Self> {
+        Self::start_kind(XServerKind::Xvnc).await
+    }
+
+    async fn start_kind(kind: XServerKind) -> Result<Self> {
         let dir = private_dir()?;
         for _ in 0..20 {
-            match Xvfb::start(next_display(), dir.path(), &XvfbOptions::default()).await {
-                Ok(xvfb) => return Ok(Self { xvfb, dir }),
+            match XServer::start(next_display(), dir.path(), &XServerOptions::of(kind)).await {
+                Ok(server) => return Ok(Self { server, dir }),
                 // Another process holds that number; take the next one.
                 Err(DisplayError::InUse { .. } | DisplayError::ExitedEarly { .. }) => continue,
-                Err(error) => return Err(error).context("starting xvfb"),
+                Err(error) => return Err(error).context("starting the x server"),
             }
         }
         bail!("no free display number in 20 tries")
     }
 
     fn access(&self) -> &DisplayAccess {
-        self.xvfb.access()
+        self.server.access()
     }
 
     fn display(&self) -> DisplayNum {
-        self.xvfb.display()
+        self.server.display()
     }
 
     async fn stop(mut self) -> Result<()> {
-        self.xvfb.stop().await?;
+        self.server.stop().await?;
         Ok(())
     }
 }
@@ -224,34 +230,141 @@ fn pid_alive(pid: u32) -> bool {
 
 #[tokio::test]
 async fn start_and_stop_leave_no_lock_socket_or_process() -> Result<()> {
-    let started = now();
-    let mut desktop = Desktop::start().await?;
-    eprintln!("xvfb cold start: {:?}", started.elapsed());
-    let display = desktop.display();
-    let pid = desktop.xvfb.pid();
-    let xauthority = desktop.xvfb.xauthority().to_path_buf();
-    ensure!(display.lock_path().exists(), "no lock file");
-    ensure!(display.socket_path().exists(), "no socket");
-    ensure!(pid_alive(pid));
-    ensure!(desktop.xvfb.is_alive());
-    assert_eq!(desktop.xvfb.display_env(), format!(":{}", display.get()));
-    assert_eq!(
-        fs::metadata(&xauthority)?.permissions().mode() & 0o777,
-        0o600
-    );
-    let lock = fs::read_to_string(display.lock_path())?;
-    assert_eq!(lock.trim(), pid.to_string());
-    desktop.access().connect()?.sync()?;
+    for kind in [XServerKind::Xvnc, XServerKind::Xvfb] {
+        let started = now();
+        let mut desktop = Desktop::start_kind(kind).await?;
+        eprintln!("{} cold start: {:?}", kind.program(), started.elapsed());
+        let display = desktop.display();
+        let pid = desktop.server.pid();
+        let xauthority = desktop.server.xauthority().to_path_buf();
+        let rfb = desktop.server.rfb_socket().map(|p| p.to_path_buf());
+        assert_eq!(rfb.is_some(), kind == XServerKind::Xvnc, "{kind:?}");
+        ensure!(display.lock_path().exists(), "no lock file");
+        ensure!(display.socket_path().exists(), "no socket");
+        ensure!(pid_alive(pid));
+        ensure!(desktop.server.is_alive());
+        assert_eq!(desktop.server.display_env(), format!(":{}", display.get()));
+        assert_eq!(
+            fs::metadata(&xauthority)?.permissions().mode() & 0o777,
+            0o600
+        );
+        let lock = fs::read_to_string(display.lock_path())?;
+        assert_eq!(lock.trim(), pid.to_string());
+        desktop.access().connect()?.sync()?;
 
-    desktop.xvfb.stop().await?;
-    ensure!(!desktop.xvfb.is_alive());
-    ensure!(!pid_alive(pid), "xvfb pid {pid} still exists");
-    ensure!(!display.lock_path().exists(), "lock file left behind");
-    ensure!(!display.socket_path().exists(), "socket left behind");
-    ensure!(!xauthority.exists(), "cookie file left behind");
-    // Stop is idempotent.
-    desktop.xvfb.stop().await?;
+        desktop.server.stop().await?;
+        ensure!(!desktop.server.is_alive());
+        ensure!(!pid_alive(pid), "{kind:?} pid {pid} still exists");
+        ensure!(!display.lock_path().exists(), "lock file left behind");
+        ensure!(!display.socket_path().exists(), "socket left behind");
+        ensure!(!xauthority.exists(), "cookie file left behind");
+        if let Some(rfb) = rfb {
+            ensure!(!rfb.exists(), "rfb socket left behind");
+        }
+        // Stop is idempotent.
+        desktop.server.stop().await?;
+    }
     Ok(())
+}
+
+/// The socket inodes a process holds open (`socket:[N]` links in `/proc/<pid>/fd`).
+fn socket_inodes(pid: u32) -> Result<Vec<String>> {
+    let mut inodes = Vec::new();
+    for fd in fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let target = fs::read_link(fd?.path()).unwrap_or_default();
+        let target = target.to_string_lossy();
+        if let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            inodes.push(inode.to_string());
+        }
+    }
+    Ok(inodes)
+}
+
+/// The lines of `/proc/net/<table>` (tcp, udp, unix...) whose inode is one of `inodes`.
+fn sockets_in(table: &str, inodes: &[String]) -> Result<Vec<String>> {
+    let text = fs::read_to_string(format!("/proc/net/{table}"))?;
+    // The inode is column 10 of tcp/udp lines and column 7 of unix lines.
+    let column = if table == "unix" { 6 } else { 9 };
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(column)
+                .is_some_and(|i| inodes.iter().any(|n| n == i))
+        })
+        .map(str::to_string)
+        .collect())
+}
+
+/// Xvnc serves RFB on its private unix socket only (mode 0600, security type None), holds no
+/// TCP or UDP socket at all, and offers the extensions the guest's capture and input use (GLX
+/// is off).
+#[tokio::test]
+async fn xvnc_serves_rfb_on_its_private_socket_only() -> Result<()> {
+    use std::io::{Read, Write};
+    let desktop = Desktop::start().await?;
+    let pid = desktop.server.pid();
+    let rfb = desktop
+        .server
+        .rfb_socket()
+        .context("xvnc has an rfb socket")?
+        .to_path_buf();
+    assert_eq!(rfb.parent(), Some(desktop.dir.path()));
+    assert_eq!(fs::metadata(&rfb)?.permissions().mode() & 0o777, 0o600);
+
+    let inodes = socket_inodes(pid)?;
+    for table in ["tcp", "tcp6", "udp", "udp6", "raw", "raw6"] {
+        let held = sockets_in(table, &inodes)?;
+        ensure!(held.is_empty(), "Xvnc holds {table} sockets: {held:?}");
+    }
+    let unix = sockets_in("unix", &inodes)?;
+    let listening: Vec<&str> = unix
+        .iter()
+        // Flags 00010000 = __SO_ACCEPTCON: a listening socket; the path is the last column.
+        .filter(|l| l.split_whitespace().nth(3) == Some("00010000"))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .collect();
+    let mut want = vec![
+        desktop.display().socket_path().display().to_string(),
+        rfb.display().to_string(),
+    ];
+    let mut got: Vec<String> = listening.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "Xvnc's listening sockets");
+
+    // It speaks RFB there and offers security type None only.
+    let mut s = std::os::unix::net::UnixStream::connect(&rfb)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut version = [0u8; 12];
+    s.read_exact(&mut version)?;
+    assert_eq!(&version, b"RFB 003.008\n");
+    s.write_all(b"RFB 003.008\n")?;
+    let mut n = [0u8; 1];
+    s.read_exact(&mut n)?;
+    let mut types = vec![0u8; usize::from(n[0])];
+    s.read_exact(&mut types)?;
+    assert_eq!(types, [1], "security types");
+    drop(s);
+
+    let conn = desktop.access().connect()?;
+    use x11rb::connection::RequestConnection as _;
+    for (name, want) in [
+        ("GLX", false),
+        ("MIT-SHM", true),
+        ("XTEST", true),
+        ("DAMAGE", true),
+        ("RANDR", true),
+        ("XFIXES", true),
+    ] {
+        assert_eq!(conn.extension_information(name)?.is_some(), want, "{name}");
+    }
+    drop(conn);
+    desktop.stop().await
 }
 
 #[tokio::test]
@@ -286,12 +399,12 @@ async fn only_the_cookie_opens_the_display() -> Result<()> {
     let xdpyinfo = |xauthority: &std::path::Path| {
         std::process::Command::new("xdpyinfo")
             .env_clear()
-            .env("DISPLAY", desktop.xvfb.display_env())
+            .env("DISPLAY", desktop.server.display_env())
             .env("XAUTHORITY", xauthority)
             .env("HOME", desktop.dir.path())
             .output()
     };
-    let ok = xdpyinfo(desktop.xvfb.xauthority())?;
+    let ok = xdpyinfo(desktop.server.xauthority())?;
     ensure!(
         ok.status.success(),
         "xdpyinfo failed: {}",
@@ -303,19 +416,7 @@ async fn only_the_cookie_opens_the_display() -> Result<()> {
         !denied.status.success(),
         "xdpyinfo got in without the cookie"
     );
-
-    // GLX is off; the extensions we need are on.
-    let conn = desktop.access().connect()?;
-    use x11rb::connection::RequestConnection as _;
-    for (name, want) in [
-        ("GLX", false),
-        ("MIT-SHM", true),
-        ("XTEST", true),
-        ("DAMAGE", true),
-    ] {
-        assert_eq!(conn.extension_information(name)?.is_some(), want, "{name}");
-    }
-    drop(conn);
+    // (Its extensions: `xvnc_serves_rfb_on_its_private_socket_only`.)
     desktop.stop().await
 }
 
@@ -325,7 +426,7 @@ async fn a_live_lock_refuses_the_display_and_a_dead_ones_files_are_cleared() -> 
     let display = next_display();
     // A lock naming a live process (this test) makes the display unavailable.
     fs::write(display.lock_path(), format!("{:>10}\n", std::process::id()))?;
-    let refused = Xvfb::start(display, dir.path(), &XvfbOptions::default()).await;
+    let refused = XServer::start(display, dir.path(), &XServerOptions::default()).await;
     let message = match refused {
         Err(error @ DisplayError::InUse { .. }) => error.to_string(),
         other => bail!("expected InUse, got {other:?}"),
@@ -349,22 +450,22 @@ async fn a_live_lock_refuses_the_display_and_a_dead_ones_files_are_cleared() -> 
     dead.wait()?;
     fs::write(display.lock_path(), format!("{dead_pid:>10}\n"))?;
     fs::write(display.socket_path(), b"stale")?;
-    let mut xvfb = Xvfb::start(display, dir.path(), &XvfbOptions::default()).await?;
-    xvfb.access().connect()?.sync()?;
+    let mut server = XServer::start(display, dir.path(), &XServerOptions::default()).await?;
+    server.access().connect()?.sync()?;
     // While it runs, the display is refused to a second server, which leaves it working.
     let second_dir = private_dir()?;
-    let second = Xvfb::start(display, second_dir.path(), &XvfbOptions::default()).await;
+    let second = XServer::start(display, second_dir.path(), &XServerOptions::default()).await;
     match second {
-        Err(DisplayError::InUse { pid, .. }) => assert_eq!(u32::try_from(pid)?, xvfb.pid()),
+        Err(DisplayError::InUse { pid, .. }) => assert_eq!(u32::try_from(pid)?, server.pid()),
         other => bail!("expected InUse, got {other:?}"),
     }
-    xvfb.access().connect()?.sync()?;
-    xvfb.stop().await?;
+    server.access().connect()?.sync()?;
+    server.stop().await?;
     ensure!(!display.lock_path().exists() && !display.socket_path().exists());
 
     // A runtime directory others can read is refused before anything starts.
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
-    let open = Xvfb::start(display, dir.path(), &XvfbOptions::default()).await;
+    let open = XServer::start(display, dir.path(), &XServerOptions::default()).await;
     ensure!(matches!(
         open,
         Err(DisplayError::RuntimeDirNotPrivate { .. })
@@ -373,20 +474,27 @@ async fn a_live_lock_refuses_the_display_and_a_dead_ones_files_are_cleared() -> 
 }
 
 #[tokio::test]
-async fn a_killed_xvfb_is_noticed_and_its_files_cleaned_on_stop() -> Result<()> {
+async fn a_killed_server_is_noticed_and_its_files_cleaned_on_stop() -> Result<()> {
     let mut desktop = Desktop::start().await?;
     let display = desktop.display();
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(desktop.xvfb.pid())?);
+    let rfb = desktop
+        .server
+        .rfb_socket()
+        .context("xvnc has an rfb socket")?
+        .to_path_buf();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(desktop.server.pid())?);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)?;
-    let status = tokio::time::timeout(Duration::from_secs(5), desktop.xvfb.wait_exit()).await??;
+    let status = tokio::time::timeout(Duration::from_secs(5), desktop.server.wait_exit()).await??;
     ensure!(!status.success());
-    ensure!(!desktop.xvfb.is_alive());
+    ensure!(!desktop.server.is_alive());
     ensure!(display.lock_path().exists(), "SIGKILL leaves the lock");
-    desktop.xvfb.stop().await?;
+    ensure!(rfb.exists(), "SIGKILL leaves the rfb socket");
+    desktop.server.stop().await?;
     ensure!(!display.lock_path().exists() && !display.socket_path().exists());
+    ensure!(!rfb.exists(), "the rfb socket is removed");
 
     // The same display starts again.
-    let mut again = Xvfb::start(display, desktop.dir.path(), &XvfbOptions::default()).await?;
+    let mut again = XServer::start(display, desktop.dir.path(), &XServerOptions::default()).await?;
     again.stop().await?;
     Ok(())
 }

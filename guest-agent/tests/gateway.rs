@@ -1,11 +1,11 @@
-//! The screen gateway against real desktops (Xvfb + Chromium), real x11vnc, real shells on real
-//! PTYs, driven as the control plane drives it: `Connect`/`Revoke` requests on QUIC streams
-//! (real QUIC on loopback, served by the real `Ops` dispatch), then raw RFB or terminal frames.
+//! The screen gateway against real desktops (Xvnc + Chromium), real shells on real PTYs, driven
+//! as the control plane drives it: `Connect`/`Revoke` requests on QUIC streams (real QUIC on
+//! loopback, served by the real `Ops` dispatch), then raw RFB or terminal frames.
 //!
-//! The view capability's x11vnc is started WITHOUT its own `-viewonly` flag here
-//! (`view_server_flag = false`), so the gateway's RFB filter is the only thing that can stop a
-//! viewer's input. Nothing sleeps to wait for readiness: every wait polls up to a generous
-//! deadline, and absence is checked after a round trip through the same stream.
+//! One Xvnc serves a desktop's view and control capabilities alike, with no view-only setting of
+//! its own, so the gateway's RFB filter is the only thing that can stop a viewer's input. Nothing
+//! sleeps to wait for readiness: every wait polls up to a generous deadline, and absence is
+//! checked after a round trip through the same stream.
 
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
@@ -149,8 +149,6 @@ impl Guest {
             guest_agent::clock::monotonic(),
         ));
         let mut cfg = GatewayConfig::new(runtime.path().to_path_buf(), home.path().to_path_buf());
-        // The filter alone must stop a viewer (see the module comment).
-        cfg.view_server_flag = false;
         adjust(&mut cfg);
         let ops = Arc::new(Ops::with_gateway(Home::new(home.path())?, screens, cfg));
         let (server, client, conn, accept) = quic_pair(ops.clone()).await?;
@@ -252,16 +250,18 @@ impl Guest {
         }
     }
 
-    /// An X connection to the bot's display, with the cookie the display module wrote.
-    async fn x_connection(&self, bot: &str) -> Result<x11rb::rust_connection::RustConnection> {
-        let live = self
-            .ops
+    /// The bot's live desktop (locked while held).
+    async fn live(&self, bot: &str) -> Result<guest_agent::screens::LiveScreen> {
+        self.ops
             .screens()
             .live(&BotId::new(bot)?)
             .await
-            .ok_or_else(|| anyhow!("bot {bot} has no live desktop"))?;
-        let access = live.access();
-        drop(live);
+            .ok_or_else(|| anyhow!("bot {bot} has no live desktop"))
+    }
+
+    /// An X connection to the bot's display, with the cookie the display module wrote.
+    async fn x_connection(&self, bot: &str) -> Result<x11rb::rust_connection::RustConnection> {
+        let access = self.live(bot).await?.access();
         Ok(access.connect()?)
     }
 
@@ -458,6 +458,12 @@ async fn revocation_ends_control_then_everything_and_a_reused_slot_is_unreachabl
     Ok(())
 }
 
+/// The display and cookie file of `bot`'s desktop, for X tools.
+async fn x_env(guest: &Guest, bot: &str) -> Result<(String, std::path::PathBuf)> {
+    let live = guest.live(bot).await?;
+    Ok((live.display().to_string(), live.xauthority().to_path_buf()))
+}
+
 /// Makes `text` the bot's X `selection` (`clipboard` or `primary`) with xclip, which serves it
 /// until killed (dropping the child kills it).
 async fn set_selection(
@@ -466,14 +472,7 @@ async fn set_selection(
     selection: &str,
     text: &str,
 ) -> Result<tokio::process::Child> {
-    let live = guest
-        .ops
-        .screens()
-        .live(&BotId::new(bot)?)
-        .await
-        .ok_or_else(|| anyhow!("bot {bot} has no live desktop"))?;
-    let (display, xauthority) = (live.display().to_string(), live.xauthority().to_path_buf());
-    drop(live);
+    let (display, xauthority) = x_env(guest, bot).await?;
     let mut child = tokio::process::Command::new("xclip")
         .args(["-quiet", "-selection", selection, "-i"])
         .env("DISPLAY", display)
@@ -493,67 +492,117 @@ async fn set_selection(
     Ok(child)
 }
 
-/// Reads server messages, asking for updates, until every text of `want` arrived as
-/// ServerCutText.
-async fn cut_texts_arrive(client: &mut RfbClient<Stream>, want: &[&str]) -> Result<()> {
-    use guest_agent::gateway::rfb::client::ServerMsg;
-    let mut missing: Vec<&str> = want.to_vec();
-    within("the clipboard at the controller", async {
-        client.request_update(true).await?;
-        while !missing.is_empty() {
-            match client.read_message().await? {
-                ServerMsg::CutText(t) => {
-                    let t = String::from_utf8_lossy(&t).into_owned();
-                    missing.retain(|w| *w != t);
-                }
-                ServerMsg::FramebufferUpdate { .. } => client.request_update(true).await?,
-                ServerMsg::ColourMap | ServerMsg::Bell => {}
-            }
-        }
-        anyhow::Ok(())
-    })
-    .await?
+/// The bot's X `selection` as xclip reads it (`None` when nobody owns it).
+async fn selection(guest: &Guest, bot: &str, selection: &str) -> Result<Option<String>> {
+    let (display, xauthority) = x_env(guest, bot).await?;
+    let out = within(
+        "xclip -o",
+        tokio::process::Command::new("xclip")
+            .args(["-o", "-selection", selection])
+            .env("DISPLAY", display)
+            .env("XAUTHORITY", xauthority)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await??;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-/// A viewer receives nothing the bot copies (CLIPBOARD or PRIMARY), while a controller of the
-/// same desktop receives both. The view server here runs without its view-only flag (see the
-/// module comment): its selections are off on their own account.
+/// No client receives what the bot copies (CLIPBOARD or PRIMARY): Xvnc's `SendCutText` is global
+/// to the server and a viewer must never get the bot's clipboard, so bot→user clipboard is off
+/// for controllers too, and no program on the desktop can turn it back on. A controller's paste
+/// (ClientCutText) becomes the desktop's clipboard; a viewer's is dropped by the gateway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_viewer_receives_no_clipboard_and_a_controller_does() -> Result<()> {
-    /// How long the viewer is watched after the controller got both texts. A viewer that
-    /// receives them gets them about when the controller does; this window only bounds how
-    /// long the test looks, it cannot make a correct gateway fail.
+async fn no_client_receives_the_bots_clipboard_and_only_a_controller_pastes() -> Result<()> {
+    /// How long both clients are watched after the bot copied. A server that sends the
+    /// clipboard sends it about at once; this window only bounds how long the test looks, it
+    /// cannot make a correct server fail.
     const QUIET: Duration = Duration::from_secs(4);
     let guest = Guest::start(None).await?;
     guest.ensure_screen("bot-clip").await?;
     let mut view = guest.rfb("bot-clip", CapabilityKind::View).await?;
     let mut control = guest.rfb("bot-clip", CapabilityKind::Control).await?;
-    // Both servers run and serve before anything is copied.
     for client in [&mut view, &mut control] {
         client.request_update(false).await?;
         within("a first update", client.next_update()).await??;
     }
-    let clipboard = "copied-to-the-clipboard-7f3a";
-    let primary = "selected-as-primary-91c2";
-    let _clip = set_selection(&guest, "bot-clip", "clipboard", clipboard).await?;
-    let _prim = set_selection(&guest, "bot-clip", "primary", primary).await?;
-    cut_texts_arrive(&mut control, &[clipboard, primary]).await?;
 
+    // A viewer's paste is dropped (a round trip later the clipboard is still nobody's)...
+    view.cut_text(b"pasted-by-a-viewer-5d1e").await?;
+    view.request_update(false).await?;
+    within("an update after the viewer's paste", view.next_update()).await??;
+    assert_eq!(selection(&guest, "bot-clip", "clipboard").await?, None);
+    // ...and a controller's becomes the desktop's clipboard.
+    let pasted = "pasted-by-the-controller-0b77";
+    control.cut_text(pasted.as_bytes()).await?;
+    eventually_async("the controller's paste on the desktop", || async {
+        Ok(selection(&guest, "bot-clip", "clipboard").await?.as_deref() == Some(pasted))
+    })
+    .await?;
+
+    // A program on the desktop tries to turn the clipboard on through the VNC extension; the
+    // server lets no X client change its parameters.
+    let (display, xauthority) = x_env(&guest, "bot-clip").await?;
+    for param in ["SendCutText=1", "SendPrimary=1"] {
+        within(
+            "vncconfig",
+            tokio::process::Command::new("vncconfig")
+                .args(["-set", param])
+                .env("DISPLAY", &display)
+                .env("XAUTHORITY", &xauthority)
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await?
+        .context("run vncconfig (Debian package tigervnc-common)")?;
+    }
+    let _clip = set_selection(&guest, "bot-clip", "clipboard", "copied-by-the-bot-7f3a").await?;
+    let _prim = set_selection(&guest, "bot-clip", "primary", "selected-by-the-bot-91c2").await?;
+    eventually_async("the bot's copy on the desktop", || async {
+        Ok(selection(&guest, "bot-clip", "clipboard").await?.as_deref()
+            == Some("copied-by-the-bot-7f3a"))
+    })
+    .await?;
     view.request_update(true).await?;
-    if let Ok(received) = tokio::time::timeout(QUIET, no_cut_text(&mut view)).await {
-        return received;
+    control.request_update(true).await?;
+    let watched = tokio::time::timeout(QUIET, async {
+        tokio::try_join!(no_cut_text(&mut view), no_cut_text(&mut control))
+    })
+    .await;
+    if let Ok(received) = watched {
+        received?;
     }
     guest.shutdown().await;
     Ok(())
 }
 
-/// Reads a viewer's messages, asking for updates, and fails on the first ServerCutText.
-async fn no_cut_text(view: &mut RfbClient<Stream>) -> Result<()> {
+/// Polls an async `check` until it holds.
+async fn eventually_async<F, Fut>(what: &str, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    within(what, async {
+        loop {
+            if check().await? {
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await?
+}
+
+/// Reads a client's messages, asking for updates, and fails on the first ServerCutText.
+async fn no_cut_text(client: &mut RfbClient<Stream>) -> Result<()> {
     use guest_agent::gateway::rfb::client::ServerMsg;
     loop {
-        match view.read_message().await? {
-            ServerMsg::CutText(t) => bail!("a viewer received {:?}", String::from_utf8_lossy(&t)),
-            ServerMsg::FramebufferUpdate { .. } => view.request_update(true).await?,
+        match client.read_message().await? {
+            ServerMsg::CutText(t) => bail!("a client received {:?}", String::from_utf8_lossy(&t)),
+            ServerMsg::FramebufferUpdate { .. } => client.request_update(true).await?,
             ServerMsg::ColourMap | ServerMsg::Bell => {}
         }
     }
@@ -793,11 +842,11 @@ async fn a_restarted_display_is_served_by_a_new_server_never_the_old_one() -> Re
     within("an update", view.next_update()).await??;
     let old_sockets = guest.gateway_files();
 
-    // The X server dies under the viewer: x11vnc loses its display and the stream ends.
+    // The X server (Xvnc, the RFB server too) dies under the viewer: the stream ends.
     let lock = std::fs::read_to_string(format!("/tmp/.X{}-lock", info.display))?;
-    let xvfb: i32 = lock.trim().parse()?;
+    let xvnc: i32 = lock.trim().parse()?;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(xvfb),
+        nix::unistd::Pid::from_raw(xvnc),
         nix::sys::signal::Signal::SIGKILL,
     )?;
     let reset = stream_end(&mut view.into_inner()).await?;
@@ -805,6 +854,13 @@ async fn a_restarted_display_is_served_by_a_new_server_never_the_old_one() -> Re
         reset, None,
         "the guest finishes a stream whose server went away"
     );
+    // A dying process closes its sockets (which ended the stream) before it has exited; the
+    // display is dead once the process has (a zombie until the guest reaps it).
+    eventually("the x server to exit", || {
+        let stat = std::fs::read_to_string(format!("/proc/{xvnc}/stat")).unwrap_or_default();
+        Ok(stat.is_empty() || stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')))
+    })
+    .await?;
     match guest
         .connect("bot-crash", CapabilityKind::View, None)
         .await?

@@ -1,4 +1,4 @@
-//! The page browser against real Xvfb servers and Debian's real Chromium (issue 4, "Must show"
+//! The page browser against real X servers (Xvnc) and Debian's real Chromium (issue 4, "Must show"
 //! 1): a signup form filled, selected, ticked and submitted, with the values checked on the
 //! server; a password that never shows in a snapshot, a result or a log line (the whole trace
 //! log, CDP traffic included, and Chrome's own log); saved-login fills over real HTTPS; a
@@ -8,7 +8,7 @@
 //! before any CDP call; stable refs, disabled elements, typing, key presses, navigation and tab
 //! selection.
 //!
-//! Every test starts its own Xvfb (a random display number base between 31000 and 32500), home and
+//! Every test starts its own X server (Xvnc) (a random display number base between 31000 and 32500), home and
 //! Chrome, and stops them; a panicking test still kills Chrome's process group (Drop). Pages
 //! come from a small HTTP/1.1 server (plain, or TLS with a throw-away certificate) on
 //! 127.0.0.1:0 that records every request with its body; pages report clicks with synchronous
@@ -32,7 +32,7 @@ use gateway_proto::page::{
 use gateway_proto::{BotId, ErrorCode};
 use guest_agent::browser::cdp::SessionId;
 use guest_agent::browser::{profile_dir, Browser, BrowserOptions, CdpClient};
-use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
+use guest_agent::display::{DisplayError, DisplayNum, XServer, XServerOptions};
 use guest_agent::pagebrowser::PageBrowser;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::time::Instant;
@@ -429,9 +429,9 @@ fn next_display() -> DisplayNum {
     DisplayNum::new(next.fetch_add(1, Ordering::Relaxed)).expect("display number in range")
 }
 
-/// An Xvfb, a home, a Chrome showing `first_url`, and a page browser for it.
+/// An X server, a home, a Chrome showing `first_url`, and a page browser for it.
 struct Env {
-    xvfb: Xvfb,
+    xserver: XServer,
     runtime: tempfile::TempDir,
     _home: tempfile::TempDir,
     browser: Browser,
@@ -449,25 +449,25 @@ impl Env {
         logs();
         let runtime = tempfile::tempdir()?;
         fs::set_permissions(runtime.path(), fs::Permissions::from_mode(0o700))?;
-        let mut xvfb = None;
+        let mut xserver = None;
         for _ in 0..20 {
-            match Xvfb::start(next_display(), runtime.path(), &XvfbOptions::default()).await {
+            match XServer::start(next_display(), runtime.path(), &XServerOptions::default()).await {
                 Ok(x) => {
-                    xvfb = Some(x);
+                    xserver = Some(x);
                     break;
                 }
                 Err(DisplayError::InUse { .. } | DisplayError::ExitedEarly { .. }) => continue,
-                Err(error) => return Err(error).context("starting xvfb"),
+                Err(error) => return Err(error).context("starting the x server"),
             }
         }
-        let xvfb = xvfb.context("no free display number in 20 tries")?;
+        let xserver = xserver.context("no free display number in 20 tries")?;
         let home = tempfile::tempdir()?;
         let bot = BotId::new("page-bot").expect("valid bot id");
         let mut opts = BrowserOptions::new(
             profile_dir(home.path(), &bot),
             home.path().to_path_buf(),
-            xvfb.display_env(),
-            xvfb.xauthority().to_path_buf(),
+            xserver.display_env(),
+            xserver.xauthority().to_path_buf(),
             runtime.path().to_path_buf(),
         );
         opts.first_url = Some(first_url.to_owned());
@@ -476,7 +476,7 @@ impl Env {
         }
         let browser = Browser::start(&opts).await.context("starting chrome")?;
         Ok(Self {
-            xvfb,
+            xserver,
             runtime,
             _home: home,
             browser,
@@ -527,7 +527,7 @@ impl Env {
     async fn stop(mut self) -> Result<()> {
         drop(self.pages);
         self.browser.stop().await?;
-        self.xvfb.stop().await?;
+        self.xserver.stop().await?;
         drop(self.runtime);
         Ok(())
     }

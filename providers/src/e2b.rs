@@ -60,8 +60,8 @@ pub struct E2bConfig {
     pub api_url: BaseUrl,
     /// Sent as `X-API-Key`.
     pub api_key: Secret,
-    /// The template every sandbox starts from (it must carry what the guest needs: Xvfb,
-    /// Chromium, x11vnc).
+    /// The template every sandbox starts from (it must carry what the guest needs: Xvnc
+    /// (tigervnc-standalone-server) and Chromium).
     pub template: String,
     /// The sandboxes' domain: envd of sandbox `<id>` is `https://49983-<id>.<domain>`, unless
     /// the API names another domain for it or `sandbox_url` is set.

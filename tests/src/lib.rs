@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+pub mod anchor;
 pub mod bench;
 pub mod bot;
 pub mod bystander;
@@ -737,6 +738,49 @@ impl World {
             .to_string())
     }
 
+    /// The run holding `lease` asks for a takeover (it waits for the user), and the user takes
+    /// control of `bot`'s screen; returns the takeover's answer.
+    pub async fn take_over_waiting_run(
+        &self,
+        computer: &str,
+        bot: &str,
+        lease: &str,
+    ) -> Result<serde_json::Value> {
+        self.post(
+            &format!("/v1/computers/{computer}/leases/{bot}/waiting_takeover"),
+            serde_json::json!({ "lease": lease }),
+        )
+        .await?;
+        Ok(self
+            .post(
+                &format!("/v1/computers/{computer}/screens/{bot}/takeover"),
+                serde_json::json!({}),
+            )
+            .await?)
+    }
+
+    /// Ends a takeover: the user releases control of `bot`'s screen, then the run holding
+    /// `lease` ends with `outcome` (`success`, `failed`...).
+    pub async fn end_takeover(
+        &self,
+        computer: &str,
+        bot: &str,
+        lease: &str,
+        outcome: &str,
+    ) -> Result<()> {
+        self.post(
+            &format!("/v1/computers/{computer}/screens/{bot}/release-control"),
+            serde_json::json!({}),
+        )
+        .await?;
+        self.post(
+            &format!("/v1/computers/{computer}/leases/{bot}/release"),
+            serde_json::json!({ "lease": lease, "outcome": outcome }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Acquires `bot`'s execution lease for `owner`; returns the lease string.
     pub async fn lease(&self, computer: &str, bot: &str, owner: &str) -> Result<String> {
         let v = self
@@ -868,11 +912,10 @@ fn remove_computer_user(dir: &Path) {
 }
 
 /// Stops the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
-/// a dead guest leaves behind: its Xvfb and x11vnc (their `-auth` file is in the guest's runtime
-/// dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the home), which run in
-/// their own process groups. SIGTERM first, so the guest tears its desktops down and x11vnc
-/// removes its SysV shared-memory segments (SIGKILLed, it leaks them until `kernel.shmmni` is
-/// exhausted and no x11vnc can start on the machine); SIGKILL for whatever is still there.
+/// a dead guest leaves behind: its X servers (Xvnc: their `-auth` file and RFB socket are in the
+/// guest's runtime dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the
+/// home), which run in their own process groups. SIGTERM first, so the guest tears its desktops
+/// down and Chrome detaches its SysV shared-memory segments; SIGKILL for whatever is still there.
 fn kill_guest_of(dir: &Path) {
     let home = dir.join("home");
     let guests = pids_with_env("RAKAZO_HOME", &home.display().to_string());

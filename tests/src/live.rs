@@ -9,8 +9,9 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-/// Longest a framebuffer update that has started may take to arrive whole (x11vnc has been seen
-/// to pause a few seconds mid-stream; far longer means the stream is stuck or out of sync).
+/// Longest a framebuffer update that has started may take to arrive whole (x11vnc, the
+/// benchmarks' anchor, has been seen to pause a few seconds mid-stream; far longer means the
+/// stream is stuck or out of sync).
 pub const UPDATE_STALL: Duration = Duration::from_secs(30);
 
 /// A websocket to a capability.
@@ -157,7 +158,7 @@ impl RfbIo for WsBytes {
     }
 }
 
-/// A raw stream (x11vnc reached directly, for benchmarks).
+/// A raw stream (an RFB server's socket reached directly, for benchmarks).
 pub struct RawIo<S>(pub S);
 
 impl<S: AsyncRead + AsyncWrite + Unpin> RfbIo for RawIo<S> {
@@ -172,17 +173,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RfbIo for RawIo<S> {
     }
 }
 
-/// A minimal RFB 3.8 client: no authentication, raw encoding, 32-bit pixels.
+/// A minimal RFB 3.8 client: no authentication, raw encoding (ZRLE and CopyRect can be asked
+/// for, and are then skipped over), 32-bit pixels.
 pub struct Rfb<I> {
     pub io: I,
     pub width: u16,
     pub height: u16,
-    /// Bytes of pixel data received in framebuffer updates.
+    /// Bytes of pixel data received in framebuffer updates (as encoded).
     pub pixel_bytes: u64,
     /// How many of those bytes were not zero (a black screen has none).
     pub nonzero_bytes: u64,
     /// When the first byte of the latest framebuffer update arrived.
     pub last_update_at: Option<tokio::time::Instant>,
+    /// Every byte read from the server after the handshake (any message).
+    pub received: u64,
 }
 
 impl<I: RfbIo> Rfb<I> {
@@ -227,7 +231,15 @@ impl<I: RfbIo> Rfb<I> {
             pixel_bytes: 0,
             nonzero_bytes: 0,
             last_update_at: None,
+            received: 0,
         })
+    }
+
+    /// Reads `n` bytes from the server, counted in [`Rfb::received`].
+    async fn read(&mut self, n: usize) -> Result<Vec<u8>> {
+        let bytes = self.io.read_n(n).await?;
+        self.received += bytes.len() as u64;
+        Ok(bytes)
     }
 
     pub async fn pointer(&mut self, x: u16, y: u16, buttons: u8) -> Result<()> {
@@ -243,6 +255,18 @@ impl<I: RfbIo> Rfb<I> {
         self.io.write_all_bytes(&m).await
     }
 
+    /// Asks for `encodings` (RFB numbers, preferred first) instead of raw alone; ZRLE (16) and
+    /// CopyRect (1) are skipped over, not decoded (their bytes still count in
+    /// [`Rfb::pixel_bytes`]), so only byte counts are meaningful after this.
+    pub async fn set_encodings(&mut self, encodings: &[i32]) -> Result<()> {
+        let mut m = vec![2, 0];
+        m.extend_from_slice(&u16::try_from(encodings.len())?.to_be_bytes());
+        for e in encodings {
+            m.extend_from_slice(&e.to_be_bytes());
+        }
+        self.io.write_all_bytes(&m).await
+    }
+
     pub async fn request_update(&mut self, incremental: bool) -> Result<()> {
         let mut m = vec![3, u8::from(incremental)];
         m.extend_from_slice(&[0, 0, 0, 0]);
@@ -254,7 +278,7 @@ impl<I: RfbIo> Rfb<I> {
     /// Reads server messages until one framebuffer update has been read whole; returns the
     /// number of rectangles in it.
     pub async fn read_update(&mut self) -> Result<u16> {
-        let first = self.io.read_n(1).await?[0];
+        let first = self.read(1).await?[0];
         self.read_update_from(first).await
     }
 
@@ -266,7 +290,7 @@ impl<I: RfbIo> Rfb<I> {
         &mut self,
         deadline: tokio::time::Instant,
     ) -> Result<Option<u16>> {
-        match tokio::time::timeout_at(deadline, self.io.read_n(1)).await {
+        match tokio::time::timeout_at(deadline, self.read(1)).await {
             Err(_) => Ok(None),
             Ok(first) => {
                 let first = first?[0];
@@ -286,25 +310,41 @@ impl<I: RfbIo> Rfb<I> {
         loop {
             let kind = match next.take() {
                 Some(k) => k,
-                None => self.io.read_n(1).await?[0],
+                None => self.read(1).await?[0],
             };
             match kind {
                 0 => {
                     self.last_update_at = Some(tokio::time::Instant::now());
-                    let h = self.io.read_n(3).await?;
+                    let h = self.read(3).await?;
                     let rects = u16::from_be_bytes([h[1], h[2]]);
                     for _ in 0..rects {
-                        let r = self.io.read_n(12).await?;
+                        let r = self.read(12).await?;
                         let w = u16::from_be_bytes([r[4], r[5]]) as usize;
                         let hh = u16::from_be_bytes([r[6], r[7]]) as usize;
                         let enc = i32::from_be_bytes([r[8], r[9], r[10], r[11]]);
                         match enc {
+                            // CopyRect: the source position only.
+                            1 => {
+                                self.pixel_bytes += self.read(4).await?.len() as u64;
+                            }
+                            // ZRLE: a length, then zlib data (skipped, not decoded).
+                            16 => {
+                                let len = self.read(4).await?;
+                                let mut left =
+                                    u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+                                self.pixel_bytes += 4 + left as u64;
+                                while left > 0 {
+                                    let take = left.min(1 << 20);
+                                    self.read(take).await?;
+                                    left -= take;
+                                }
+                            }
                             0 => {
                                 let n = w * hh * 4;
                                 let mut left = n;
                                 while left > 0 {
                                     let take = left.min(1 << 20);
-                                    let px = self.io.read_n(take).await?;
+                                    let px = self.read(take).await?;
                                     self.nonzero_bytes +=
                                         px.iter().filter(|b| **b != 0).count() as u64;
                                     left -= take;
@@ -318,15 +358,15 @@ impl<I: RfbIo> Rfb<I> {
                     return Ok(rects);
                 }
                 1 => {
-                    let h = self.io.read_n(5).await?;
+                    let h = self.read(5).await?;
                     let n = u16::from_be_bytes([h[3], h[4]]) as usize;
-                    self.io.read_n(n * 6).await?;
+                    self.read(n * 6).await?;
                 }
                 2 => {}
                 3 => {
-                    let h = self.io.read_n(7).await?;
+                    let h = self.read(7).await?;
                     let n = u32::from_be_bytes([h[3], h[4], h[5], h[6]]);
-                    self.io.read_n(n.min(1 << 20) as usize).await?;
+                    self.read(n.min(1 << 20) as usize).await?;
                 }
                 other => bail!("unknown server message {other}"),
             }
@@ -397,5 +437,90 @@ pub async fn close_reason(ws: &mut Ws, within: Duration) -> Result<String> {
             Ok(Some(Err(e))) => bail!("ended with {e}"),
             Ok(Some(Ok(_))) => {}
         }
+    }
+}
+
+/// A unix socket in a private temporary directory whose every connection is carried over a new
+/// websocket to a capability (each read becomes one binary message), for RFB clients that speak
+/// plain sockets only (third-party clients). Dropping it closes the socket
+/// and every connection.
+pub struct WsBridge {
+    pub socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WsBridge {
+    /// Listens at once; each accepted connection opens `cap_path`'s websocket on `http`.
+    pub async fn start(http: &str, cap_path: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("rakazo-ws-bridge-")
+            .tempdir()?;
+        let socket = dir.path().join("rfb.sock");
+        let listener = tokio::net::UnixListener::bind(&socket)?;
+        let (http, cap_path) = (http.to_string(), cap_path.to_string());
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((unix, _)) = listener.accept().await {
+                let (http, cap_path) = (http.clone(), cap_path.clone());
+                connections.spawn(async move {
+                    if let Ok(ws) = connect(&http, &cap_path).await {
+                        pump(unix, ws).await;
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            socket,
+            _dir: dir,
+            task,
+        })
+    }
+}
+
+impl Drop for WsBridge {
+    fn drop(&mut self) {
+        // Aborting the task drops its JoinSet, which aborts every connection.
+        self.task.abort();
+    }
+}
+
+/// Copies between a unix stream and a websocket until either side ends.
+async fn pump(unix: tokio::net::UnixStream, ws: Ws) {
+    let (mut unix_rx, mut unix_tx) = unix.into_split();
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let up = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match unix_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if ws_tx
+                        .send(Message::Binary(buf[..n].to_vec().into()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = ws_tx.close().await;
+    };
+    let down = async {
+        while let Some(Ok(message)) = ws_rx.next().await {
+            let written = match message {
+                Message::Binary(b) => unix_tx.write_all(&b).await,
+                Message::Close(_) => break,
+                _ => Ok(()),
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
     }
 }

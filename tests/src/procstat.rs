@@ -1,4 +1,5 @@
-//! What the benches read about a process from /proc.
+//! What the benches and tests read from /proc: a process's CPU time, the SysV shared-memory
+//! segments.
 
 /// Clock ticks per second of /proc's CPU times (USER_HZ, 100 on Linux).
 pub const TICKS_PER_SEC: f64 = 100.0;
@@ -23,8 +24,75 @@ pub fn cpu_s(pid: u32) -> f64 {
     cpu_ticks(&pid.to_string()) as f64 / TICKS_PER_SEC
 }
 
+/// A `kB` value of a `/proc/<pid>/<file>` such as `status` (`VmRSS:`) or `smaps_rollup`
+/// (`Pss:`); 0 when the process or the key is gone.
+pub fn proc_kb(pid: i32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// One SysV shared-memory segment, as `/proc/sysvipc/shm` (what `ipcs -m` reads) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmSegment {
+    pub shmid: u64,
+    pub size: u64,
+    /// The creator's pid.
+    pub cpid: u32,
+    /// How many processes have it attached.
+    pub nattch: u64,
+    /// Owner and creator uids.
+    pub uid: u32,
+    pub cuid: u32,
+}
+
+/// Every SysV shared-memory segment of this IPC namespace.
+pub fn shm_segments() -> std::io::Result<Vec<ShmSegment>> {
+    let text = std::fs::read_to_string("/proc/sysvipc/shm")?;
+    Ok(text.lines().skip(1).filter_map(parse_shm_line).collect())
+}
+
+/// A line of `/proc/sysvipc/shm`: key shmid perms size cpid lpid nattch uid gid cuid ...
+fn parse_shm_line(line: &str) -> Option<ShmSegment> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let get = |i: usize| f.get(i)?.parse::<u64>().ok();
+    Some(ShmSegment {
+        shmid: get(1)?,
+        size: get(3)?,
+        cpid: u32::try_from(get(4)?).ok()?,
+        nattch: get(6)?,
+        uid: u32::try_from(get(7)?).ok()?,
+        cuid: u32::try_from(get(9)?).ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shm_lines_parse_like_the_kernel_writes_them() {
+        let line = "         0      32781  1600      4194304   123456   123460      2  2000017  2000017  2000017  2000017 1764670000 0 1764670000  4194304        0";
+        let seg = super::parse_shm_line(line).unwrap();
+        assert_eq!(
+            seg,
+            super::ShmSegment {
+                shmid: 32781,
+                size: 4_194_304,
+                cpid: 123_456,
+                nattch: 2,
+                uid: 2_000_017,
+                cuid: 2_000_017,
+            }
+        );
+        assert!(super::parse_shm_line("garbage").is_none());
+        // The header line never parses; this machine's table reads.
+        assert!(super::shm_segments().is_ok());
+    }
+
     #[test]
     fn this_process_has_used_some_cpu_and_a_gone_one_none() {
         let mut x = 0u64;

@@ -1,7 +1,7 @@
 //! The bots' browsers and displays inside a computer (issue 11), seen from `exec` in a local and
 //! a Docker computer with two live desktops: no listening socket answers DevTools (Chrome's
 //! DevTools is a pipe only the guest holds), each display refuses an X client without its
-//! cookie, the desktop's processes (Xvfb, x11vnc, Chrome) do not run as root, and Chrome lays no
+//! cookie, the desktop's processes (Xvnc, Chrome) do not run as root, and Chrome lays no
 //! warning bar ("unsupported command-line flag: --no-sandbox") over the top of the page.
 //!
 //! The probes run as a Python script inside the computer (the image ships python3, not curl or
@@ -131,7 +131,7 @@ const GREEN: [u8; 3] = [0, 200, 0];
 /// 1280x800 desktop; the "--no-sandbox" infobar would push the page down to row 144.
 const MAX_PAGE_TOP: usize = 120;
 
-/// Opens a view of `bot`'s screen (x11vnc starts for it) and completes the RFB handshake.
+/// Opens a view of `bot`'s screen (through the desktop's Xvnc) and completes the RFB handshake.
 async fn view(bot: &Bot<'_>) -> Result<Rfb<WsBytes>> {
     let path = bot.url("view").await?;
     let ws = connect(&bot.w.http, &path).await?;
@@ -266,16 +266,18 @@ async fn check_computer(w: &World, c: &str, kind: &str, fx: &Fixture) -> Result<
         );
     }
 
-    // (c) With a viewer connected (x11vnc runs), the desktop's processes run as the user.
+    // (c) With a viewer connected, the desktop's processes run as the user, and no x11vnc runs
+    // for it (Xvnc serves the view itself).
     let _viewer = view(&a).await?;
     let ps = w.sh(c, "ps -eo user:32=,comm=").await?;
     eprintln!("{kind}: ps\n{ps}");
     let user = w.sh(c, "id -un").await?.trim().to_string();
-    for (comm, label) in [
-        ("Xvfb", "Xvfb"),
-        ("x11vnc", "x11vnc"),
-        ("chromium", "Chrome"),
-    ] {
+    assert!(
+        !ps.lines()
+            .any(|l| l.split_whitespace().next() == Some(user.as_str()) && l.contains("x11vnc")),
+        "{kind}: an x11vnc of {user} runs:\n{ps}"
+    );
+    for (comm, label) in [("Xvnc", "Xvnc"), ("chromium", "Chrome")] {
         let owners: Vec<&str> = ps
             .lines()
             .filter(|l| l.split_whitespace().nth(1) == Some(comm))

@@ -1,5 +1,5 @@
 //! Desktops: a display and a browser per bot, observed and driven in-process (issue 3), with
-//! real Xvfb and real Chromium behind the real API.
+//! real Xvnc and real Chromium behind the real API.
 
 use anyhow::{anyhow, Result};
 use base64::Engine;
@@ -325,10 +325,11 @@ async fn observe_returns_a_png_and_omits_an_identical_frame() -> Result<()> {
 }
 
 /// Processes, X locks and sockets of the displays this world used.
-/// What computer `c` of `w` left behind: its Chromes (profiles in the data dir), its Xvfbs (their
-/// `-auth` file is in the guest's runtime dir `/tmp/rakazo-guest-<c>`), and the X locks and
-/// sockets of `displays` that are still its own or stale. Display numbers are machine-wide and
-/// other tests run at the same time, so a lock held by another computer's live Xvfb is not ours.
+/// What computer `c` of `w` left behind: its Chromes (profiles in the data dir), its X servers
+/// (their `-auth` file is in the guest's runtime dir `/tmp/rakazo-guest-<c>`), and the X locks
+/// and sockets of `displays` that are still its own or stale. Display numbers are machine-wide
+/// and other tests run at the same time, so a lock held by another computer's live X server is
+/// not ours.
 fn leftovers(w: &World, c: &str, displays: &[u64]) -> Vec<String> {
     let cmdline = |pid: i32| {
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -342,7 +343,7 @@ fn leftovers(w: &World, c: &str, displays: &[u64]) -> Vec<String> {
         .chain(pids_with_cmdline(&ours))
     {
         let cmd = cmdline(pid);
-        if cmd.contains("chromium") || cmd.contains("Xvfb") {
+        if cmd.contains("chromium") || cmd.contains("Xvnc") {
             found.push(format!("process {pid}: {cmd}"));
         }
     }

@@ -56,7 +56,8 @@ fn the_image_holds_a_static_guest_and_the_agents_tools() -> Result<()> {
          pdftotext -v 2>&1 | head -1; pandoc --version | head -1; \
          python3 -c 'import openpyxl; print(\"openpyxl\", openpyxl.__version__)'; \
          git --version; gh --version | head -1; uv --version; chromium --version; \
-         for t in Xvfb x11vnc xauth dbus-daemon setpriv; do command -v $t; done",
+         for t in Xvnc vncconfig xauth dbus-daemon setpriv; do command -v $t; done; \
+         command -v Xvfb x11vnc || echo 'no Xvfb, no x11vnc'",
     )
     .context("the tools run")?;
     let lines: Vec<&str> = out.lines().collect();
@@ -78,8 +79,8 @@ fn the_image_holds_a_static_guest_and_the_agents_tools() -> Result<()> {
         "gh version",
         "uv ",
         "Chromium",
-        "/usr/bin/Xvfb",
-        "/usr/bin/x11vnc",
+        "/usr/bin/Xvnc",
+        "/usr/bin/vncconfig",
         "/usr/bin/xauth",
         "/usr/bin/dbus-daemon",
         "/usr/bin/setpriv",
@@ -89,6 +90,8 @@ fn the_image_holds_a_static_guest_and_the_agents_tools() -> Result<()> {
             "{tool} is missing from the image:\n{out}"
         );
     }
+    // Desktops run Xvnc; the server it replaced and the per-view VNC server are gone.
+    assert!(out.contains("no Xvfb, no x11vnc"), "{out}");
     // The workspace user cannot read the token's directory.
     let denied = run_in_image(&image, "rakazo", "ls /etc/rakazo 2>&1 || echo DENIED")?;
     assert!(denied.contains("DENIED"), "{denied}");

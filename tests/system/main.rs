@@ -27,6 +27,7 @@ mod page_browser;
 mod placement;
 mod providers;
 mod replicas;
+mod rfb_client;
 mod sandbox_services;
 mod start_checks;
 mod static_guest;

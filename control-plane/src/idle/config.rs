@@ -18,8 +18,8 @@ pub const TAKEOVER_KEEP_AWAKE: Duration = Duration::from_secs(30 * 60);
 /// keeps it up. A build or a test suite started and left finishes well within it; a process
 /// stuck in a loop, or a page animating forever, cannot keep a computer up for days.
 pub const DEFAULT_BACKGROUND_MAX: Duration = Duration::from_secs(4 * 3600);
-/// Default CPU threshold, in percent of one CPU over the job's last interval: an idle Xvfb,
-/// x11vnc or Chrome stays well under it, a build or a page still loading is above.
+/// Default CPU threshold, in percent of one CPU over the job's last interval: an idle Xvnc
+/// or Chrome stays well under it, a build or a page still loading is above.
 pub const DEFAULT_CPU_PERCENT: u32 = 10;
 /// Longest idle timeout or keep-awake window accepted: a week.
 const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -113,9 +113,9 @@ pub struct BrowserOptions {
     pub profile: PathBuf,
     /// `HOME` for Chrome: the home root.
     pub home: PathBuf,
-    /// `DISPLAY` for Chrome (`:101`, from [`crate::display::Xvfb::display_env`]).
+    /// `DISPLAY` for Chrome (`:101`, from [`crate::display::XServer::display_env`]).
     pub display: String,
-    /// `XAUTHORITY` for Chrome (from [`crate::display::Xvfb::xauthority`]).
+    /// `XAUTHORITY` for Chrome (from [`crate::display::XServer::xauthority`]).
     pub xauthority: PathBuf,
     /// Where Chrome's log (`chromium-<profile key>.log`, stdout and stderr) is written; the
     /// previous run's log is kept as `chromium-<profile key>.log.1`.
@@ -633,7 +633,7 @@ fn create_log(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-use crate::display::xvfb::log_tail;
+use crate::display::xserver::log_tail;
 
 #[cfg(test)]
 mod tests {

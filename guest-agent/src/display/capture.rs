@@ -395,7 +395,7 @@ fn attach_segment(
 }
 
 /// Only 24- or 32-bit depth in 32-bit little-endian pixels with 0xRRGGBB masks is supported:
-/// what Xvfb `-screen 0 WxHx24` serves.
+/// what Xvnc `-depth 24` and Xvfb `-screen 0 WxHx24` serve.
 fn check_pixel_format(
     setup: &x11rb::protocol::xproto::Setup,
     display: DisplayNum,

@@ -1,7 +1,8 @@
-//! The X core of a bot's desktop: one Xvfb per display number, and in-process capture, input,
-//! settling and window focus over x11rb.
+//! The X core of a bot's desktop: one X server per display number (Xvnc, which also serves RFB
+//! on a private unix socket), and in-process capture, input, settling and window focus over
+//! x11rb.
 //!
-//! This module owns the X server process ([`xvfb`]), the access credential that reaches it
+//! This module owns the X server process ([`xserver`]), the access credential that reaches it
 //! ([`DisplayAccess`]: display number plus MIT-MAGIC-COOKIE-1) and the X clients built on it:
 //! [`capture`] (MIT-SHM screenshots, PNG, frame ids), [`input`] (XTEST pointer and keyboard,
 //! Unicode typing), [`settle`] (DAMAGE-based quiet-screen waits) and [`wm`] (find, raise and
@@ -14,14 +15,14 @@
 //!
 //! Threading: the X clients here are blocking (each request is a sub-millisecond round trip on a
 //! local socket, a settle wait blocks up to its cap); async callers run them on a blocking thread.
-//! [`xvfb::Xvfb`] is async because it waits on a child process.
+//! [`xserver::XServer`] is async because it waits on a child process.
 
 pub mod capture;
 pub mod input;
 pub mod settle;
 mod sys;
 pub mod wm;
-pub mod xvfb;
+pub mod xserver;
 
 use std::fmt;
 use std::io;
@@ -41,7 +42,7 @@ pub use capture::{Capturer, Frame, Observation};
 pub use input::{Button, Input, KeyCombo, Modifier, ScrollDirection};
 pub use settle::{QuietWindow, SettleOutcome, Settler};
 pub use wm::{Activation, WindowControl, WindowInfo, WindowMatch};
-pub use xvfb::{Xvfb, XvfbOptions};
+pub use xserver::{XServer, XServerKind, XServerOptions};
 
 /// The monotonic clock of the X clients that wait ([`Settler`], [`Input`] typing). Injected, so
 /// nothing here reads the time itself (STYLE.md §3); the agent wraps its clock module's `now`.
@@ -106,7 +107,7 @@ impl DisplayNum {
     }
 
     /// The X server's listening socket for this display (`/tmp/.X11-unix/X<n>`), fixed by the X
-    /// server and by libxcb (see [`xvfb`] for why it cannot move to a private directory).
+    /// server and by libxcb (see [`xserver`] for why it cannot move to a private directory).
     pub fn socket_path(self) -> PathBuf {
         PathBuf::from(format!("/tmp/.X11-unix/X{}", self.0))
     }
@@ -242,33 +243,44 @@ pub enum DisplayError {
         #[source]
         source: io::Error,
     },
-    #[error("cannot start xvfb for display {display}")]
+    #[error("cannot start {server} for display {display}")]
     Spawn {
         display: DisplayNum,
+        server: &'static str,
         #[source]
         source: io::Error,
     },
-    #[error("xvfb pid {pid} for display {display} exited before it was ready: {log_tail}")]
+    #[error("{server} pid {pid} for display {display} exited before it was ready: {log_tail}")]
     ExitedEarly {
+        display: DisplayNum,
+        server: &'static str,
+        pid: u32,
+        log_tail: String,
+    },
+    #[error("{server} pid {pid} for display {display} was not ready within {timeout:?}")]
+    StartTimeout {
+        display: DisplayNum,
+        server: &'static str,
+        pid: u32,
+        timeout: Duration,
+    },
+    #[error("{server} pid {pid} for display {display} announced display {announced:?}")]
+    WrongDisplay {
+        display: DisplayNum,
+        server: &'static str,
+        pid: u32,
+        announced: String,
+    },
+    #[error("Xvnc pid {pid} for display {display} is ready but made no rfb socket: {log_tail}")]
+    NoRfbSocket {
         display: DisplayNum,
         pid: u32,
         log_tail: String,
     },
-    #[error("xvfb pid {pid} for display {display} was not ready within {timeout:?}")]
-    StartTimeout {
-        display: DisplayNum,
-        pid: u32,
-        timeout: Duration,
-    },
-    #[error("xvfb pid {pid} for display {display} announced display {announced:?}")]
-    WrongDisplay {
-        display: DisplayNum,
-        pid: u32,
-        announced: String,
-    },
-    #[error("cannot stop xvfb pid {pid} of display {display}")]
+    #[error("cannot stop {server} pid {pid} of display {display}")]
     Stop {
         display: DisplayNum,
+        server: &'static str,
         pid: u32,
         #[source]
         source: io::Error,

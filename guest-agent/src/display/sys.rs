@@ -1,10 +1,10 @@
 //! The display module's only unsafe code, each piece behind a safe, minimal interface: the
 //! shared-memory mapping MIT-SHM captures land in ([`ShmMapping`]), `poll(2)` on an X
-//! connection ([`wait_readable`]) and the one descriptor Xvfb inherits across exec
+//! connection ([`wait_readable`]) and the one descriptor the X server inherits across exec
 //! ([`inherit_fd_across_exec`]).
 //!
 //! It leaves the X protocol (attaching the segment, GetImage) to `capture` and the process
-//! lifecycle to `xvfb`.
+//! lifecycle to `xserver`.
 #![allow(
     unsafe_code,
     reason = "mmap, poll and pre_exec have no safe std wrappers; each block says why it is sound"

@@ -3,9 +3,9 @@
 //! plane over one QUIC stream per connection.
 //!
 //! A `Connect` finds the bot's live desktop in [`Screens`] (the control plane ensures it first),
-//! then the capability in the [`table`]: the RFB server of (bot, view|control) is started lazily
-//! and shared by that policy's clients ([`rfb`]); each terminal connection gets a fresh shell
-//! with its own socket ([`terminal`]). After `Opened` the bytes are relayed ([`relay`]), through
+//! then the capability in the [`table`]: the RFB server of (bot, view|control), a socket of its
+//! own joined to the desktop's Xvnc, is started lazily and shared by that policy's clients
+//! ([`rfb`]); each terminal connection gets a fresh shell with its own socket ([`terminal`]). After `Opened` the bytes are relayed ([`relay`]), through
 //! the RFB filter that makes a view view-only. Revocation follows §3: the mappings leave the
 //! table, the clients are disconnected, the servers and shells are stopped and their sockets
 //! removed. [`Screens`] calls [`Gateway::revoke_scope`] with `All` before it stops a desktop's
@@ -26,7 +26,7 @@ use gateway_proto::live::{
     valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
 };
 use gateway_proto::{BotId, ErrorCode, Op, OpError, StartDir};
-use rfb::{ClientFilter, Policy, RfbInput, RfbServer, RfbServerSpec};
+use rfb::{ClientFilter, Policy, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,11 +58,6 @@ pub struct GatewayConfig {
     pub home: PathBuf,
     /// Who shells run as when the guest is root (`None`: the home's owner, else 1000:1000).
     pub workspace_user: Option<WorkspaceUser>,
-    /// The RFB server program.
-    pub rfb_program: PathBuf,
-    /// Start view servers with their own view-only flag too (defence in depth behind the
-    /// filter). Tests turn it off to show that the filter alone stops a viewer's input.
-    pub view_server_flag: bool,
     /// Stamped whenever a terminal's shell prints (the guest's activity report).
     pub terminal_output: crate::activity::LastOutput,
 }
@@ -74,8 +69,6 @@ impl GatewayConfig {
             runtime_dir,
             home,
             workspace_user: None,
-            rfb_program: PathBuf::from("x11vnc"),
-            view_server_flag: true,
             terminal_output: Default::default(),
         }
     }
@@ -108,7 +101,8 @@ impl Serving {
 /// whose X clients cannot be shared across threads).
 struct RfbTarget {
     display: crate::display::DisplayNum,
-    xauthority: PathBuf,
+    /// The display's Xvnc socket (`None`: its server speaks no RFB).
+    rfb_socket: Option<PathBuf>,
     epoch: u64,
 }
 
@@ -247,7 +241,7 @@ impl Gateway {
             CapabilityKind::View | CapabilityKind::Control => {
                 let target = RfbTarget {
                     display: live.display(),
-                    xauthority: live.xauthority().to_path_buf(),
+                    rfb_socket: live.rfb_socket().map(Path::to_path_buf),
                     epoch: live.epoch(),
                 };
                 match self
@@ -373,24 +367,18 @@ impl Gateway {
             stale.cancel.cancel();
             end_capability(&mut stale).await;
         }
+        let upstream = live.rfb_socket.as_deref().ok_or_else(|| {
+            failed(format!(
+                "the display {} of bot {bot} serves no rfb socket",
+                live.display
+            ))
+        })?;
         let (id, socket) = table.allocate(kind);
         check_socket_path(&socket)?;
-        let log = table.dir().join(format!("{id}-{}.log", kind.as_str()));
         let spec = RfbServerSpec {
-            program: &self.cfg.rfb_program,
             display: live.display,
-            xauthority: &live.xauthority,
+            upstream,
             socket: &socket,
-            log: &log,
-            view_only: kind == CapabilityKind::View && self.cfg.view_server_flag,
-            input: if kind == CapabilityKind::View {
-                RfbInput::None
-            } else {
-                RfbInput::Full
-            },
-            // Always off for a view, even in tests that drop the view-only flag: a viewer
-            // receives no clipboard.
-            selections: kind != CapabilityKind::View,
         };
         let server = RfbServer::start(&spec).await.map_err(|e| {
             failed(format!(

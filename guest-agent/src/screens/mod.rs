@@ -1,4 +1,5 @@
-//! Per-bot desktops: one Xvfb and one Chrome per bot, and the two desktop tools.
+//! Per-bot desktops: one X server (Xvnc, which also serves the desktop's RFB socket) and one
+//! Chrome per bot, and the two desktop tools.
 //!
 //! [`Screens`] owns the slot table ([`slots`]), the live desktops and each bot's
 //! repeated-action streak ([`refusal`]). It starts a desktop lazily on a bot's first graphical
@@ -13,8 +14,8 @@ pub mod slots;
 
 use crate::browser::{ensure_profile_dir, Browser, BrowserOptions, CdpClient};
 use crate::display::{
-    self, Capturer, Clock, DisplayError, DisplayNum, Input, Settler, WindowControl, Xvfb,
-    XvfbOptions,
+    self, Capturer, Clock, DisplayError, DisplayNum, Input, Settler, WindowControl, XServer,
+    XServerOptions,
 };
 use crate::pagebrowser::PageBrowser;
 use actions::run_batch;
@@ -74,22 +75,28 @@ pub struct LiveScreen {
 impl LiveScreen {
     /// Whether its X server still runs (it may have died since the desktop was looked up).
     pub fn display_alive(&mut self) -> bool {
-        self.desktop.xvfb.is_alive()
+        self.desktop.xserver.is_alive()
     }
 
     /// The desktop's X display.
     pub fn display(&self) -> DisplayNum {
-        self.desktop.xvfb.display()
+        self.desktop.xserver.display()
     }
 
     /// The display's cookie file.
     pub fn xauthority(&self) -> &std::path::Path {
-        self.desktop.xvfb.xauthority()
+        self.desktop.xserver.xauthority()
+    }
+
+    /// The display's RFB socket (Xvnc's, 0600 in the private runtime directory), which the
+    /// screen gateway relays its view and control capabilities to.
+    pub fn rfb_socket(&self) -> Option<&std::path::Path> {
+        self.desktop.xserver.rfb_socket()
     }
 
     /// The display's number and cookie, for X connections of its own (tests, benchmarks).
     pub fn access(&self) -> display::DisplayAccess {
-        self.desktop.xvfb.access().clone()
+        self.desktop.xserver.access().clone()
     }
 
     /// Round trips the desktop's input and settle clients have waited for so far, as (input
@@ -115,7 +122,7 @@ struct Desktop {
     epoch: u64,
     /// Set when its teardown begins: it is no longer live.
     released: bool,
-    xvfb: Xvfb,
+    xserver: XServer,
     browser: Option<Browser>,
     capturer: Capturer,
     input: Input,
@@ -208,7 +215,7 @@ impl Screens {
     pub async fn live(&self, bot: &BotId) -> Option<LiveScreen> {
         let desktop = self.desktops.lock().await.get(bot).cloned()?;
         let mut d = desktop.lock_owned().await;
-        (!d.released && d.xvfb.is_alive()).then_some(LiveScreen { desktop: d })
+        (!d.released && d.xserver.is_alive()).then_some(LiveScreen { desktop: d })
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, SlotTable> {
@@ -229,7 +236,7 @@ impl Screens {
         out
     }
 
-    /// Starts the bot's desktop if needed (and restarts a crashed Chrome or Xvfb).
+    /// Starts the bot's desktop if needed (and restarts a crashed Chrome or X server).
     pub async fn ensure(&self, bot: &BotId) -> Result<ScreenInfo, OpError> {
         let (desktop, started) = self.desktop(bot).await?;
         let d = desktop.lock().await;
@@ -289,16 +296,16 @@ impl Screens {
         }
     }
 
-    /// Starts Xvfb, the X clients and Chrome for a new slot.
+    /// Starts the X server (Xvnc), the X clients and Chrome for a new slot.
     async fn start(&self, bot: &BotId, slot: u32) -> Result<Desktop, OpError> {
         let base = DisplayNum::for_slot(slot).map_err(failed)?.get();
         let mut last_err = None;
-        let mut xvfb = None;
+        let mut xserver = None;
         for n in base..base.saturating_add(DISPLAY_PROBES) {
             let Some(num) = DisplayNum::new(n) else { break };
-            match Xvfb::start(num, &self.cfg.runtime_dir, &XvfbOptions::default()).await {
+            match XServer::start(num, &self.cfg.runtime_dir, &XServerOptions::default()).await {
                 Ok(x) => {
-                    xvfb = Some(x);
+                    xserver = Some(x);
                     break;
                 }
                 // Another computer on this host holds that number: try the next one.
@@ -308,14 +315,14 @@ impl Screens {
                 Err(e) => return Err(failed(format!("start the display of bot {bot}: {e}"))),
             }
         }
-        let mut xvfb = xvfb.ok_or_else(|| {
+        let mut xserver = xserver.ok_or_else(|| {
             failed(format!(
                 "no free display for bot {bot}: {}",
                 last_err.map(|e| e.to_string()).unwrap_or_default()
             ))
         })?;
         let clients = (|| -> Result<_, DisplayError> {
-            let access = xvfb.access();
+            let access = xserver.access();
             Ok((
                 Capturer::new(access)?,
                 Input::new(access, self.clock.clone())?,
@@ -326,7 +333,7 @@ impl Screens {
         let (capturer, input, settler, windows) = match clients {
             Ok(c) => c,
             Err(e) => {
-                let _ = xvfb.stop().await;
+                let _ = xserver.stop().await;
                 return Err(failed(format!("connect to the display of bot {bot}: {e}")));
             }
         };
@@ -334,7 +341,7 @@ impl Screens {
             slot,
             epoch: NEXT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             released: false,
-            xvfb,
+            xserver,
             browser: None,
             capturer,
             input,
@@ -346,10 +353,10 @@ impl Screens {
             page: PageBrowser::new(),
         };
         if let Err(e) = self.start_browser(bot, &mut desktop).await {
-            let _ = desktop.xvfb.stop().await;
+            let _ = desktop.xserver.stop().await;
             return Err(e);
         }
-        info!(bot = %bot, slot, display = desktop.xvfb.display().get(), "desktop started");
+        info!(bot = %bot, slot, display = desktop.xserver.display().get(), "desktop started");
         Ok(desktop)
     }
 
@@ -358,8 +365,8 @@ impl Screens {
         let mut opts = BrowserOptions::new(
             profile,
             self.cfg.home.clone(),
-            d.xvfb.display_env(),
-            d.xvfb.xauthority().to_path_buf(),
+            d.xserver.display_env(),
+            d.xserver.xauthority().to_path_buf(),
             self.cfg.runtime_dir.clone(),
         );
         opts.chromium = self.cfg.chromium.clone();
@@ -370,16 +377,16 @@ impl Screens {
         Ok(())
     }
 
-    /// Restarts what crashed: the whole desktop if Xvfb died, Chrome if only it died.
+    /// Restarts what crashed: the whole desktop if the X server died, Chrome if only it died.
     async fn repair(&self, bot: &BotId, desktop: &Arc<Mutex<Desktop>>) -> Result<bool, OpError> {
         let mut d = desktop.lock().await;
-        if !d.xvfb.is_alive() {
+        if !d.xserver.is_alive() {
             warn!(bot = %bot, "the display died; starting it again");
             let slot = d.slot;
             if let Some(mut b) = d.browser.take() {
                 let _ = b.stop().await;
             }
-            let _ = d.xvfb.stop().await;
+            let _ = d.xserver.stop().await;
             *d = self.start(bot, slot).await?;
             return Ok(true);
         }
@@ -446,7 +453,7 @@ impl Screens {
             // Only a live desktop whose browser was closed for the quiesce: one released in the
             // meantime must stay down (its slot may already be another bot's), and a dead
             // display is left to the repair of the bot's next call.
-            if d.released || d.browser.is_some() || !d.xvfb.is_alive() {
+            if d.released || d.browser.is_some() || !d.xserver.is_alive() {
                 continue;
             }
             match self.start_browser(&bot, &mut d).await {
@@ -659,7 +666,7 @@ fn info_of(bot: &BotId, d: &Desktop, started: bool) -> ScreenInfo {
     ScreenInfo {
         bot: bot.clone(),
         slot: d.slot,
-        display: d.xvfb.display().get(),
+        display: d.xserver.display().get(),
         width: 1280,
         height: 800,
         browser_pid: d.browser.as_ref().and_then(|b| u32::try_from(b.pid()).ok()),
@@ -688,7 +695,7 @@ async fn teardown(bot: &BotId, d: &mut Desktop) -> bool {
         }
         let _ = child.wait().await;
     }
-    if let Err(e) = d.xvfb.stop().await {
+    if let Err(e) = d.xserver.stop().await {
         warn!(bot = %bot, error = %e, "display stop failed");
         ok = false;
     }

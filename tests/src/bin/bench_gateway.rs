@@ -1,6 +1,6 @@
-//! `bench_gateway`: the guest half of the live-screen benchmarks of issue 5 ("Must show" 6).
+//! `bench_gateway`: the guest half of the live-screen benchmarks of issues 5 and 17.
 //!
-//! A real desktop (Xvfb + Chromium) is served by the real `Ops` dispatch and screen gateway;
+//! A real desktop (Xvnc + Chromium) is served by the real `Ops` dispatch and screen gateway;
 //! the bench plays the control plane over real QUIC on loopback (the production tunnel TLS and
 //! transport settings: `TunnelIdentity::server_config` and `guest_agent::tunnel::client_config`),
 //! opening `Connect` streams as the control plane does. Each measure is taken against an anchor
@@ -8,10 +8,13 @@
 //!
 //! 1. live-view latency: an X drawing (a filled rectangle in a window covering the screen) to the
 //!    first FramebufferUpdate at an RFB client that had an incremental request outstanding,
-//!    through the gateway (QUIC + relay + view filter) vs x11vnc's unix socket reached directly;
+//!    through the gateway (QUIC + relay + view filter) to the desktop's Xvnc, vs Xvnc's own unix
+//!    socket reached directly, vs the anchor "x11vnc on Xvfb" (how desktops were served before
+//!    issue 17: an Xvfb of the bench's own with the same window and drawing, and an x11vnc with
+//!    the flags the guest gave a view server, over its unix socket);
 //! 2. bytes/s and updates/s of a scripted scrolling workload (the window scrolls 8 px and draws
 //!    a new strip every 16 ms) with a client that keeps one incremental request outstanding,
-//!    gateway vs direct;
+//!    the same three paths;
 //! 3. terminal throughput of `head -c <N>M /dev/zero | base64` to the end marker, through the
 //!    gateway vs a shell on a PTY of the bench's own (portable-pty, read in-process);
 //! 4. keystroke echo latency (a key to its tty echo under `cat`), gateway vs direct PTY.
@@ -40,6 +43,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
+use tests::anchor::{X11vnc, XvfbDesktop};
 use tests::bench::size;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -102,7 +106,7 @@ type BoxStream = Box<dyn Duplex>;
 struct Bench {
     ops: Arc<Ops>,
     conn: quinn::Connection,
-    runtime: tempfile::TempDir,
+    _runtime: tempfile::TempDir,
     _home: tempfile::TempDir,
     _data: tempfile::TempDir,
     _endpoints: (quinn::Endpoint, quinn::Endpoint),
@@ -159,7 +163,7 @@ impl Bench {
         Ok(Self {
             ops,
             conn,
-            runtime,
+            _runtime: runtime,
             _home: home,
             _data: data,
             _endpoints: (server, guest),
@@ -185,24 +189,28 @@ impl Bench {
         }
     }
 
-    /// x11vnc's view socket, reached without the gateway (the anchor).
+    /// The bot's live desktop (locked while held).
+    async fn live(&self) -> Result<guest_agent::screens::LiveScreen> {
+        self.ops
+            .screens()
+            .live(&BotId::new(BOT)?)
+            .await
+            .ok_or_else(|| anyhow!("no live desktop"))
+    }
+
+    /// The desktop's Xvnc socket, reached without the gateway.
     async fn direct_view(&self) -> Result<BoxStream> {
-        let dir = self.runtime.path().join("gateway");
-        let socket = std::fs::read_dir(&dir)?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.to_string_lossy().ends_with("-view.sock"))
-            .ok_or_else(|| anyhow!("no view socket in {}", dir.display()))?;
+        let live = self.live().await?;
+        let socket = live
+            .rfb_socket()
+            .ok_or_else(|| anyhow!("the desktop serves no rfb socket"))?
+            .to_path_buf();
+        drop(live);
         Ok(Box::new(tokio::net::UnixStream::connect(socket).await?))
     }
 
     async fn x(&self) -> Result<RustConnection> {
-        let live = self
-            .ops
-            .screens()
-            .live(&BotId::new(BOT)?)
-            .await
-            .ok_or_else(|| anyhow!("no live desktop"))?;
+        let live = self.live().await?;
         let access = live.access();
         drop(live);
         Ok(access.connect()?)
@@ -556,6 +564,10 @@ async fn main() -> Result<()> {
     canvas.raise()?;
     let mut through = rfb(bench.open(CapabilityKind::View).await?).await?;
     let mut direct = rfb(bench.direct_view().await?).await?;
+    let anchor_desktop = XvfbDesktop::start(None).await?;
+    let anchor_canvas = Canvas::new(anchor_desktop.access().connect()?)?;
+    let x11vnc = X11vnc::start(&anchor_desktop.display_env(), anchor_desktop.xauthority()).await?;
+    let mut anchor = rfb(Box::new(x11vnc.connect().await?)).await?;
 
     // 1. Latency, interleaved, after two uncounted samples each (x11vnc settles its polling
     // after a new client).
@@ -563,24 +575,31 @@ async fn main() -> Result<()> {
         canvas.raise()?;
         view_latency(&mut direct, &canvas, colour).await?;
         view_latency(&mut through, &canvas, colour ^ 0x0011_1111).await?;
+        view_latency(&mut anchor, &anchor_canvas, colour).await?;
     }
-    let (mut lat_g, mut lat_d) = (Vec::new(), Vec::new());
+    let (mut lat_g, mut lat_d, mut lat_a) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..a.latency_runs {
         canvas.raise()?;
         let colour = if i % 2 == 0 { 0x00c0_3030 } else { 0x0030_30c0 };
         lat_d.push(view_latency(&mut direct, &canvas, colour).await?);
+        lat_a.push(view_latency(&mut anchor, &anchor_canvas, colour).await?);
         let colour = if i % 2 == 0 { 0x0030_c030 } else { 0x00c0_c030 };
         lat_g.push(view_latency(&mut through, &canvas, colour).await?);
     }
 
     // 2. Scrolling, rounds alternating.
     let canvas = Arc::new(std::sync::Mutex::new(canvas));
-    let (mut scroll_g, mut scroll_d) = (Vec::new(), Vec::new());
+    let anchor_canvas = Arc::new(std::sync::Mutex::new(anchor_canvas));
+    let (mut scroll_g, mut scroll_d, mut scroll_a) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..a.rounds {
         scroll_d.push(scroll_run(&mut direct, canvas.clone(), a.scroll_secs).await?);
+        scroll_a.push(scroll_run(&mut anchor, anchor_canvas.clone(), a.scroll_secs).await?);
         scroll_g.push(scroll_run(&mut through, canvas.clone(), a.scroll_secs).await?);
     }
-    drop((through, direct));
+    drop((through, direct, anchor));
+    x11vnc.stop().await;
+    drop(anchor_canvas);
+    anchor_desktop.stop().await;
 
     // 3 and 4. Terminals.
     let mut gateway_term = Term::Gateway(bench.open(CapabilityKind::Terminal).await?);
@@ -596,13 +615,15 @@ async fn main() -> Result<()> {
 
     let (g50, g95, gmax) = summary(lat_g);
     let (d50, d95, dmax) = summary(lat_d);
+    let (a50, a95, amax) = summary(lat_a);
     println!("### Live view and terminal through the guest gateway (bench_gateway)\n");
-    println!("| measure | gateway (QUIC + relay + filter) | anchor | ratio |");
-    println!("|---|---|---|---|");
+    println!("| measure | gateway (QUIC + relay + filter) to Xvnc | Xvnc direct | anchor: x11vnc on Xvfb, direct | ratio gateway / anchor; Xvnc direct / anchor |");
+    println!("|---|---|---|---|---|");
     println!(
-        "| view latency p50 / p95 / max, ms (anchor: x11vnc socket direct, {} runs) | {g50:.1} / {g95:.1} / {gmax:.1} | {d50:.1} / {d95:.1} / {dmax:.1} | {:.2} (p50) |",
+        "| view latency p50 / p95 / max, ms ({} runs) | {g50:.1} / {g95:.1} / {gmax:.1} | {d50:.1} / {d95:.1} / {dmax:.1} | {a50:.1} / {a95:.1} / {amax:.1} | {:.2}; {:.2} (p50) |",
         a.latency_runs,
-        g50 / d50
+        g50 / a50,
+        d50 / a50
     );
     let best = |v: &[(f64, f64)]| {
         v.iter()
@@ -611,14 +632,18 @@ async fn main() -> Result<()> {
     };
     let (sg, ug) = best(&scroll_g);
     let (sd, ud) = best(&scroll_d);
+    let (sa, ua) = best(&scroll_a);
     println!(
-        "| scrolling, Raw pixels, best of {} x {} s: MB/s (updates/s) (anchor: direct) | {:.1} ({ug:.1}) | {:.1} ({ud:.1}) | {:.2} |",
+        "| scrolling, Raw pixels, best of {} x {} s: MB/s (updates/s) | {:.1} ({ug:.1}) | {:.1} ({ud:.1}) | {:.1} ({ua:.1}) | {:.2}; {:.2} |",
         a.rounds,
         a.scroll_secs,
         mb(sg),
         mb(sd),
-        sg / sd
+        mb(sa),
+        sg / sa,
+        sd / sa
     );
+    println!("\n| measure | gateway | anchor | ratio |\n|---|---|---|---|");
     let tg = tp_g.iter().cloned().fold(0.0, f64::max);
     let td = tp_d.iter().cloned().fold(0.0, f64::max);
     println!(

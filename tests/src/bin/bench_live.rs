@@ -1,25 +1,34 @@
-//! `bench_live`: the live screen and terminal benchmarks of issue 5 ("Must show" 6), in one run.
+//! `bench_live`: the live screen and terminal benchmarks of issues 5 and 17, in one run.
 //!
 //! Each measurement has an anchor taken in the same run, and the ratio is printed:
 //!
-//! 1. live-view latency: a key injected into the bot's display (`xdotool key`, its exit taken
-//!    as the moment of the change) toggles the colour of the whole page; the time to the first
-//!    byte of the framebuffer update that carries it, at an RFB client through the control
-//!    plane's websocket and guest gateway (view capability), against an RFB client of an
-//!    x11vnc that the bench starts itself on the same display with the guest's flags, reached
-//!    over its unix socket. Both clients wait for the same change;
-//! 2. bytes per second of framebuffer updates (raw encoding, so the bytes count frames, not a
-//!    codec) while the page scrolls itself for a few seconds, gateway and direct alternating;
-//! 3. terminal throughput: `head -c 200M /dev/zero | base64` through the terminal websocket,
+//! 1. live-view latency: a key injected into a display (`xdotool key`, its exit taken as the
+//!    moment of the change) toggles the colour of the whole page; the time to the first byte of
+//!    the framebuffer update that carries it, at an RFB client
+//!    - through the control plane's websocket and the guest's gateway (view capability) to the
+//!      bot's Xvnc (the desktops' server since issue 17);
+//!    - on the same Xvnc's own unix socket, on the same change (what the server alone costs);
+//!    - the anchor, "x11vnc on Xvfb" (how desktops were served before): an Xvfb and a Chromium
+//!      of the bench's own on the same page, with an x11vnc started with the flags the guest gave
+//!      a view server, over its unix socket (no relay: the anchor is favoured); runs alternate
+//!      between the bot's display and the anchor's;
+//! 2. bytes per second received while the page scrolls itself for a few seconds, the three
+//!    paths in turn: with Raw encoding (the bytes count frames times area, not a codec), then
+//!    with ZRLE and CopyRect (what a real viewer asks for);
+//! 3. bytes received while the screen is still (a client keeping an incremental request
+//!    outstanding for a few seconds after the screen settled), the three paths;
+//! 4. memory per desktop: RSS and PSS of the bot's Xvnc against the anchor's Xvfb plus its
+//!    x11vnc, each with a viewer connected and the same page shown;
+//! 5. terminal throughput: `head -c 200M /dev/zero | base64` through the terminal websocket,
 //!    against the same pipeline through the exec API (NDJSON stream of the same computer) and on
 //!    a local PTY read by a tight loop (the PTY's own ceiling on this machine), with the number
 //!    of websocket messages and the CPU seconds of the control plane, the guest and the bench;
-//! 4. keystroke echo latency: one key through the terminal websocket until its echo comes back,
+//! 6. keystroke echo latency: one key through the terminal websocket until its echo comes back,
 //!    against the same key into a local PTY running the same shell.
 //!
 //! Timings are printed, never asserted. Usage: `target/release/bench_live [--latency-runs N]
-//! [--scroll-secs S] [--terminal-mib M] [--echo-runs N] [--terminal-only 1]` (the last skips
-//! 1 and 2).
+//! [--scroll-secs S] [--still-secs S] [--terminal-mib M] [--echo-runs N] [--terminal-only 1]`
+//! (the last skips 1 to 4).
 //!
 //! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
@@ -28,13 +37,13 @@ use futures_util::{SinkExt, StreamExt};
 use gateway_proto::termframe::encode_input;
 use http_body_util::BodyExt;
 use hyper::Method;
-use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::Duration;
+use tests::anchor::{X11vnc, XvfbDesktop};
 use tests::bench::{ms, size};
 use tests::fixture::Fixture;
 use tests::live::{connect, read_until, RawIo, Rfb, RfbIo, WsBytes};
-use tests::procstat::cpu_s;
+use tests::procstat::{cpu_s, proc_kb};
 use tests::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -71,6 +80,7 @@ document.addEventListener('keydown', (e) => {
 struct Args {
     latency_runs: usize,
     scroll_secs: u64,
+    still_secs: u64,
     terminal_mib: u64,
     echo_runs: usize,
     terminal_only: bool,
@@ -80,6 +90,7 @@ fn args() -> Result<Args> {
     let mut a = Args {
         latency_runs: size(30, 3),
         scroll_secs: size(5, 1),
+        still_secs: size(5, 1),
         terminal_mib: size(200, 4),
         echo_runs: size(50, 5),
         terminal_only: false,
@@ -90,6 +101,7 @@ fn args() -> Result<Args> {
         match flag.as_str() {
             "--latency-runs" => a.latency_runs = v.parse()?,
             "--scroll-secs" => a.scroll_secs = v.parse()?,
+            "--still-secs" => a.still_secs = v.parse()?,
             "--terminal-mib" => a.terminal_mib = v.parse()?,
             "--echo-runs" => a.echo_runs = v.parse()?,
             "--terminal-only" => a.terminal_only = v != "0",
@@ -105,99 +117,51 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     (at(0.5), at(0.9), v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// The bot's display, reached like the guest reaches it.
+/// A `| name | p50 | p90 | mean |` row of a [`stats`] triple.
+fn stats_row(name: &str, s: (f64, f64, f64), decimals: usize) {
+    println!(
+        "| {name} | {:.*} | {:.*} | {:.*} |",
+        decimals, s.0, decimals, s.1, decimals, s.2
+    );
+}
+
+/// `a / b`, statistic by statistic.
+fn ratio(a: (f64, f64, f64), b: (f64, f64, f64)) -> (f64, f64, f64) {
+    (a.0 / b.0, a.1 / b.1, a.2 / b.2)
+}
+
+/// A display, reached like the guest reaches it: the bot's, or the anchor's.
 struct Display {
-    num: u64,
+    /// `DISPLAY` (`:101`).
+    display: String,
     xauthority: String,
 }
 
 impl Display {
-    async fn key(&self, key: &str) -> Result<()> {
+    async fn xdotool(&self, args: &[&str]) -> Result<()> {
         let status = tokio::process::Command::new("xdotool")
-            .args(["key", key])
-            .env("DISPLAY", format!(":{}", self.num))
+            .args(args)
+            .env("DISPLAY", &self.display)
             .env("XAUTHORITY", &self.xauthority)
             .status()
             .await?;
         if !status.success() {
-            bail!("xdotool key {key} failed");
+            bail!("xdotool {args:?} on {} failed", self.display);
         }
         Ok(())
     }
+
+    async fn key(&self, key: &str) -> Result<()> {
+        self.xdotool(&["key", key]).await
+    }
 }
 
-/// An x11vnc of our own on the bot's display, with the guest's view flags.
-struct DirectVnc {
-    _child: tokio::process::Child,
-    socket: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
+type Direct = Rfb<RawIo<tokio::net::UnixStream>>;
 
-impl DirectVnc {
-    async fn start(d: &Display) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let socket = dir.path().join("direct.sock");
-        // As the display's own user (the computer's, when the control plane is root), like the
-        // guest's x11vnc: the X server attaches only shared memory its user may read, so a
-        // root x11vnc's MIT-SHM attach would be refused.
-        let owner = std::fs::metadata(&d.xauthority).context("the display's Xauthority")?;
-        let (uid, gid) = (owner.uid(), owner.gid());
-        let mut cmd = if uid == nix::unistd::geteuid().as_raw() {
-            tokio::process::Command::new("x11vnc")
-        } else {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
-            let mut c = tokio::process::Command::new("setpriv");
-            c.args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={gid}"),
-                "--clear-groups",
-                "x11vnc",
-            ]);
-            c
-        };
-        let child = cmd
-            .args(["-display", &format!(":{}", d.num), "-auth", &d.xauthority])
-            .arg("-unixsock")
-            .arg(&socket)
-            .args([
-                "-rfbport",
-                "0",
-                "-shared",
-                "-forever",
-                "-nopw",
-                "-noxdamage",
-                "-norc",
-                "-nolookup",
-                "-nobell",
-                "-noremote",
-                "-viewonly",
-                "-nosetclipboard",
-                "-nosetprimary",
-                "-repeat",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("start x11vnc")?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::UnixStream::connect(&socket).await.is_err() {
-            if Instant::now() > deadline {
-                bail!("x11vnc did not listen");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(Self {
-            _child: child,
-            socket,
-            _dir: dir,
-        })
-    }
-
-    async fn client(&self) -> Result<Rfb<RawIo<tokio::net::UnixStream>>> {
-        let s = tokio::net::UnixStream::connect(&self.socket).await?;
-        Rfb::handshake(RawIo(s)).await
-    }
+async fn direct(socket: tokio::net::UnixStream) -> Result<Direct> {
+    let mut rfb = Rfb::handshake(RawIo(socket)).await?;
+    rfb.sync().await?;
+    Ok(rfb)
 }
 
 /// The time of the first update after an injected change: the first update message counts, and
@@ -232,37 +196,60 @@ async fn drain<I: RfbIo>(rfb: &mut Rfb<I>, quiet: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Latency samples in ms: (gateway, Xvnc direct) on the bot's display, anchor on its own.
 async fn latency(
-    d: &Display,
+    bot: &Display,
+    anchor: &Display,
     gw: &mut Rfb<WsBytes>,
-    direct: &mut Rfb<RawIo<tokio::net::UnixStream>>,
+    xvnc: &mut Direct,
+    x11vnc: &mut Direct,
     runs: usize,
-) -> Result<(Vec<f64>, Vec<f64>)> {
-    let (mut g, mut x) = (Vec::new(), Vec::new());
+) -> Result<[Vec<f64>; 3]> {
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
     gw.request_update(true).await?;
-    direct.request_update(true).await?;
+    xvnc.request_update(true).await?;
+    x11vnc.request_update(true).await?;
+    // A toggled page repaints at least a quarter of the screen.
+    let min = 1280 * 200 * 4;
     for run in 0..runs + 2 {
         drain(gw, Duration::from_millis(300)).await?;
-        drain(direct, Duration::from_millis(50)).await?;
-        d.key("t").await?;
+        drain(xvnc, Duration::from_millis(50)).await?;
+        bot.key("t").await?;
         let t0 = Instant::now();
-        // A toggled page repaints at least a quarter of the screen.
-        let min = 1280 * 200 * 4;
-        let (a, b) = tokio::join!(first_update(gw, min), first_update(direct, min));
+        let (a, b) = tokio::join!(first_update(gw, min), first_update(xvnc, min));
         let (a, b) = (a?, b?);
-        // The first two changes warm both paths up and are not counted.
+        drain(x11vnc, Duration::from_millis(300)).await?;
+        anchor.key("t").await?;
+        let t1 = Instant::now();
+        let c = first_update(x11vnc, min).await?;
+        // The first two changes warm every path up and are not counted.
         if run >= 2 {
-            g.push(ms(a.saturating_duration_since(t0)));
-            x.push(ms(b.saturating_duration_since(t0)));
+            out[0].push(ms(a.saturating_duration_since(t0)));
+            out[1].push(ms(b.saturating_duration_since(t0)));
+            out[2].push(ms(c.saturating_duration_since(t1)));
         }
     }
-    Ok((g, x))
+    Ok(out)
+}
+
+/// Bytes received in `secs` of a still screen, with an incremental request outstanding the
+/// whole time (after the screen has settled: 500 ms without an update).
+async fn still_bytes<I: RfbIo>(rfb: &mut Rfb<I>, secs: u64) -> Result<u64> {
+    rfb.request_update(true).await?;
+    drain(rfb, Duration::from_millis(500)).await?;
+    let before = rfb.received;
+    let end = Instant::now() + Duration::from_secs(secs);
+    while rfb.read_update_until(end).await?.is_some() {
+        rfb.request_update(true).await?;
+    }
+    Ok(rfb.received - before)
 }
 
 async fn scroll_rate<I: RfbIo>(d: &Display, rfb: &mut Rfb<I>, secs: u64) -> Result<(f64, f64)> {
     rfb.request_update(true).await?;
     drain(rfb, Duration::from_millis(300)).await?;
-    let start_bytes = rfb.pixel_bytes;
+    // Every byte on the wire (headers included), as a viewer's link carries them.
+    let start_bytes = rfb.received;
     let mut updates = 0u64;
     d.key("s").await?;
     let t0 = Instant::now();
@@ -275,7 +262,7 @@ async fn scroll_rate<I: RfbIo>(d: &Display, rfb: &mut Rfb<I>, secs: u64) -> Resu
     // Let the page stop scrolling before the next run.
     tokio::time::sleep(Duration::from_secs(1)).await;
     Ok((
-        (rfb.pixel_bytes - start_bytes) as f64 / secs,
+        (rfb.received - start_bytes) as f64 / secs,
         updates as f64 / secs,
     ))
 }
@@ -532,6 +519,144 @@ async fn local_echo(runs: usize) -> Result<Vec<f64>> {
     Ok(v)
 }
 
+/// RSS and PSS (KiB) of processes.
+fn memory(pids: &[u32]) -> (u64, u64) {
+    pids.iter()
+        .filter_map(|p| i32::try_from(*p).ok())
+        .fold((0, 0), |(rss, pss), p| {
+            (
+                rss + proc_kb(p, "status", "VmRSS:"),
+                pss + proc_kb(p, "smaps_rollup", "Pss:"),
+            )
+        })
+}
+
+/// The pid an X lock file names.
+fn lock_pid(display: u64) -> Result<u32> {
+    let text = std::fs::read_to_string(format!("/tmp/.X{display}-lock"))?;
+    Ok(text.trim().parse()?)
+}
+
+/// Parts 1 to 4: the bot's Xvnc through the gateway and directly, against x11vnc on the
+/// anchor's Xvfb.
+async fn live_screens(
+    a: &Args,
+    w: &World,
+    view: &str,
+    bot: &Display,
+    xvnc_socket: &std::path::Path,
+    anchor_desktop: &XvfbDesktop,
+    num: u64,
+) -> Result<()> {
+    let anchor = Display {
+        display: anchor_desktop.display_env(),
+        xauthority: anchor_desktop.xauthority().display().to_string(),
+    };
+    // The anchor's page takes the keyboard focus, as the bot's did.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    anchor
+        .xdotool(&["mousemove", "640", "400", "click", "1"])
+        .await?;
+    let x11vnc = X11vnc::start(&anchor.display, anchor_desktop.xauthority()).await?;
+    let mut gw = Rfb::handshake(WsBytes::new(connect(&w.http, view).await?)).await?;
+    gw.sync().await?;
+    let mut xvnc = direct(tokio::net::UnixStream::connect(xvnc_socket).await?).await?;
+    let mut old = direct(x11vnc.connect().await?).await?;
+
+    let [g, x, o] = latency(bot, &anchor, &mut gw, &mut xvnc, &mut old, a.latency_runs).await?;
+    let (gs, xs, os) = (stats(g), stats(x), stats(o));
+    println!(
+        "### Live-view latency: injected change to the first update byte ({} runs; the gateway and Xvnc-direct clients on the same change, the anchor on its own display in alternation)\n",
+        a.latency_runs
+    );
+    println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
+    stats_row(
+        "gateway: websocket → control plane → QUIC → guest filter → Xvnc",
+        gs,
+        1,
+    );
+    stats_row(
+        "Xvnc over its own unix socket (same display, same change)",
+        xs,
+        1,
+    );
+    stats_row(
+        "anchor: x11vnc on Xvfb over its unix socket (the guest's former view flags, same page)",
+        os,
+        1,
+    );
+    stats_row("ratio gateway / anchor", ratio(gs, os), 2);
+    stats_row("ratio Xvnc direct / anchor", ratio(xs, os), 2);
+    println!();
+
+    // Raw first (bytes count frames times area, whatever the codec), then what a real viewer
+    // asks for (ZRLE with CopyRect: a scroll can be a copy plus a new strip).
+    let mut rates = Vec::new();
+    for (name, encodings) in [("Raw", &[0][..]), ("ZRLE + CopyRect", &[16, 1, 0][..])] {
+        for rfb_io in [&mut xvnc, &mut old] {
+            rfb_io.set_encodings(encodings).await?;
+        }
+        gw.set_encodings(encodings).await?;
+        let gr = scroll_rate(bot, &mut gw, a.scroll_secs).await?;
+        let xr = scroll_rate(bot, &mut xvnc, a.scroll_secs).await?;
+        let or = scroll_rate(&anchor, &mut old, a.scroll_secs).await?;
+        rates.push((name, gr, xr, or));
+    }
+    println!(
+        "### Scrolling workload: framebuffer bytes per second ({} s per run, the paths in turn; the page scrolls itself 23 px per frame)\n",
+        a.scroll_secs
+    );
+    println!("| encodings | gateway MB/s (updates/s, kB/update) | Xvnc direct | anchor x11vnc on Xvfb | ratio gateway / anchor (bytes/s) |\n|---|---|---|---|---|");
+    let cell = |r: &(f64, f64)| {
+        format!(
+            "{:.2} ({:.1}, {:.0})",
+            r.0 / 1e6,
+            r.1,
+            r.0 / r.1.max(f64::MIN_POSITIVE) / 1e3
+        )
+    };
+    for (name, gr, xr, or) in &rates {
+        println!(
+            "| {name} | {} | {} | {} | {:.2} |",
+            cell(gr),
+            cell(xr),
+            cell(or),
+            gr.0 / or.0
+        );
+    }
+    println!();
+
+    let still = [
+        still_bytes(&mut gw, a.still_secs).await?,
+        still_bytes(&mut xvnc, a.still_secs).await?,
+        still_bytes(&mut old, a.still_secs).await?,
+    ];
+    println!(
+        "### Still screen: bytes received in {} s with an incremental update request outstanding (after 500 ms without an update)\n",
+        a.still_secs
+    );
+    println!("| gateway (websocket) | Xvnc direct | anchor x11vnc on Xvfb |\n|---|---|---|");
+    println!("| {} | {} | {} |\n", still[0], still[1], still[2]);
+
+    let xvnc_mem = memory(&[lock_pid(num)?]);
+    let anchor_mem = memory(&[anchor_desktop.pid(), x11vnc.pid()]);
+    println!("### Memory per desktop: the X and RFB servers, each with one viewer connected and the page shown\n");
+    println!("| servers | RSS MiB | PSS MiB |\n|---|---|---|");
+    println!(
+        "| Xvnc (the bot's) | {:.1} | {:.1} |",
+        xvnc_mem.0 as f64 / 1024.0,
+        xvnc_mem.1 as f64 / 1024.0
+    );
+    println!(
+        "| anchor: Xvfb + x11vnc | {:.1} | {:.1} |\n",
+        anchor_mem.0 as f64 / 1024.0,
+        anchor_mem.1 as f64 / 1024.0
+    );
+    drop((gw, xvnc, old));
+    x11vnc.stop().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let a = args()?;
@@ -558,25 +683,14 @@ async fn main() -> Result<()> {
     let num = screen["display"]
         .as_u64()
         .ok_or_else(|| anyhow!("no display in {screen}"))?;
-    let display = Display {
-        num,
-        xauthority: std::env::temp_dir()
-            .join(format!("rakazo-guest-{c}"))
-            .join(format!("xauth-{num}"))
-            .display()
-            .to_string(),
+    let runtime = std::env::temp_dir().join(format!("rakazo-guest-{c}"));
+    let bot = Display {
+        display: format!(":{num}"),
+        xauthority: runtime.join(format!("xauth-{num}")).display().to_string(),
     };
+    let xvnc_socket = runtime.join(format!("rfb-{num}.sock"));
     // The run asks for a takeover so that the user may drive the terminal while it stays on.
-    w.post(
-        &format!("/v1/computers/{c}/leases/bot-a/waiting_takeover"),
-        serde_json::json!({ "lease": lease }),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/screens/bot-a/takeover"),
-        serde_json::json!({}),
-    )
-    .await?;
+    w.take_over_waiting_run(&c, "bot-a", &lease).await?;
     let url = |policy: &'static str| {
         let w = &w;
         let c = c.clone();
@@ -593,61 +707,13 @@ async fn main() -> Result<()> {
     let view = url("view").await?;
     let term = url("terminal").await?;
 
-    println!("## Live screen and terminal (issue 5): run of `bench_live`\n");
+    println!("## Live screen and terminal (issues 5 and 17): run of `bench_live`\n");
     if !a.terminal_only {
-        let direct_vnc = DirectVnc::start(&display).await?;
-        let mut gw = Rfb::handshake(WsBytes::new(connect(&w.http, &view).await?)).await?;
-        let mut direct = direct_vnc.client().await?;
-        gw.sync().await?;
-        direct.sync().await?;
-
-        let (g, x) = latency(&display, &mut gw, &mut direct, a.latency_runs).await?;
-        let (gs, xs) = (stats(g), stats(x));
-        println!(
-            "### Live-view latency: injected change to the first update byte ({} runs, both clients on the same change)\n",
-            a.latency_runs
-        );
-        println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
-        println!(
-            "| gateway: websocket → control plane → QUIC → guest filter → x11vnc | {:.1} | {:.1} | {:.1} |",
-            gs.0, gs.1, gs.2
-        );
-        println!(
-            "| anchor: x11vnc over its unix socket (same flags, same display) | {:.1} | {:.1} | {:.1} |",
-            xs.0, xs.1, xs.2
-        );
-        println!(
-            "| ratio gateway / anchor | {:.2} | {:.2} | {:.2} |\n",
-            gs.0 / xs.0,
-            gs.1 / xs.1,
-            gs.2 / xs.2
-        );
-
-        let mut rates = Vec::new();
-        for round in 0..2 {
-            let gr = scroll_rate(&display, &mut gw, a.scroll_secs).await?;
-            let xr = scroll_rate(&display, &mut direct, a.scroll_secs).await?;
-            rates.push((round, gr, xr));
-        }
-        println!(
-            "### Scrolling workload: framebuffer bytes per second (raw encoding, {} s per run, alternating)\n",
-            a.scroll_secs
-        );
-        println!("| round | gateway MB/s | gateway updates/s | anchor MB/s | anchor updates/s | ratio (bytes) |\n|---|---|---|---|---|---|");
-        for (round, gr, xr) in &rates {
-            println!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
-                round + 1,
-                gr.0 / 1e6,
-                gr.1,
-                xr.0 / 1e6,
-                xr.1,
-                gr.0 / xr.0
-            );
-        }
-        println!();
-        drop(gw);
-        drop(direct);
+        let anchor =
+            XvfbDesktop::start(Some(format!("{page}#{}", a.scroll_secs * 1000 + 500))).await?;
+        let measured = live_screens(&a, &w, &view, &bot, &xvnc_socket, &anchor, num).await;
+        anchor.stop().await;
+        measured?;
     }
 
     let guest = tests::pids_with_env("RAKAZO_COMPUTER_ID", &c)
@@ -701,30 +767,10 @@ async fn main() -> Result<()> {
     let local = stats(local_echo(a.echo_runs).await?);
     println!("### Keystroke echo ({} keys)\n", a.echo_runs);
     println!("| path | p50 ms | p90 ms | mean ms |\n|---|---|---|---|");
-    println!(
-        "| terminal websocket → guest PTY (bash) | {:.2} | {:.2} | {:.2} |",
-        echo.0, echo.1, echo.2
-    );
-    println!(
-        "| anchor: local PTY (openpty + bash) | {:.2} | {:.2} | {:.2} |",
-        local.0, local.1, local.2
-    );
-    println!(
-        "| ratio | {:.1} | {:.1} | {:.1} |",
-        echo.0 / local.0,
-        echo.1 / local.1,
-        echo.2 / local.2
-    );
-    w.post(
-        &format!("/v1/computers/{c}/screens/bot-a/release-control"),
-        serde_json::json!({}),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/leases/bot-a/release"),
-        serde_json::json!({ "lease": lease, "outcome": "failed" }),
-    )
-    .await?;
+    stats_row("terminal websocket → guest PTY (bash)", echo, 2);
+    stats_row("anchor: local PTY (openpty + bash)", local, 2);
+    stats_row("ratio", ratio(echo, local), 1);
+    w.end_takeover(&c, "bot-a", &lease, "failed").await?;
     let _ = w
         .client
         .json(Method::POST, &format!("/v1/computers/{c}/stop"), None)

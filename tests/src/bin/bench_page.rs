@@ -1,6 +1,6 @@
 //! `bench_page`: the page-browser benchmark of issue 4 ("Must show" 3), in one run.
 //!
-//! On one Xvfb and one Debian Chromium started through the guest's own APIs, for catalog pages
+//! On one X server (Xvnc) and one Debian Chromium started through the guest's own APIs, for catalog pages
 //! with 500 and 5,000 interactive elements served from a local fixture site, it measures:
 //!
 //! 1. browser_snapshot on the guest side ([`PageBrowser::snapshot`]: tab choice, the helper in
@@ -29,7 +29,7 @@ use anyhow::{bail, ensure, Context, Result};
 use gateway_proto::page::{MAX_ELEMENTS, MAX_TEXT_CHARS};
 use gateway_proto::BotId;
 use guest_agent::browser::{profile_dir, Browser, BrowserOptions, CdpClient};
-use guest_agent::display::{DisplayError, DisplayNum, Xvfb, XvfbOptions};
+use guest_agent::display::{DisplayError, DisplayNum, XServer, XServerOptions};
 use guest_agent::pagebrowser::{PageBrowser, MAX_SNAPSHOT_BYTES};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -127,13 +127,13 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-async fn start_xvfb(runtime: &std::path::Path) -> Result<Xvfb> {
+async fn start_xserver(runtime: &std::path::Path) -> Result<XServer> {
     for n in DISPLAY_BASE..DISPLAY_BASE + 40 {
         let display = DisplayNum::new(n).context("display number")?;
-        match Xvfb::start(display, runtime, &XvfbOptions::default()).await {
+        match XServer::start(display, runtime, &XServerOptions::default()).await {
             Ok(x) => return Ok(x),
             Err(DisplayError::InUse { .. } | DisplayError::ExitedEarly { .. }) => continue,
-            Err(e) => return Err(e).context("starting xvfb"),
+            Err(e) => return Err(e).context("starting the x server"),
         }
     }
     bail!("no free display from {DISPLAY_BASE}")
@@ -152,13 +152,13 @@ async fn main() -> Result<()> {
     let runtime = tempfile::tempdir()?;
     std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o700))?;
     let home = tempfile::tempdir()?;
-    let mut xvfb = start_xvfb(runtime.path()).await?;
+    let mut xserver = start_xserver(runtime.path()).await?;
     let bot = BotId::new("bench-page").context("bot id")?;
     let mut opts = BrowserOptions::new(
         profile_dir(home.path(), &bot),
         home.path().to_path_buf(),
-        xvfb.display_env(),
-        xvfb.xauthority().to_path_buf(),
+        xserver.display_env(),
+        xserver.xauthority().to_path_buf(),
         runtime.path().to_path_buf(),
     );
     opts.first_url = Some(urls[0].clone());
@@ -168,7 +168,7 @@ async fn main() -> Result<()> {
     // The guest's Chromium speaks DevTools over a pipe only the guest holds (issue 11), so
     // Playwright can no longer connect to this same browser; it launches its own.
     browser.stop().await?;
-    xvfb.stop().await?;
+    xserver.stop().await?;
     let (mut rows, cold) = measured?;
     let mut node_note = String::from("node anchors skipped (--no-node)");
     if o.node {

@@ -1,11 +1,11 @@
-//! RFB (VNC) for the view and control capabilities: the server behind each socket
-//! ([`x11vnc`], replaceable by a native server with the same small API), the client→server
-//! filter that enforces a capability's policy ([`filter`]), and a small client for tests and
-//! benchmarks ([`client`]).
+//! RFB (VNC) for the view and control capabilities: the server behind each capability socket
+//! ([`server`]: the desktop's Xvnc, reached through a socket of the capability's own), the
+//! client→server filter that enforces a capability's policy ([`filter`]), and a small client for
+//! tests and benchmarks ([`client`]).
 
 pub mod client;
 pub mod filter;
-pub mod x11vnc;
+pub mod server;
 
 pub use filter::{ClientFilter, FilterError, Policy};
-pub use x11vnc::{RfbInput, RfbServer, RfbServerError, RfbServerSpec};
+pub use server::{RfbServer, RfbServerError, RfbServerSpec};

@@ -1,23 +1,31 @@
-//! One Xvfb process per display number: stale-lock handling, the cookie file, readiness through
-//! `-displayfd`, liveness, and a stop that leaves no process, lock file or socket behind.
+//! One X server process per display number: TigerVNC's `Xvnc` for desktops (an X server that
+//! serves the RFB protocol itself), or `Xvfb` (benchmark anchors); stale-lock handling, the
+//! cookie file, readiness through `-displayfd`, liveness, and a stop that leaves no process, lock
+//! file or socket behind.
 //!
-//! Access control is by cookie. Xvfb is started with `-auth` on a fresh 128-bit
+//! Access control is by cookie. The server is started with `-auth` on a fresh 128-bit
 //! MIT-MAGIC-COOKIE-1 (a 0600 file in the caller's private 0700 runtime directory), without
 //! `-ac`, with TCP off and with the abstract-namespace socket off (`-nolisten local`: abstract
 //! sockets ignore file permissions and are reachable from any mount namespace). The filesystem
-//! socket stays at `/tmp/.X11-unix/X<n>`: Xvfb 21.1 hard-codes that directory and has no
-//! `-listenfd`, and Debian 12's libxcb 1.15 (which Chrome uses) cannot parse a `DISPLAY` naming a
-//! socket path (that arrived in libxcb 1.16), so a socket moved into a private directory would be
-//! unreachable for Chrome. A client without the cookie is refused at connection setup.
+//! socket stays at `/tmp/.X11-unix/X<n>`: xorg-server 21.1 (both servers' base) hard-codes that
+//! directory and has no `-listenfd`, and Debian 12's libxcb 1.15 (which Chrome uses) cannot parse
+//! a `DISPLAY` naming a socket path (that arrived in libxcb 1.16), so a socket moved into a
+//! private directory would be unreachable for Chrome. A client without the cookie is refused at
+//! connection setup.
 //!
-//! `-displayfd` makes Xvfb skip the X lock protocol (it sets `nolock`), and without a lock a
-//! second server on the same number would silently replace the first one's socket. So this module
-//! takes `/tmp/.X<n>-lock` itself, atomically and in the X server's format, before spawning, and
-//! points it at Xvfb's pid; other X servers and tools honour it as usual.
+//! Xvnc serves RFB on one unix socket only, `rfb-<n>.sock` in the same private runtime directory
+//! (`-rfbunixpath`, mode 0600), never on TCP (`-rfbport -1`), with security type None: the
+//! directory, the socket's mode and the screen gateway's capability table in front of it are
+//! the access control (see [`XServerKind::Xvnc`] for every RFB parameter and why).
+//!
+//! `-displayfd` makes the server skip the X lock protocol (it sets `nolock`), and without a lock
+//! a second server on the same number would silently replace the first one's socket. So this
+//! module takes `/tmp/.X<n>-lock` itself, atomically and in the X server's format, before
+//! spawning, and points it at the server's pid; other X servers and tools honour it as usual.
 //!
 //! It leaves to others: choosing slots (the caller maps a slot to [`DisplayNum::for_slot`]), the
-//! runtime directory's lifetime, and passing `DISPLAY`/`XAUTHORITY` to Chrome
-//! ([`Xvfb::display_env`], [`Xvfb::xauthority`]).
+//! runtime directory's lifetime, who may reach the RFB socket (the screen gateway), and passing
+//! `DISPLAY`/`XAUTHORITY` to Chrome ([`XServer::display_env`], [`XServer::xauthority`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -36,23 +44,62 @@ use tokio::process::{Child, Command};
 
 use super::{sys, Cookie, DisplayAccess, DisplayError, DisplayNum};
 
-/// How long [`Xvfb::stop`] waits after SIGTERM before it sends SIGKILL.
+/// How long [`XServer::stop`] waits after SIGTERM before it sends SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// Geometry and readiness limit of a new X server.
+/// Which X server runs a display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XServerKind {
+    /// TigerVNC's `Xvnc` (Debian `tigervnc-standalone-server`), the desktops' server: X plus
+    /// RFB on a unix socket ([`XServer::rfb_socket`]). Its RFB parameters:
+    ///
+    /// - `-rfbport -1 -rfbunixpath <runtime>/rfb-<n>.sock -rfbunixmode 0600 -SecurityTypes
+    ///   None`: no TCP listener at all, one socket only its user can open, in a 0700 directory.
+    /// - `-SendCutText=0 -SendPrimary=0`: nothing the bot copies ever leaves the desktop as
+    ///   ServerCutText. The setting is global to the server (all clients, view and control
+    ///   alike), and a viewer must never receive the bot's clipboard, so nobody does: bot→user
+    ///   clipboard is not offered. `AcceptCutText` stays on, so a controller can paste into the
+    ///   desktop; the gateway's filter drops a viewer's ClientCutText.
+    /// - `-AllowOverride=` (empty): no X client of the desktop can change a parameter through the
+    ///   VNC extension (by default it may turn `SendCutText` back on).
+    /// - `-AlwaysShared -NeverShared=0 -DisconnectClients=0`: every client shares the desktop; a
+    ///   client asking for exclusive access never disconnects the others.
+    /// - `-AcceptSetDesktopSize=0`: a controller's viewer cannot resize the bot's screen (the
+    ///   geometry is the contract's, and the agent's coordinates depend on it).
+    /// - `-UseBlacklist=0`: every client comes through the gateway over one unix socket, so a
+    ///   host blacklist would lock every viewer out at once.
+    Xvnc,
+    /// `Xvfb` (Debian `xvfb`): X only. Desktops no longer use it; benchmarks start it as the
+    /// anchor ("x11vnc on Xvfb").
+    Xvfb,
+}
+
+impl XServerKind {
+    /// The program started.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::Xvnc => "Xvnc",
+            Self::Xvfb => "Xvfb",
+        }
+    }
+}
+
+/// Geometry, server and readiness limit of a new X server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XvfbOptions {
+pub struct XServerOptions {
+    pub kind: XServerKind,
     pub width: u16,
     pub height: u16,
     pub depth: u8,
-    /// How long to wait for Xvfb to announce readiness on `-displayfd`.
+    /// How long to wait for the server to announce readiness on `-displayfd`.
     pub ready_timeout: Duration,
 }
 
-impl Default for XvfbOptions {
-    /// contracts.md §3: 1280x800x24.
+impl Default for XServerOptions {
+    /// contracts.md §3: 1280x800x24, on Xvnc.
     fn default() -> Self {
         Self {
+            kind: XServerKind::Xvnc,
             width: 1280,
             height: 800,
             depth: 24,
@@ -61,35 +108,49 @@ impl Default for XvfbOptions {
     }
 }
 
-/// A running Xvfb. Stop it with [`Xvfb::stop`]; dropping a running one kills it (SIGKILL) and
-/// removes its lock file and socket as a last resort.
+impl XServerOptions {
+    /// The defaults on `kind`.
+    pub fn of(kind: XServerKind) -> Self {
+        Self {
+            kind,
+            ..Self::default()
+        }
+    }
+}
+
+/// A running X server. Stop it with [`XServer::stop`]; dropping a running one kills it
+/// (SIGKILL) and removes its lock file and sockets as a last resort.
 #[derive(Debug)]
-pub struct Xvfb {
+pub struct XServer {
+    kind: XServerKind,
     display: DisplayNum,
     pid: u32,
     child: Child,
     access: DisplayAccess,
     xauthority: PathBuf,
+    /// Xvnc's RFB socket.
+    rfb_socket: Option<PathBuf>,
     log: PathBuf,
     stopped: bool,
 }
 
-impl Xvfb {
-    /// Starts Xvfb on `display` and returns once it accepts connections.
+impl XServer {
+    /// Starts an X server on `display` and returns once it accepts connections (and, for Xvnc,
+    /// RFB connections on its socket).
     ///
     /// `runtime_dir` must be an existing directory owned by this process's user with no group or
-    /// other permissions (0700); the cookie file `xauth-<n>` and the log `xvfb-<n>.log` are
-    /// written there. Refuses a display whose lock file names a live pid (see [`acquire_lock`]
-    /// for why this module, not Xvfb, keeps the lock); removes a lock file and socket left by a
-    /// dead one.
+    /// other permissions (0700); the cookie file `xauth-<n>`, the log `xserver-<n>.log` and
+    /// Xvnc's `rfb-<n>.sock` are made there. Refuses a display whose lock file names a live pid
+    /// (see [`acquire_lock`] for why this module, not the server, keeps the lock); removes a lock
+    /// file and socket left by a dead one.
     pub async fn start(
         display: DisplayNum,
         runtime_dir: &Path,
-        options: &XvfbOptions,
+        options: &XServerOptions,
     ) -> Result<Self, DisplayError> {
         check_private_dir(display, runtime_dir)?;
         acquire_lock(display)?;
-        let (mut xvfb, ready_rx) = match Self::spawn(display, runtime_dir, options) {
+        let (mut server, ready_rx) = match Self::spawn(display, runtime_dir, options) {
             Ok(spawned) => spawned,
             Err(error) => {
                 // Nothing runs: give the lock (still naming us) back.
@@ -102,34 +163,37 @@ impl Xvfb {
                 return Err(error);
             }
         };
-        let ready = match update_lock(display, xvfb.pid) {
-            Ok(()) => xvfb.await_ready(ready_rx, options.ready_timeout).await,
+        let ready = match update_lock(display, server.pid) {
+            Ok(()) => server.await_ready(ready_rx, options.ready_timeout).await,
             Err(error) => Err(error),
         };
+        let ready = ready.and_then(|()| server.check_rfb_socket());
         match ready {
             Ok(()) => {
-                tracing::debug!(display = %xvfb.display, pid = xvfb.pid, "xvfb ready");
-                Ok(xvfb)
+                tracing::debug!(display = %server.display, pid = server.pid, server = server.kind.program(), "x server ready");
+                Ok(server)
             }
             Err(error) => {
-                if let Err(stop_error) = xvfb.stop().await {
-                    tracing::warn!(display = %xvfb.display, pid = xvfb.pid, error = %stop_error, "xvfb cleanup after a failed start failed");
+                if let Err(stop_error) = server.stop().await {
+                    tracing::warn!(display = %server.display, pid = server.pid, server = server.kind.program(), error = %stop_error, "x server cleanup after a failed start failed");
                 }
                 Err(error)
             }
         }
     }
 
-    /// Writes the cookie file and spawns Xvfb; returns the read end of its readiness pipe.
+    /// Writes the cookie file and spawns the server; returns the read end of its readiness pipe.
     fn spawn(
         display: DisplayNum,
         runtime_dir: &Path,
-        options: &XvfbOptions,
+        options: &XServerOptions,
     ) -> Result<(Self, std::os::fd::OwnedFd), DisplayError> {
         let cookie = Cookie::random();
         let n = display.get();
         let xauthority = runtime_dir.join(format!("xauth-{n}"));
-        let log = runtime_dir.join(format!("xvfb-{n}.log"));
+        let log = runtime_dir.join(format!("xserver-{n}.log"));
+        let rfb_socket =
+            (options.kind == XServerKind::Xvnc).then(|| runtime_dir.join(format!("rfb-{n}.sock")));
         let runtime_err = |path: &Path| {
             let path = path.to_path_buf();
             move |source| DisplayError::RuntimeDir {
@@ -138,36 +202,31 @@ impl Xvfb {
                 source,
             }
         };
+        if let Some(socket) = &rfb_socket {
+            // Left by a server that was killed: Xvnc would refuse to listen on it.
+            remove_if_present(socket).map_err(runtime_err(socket))?;
+        }
         write_private(&xauthority, &xauth_entry(display, &cookie))
             .map_err(runtime_err(&xauthority))?;
         let log_file = create_private(&log).map_err(runtime_err(&log))?;
         let log_err = log_file.try_clone().map_err(runtime_err(&log))?;
 
-        // Readiness: Xvfb writes "<n>\n" to this pipe and closes it once it accepts clients;
-        // if it dies first, the pipe reaches EOF. Both ends are close-on-exec, so only Xvfb
-        // (through `inherit_fd_across_exec`) ever holds the write end.
+        // Readiness: the server writes "<n>\n" to this pipe and closes it once it accepts
+        // clients; if it dies first, the pipe reaches EOF. Both ends are close-on-exec, so only
+        // the server (through `inherit_fd_across_exec`) ever holds the write end.
         let (ready_rx, ready_tx) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| DisplayError::Spawn {
                 display,
+                server: options.kind.program(),
                 source: e.into(),
             })?;
-        let mut command = Command::new("Xvfb");
+        let mut command = Command::new(options.kind.program());
         command
             // The agent's environment (its RAKAZO_* settings) is none of the X server's business.
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .arg(display.to_string())
-            .args(["-screen", "0"])
-            .arg(format!(
-                "{}x{}x{}",
-                options.width, options.height, options.depth
-            ))
-            .args(["-nolisten", "tcp", "-nolisten", "local"])
-            .arg("-auth")
-            .arg(&xauthority)
-            .args(["+extension", "MIT-SHM", "+extension", "XTEST"])
-            .args(["+extension", "DAMAGE", "-extension", "GLX"])
-            .arg("-noreset")
+            .args(server_args(options, &xauthority, rfb_socket.as_deref()))
             .arg("-displayfd")
             .arg(ready_tx.as_raw_fd().to_string())
             .stdin(Stdio::null())
@@ -180,21 +239,40 @@ impl Xvfb {
             Ok(child) => child,
             Err(source) => {
                 let _ = remove_if_present(&xauthority);
-                return Err(DisplayError::Spawn { display, source });
+                return Err(DisplayError::Spawn {
+                    display,
+                    server: options.kind.program(),
+                    source,
+                });
             }
         };
         drop(ready_tx);
         let pid = child.id().unwrap_or_default();
-        let xvfb = Self {
+        let server = Self {
+            kind: options.kind,
             display,
             pid,
             child,
             access: DisplayAccess::new(display, cookie),
             xauthority,
+            rfb_socket,
             log,
             stopped: false,
         };
-        Ok((xvfb, ready_rx))
+        Ok((server, ready_rx))
+    }
+
+    /// Xvnc creates its RFB socket while it initialises, before it announces readiness: one
+    /// missing then means it could not listen (its log says why).
+    fn check_rfb_socket(&self) -> Result<(), DisplayError> {
+        match &self.rfb_socket {
+            Some(socket) if !socket.exists() => Err(DisplayError::NoRfbSocket {
+                display: self.display,
+                pid: self.pid,
+                log_tail: log_tail(&self.log),
+            }),
+            _ => Ok(()),
+        }
     }
 
     async fn await_ready(
@@ -202,13 +280,17 @@ impl Xvfb {
         ready_rx: std::os::fd::OwnedFd,
         timeout: Duration,
     ) -> Result<(), DisplayError> {
-        let (display, pid) = (self.display, self.pid);
-        let spawn_err = |source| DisplayError::Spawn { display, source };
+        let (display, pid, server) = (self.display, self.pid, self.kind.program());
+        let spawn_err = |source| DisplayError::Spawn {
+            display,
+            server,
+            source,
+        };
         let mut rx =
             tokio::net::unix::pipe::Receiver::from_owned_fd(ready_rx).map_err(spawn_err)?;
         let mut announced = Vec::new();
         let read = async {
-            // Xvfb writes one short line; the cap bounds a misbehaving writer.
+            // The server writes one short line; the cap bounds a misbehaving writer.
             let mut limited = (&mut rx).take(64);
             limited.read_to_end(&mut announced).await
         };
@@ -216,6 +298,7 @@ impl Xvfb {
             Err(_elapsed) => {
                 return Err(DisplayError::StartTimeout {
                     display,
+                    server,
                     pid,
                     timeout,
                 })
@@ -225,10 +308,11 @@ impl Xvfb {
         }
         let announced = String::from_utf8_lossy(&announced).trim().to_owned();
         if announced.is_empty() {
-            // EOF without a number: Xvfb exited (e.g. "server is already active").
+            // EOF without a number: the server exited (e.g. "server is already active").
             let _status = self.child.wait().await;
             return Err(DisplayError::ExitedEarly {
                 display,
+                server,
                 pid,
                 log_tail: log_tail(&self.log),
             });
@@ -236,6 +320,7 @@ impl Xvfb {
         if announced != display.get().to_string() {
             return Err(DisplayError::WrongDisplay {
                 display,
+                server,
                 pid,
                 announced,
             });
@@ -248,9 +333,19 @@ impl Xvfb {
         self.display
     }
 
-    /// Xvfb's pid.
+    /// The server's pid.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Which server this is.
+    pub fn kind(&self) -> XServerKind {
+        self.kind
+    }
+
+    /// Xvnc's RFB socket (mode 0600, in the private runtime directory); `None` for Xvfb.
+    pub fn rfb_socket(&self) -> Option<&Path> {
+        self.rfb_socket.as_deref()
     }
 
     /// Number and cookie, to open X connections with.
@@ -270,7 +365,7 @@ impl Xvfb {
         &self.xauthority
     }
 
-    /// Xvfb's stdout and stderr.
+    /// The server's stdout and stderr.
     pub fn log_path(&self) -> &Path {
         &self.log
     }
@@ -283,33 +378,34 @@ impl Xvfb {
         match self.child.try_wait() {
             Ok(None) => true,
             Ok(Some(status)) => {
-                tracing::debug!(display = %self.display, pid = self.pid, %status, "xvfb has exited");
+                tracing::debug!(display = %self.display, pid = self.pid, %status, "x server has exited");
                 false
             }
             Err(error) => {
-                tracing::warn!(display = %self.display, pid = self.pid, %error, "cannot poll xvfb");
+                tracing::warn!(display = %self.display, pid = self.pid, %error, "cannot poll the x server");
                 false
             }
         }
     }
 
     /// Completes when the process exits (reaping it), e.g. to notice a crash without polling.
-    /// Cancel-safe; after it returns, [`Xvfb::is_alive`] is `false` and [`Xvfb::stop`] only
+    /// Cancel-safe; after it returns, [`XServer::is_alive`] is `false` and [`XServer::stop`] only
     /// cleans up.
     pub async fn wait_exit(&mut self) -> io::Result<std::process::ExitStatus> {
         self.child.wait().await
     }
 
     /// Stops the server: SIGTERM, up to [`STOP_GRACE`] for it to exit, then SIGKILL; then
-    /// removes its lock file and socket if it left them, and the cookie file. Idempotent: a
+    /// removes its lock file and sockets if it left them, and the cookie file. Idempotent: a
     /// failed stop can be retried, and stopping a stopped server returns `Ok(())`.
     pub async fn stop(&mut self) -> Result<(), DisplayError> {
         if self.stopped {
             return Ok(());
         }
-        let (display, pid) = (self.display, self.pid);
+        let (display, pid, server) = (self.display, self.pid, self.kind.program());
         let stop_err = |source| DisplayError::Stop {
             display,
+            server,
             pid,
             source,
         };
@@ -323,7 +419,7 @@ impl Xvfb {
                     status.map_err(stop_err)?;
                 }
                 Err(_elapsed) => {
-                    tracing::warn!(display = %self.display, pid, "xvfb ignored SIGTERM; sending SIGKILL");
+                    tracing::warn!(display = %self.display, pid, server, "x server ignored SIGTERM; sending SIGKILL");
                     self.child.start_kill().map_err(stop_err)?;
                     self.child.wait().await.map_err(stop_err)?;
                 }
@@ -336,30 +432,94 @@ impl Xvfb {
                 source,
             }
         })?;
-        remove_if_present(&self.xauthority).map_err(|source| DisplayError::Cleanup {
-            display,
-            path: self.xauthority.clone(),
-            source,
-        })?;
+        for path in std::iter::once(&self.xauthority).chain(&self.rfb_socket) {
+            remove_if_present(path).map_err(|source| DisplayError::Cleanup {
+                display,
+                path: path.clone(),
+                source,
+            })?;
+        }
         self.stopped = true;
         Ok(())
     }
 }
 
-impl Drop for Xvfb {
+impl Drop for XServer {
     fn drop(&mut self) {
         if self.stopped {
             return;
         }
-        tracing::warn!(display = %self.display, pid = self.pid, "xvfb dropped without stop; killing it");
+        tracing::warn!(display = %self.display, pid = self.pid, server = self.kind.program(), "x server dropped without stop; killing it");
         if let Ok(None) = self.child.try_wait() {
-            // SIGKILL cannot be caught, so Xvfb runs no more code and cannot recreate the files
-            // removed below; tokio reaps the process in the background.
+            // SIGKILL cannot be caught, so the server runs no more code and cannot recreate the
+            // files removed below; tokio reaps the process in the background.
             let _ = self.child.start_kill();
         }
         let _ = remove_server_files(self.display, &[self.pid, std::process::id()]);
         let _ = remove_if_present(&self.xauthority);
+        if let Some(socket) = &self.rfb_socket {
+            let _ = remove_if_present(socket);
+        }
     }
+}
+
+/// The server's arguments after the display number, up to (not including) `-displayfd`.
+fn server_args(
+    options: &XServerOptions,
+    xauthority: &Path,
+    rfb_socket: Option<&Path>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    let mut push = |list: &[&str]| args.extend(list.iter().map(|a| (*a).into()));
+    let (w, h, d) = (options.width, options.height, options.depth);
+    match options.kind {
+        XServerKind::Xvfb => push(&["-screen", "0", &format!("{w}x{h}x{d}")]),
+        XServerKind::Xvnc => push(&["-geometry", &format!("{w}x{h}"), "-depth", &d.to_string()]),
+    }
+    push(&["-nolisten", "tcp", "-nolisten", "local", "-noreset"]);
+    match options.kind {
+        // Xvfb builds MIT-SHM, XTEST and DAMAGE in but the names make the dependency explicit.
+        XServerKind::Xvfb => push(&[
+            "+extension",
+            "MIT-SHM",
+            "+extension",
+            "XTEST",
+            "+extension",
+            "DAMAGE",
+            "-extension",
+            "GLX",
+        ]),
+        // Xvnc has MIT-SHM, XTEST, DAMAGE, RANDR and XFIXES on by default; GLX is off as on
+        // Xvfb (Chrome runs with --disable-gpu).
+        XServerKind::Xvnc => push(&[
+            "-extension",
+            "GLX",
+            "-rfbport",
+            "-1",
+            "-rfbunixmode",
+            "0600",
+            "-SecurityTypes",
+            "None",
+            "-SendCutText=0",
+            "-SendPrimary=0",
+            "-AcceptCutText=1",
+            "-AllowOverride=",
+            "-AlwaysShared",
+            "-NeverShared=0",
+            "-DisconnectClients=0",
+            "-AcceptSetDesktopSize=0",
+            "-UseBlacklist=0",
+            "-desktop",
+            "rakazo",
+        ]),
+    }
+    args.push("-auth".into());
+    args.push(xauthority.into());
+    if let Some(socket) = rfb_socket {
+        args.push("-rfbunixpath".into());
+        args.push(socket.into());
+    }
+    args
 }
 
 fn as_pid(pid: u32) -> Pid {
@@ -402,7 +562,7 @@ fn pid_alive(pid: i32) -> bool {
 
 /// Takes the display's X lock file the way X servers do (write a temporary file, hard-link it to
 /// `/tmp/.X<n>-lock`, which fails if the lock exists), naming this process until
-/// [`update_lock`] names Xvfb. We do it ourselves because `-displayfd` makes Xvfb skip locking
+/// [`update_lock`] names the server. We do it ourselves because `-displayfd` makes the server skip locking
 /// (it sets `nolock`), and without a lock two servers on one number silently steal each other's
 /// socket. A lock naming a live pid refuses the display; one naming a dead pid is removed with
 /// the socket. A socket without a lock that still accepts connections refuses the display too.
@@ -477,7 +637,7 @@ fn write_lock(num: DisplayNum, pid: u32, replace: bool) -> io::Result<()> {
     result
 }
 
-/// Points the lock at the running Xvfb.
+/// Points the lock at the running server.
 fn update_lock(num: DisplayNum, pid: u32) -> Result<(), DisplayError> {
     write_lock(num, pid, true).map_err(|source| DisplayError::LockFiles {
         display: num,
@@ -528,7 +688,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// One Xauthority record: FamilyWild (any address, so it matches however the client names the
-/// local host), this display number, MIT-MAGIC-COOKIE-1 and the cookie. Xvfb loads every record
+/// local host), this display number, MIT-MAGIC-COOKIE-1 and the cookie. The server loads every record
 /// of its `-auth` file regardless of address; libXau and libxcb pick it for `DISPLAY=:<n>`.
 fn xauth_entry(display: DisplayNum, cookie: &Cookie) -> Vec<u8> {
     const FAMILY_WILD: u16 = 0xffff;
@@ -548,7 +708,8 @@ fn xauth_entry(display: DisplayNum, cookie: &Cookie) -> Vec<u8> {
     out
 }
 
-/// The last kilobyte of a child's log (Xvfb's, Chrome's), on one line, for an error message.
+/// The last kilobyte of a child's log (the X server's, Chrome's), on one line, for an error
+/// message.
 pub(crate) fn log_tail(path: &Path) -> String {
     const TAIL: u64 = 1024;
     let read = || -> io::Result<String> {
@@ -579,6 +740,46 @@ pub(crate) fn log_tail(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xvnc_serves_rfb_on_its_unix_socket_only_and_sends_no_clipboard() {
+        let options = XServerOptions::default();
+        assert_eq!(options.kind, XServerKind::Xvnc);
+        let args: Vec<String> = server_args(
+            &options,
+            Path::new("/run/g/xauth-100"),
+            Some(Path::new("/run/g/rfb-100.sock")),
+        )
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+        let has = |pair: &[&str]| args.windows(pair.len()).any(|w| w == pair);
+        for pair in [
+            &["-rfbport", "-1"][..],
+            &["-rfbunixpath", "/run/g/rfb-100.sock"],
+            &["-rfbunixmode", "0600"],
+            &["-SecurityTypes", "None"],
+            &["-nolisten", "tcp"],
+            &["-nolisten", "local"],
+            &["-auth", "/run/g/xauth-100"],
+            &["-geometry", "1280x800"],
+            &["-depth", "24"],
+            &["-SendCutText=0"],
+            &["-SendPrimary=0"],
+            &["-AllowOverride="],
+            &["-AlwaysShared"],
+            &["-DisconnectClients=0"],
+            &["-AcceptSetDesktopSize=0"],
+        ] {
+            assert!(has(pair), "{pair:?} missing from {args:?}");
+        }
+        let xvfb = server_args(
+            &XServerOptions::of(XServerKind::Xvfb),
+            Path::new("/run/g/xauth-100"),
+            None,
+        );
+        assert!(!xvfb.iter().any(|a| a.to_string_lossy().starts_with("-rfb")));
+    }
 
     #[test]
     fn xauth_entry_is_a_wildcard_cookie_record() {
