@@ -25,8 +25,9 @@
 //! It owns its processes: the server and its guests are killed when it ends.
 //!
 //! Usage: `target/release/bench_foundation [--exec-runs N] [--warmups N] [--mib N]
-//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only]`; `--quic-only`
-//! measures only the tunnel's ceiling (and its TCP anchor).
+//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only] [--exec-only]`;
+//! `--quic-only` measures only the tunnel's ceiling (and its TCP anchor), `--exec-only` only the
+//! exec round trips.
 //!
 //! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
@@ -63,6 +64,8 @@ struct Options {
     bin_dir: PathBuf,
     /// Only the tunnel's ceiling (QUIC alone, with its TCP anchor).
     quic_only: bool,
+    /// Only the exec round trips.
+    exec_only: bool,
 }
 
 impl Options {
@@ -80,6 +83,7 @@ impl Options {
                 .ok_or_else(|| anyhow!("executable has no directory"))?
                 .to_path_buf(),
             quic_only: false,
+            exec_only: false,
         };
         let mut args = bench_args();
         while let Some(flag) = args.next() {
@@ -92,6 +96,7 @@ impl Options {
                 "--home-parent" => o.home_parents.push(value()?.into()),
                 "--bin-dir" => o.bin_dir = value()?.into(),
                 "--quic-only" => o.quic_only = true,
+                "--exec-only" => o.exec_only = true,
                 other => bail!("unknown argument {other:?}"),
             }
         }
@@ -1311,6 +1316,11 @@ async fn main() -> Result<()> {
         homes.join(", ")
     );
     let latencies = measure_exec(&server, &opts).await?;
+    if opts.exec_only {
+        print_exec(&latencies, &opts);
+        println!("- load average at end: {}", loadavg());
+        return Ok(());
+    }
 
     let data = pseudo_random(opts.mib << 20);
     let mut transfers = vec![measure_transfers(&server, &data, opts.transfer_runs).await?];
