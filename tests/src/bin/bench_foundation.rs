@@ -47,7 +47,7 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
-use tests::bench::{args as bench_args, ms, now, size};
+use tests::bench::{args as bench_args, loadavg, ms, now, size};
 use tests::procstat::{cpu_ticks, TICKS_PER_SEC};
 use tests::{pids_with_env, wait_for, ExecOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1079,12 +1079,6 @@ fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 // ---------------------------------------------------------------------------------------------

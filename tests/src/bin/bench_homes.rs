@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tests::bench::{args as bench_args, now, size};
+use tests::bench::{args as bench_args, loadavg, now, size};
 use tests::garage::Garage;
 use tests::procstat::cpu_s;
 use tests::s3::S3Server;
@@ -292,12 +292,6 @@ struct Pass {
     floor_mbs: f64,
     checkpoint: Flow,
     restore: Flow,
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// One pass: a world on `store`, a home of `opts.mib` MiB, the floor, a checkpoint, a restore.
