@@ -1,3 +1,4 @@
+//! The tunnel's transports: QUIC on UDP, configured once for both ends ([`quic`]), and the same
 //! QUIC over TCP, for networks that drop UDP: quinn's datagrams carried as length-prefixed frames
 //! on TCP connections.
 //!
@@ -63,6 +64,7 @@ macro_rules! carrier_socket {
 mod client;
 pub mod frame;
 mod link;
+pub mod quic;
 mod server;
 pub mod ws;
 

@@ -447,9 +447,8 @@ async fn join_cluster(
 ) -> Result<(Arc<crate::cluster::Cluster>, quinn::Endpoint)> {
     use crate::cluster::{self, peer, Cluster, Replica};
     let id = cluster::new_replica_id();
-    let endpoint =
-        quinn::Endpoint::server(peer::server_config(identity)?, cfg.cluster.peer_addr)
-            .with_context(|| format!("bind the peer link on {} (udp)", cfg.cluster.peer_addr))?;
+    let endpoint = peer::server_endpoint(identity, cfg.cluster.peer_addr)
+        .with_context(|| format!("bind the peer link on {} (udp)", cfg.cluster.peer_addr))?;
     let peer_addr = endpoint.local_addr()?;
     let peers = peer::Peers::new(
         cluster::peer_key(capability_key),

@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// ALPN protocol id of the tunnel.
 pub const ALPN: &[u8] = b"rakazo-tunnel";
@@ -49,8 +48,8 @@ impl TunnelIdentity {
         fingerprint(&self.cert)
     }
 
-    /// QUIC server configuration: TLS 1.3 on ring, our ALPN, keepalive-friendly idle timeout
-    /// and flow-control windows large enough for bulk transfers on fast links.
+    /// QUIC server configuration: TLS 1.3 on ring, our ALPN, and the tunnel's transport
+    /// (`carrier::quic`: idle timeout and keepalives, flow-control windows, path MTU discovery).
     pub fn server_config(&self) -> Result<quinn::ServerConfig> {
         let mut config = self.server_config_with(ALPN)?;
         // Guests open exactly one stream (the control stream); operations are ours to open.
@@ -75,20 +74,10 @@ impl TunnelIdentity {
     }
 }
 
-/// Transport settings; the guest mirrors them with its own incoming-stream limit.
+/// The tunnel's transport on the control plane's end: `carrier::quic`'s, which the guest's end
+/// shares, with `incoming_bidi` streams the peer may open.
 pub fn transport_config(incoming_bidi: u32) -> quinn::TransportConfig {
-    let mut t = quinn::TransportConfig::default();
-    // Both ends notice a vanished peer within 6 s; keepalives every 2 s keep quiet tunnels open.
-    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
-        6_000,
-    ))));
-    t.keep_alive_interval(Some(Duration::from_secs(2)));
-    t.max_concurrent_bidi_streams(incoming_bidi.into());
-    t.max_concurrent_uni_streams(0u32.into());
-    t.stream_receive_window((16u32 << 20).into());
-    t.receive_window((64u32 << 20).into());
-    t.send_window(64 << 20);
-    t
+    carrier::quic::transport_config(incoming_bidi)
 }
 
 /// SHA-256 fingerprint of a DER certificate, lowercase hex.

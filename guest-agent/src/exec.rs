@@ -18,7 +18,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_bytes::ByteBuf;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -220,11 +220,36 @@ async fn execute(
     // Counted as a running command until it ends ([`crate::activity`]).
     let _running = running.enter(&exec_id);
     let program = &req.argv[0];
-    let mut cmd = Command::new(program);
+    let inherited: Vec<_> = inherited
+        .into_iter()
+        .filter(|(k, _)| !is_guest_var(k))
+        .collect();
+    // The PATH the command gets: its request's, else the guest's.
+    let path = req
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| OsStr::new(v))
+        .or_else(|| {
+            inherited
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_os_str())
+        });
+    let mut cmd = match resolve_program(program, path) {
+        Some(found) => {
+            let mut cmd = Command::new(found);
+            cmd.arg0(program);
+            cmd
+        }
+        None => Command::new(program),
+    };
     cmd.args(&req.argv[1..])
         .current_dir(&cwd)
         .env_clear()
-        .envs(inherited.into_iter().filter(|(k, _)| !is_guest_var(k)))
+        .envs(inherited)
         .env("HOME", home.root())
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .env(EXEC_ID_VAR, &exec_id)
@@ -509,6 +534,42 @@ pub fn bot_dir(home: &Home, bot: &BotId, owner: Option<(u32, u32)>) -> Result<Pa
 
 /// Where a Team computer's bots have their own directories, inside the home.
 pub const BOTS_DIR: &str = "bots";
+
+/// Where `execvp` would find `program` in `path` (the command's own PATH): the first directory
+/// holding an executable regular file of that name. Starting that file by its path lets the
+/// standard library spawn with `posix_spawn` (the child shares the guest's memory until it
+/// execs, `CLONE_VM | CLONE_VFORK`) rather than fork and `execvp`, which it falls back to whenever
+/// the child's environment sets a PATH to search: a fork copies the guest's page tables (tens of
+/// MB of them with desktops running) and tries every directory with a failed `execve`.
+///
+/// `None`, and the command is started as before (the fork path, whose `execvp` also reports not
+/// found or not executable), when `program` names a path itself (no search: the standard library
+/// already spawns it directly), when there is no PATH, when a directory in it is relative (that
+/// is relative to the command's working directory, not ours), or when nothing matches.
+fn resolve_program(program: &str, path: Option<&OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return None;
+    }
+    for dir in std::env::split_paths(path?) {
+        if !dir.is_absolute() {
+            return None;
+        }
+        let candidate = dir.join(program);
+        let Ok(meta) = std::fs::metadata(&candidate) else {
+            continue;
+        };
+        // What execve would run: a regular file this user may execute (access() asks the
+        // kernel, which also knows ACLs and a no-exec mount).
+        if meta.is_file()
+            && meta.permissions().mode() & 0o111 != 0
+            && nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok()
+        {
+            return Some(candidate);
+        }
+    }
+    None
+}
 
 /// The final event for a command that could not be spawned.
 fn spawn_failure(program: &str, e: &io::Error) -> ExecEvent {

@@ -31,12 +31,11 @@ use homes::archive::{
 use homes::error_chain as chain;
 use std::io;
 use std::path::Path;
-use tokio::io::AsyncReadExt;
 use tokio_util::io::StreamReader;
 use tracing::{info, warn};
 
 use gateway_proto::wire::RESET_ABORTED;
-/// Bytes moved per read from the archive writer or the stream.
+/// Bytes gathered per read of an import from the stream.
 const CHUNK: usize = 256 * 1024;
 
 /// Streams the home out as one archive.
@@ -80,17 +79,18 @@ async fn export_tree(home: &Home, mut send: quinn::SendStream) {
         return;
     }
     let mut reader = pack_reader(root);
-    let mut buf = vec![0u8; CHUNK];
     let mut sent: u64 = 0;
     loop {
-        match reader.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => {
-                if send.write_all(&buf[..n]).await.is_err() {
+        // The writer's pieces go to quinn as they are (write_chunk takes them without a copy).
+        match reader.next_chunk().await {
+            Ok(None) => break,
+            Ok(Some(chunk)) => {
+                let n = chunk.len() as u64;
+                if send.write_chunk(chunk).await.is_err() {
                     // The control plane went away or gave up; nothing to tell it.
                     return;
                 }
-                sent += n as u64;
+                sent += n;
             }
             Err(e) => {
                 warn!(error = %chain(&e), sent, "home export failed; resetting the stream");

@@ -151,21 +151,26 @@ fn build_client_config(
     Ok(config)
 }
 
+/// The tunnel's transport on the guest's end: `carrier::quic`'s, which the control plane's end
+/// shares, taking the control plane's operation streams (one per operation).
 fn transport_config() -> quinn::TransportConfig {
-    let mut t = quinn::TransportConfig::default();
-    // A control plane that vanished (crash, network) is noticed within the idle timeout;
-    // keepalives every 2 s keep a healthy but quiet tunnel open.
-    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
-        6_000,
-    ))));
-    t.keep_alive_interval(Some(Duration::from_secs(2)));
-    // The control plane opens one stream per operation.
-    t.max_concurrent_bidi_streams(1024u32.into());
-    t.max_concurrent_uni_streams(0u32.into());
-    t.stream_receive_window((16u32 << 20).into());
-    t.receive_window((64u32 << 20).into());
-    t.send_window(64 << 20);
-    t
+    carrier::quic::transport_config(MAX_INCOMING_OPS)
+}
+
+/// Operation streams the control plane may have open on this guest at once.
+const MAX_INCOMING_OPS: u32 = 1024;
+
+/// The guest's UDP endpoint for dialling, bound to `addr` (`0.0.0.0:0` or `[::]:0`): the
+/// tunnel's endpoint and socket (`carrier::quic`), with [`client_config`] as its default.
+pub fn udp_endpoint(
+    addr: std::net::SocketAddr,
+    cert_sha256: [u8; 32],
+) -> anyhow::Result<quinn::Endpoint> {
+    let socket = carrier::quic::bind(addr)?;
+    let mut endpoint =
+        carrier::quic::udp_endpoint(socket, carrier::quic::endpoint_config(None), None)?;
+    endpoint.set_default_client_config(client_config(cert_sha256)?);
+    Ok(endpoint)
 }
 
 /// How a session ended.
@@ -340,12 +345,14 @@ impl Dialer {
                 .map(|&addr| Target::new(addr, addr, None)),
         );
         // One UDP socket for every target: IPv4 when all are, else dual-stack IPv6.
-        let mut udp = quinn::Endpoint::client(if targets.iter().all(|t| t.quic.is_ipv4()) {
-            "0.0.0.0:0".parse()?
-        } else {
-            "[::]:0".parse()?
-        })?;
-        udp.set_default_client_config(client_config(config.cert_sha256)?);
+        let udp = udp_endpoint(
+            if targets.iter().all(|t| t.quic.is_ipv4()) {
+                "0.0.0.0:0".parse()?
+            } else {
+                "[::]:0".parse()?
+            },
+            config.cert_sha256,
+        )?;
         Ok(Self {
             udp,
             carrier_config: carrier_client_config(config.cert_sha256)?,

@@ -48,6 +48,14 @@ pub fn size<T>(full: T, tiny: T) -> T {
     }
 }
 
+/// The load average over 1, 5 and 15 minutes (`/proc/loadavg`), for a bench to print beside its
+/// figures.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// The command line after the program's name, without `--smoke`.
 pub fn args() -> impl Iterator<Item = String> {
     std::env::args().skip(1).filter(|a| a != "--smoke")

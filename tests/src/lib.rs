@@ -31,6 +31,7 @@ pub mod procstat;
 pub mod replicas;
 pub mod rogue;
 pub mod s3;
+pub mod tunnel;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {

@@ -32,4 +32,5 @@ mod sandbox_services;
 mod start_checks;
 mod static_guest;
 mod tunnel_abuse;
+mod tunnel_quic;
 mod tunnel_tcp;

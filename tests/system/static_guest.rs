@@ -37,5 +37,23 @@ async fn the_static_guest_is_statically_linked_and_serves_a_computer() -> Result
         String::from_utf8_lossy(&r.stdout)
     );
     assert_eq!(r.code, Some(0));
+    // A program found in PATH starts by its path (posix_spawn, musl's here) in the cwd asked
+    // for, under the name it was asked by.
+    let made = w
+        .exec(&c, serde_json::json!({ "argv": ["mkdir", "sub"] }))
+        .await?;
+    assert_eq!(made.code, Some(0));
+    let r = w
+        .exec(
+            &c,
+            serde_json::json!({ "argv": ["sh", "-c", "echo $0; pwd"], "cwd": "sub" }),
+        )
+        .await?;
+    assert_eq!(r.code, Some(0));
+    let home = std::fs::canonicalize(w.home_of(&c))?;
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        format!("sh\n{}\n", home.join("sub").display())
+    );
     w.check_log()
 }

@@ -143,14 +143,21 @@ pub(super) fn download_response(
                     return;
                 }
             };
-            // QUIC hands over about one packet per read: gather them so the response body
-            // moves 64 KiB at a time instead of 1.4 KB.
-            pending.extend_from_slice(&chunk);
-            if (pending.len() >= BODY_CHUNK || bytes.remaining() == 0)
-                && tx.send(Ok(pending.split().freeze())).await.is_err()
-            {
-                bytes.abort();
-                return;
+            // QUIC hands over one packet per read, which may be small (1.4 KB on an ordinary
+            // path): gather small ones so the response body moves 64 KiB at a time. A large
+            // packet (loopback's 64 KiB) goes on as it is, without a copy.
+            let out = if pending.is_empty() && chunk.len() >= BODY_CHUNK {
+                Some(chunk)
+            } else {
+                pending.extend_from_slice(&chunk);
+                (pending.len() >= BODY_CHUNK || bytes.remaining() == 0)
+                    .then(|| pending.split().freeze())
+            };
+            if let Some(out) = out {
+                if tx.send(Ok(out)).await.is_err() {
+                    bytes.abort();
+                    return;
+                }
             }
         }
     });

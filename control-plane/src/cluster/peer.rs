@@ -90,10 +90,25 @@ fn transport() -> quinn::TransportConfig {
 }
 
 /// The peer endpoint's server configuration: the shared tunnel identity, our ALPN.
-pub fn server_config(identity: &crate::tls::TunnelIdentity) -> anyhow::Result<quinn::ServerConfig> {
+fn server_config(identity: &crate::tls::TunnelIdentity) -> anyhow::Result<quinn::ServerConfig> {
     let mut config = identity.server_config_with(ALPN)?;
     config.transport_config(Arc::new(transport()));
     Ok(config)
+}
+
+/// The peer link's listening endpoint on `addr`: the tunnel's endpoint and UDP socket
+/// (`carrier::quic`), since it carries the tunnel's streams relayed.
+pub fn server_endpoint(
+    identity: &crate::tls::TunnelIdentity,
+    addr: SocketAddr,
+) -> anyhow::Result<quinn::Endpoint> {
+    let socket = carrier::quic::bind(addr)?;
+    let config = carrier::quic::endpoint_config(None);
+    Ok(carrier::quic::udp_endpoint(
+        socket,
+        config,
+        Some(server_config(identity)?),
+    )?)
 }
 
 fn client_config(cert_sha256: &str) -> anyhow::Result<quinn::ClientConfig> {
@@ -153,7 +168,9 @@ impl Peers {
         cert_sha256: &str,
         guest_timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse()?)?;
+        let socket = carrier::quic::bind("0.0.0.0:0".parse()?)?;
+        let mut endpoint =
+            carrier::quic::udp_endpoint(socket, carrier::quic::endpoint_config(None), None)?;
         endpoint.set_default_client_config(client_config(cert_sha256)?);
         Ok(Self {
             endpoint,

@@ -90,7 +90,8 @@ pub fn bind(
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset_key);
     let runtime = quinn::default_runtime()
         .ok_or_else(|| std::io::Error::other("no async runtime for the tunnel"))?;
-    let endpoint_config = quinn::EndpointConfig::new(Arc::new(key));
+    // The tunnel's endpoint and UDP socket are `carrier::quic`'s, as the guest's are.
+    let endpoint_config = carrier::quic::endpoint_config(Some(Arc::new(key)));
     // The carrier's endpoint and transport differ only in packet size (`carrier::tune_*`); the
     // rest is `TunnelIdentity::server_config`'s, so the same settings as over UDP.
     let mut tcp_endpoint_config = endpoint_config.clone();
@@ -100,7 +101,7 @@ pub fn bind(
     carrier::tune_transport(&mut transport);
     tcp_config.transport_config(Arc::new(transport));
 
-    let quic = quinn::Endpoint::new(endpoint_config, Some(config), udp, runtime.clone())?;
+    let quic = carrier::quic::udp_endpoint(udp, endpoint_config, Some(config))?;
     tcp.set_nonblocking(true)?;
     let (socket, carrier) = carrier::listen(
         tokio::net::TcpListener::from_std(tcp)?,

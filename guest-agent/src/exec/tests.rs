@@ -744,3 +744,47 @@ async fn activity_counts_running_commands_and_what_finished_ones_left() {
     }
     assert_eq!((seen.commands, seen.background), (0, 0), "{seen:?}");
 }
+
+#[tokio::test]
+async fn a_program_found_in_path_keeps_its_name_as_argv0() {
+    let (_t, home) = home();
+    // Started by the path found in PATH (/usr/bin/sh or /bin/sh), yet $0 is what was asked.
+    let out = exec(&home, sh("echo $0"), vec![]).await;
+    assert_eq!(out.exit(), (0, None));
+    assert_eq!(out.stdout_str(), "sh\n");
+}
+
+#[test]
+fn programs_are_found_in_path_as_execvp_finds_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let write = |path: &Path, mode: u32| {
+        std::fs::write(path, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    // In `a` not executable, and a directory of the same name; in `b` the real one.
+    write(&a.join("tool"), 0o644);
+    std::fs::create_dir(a.join("dir-tool")).expect("mkdir");
+    write(&b.join("tool"), 0o755);
+    write(&b.join("dir-tool"), 0o755);
+    let path = std::env::join_paths([&a, &b]).expect("join");
+    assert_eq!(
+        resolve_program("tool", Some(&path)),
+        Some(b.join("tool")),
+        "the first executable regular file wins"
+    );
+    assert_eq!(
+        resolve_program("dir-tool", Some(&path)),
+        Some(b.join("dir-tool"))
+    );
+    assert_eq!(resolve_program("missing", Some(&path)), None);
+    // No search where execvp would do something we cannot know here, or nothing at all.
+    assert_eq!(resolve_program("./tool", Some(&path)), None);
+    assert_eq!(resolve_program("tool", None), None);
+    let relative = std::env::join_paths([Path::new("rel"), b.as_path()]).expect("join");
+    assert_eq!(resolve_program("tool", Some(&relative)), None);
+}

@@ -48,6 +48,31 @@ impl PackReader {
     pub fn stats(&self) -> Option<PackStats> {
         self.stats
     }
+
+    /// The next piece of the archive as the writer produced it (at most [`pack`]'s write size),
+    /// without a copy; `None` at the end of a complete archive. For a caller that passes the
+    /// bytes on whole (a QUIC stream's `write_chunk`); mixing it with `poll_read` is fine.
+    pub async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
+        if !self.chunk.is_empty() {
+            return Ok(Some(std::mem::take(&mut self.chunk)));
+        }
+        if let Some(chunk) = self.rx.recv().await {
+            return Ok(Some(chunk));
+        }
+        let Some(task) = self.task.as_mut() else {
+            return Ok(None);
+        };
+        let result = task.await;
+        self.task = None;
+        match result {
+            Ok(Ok(stats)) => {
+                self.stats = Some(stats);
+                Ok(None)
+            }
+            Ok(Err(e)) => Err(io::Error::other(e)),
+            Err(e) => Err(io::Error::other(ArchiveError::Task(e))),
+        }
+    }
 }
 
 impl AsyncRead for PackReader {

@@ -410,6 +410,38 @@ async fn checked_owned<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> std::io::Cu
 }
 
 #[tokio::test]
+async fn pieces_taken_whole_are_the_same_archive() {
+    use tokio::io::AsyncReadExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("home");
+    write_sample_home(&src).unwrap();
+    let mut read = Vec::new();
+    pack_reader(src.clone())
+        .read_to_end(&mut read)
+        .await
+        .unwrap();
+    let mut reader = pack_reader(src);
+    let mut pieces = Vec::new();
+    while let Some(piece) = reader.next_chunk().await.unwrap() {
+        pieces.extend_from_slice(&piece);
+    }
+    assert_eq!(pieces, read);
+    assert!(reader.stats().is_some());
+    let mut missing = pack_reader(tmp.path().join("missing"));
+    let err = loop {
+        match missing.next_chunk().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a missing home packed as a complete archive"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        format!("{err:?}").contains("open home directory"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn pack_errors_surface_through_the_stream() {
     let tmp = tempfile::tempdir().unwrap();
     let mut reader = pack_reader(tmp.path().join("missing"));

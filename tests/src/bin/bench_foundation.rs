@@ -15,16 +15,19 @@
 //!   the tunnel against a plain loopback TCP copy, and against writing the same bytes (fsync'd, as
 //!   the guest commits a file) into the filesystem that holds the home. It repeats the transfers
 //!   with the home on tmpfs (`/dev/shm`) when there is one, to separate disk from tunnel;
-//! - the tunnel's ceiling: one QUIC stream between the production QUIC configurations alone
-//!   (no HTTP, no files), and the same with larger UDP receive buffers, as a what-if.
+//! - the tunnel's ceiling: one QUIC stream between the shipped QUIC configuration alone (the
+//!   control plane's listener and the guest's endpoint, `carrier::quic`; no HTTP, no files),
+//!   the anchor of issue 17's "tunnel ≥ 85 % of bare QUIC", and the same with the configuration
+//!   before issue 17 (quinn's default endpoint and socket), so the raise of the ceiling shows.
 //!
 //! It prints markdown (tables with ratios) for BENCHMARKS.md. Timings are printed, never asserted
 //! (STYLE.md): only broken results (wrong exit code, wrong byte count or content) fail the run.
 //! It owns its processes: the server and its guests are killed when it ends.
 //!
 //! Usage: `target/release/bench_foundation [--exec-runs N] [--warmups N] [--mib N]
-//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only]`; `--quic-only`
-//! measures only the tunnel's ceiling (and its TCP anchor).
+//! [--transfer-runs N] [--home-parent DIR]... [--bin-dir DIR] [--quic-only] [--exec-only]`;
+//! `--quic-only` measures only the tunnel's ceiling (and its TCP anchor), `--exec-only` only the
+//! exec round trips.
 //!
 //! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
@@ -44,7 +47,7 @@ use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
-use tests::bench::{args as bench_args, ms, now, size};
+use tests::bench::{args as bench_args, loadavg, ms, now, size};
 use tests::procstat::{cpu_ticks, TICKS_PER_SEC};
 use tests::{pids_with_env, wait_for, ExecOutput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,6 +64,8 @@ struct Options {
     bin_dir: PathBuf,
     /// Only the tunnel's ceiling (QUIC alone, with its TCP anchor).
     quic_only: bool,
+    /// Only the exec round trips.
+    exec_only: bool,
 }
 
 impl Options {
@@ -78,6 +83,7 @@ impl Options {
                 .ok_or_else(|| anyhow!("executable has no directory"))?
                 .to_path_buf(),
             quic_only: false,
+            exec_only: false,
         };
         let mut args = bench_args();
         while let Some(flag) = args.next() {
@@ -90,6 +96,7 @@ impl Options {
                 "--home-parent" => o.home_parents.push(value()?.into()),
                 "--bin-dir" => o.bin_dir = value()?.into(),
                 "--quic-only" => o.quic_only = true,
+                "--exec-only" => o.exec_only = true,
                 other => bail!("unknown argument {other:?}"),
             }
         }
@@ -751,7 +758,7 @@ fn rates(bytes: usize, samples: &[Duration]) -> (f64, f64) {
 // The tunnel's ceiling: QUIC alone.
 
 /// Which way a QUIC-only copy goes. The control plane is the QUIC server, the guest the client.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Direction {
     /// As an upload: the control plane opens the stream and writes.
     ToGuest,
@@ -759,83 +766,134 @@ enum Direction {
     ToControlPlane,
 }
 
-/// One QUIC-only row: which way, and the UDP receive buffer of both sockets (`None`: the
-/// kernel's default, which is what the tunnel gets today).
+/// Which QUIC configuration a bare-QUIC row runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// The tunnel's configuration before issue 17: quinn's default endpoint and UDP socket
+    /// (1472-byte datagrams, path MTU searched up to 1452, the kernel's default socket buffers),
+    /// with the tunnel's windows and timers. Kept here only as the anchor of the raise.
+    Before,
+    /// The tunnel as shipped: the control plane's real listener (`control_plane::tunnel::bind`
+    /// with `TunnelIdentity::server_config`) and the guest's real endpoint
+    /// (`guest_agent::tunnel::udp_endpoint`), both on `carrier::quic`'s settings.
+    Shipped,
+}
+
 struct QuicCase {
     name: &'static str,
     direction: Direction,
-    rcvbuf: Option<usize>,
+    setup: Setup,
 }
 
-const QUIC_CASES: [QuicCase; 3] = [
+const QUIC_CASES: [QuicCase; 4] = [
     QuicCase {
-        name: "control plane → guest (as an upload)",
+        name: "control plane → guest (as an upload), configuration before issue 17",
         direction: Direction::ToGuest,
-        rcvbuf: None,
+        setup: Setup::Before,
     },
     QuicCase {
-        name: "guest → control plane (as a download)",
+        name: "guest → control plane (as a download), configuration before issue 17",
         direction: Direction::ToControlPlane,
-        rcvbuf: None,
+        setup: Setup::Before,
     },
     QuicCase {
-        name: "control plane → guest, what-if: UDP receive buffers raised to 4 MiB",
+        name: "control plane → guest (as an upload), shipped configuration",
         direction: Direction::ToGuest,
-        rcvbuf: Some(4 << 20),
+        setup: Setup::Shipped,
+    },
+    QuicCase {
+        name: "guest → control plane (as a download), shipped configuration",
+        direction: Direction::ToControlPlane,
+        setup: Setup::Shipped,
     },
 ];
 
-/// A QUIC endpoint on loopback, its socket's receive buffer optionally raised.
-fn quic_endpoint(
-    server: Option<quinn::ServerConfig>,
-    rcvbuf: Option<usize>,
-) -> Result<quinn::Endpoint> {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    if let Some(bytes) = rcvbuf {
-        let state = quinn::udp::UdpSocketState::new((&socket).into())?;
-        state.set_recv_buffer_size((&socket).into(), bytes)?;
-    }
-    let runtime = quinn::default_runtime().ok_or_else(|| anyhow!("no quinn runtime"))?;
-    Ok(quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        socket,
-        runtime,
-    )?)
+/// The tunnel's transport before issue 17, on one end: quinn's defaults but for the idle
+/// timeout, keepalives, stream limits and flow-control windows.
+fn transport_before(incoming_bidi: u32) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+        6_000,
+    ))));
+    t.keep_alive_interval(Some(Duration::from_secs(2)));
+    t.max_concurrent_bidi_streams(incoming_bidi.into());
+    t.max_concurrent_uni_streams(0u32.into());
+    t.stream_receive_window((16u32 << 20).into());
+    t.receive_window((64u32 << 20).into());
+    t.send_window(64 << 20);
+    t
 }
 
-/// One stream over a fresh loopback QUIC connection between the production configurations
-/// (`control_plane::tls` for the server, `guest_agent::tunnel::client_config` for the client),
-/// both ends in this process: [`CHUNK`]-sized `write_all`s as the tunnel does, reads dropped.
-/// Times the copy only, not the handshake. Also returns this process's CPU ticks (both ends), how
-/// many chunks `read_chunk` handed out, and the host's UDP counters over the copy.
-async fn quic_copy(
-    identity: &control_plane::tls::TunnelIdentity,
-    case: &QuicCase,
-    data: &Bytes,
-) -> Result<(Duration, u64, usize, Udp)> {
-    let pin: [u8; 32] = hex::decode(identity.fingerprint())?
-        .try_into()
-        .map_err(|_| anyhow!("fingerprint is not 32 bytes"))?;
-    let server_config = identity.server_config()?;
-    let client_config = guest_agent::tunnel::client_config(pin)?;
-    let server = quic_endpoint(Some(server_config), case.rcvbuf)?;
-    let client = quic_endpoint(None, case.rcvbuf)?;
+/// A connected pair of endpoints in `setup`: the control plane's (server) and the guest's
+/// (client), with the connection from each side.
+struct QuicPair {
+    server: quinn::Endpoint,
+    client: quinn::Endpoint,
+    to_guest: quinn::Connection,
+    to_cp: quinn::Connection,
+    /// Keeps the shipped listener (and its TCP carrier) open; its identity serves both setups.
+    _tunnel: tests::tunnel::Tunnel,
+}
+
+async fn quic_pair(setup: Setup) -> Result<QuicPair> {
+    let tunnel = tests::tunnel::Tunnel::bind()?;
+    let pin = tunnel.pin;
+    let (server, client) = match setup {
+        Setup::Shipped => {
+            let client = guest_agent::tunnel::udp_endpoint("127.0.0.1:0".parse()?, pin)?;
+            (tunnel.quic().clone(), client)
+        }
+        Setup::Before => {
+            let mut server_config = tunnel.identity.server_config()?;
+            server_config.transport_config(std::sync::Arc::new(transport_before(1)));
+            let server = quinn::Endpoint::server(server_config, "127.0.0.1:0".parse()?)?;
+            let mut client_config = guest_agent::tunnel::client_config(pin)?;
+            client_config.transport_config(std::sync::Arc::new(transport_before(1024)));
+            let mut client = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+            client.set_default_client_config(client_config);
+            (server, client)
+        }
+    };
     let server_addr = server.local_addr()?;
+    let accepting = server.clone();
     let accept = tokio::spawn(async move {
-        let incoming = server
+        let incoming = accepting
             .accept()
             .await
             .ok_or_else(|| anyhow!("endpoint closed"))?;
-        Ok::<_, anyhow::Error>((server.clone(), incoming.await?))
+        Ok::<_, anyhow::Error>(incoming.await?)
     });
-    let to_cp = client
-        .connect_with(client_config, server_addr, "rakazo-control-plane")?
-        .await?;
-    let (_server, to_guest) = accept.await??;
+    let to_cp = client.connect(server_addr, "rakazo-control-plane")?.await?;
+    let to_guest = accept.await??;
+    Ok(QuicPair {
+        server,
+        client,
+        to_guest,
+        to_cp,
+        _tunnel: tunnel,
+    })
+}
+
+/// What one bare-QUIC copy measured.
+struct QuicCopy {
+    elapsed: Duration,
+    /// This process's CPU ticks (both ends).
+    ticks: u64,
+    /// Chunks `read_chunk` handed out.
+    chunks: usize,
+    udp: Udp,
+    /// The writer's path MTU (largest UDP payload) when the copy ended.
+    mtu: u16,
+}
+
+/// One stream over a fresh loopback QUIC connection in `case`'s setup, both ends in this
+/// process: [`CHUNK`]-sized `write_chunk`s as the tunnel's bulk paths do, `read_chunk` reads
+/// dropped. Times the copy only, not the handshake.
+async fn quic_copy(case: &QuicCase, data: &Bytes) -> Result<QuicCopy> {
+    let pair = quic_pair(case.setup).await?;
     let (writer, reader) = match case.direction {
-        Direction::ToGuest => (to_guest, to_cp.clone()),
-        Direction::ToControlPlane => (to_cp.clone(), to_guest),
+        Direction::ToGuest => (pair.to_guest.clone(), pair.to_cp.clone()),
+        Direction::ToControlPlane => (pair.to_cp.clone(), pair.to_guest.clone()),
     };
     let (mut send, _recv) = writer.open_bi().await?;
     // The peer learns of a stream with its first bytes, so it accepts while we write.
@@ -852,8 +910,10 @@ async fn quic_copy(
     let before = udp_counters();
     let ticks = cpu_ticks("self");
     let t = now();
-    for chunk in data.chunks(CHUNK) {
-        send.write_all(chunk).await?;
+    let mut rest = data.clone();
+    while !rest.is_empty() {
+        let chunk = rest.split_to(CHUNK.min(rest.len()));
+        send.write_chunk(chunk).await?;
     }
     send.finish()?;
     let (got, chunks) = read.await??;
@@ -861,17 +921,20 @@ async fn quic_copy(
     let ticks = cpu_ticks("self") - ticks;
     let after = udp_counters();
     ensure!(got == data.len(), "quic copy got {got} bytes");
-    to_cp.close(0u32.into(), b"done");
-    client.wait_idle().await;
-    Ok((
+    let mtu = writer.stats().path.current_mtu;
+    pair.to_cp.close(0u32.into(), b"done");
+    pair.client.wait_idle().await;
+    pair.server.close(0u32.into(), b"done");
+    Ok(QuicCopy {
         elapsed,
         ticks,
         chunks,
-        Udp {
+        udp: Udp {
             in_datagrams: after.in_datagrams.saturating_sub(before.in_datagrams),
             rcvbuf_errors: after.rcvbuf_errors.saturating_sub(before.rcvbuf_errors),
         },
-    ))
+        mtu,
+    })
 }
 
 /// Samples of each of [`QUIC_CASES`], and their CPU ticks and UDP counters summed over the runs.
@@ -880,30 +943,38 @@ struct QuicRuns {
     ticks: Vec<u64>,
     chunks: Vec<usize>,
     udp: Vec<Udp>,
+    /// The writer's path MTU at the end of the last run.
+    mtu: Vec<u16>,
+}
+
+impl QuicRuns {
+    /// The median rate of the shipped configuration in `direction`.
+    fn shipped_median(&self, bytes: usize, direction: Direction) -> f64 {
+        QUIC_CASES
+            .iter()
+            .position(|c| c.setup == Setup::Shipped && c.direction == direction)
+            .map_or(0.0, |i| rates(bytes, &self.samples[i]).1)
+    }
 }
 
 async fn measure_quic(data: &Bytes, runs: usize) -> Result<QuicRuns> {
-    let dir = tempfile::Builder::new()
-        .prefix("rakazo-bench-quic-")
-        .tempdir()?;
-    let identity = control_plane::tls::TunnelIdentity::load_or_create(
-        &dir.path().join("cert.pem"),
-        &dir.path().join("key.pem"),
-    )?;
     let mut out = QuicRuns {
         samples: vec![Vec::new(); QUIC_CASES.len()],
         ticks: vec![0; QUIC_CASES.len()],
         chunks: vec![0; QUIC_CASES.len()],
         udp: vec![Udp::default(); QUIC_CASES.len()],
+        mtu: vec![0; QUIC_CASES.len()],
     };
+    // One of each per round, so that load from elsewhere spreads over all of them.
     for _ in 0..runs {
         for (i, case) in QUIC_CASES.iter().enumerate() {
-            let (d, ticks, chunks, udp) = quic_copy(&identity, case, data).await?;
-            out.samples[i].push(d);
-            out.ticks[i] += ticks;
-            out.chunks[i] += chunks;
-            out.udp[i].in_datagrams += udp.in_datagrams;
-            out.udp[i].rcvbuf_errors += udp.rcvbuf_errors;
+            let c = quic_copy(case, data).await?;
+            out.samples[i].push(c.elapsed);
+            out.ticks[i] += c.ticks;
+            out.chunks[i] += c.chunks;
+            out.udp[i].in_datagrams += c.udp.in_datagrams;
+            out.udp[i].rcvbuf_errors += c.udp.rcvbuf_errors;
+            out.mtu[i] = c.mtu;
         }
     }
     Ok(out)
@@ -912,34 +983,63 @@ async fn measure_quic(data: &Bytes, runs: usize) -> Result<QuicRuns> {
 fn print_quic(q: &QuicRuns, tcp: &[Duration], bytes: usize) {
     let (tcp_best, tcp_med) = rates(bytes, tcp);
     println!(
-        "### The tunnel's ceiling: one QUIC stream alone, {} MiB ({} runs per row)\n",
+        "### The tunnel's ceiling: one QUIC stream alone, {} MiB ({} runs per row, interleaved)\n",
         bytes >> 20,
-        tcp.len()
+        q.samples.first().map_or(0, Vec::len)
     );
     println!(
-        "Production transport and TLS configurations on both ends, in this process; no HTTP, \
-         no files. TCP is the loopback copy of the first home location.\n"
+        "Both ends in this process; no HTTP, no files. \"Shipped\" is the tunnel's own listener \
+         and guest endpoint (`carrier::quic`: path MTU searched up to 65,527 bytes, GSO batches \
+         cut to what a UDP send takes, 4 MiB socket buffers as far as `net.core.rmem_max` \
+         allows); \"before issue 17\" is quinn's default endpoint and socket with the tunnel's \
+         windows. TCP is the loopback copy of the first home location.\n"
     );
     println!(
         "| measure | best MB/s | median MB/s | best / TCP best | median / TCP median | CPU s \
-         | MB per CPU s | bytes per `read_chunk` | UDP datagrams in | UDP drops (rcvbuf) |"
+         | MB per CPU s | path MTU (bytes) | bytes per `read_chunk` | UDP datagrams in | UDP drops \
+         (rcvbuf) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (i, case) in QUIC_CASES.iter().enumerate() {
         let samples = &q.samples[i];
         let (best, med) = rates(bytes, samples);
         let runs = samples.len() as f64;
         let cpu = q.ticks[i] as f64 / TICKS_PER_SEC / runs;
         println!(
-            "| QUIC {} | {best:.0} | {med:.0} | {:.0} % | {:.0} % | {cpu:.2} | {:.0} | {:.0} | \
+            "| QUIC {} | {best:.0} | {med:.0} | {:.0} % | {:.0} % | {cpu:.2} | {:.0} | {} | {:.0} | \
              {:.0} | {:.0} |",
             case.name,
             100.0 * best / tcp_best,
             100.0 * med / tcp_med,
             bytes as f64 / 1e6 / cpu,
+            q.mtu[i],
             (bytes * samples.len()) as f64 / q.chunks[i].max(1) as f64,
             q.udp[i].in_datagrams as f64 / runs,
             q.udp[i].rcvbuf_errors as f64 / runs
+        );
+    }
+    println!();
+    for direction in [Direction::ToGuest, Direction::ToControlPlane] {
+        let of = |setup: Setup| {
+            QUIC_CASES
+                .iter()
+                .position(|c| c.setup == setup && c.direction == direction)
+                .map(|i| {
+                    let cpu = q.ticks[i] as f64 / TICKS_PER_SEC / q.samples[i].len() as f64;
+                    (rates(bytes, &q.samples[i]).1, cpu)
+                })
+                .unwrap_or((0.0, 0.0))
+        };
+        let ((before, before_cpu), (shipped, shipped_cpu)) =
+            (of(Setup::Before), of(Setup::Shipped));
+        println!(
+            "- {}: shipped / before = **{:.2}×** the median rate, {:.2}× the CPU per byte",
+            match direction {
+                Direction::ToGuest => "control plane → guest",
+                Direction::ToControlPlane => "guest → control plane",
+            },
+            shipped / before,
+            shipped_cpu / before_cpu
         );
     }
     println!();
@@ -979,12 +1079,6 @@ fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1044,7 +1138,7 @@ fn print_exec(l: &Latencies, opts: &Options) {
     );
 }
 
-fn print_transfers(all: &[Transfers], bytes: usize, runs: usize) {
+fn print_transfers(all: &[Transfers], quic: &QuicRuns, bytes: usize, runs: usize) {
     println!(
         "### Bulk transfer of {} MiB ({runs} runs per row, MB/s = 10^6 bytes/s)\n",
         bytes >> 20
@@ -1147,6 +1241,26 @@ fn print_transfers(all: &[Transfers], bytes: usize, runs: usize) {
             verdict(down_best, down_med)
         );
     }
+    let (quic_up, quic_down) = (
+        quic.shipped_median(bytes, Direction::ToGuest),
+        quic.shipped_median(bytes, Direction::ToControlPlane),
+    );
+    for t in all {
+        let (_, up_med) = rates(bytes, &t.up);
+        let (_, down_med) = rates(bytes, &t.down);
+        let met = |r: f64| if r >= 0.85 { "met" } else { "missed" };
+        println!(
+            "- home on `{}` ({}): upload {:.0} % / download {:.0} % of one bare QUIC stream in \
+             the same direction (shipped configuration, medians, same run: {quic_up:.0} / \
+             {quic_down:.0} MB/s); goal ≥ 85 % (issue 17): upload {}, download {}",
+            t.location,
+            t.fs,
+            100.0 * up_med / quic_up,
+            100.0 * down_med / quic_down,
+            met(up_med / quic_up),
+            met(down_med / quic_down)
+        );
+    }
     println!();
 }
 
@@ -1196,6 +1310,11 @@ async fn main() -> Result<()> {
         homes.join(", ")
     );
     let latencies = measure_exec(&server, &opts).await?;
+    if opts.exec_only {
+        print_exec(&latencies, &opts);
+        println!("- load average at end: {}", loadavg());
+        return Ok(());
+    }
 
     let data = pseudo_random(opts.mib << 20);
     let mut transfers = vec![measure_transfers(&server, &data, opts.transfer_runs).await?];
@@ -1207,7 +1326,7 @@ async fn main() -> Result<()> {
     let quic = measure_quic(&data, opts.transfer_runs).await?;
 
     print_exec(&latencies, &opts);
-    print_transfers(&transfers, data.len(), opts.transfer_runs);
+    print_transfers(&transfers, &quic, data.len(), opts.transfer_runs);
     print_quic(&quic, &transfers[0].tcp, data.len());
     println!("- load average at end: {}", loadavg());
     Ok(())

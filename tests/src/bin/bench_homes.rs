@@ -1,12 +1,16 @@
-//! Homes benchmark (issue 6): checkpoint and restore of a home of mixed file sizes (1 GiB by
-//! default; a number argument sets MiB) through the real control plane and guest to a local
-//! s3s-fs (or, with `--garage PATH`, a single-node Garage; `--parts-in-flight N` sets the
-//! control plane's multipart concurrency), against `tar -c | zstd -1 > file` of the same tree as the floor, plus raw AES-256-GCM
-//! sealing speed from `homes`' `bench_seal`. Reports MB/s of home content, the control plane's
-//! peak RSS growth over its idle RSS (sampled from /proc every 20 ms) and CPU seconds per process.
-//! A checkpoint is also split at its `committing` progress line: the pipeline's own rate, then
-//! the store's completion of the multipart upload (s3s-fs reads, concatenates and MD5s every part
-//! again there; Garage and AWS S3 complete in metadata).
+//! Homes benchmark (issues 6 and 17): checkpoint and restore of a home of mixed file sizes (1 GiB
+//! by default; a number argument sets MiB) through the real control plane and guest, once per
+//! store: a local s3s-fs (or, with `--garage PATH`, a single-node Garage) and the control plane's
+//! local store (`--stores s3s-fs,local` picks; `--parts-in-flight N` and `--part-mib N` set the
+//! control plane's multipart concurrency and part size). The floor is `tar -c | zstd -1 > file`
+//! of the same tree; raw AES-256-GCM sealing speed comes from `homes`' `bench_seal`. Reports MB/s
+//! of home content end to end, the control plane's peak RSS growth over its idle RSS (sampled
+//! from /proc every 20 ms) and the CPU seconds of the control plane, the guest and the store
+//! process apart (utime + stime from /proc before and after), so what the store costs on this
+//! host's cores is never mistaken for ours. A checkpoint is also split at its `committing`
+//! progress line: the pipeline's own rate, then the store's completion of the multipart upload
+//! (s3s-fs reads, concatenates and MD5s every part again there; Garage and AWS S3 complete in
+//! metadata).
 //!
 //! Run in release, after building the binaries it starts:
 //! `cargo build --release -p control-plane -p guest-agent -p homes -p tests --bin rakazo
@@ -24,7 +28,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tests::bench::{args as bench_args, now, size};
+use tests::bench::{args as bench_args, loadavg, now, size};
 use tests::garage::Garage;
 use tests::procstat::cpu_s;
 use tests::s3::S3Server;
@@ -127,14 +131,23 @@ struct Flow {
     until_committing: Option<Duration>,
     bytes: u64,
     rss_growth_kib: u64,
-    /// CPU seconds of the control plane, the guest and the store.
-    cpu: [f64; 3],
+    /// CPU seconds of the control plane, the guest and the store (none: the local store, which
+    /// runs in the control plane).
+    cpu: [f64; 2],
+    store_cpu: Option<f64>,
 }
 
 /// Runs one flow through the API, reading its NDJSON progress as it arrives.
-async fn timed_flow(w: &World, c: &str, flow: &str, pids: [u32; 3]) -> Result<Flow> {
+async fn timed_flow(
+    w: &World,
+    c: &str,
+    flow: &str,
+    pids: [u32; 2],
+    store: Option<u32>,
+) -> Result<Flow> {
     let idle = rss_kib(pids[0]).context("server rss")?;
     let cpu0 = pids.map(cpu_s);
+    let store0 = store.map(cpu_s);
     let sampler = RssPeak::start(pids[0]);
     let start = now();
     let resp = w
@@ -176,7 +189,8 @@ async fn timed_flow(w: &World, c: &str, flow: &str, pids: [u32; 3]) -> Result<Fl
         until_committing,
         bytes: done["bytes"].as_u64().unwrap_or(0),
         rss_growth_kib: peak.saturating_sub(idle),
-        cpu: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], cpu1[2] - cpu0[2]],
+        cpu: [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]],
+        store_cpu: store.zip(store0).map(|(pid, before)| cpu_s(pid) - before),
     })
 }
 
@@ -192,28 +206,106 @@ fn sealing_speed() -> String {
     }
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> Result<()> {
-    let (mut mib, mut garage_bin, mut parts) =
-        (size(1024usize, 16), None::<std::path::PathBuf>, None);
-    let mut args = bench_args();
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--garage" => garage_bin = Some(args.next().context("--garage needs a path")?.into()),
-            "--parts-in-flight" => {
-                parts = Some(args.next().context("--parts-in-flight needs N")?.parse()?);
-            }
-            other => mib = other.parse().context("size in MiB")?,
+/// Where checkpoints go in one pass of the bench.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StoreKind {
+    /// s3s-fs on this host (the test suite's S3 server).
+    S3sFs,
+    /// Garage on this host, from the binary given with `--garage`.
+    Garage,
+    /// The control plane's local store (its data dir): no separate store process.
+    Local,
+}
+
+impl StoreKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::S3sFs => "s3s-fs",
+            Self::Garage => "Garage",
+            Self::Local => "local store",
         }
     }
-    // The store: s3s-fs (the test suite's server), or Garage when its binary is given.
-    let (s3, garage, store, store_name) = match &garage_bin {
-        None => {
+}
+
+struct Options {
+    mib: usize,
+    garage: Option<std::path::PathBuf>,
+    parts_in_flight: Option<usize>,
+    part_mib: Option<usize>,
+    stores: Vec<StoreKind>,
+}
+
+impl Options {
+    fn parse() -> Result<Self> {
+        let mut o = Options {
+            mib: size(1024usize, 16),
+            garage: None,
+            parts_in_flight: None,
+            part_mib: None,
+            stores: Vec::new(),
+        };
+        let mut args = bench_args();
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--garage" => o.garage = Some(args.next().context("--garage needs a path")?.into()),
+                "--parts-in-flight" => {
+                    o.parts_in_flight =
+                        Some(args.next().context("--parts-in-flight needs N")?.parse()?);
+                }
+                "--part-mib" => {
+                    o.part_mib = Some(args.next().context("--part-mib needs N")?.parse()?);
+                }
+                "--stores" => {
+                    for name in args.next().context("--stores needs a list")?.split(',') {
+                        o.stores.push(match name {
+                            "s3s-fs" => StoreKind::S3sFs,
+                            "garage" => StoreKind::Garage,
+                            "local" => StoreKind::Local,
+                            other => bail!("unknown store {other:?} (s3s-fs, garage, local)"),
+                        });
+                    }
+                }
+                other => o.mib = other.parse().context("size in MiB")?,
+            }
+        }
+        if o.stores.is_empty() {
+            let object = if o.garage.is_some() {
+                StoreKind::Garage
+            } else {
+                StoreKind::S3sFs
+            };
+            o.stores = vec![object, StoreKind::Local];
+        }
+        if o.stores.contains(&StoreKind::Garage) && o.garage.is_none() {
+            bail!("the garage store needs --garage PATH");
+        }
+        Ok(o)
+    }
+}
+
+/// What one store's pass measured.
+struct Pass {
+    store: StoreKind,
+    load_start: String,
+    content: u64,
+    files: u64,
+    floor_mbs: f64,
+    checkpoint: Flow,
+    restore: Flow,
+}
+
+/// One pass: a world on `store`, a home of `opts.mib` MiB, the floor, a checkpoint, a restore.
+async fn pass(opts: &Options, store: StoreKind) -> Result<Pass> {
+    let load_start = loadavg();
+    // The store: s3s-fs (the test suite's server), Garage, or none (the local store).
+    let (s3, garage, object_store) = match store {
+        StoreKind::S3sFs => {
             let s3 = S3Server::start().await?;
             let o = ObjectStoreOptions::for_server(&s3);
-            (Some(s3), None, o, "s3s-fs")
+            (Some(s3), None, Some(o))
         }
-        Some(bin) => {
+        StoreKind::Garage => {
+            let bin = opts.garage.as_ref().context("--garage")?;
             let g = Garage::start(bin, &std::env::temp_dir(), tests::s3::BUCKET).await?;
             let o = ObjectStoreOptions {
                 endpoint: g.endpoint.clone(),
@@ -223,36 +315,34 @@ async fn main() -> Result<()> {
                 parts_in_flight: None,
                 content_key_hex: hex::encode(rand::random::<[u8; 32]>()),
             };
-            (None, Some(g), o, "Garage")
+            (None, Some(g), Some(o))
         }
+        StoreKind::Local => (None, None, None),
     };
     let store_pid = match (&s3, &garage) {
-        (Some(s3), _) => s3.pid().context("s3s-fs pid")?,
-        (_, Some(g)) => g.pid(),
-        _ => bail!("no store"),
+        (Some(s3), _) => Some(s3.pid().context("s3s-fs pid")?),
+        (_, Some(g)) => Some(g.pid()),
+        _ => None,
     };
-    let store = ObjectStoreOptions {
-        parts_in_flight: parts,
-        ..store
-    };
-    println!(
-        "store: {store_name}, parts in flight: {}",
-        parts.map_or("default (2)".to_string(), |n| n.to_string())
-    );
+    let object_store = object_store.map(|o| ObjectStoreOptions {
+        parts_in_flight: opts.parts_in_flight,
+        ..o
+    });
+    let mut env = Vec::new();
+    if let Some(mib) = opts.part_mib {
+        env.push(("RAKAZO_S3_PART_MIB".to_string(), mib.to_string()));
+    }
     let mut w = World::start_with(WorldOptions {
-        object_store: Some(store),
+        object_store,
+        env,
         ..Default::default()
     })
     .await?;
     let pid = w.server_pid().context("server pid")?;
     let c = w.create_computer("ws-bench").await?;
     let home = w.home_of(&c);
-    let content = write_home(&home, mib)?;
-    println!(
-        "home: {:.0} MiB of content in {} files",
-        content as f64 / f64::from(1u32 << 20),
-        walkdir_count(&home)?
-    );
+    let content = write_home(&home, opts.mib)?;
+    let files = walkdir_count(&home)?;
 
     // Floor: tar | zstd -1 of the same tree, to a file on the same disk.
     let out = tempfile::tempdir()?;
@@ -269,66 +359,150 @@ async fn main() -> Result<()> {
     if !status.success() {
         bail!("tar | zstd failed");
     }
-    let tar_time = start.elapsed();
-    let tar_mbs = mb_per_s(content, tar_time);
+    let floor_mbs = mb_per_s(content, start.elapsed());
     std::fs::remove_file(&target)?;
 
-    let pids = [pid, guest_pid(&home).context("guest pid")?, store_pid];
-    let cp = timed_flow(&w, &c, "checkpoint", pids).await?;
-    let cp_mbs = mb_per_s(content, cp.elapsed);
-    let rs = timed_flow(&w, &c, "restore", pids).await?;
-    let rs_mbs = mb_per_s(content, rs.elapsed);
-    let seal = sealing_speed();
+    let pids = [pid, guest_pid(&home).context("guest pid")?];
+    let checkpoint = timed_flow(&w, &c, "checkpoint", pids, store_pid).await?;
+    let restore = timed_flow(&w, &c, "restore", pids, store_pid).await?;
+    drop(w);
+    drop((s3, garage));
+    Ok(Pass {
+        store,
+        load_start,
+        content,
+        files,
+        floor_mbs,
+        checkpoint,
+        restore,
+    })
+}
 
+fn print_pass(p: &Pass) {
+    let name = p.store.name();
+    let store_cpu = |f: &Flow| match f.store_cpu {
+        Some(s) => format!("{s:.1}"),
+        None => "(in the control plane)".to_string(),
+    };
     println!(
-        "floor  tar -c | zstd -1 > file: {tar_mbs:>7.0} MB/s ({:.2} s)",
-        tar_time.as_secs_f64()
+        "{name}: home {:.0} MiB in {} files; load average at start {}",
+        p.content as f64 / f64::from(1u32 << 20),
+        p.files,
+        p.load_start
     );
-    for (name, f, mbs) in [
-        (
-            "checkpoint (guest export -> check -> seal -> store)",
-            &cp,
-            cp_mbs,
-        ),
-        (
-            "restore (store -> open -> check -> guest import)",
-            &rs,
-            rs_mbs,
-        ),
-    ] {
+    println!(
+        "  floor  tar -c | zstd -1 > file: {:>7.0} MB/s",
+        p.floor_mbs
+    );
+    for (what, f) in [("checkpoint", &p.checkpoint), ("restore", &p.restore)] {
         println!(
-            "{name}: {mbs:>7.0} MB/s ({:.2} s, {:.0} MiB archive), {:.2}x the floor, \
-             control-plane RSS +{:.1} MiB; CPU s: control plane {:.1}, guest {:.1}, {store_name} {:.1}",
+            "  {what}: {:>7.0} MB/s ({:.2} s, {:.0} MiB archive), control-plane RSS +{:.1} MiB; \
+             CPU s: control plane {:.1}, guest {:.1}, store {}",
+            mb_per_s(p.content, f.elapsed),
             f.elapsed.as_secs_f64(),
             f.bytes as f64 / f64::from(1u32 << 20),
-            mbs / tar_mbs,
             f.rss_growth_kib as f64 / 1024.0,
             f.cpu[0],
             f.cpu[1],
-            f.cpu[2]
+            store_cpu(f)
         );
     }
-    if let Some(t) = cp.until_committing {
-        let rest = cp.elapsed.saturating_sub(t);
+    if let Some(t) = p.checkpoint.until_committing {
         println!(
-            "checkpoint split: {:>7.0} MB/s until the archive was all read and sealed ({:.2} s), \
-             then {:.2} s completing the multipart upload and advancing the revision",
-            mb_per_s(content, t),
+            "  checkpoint split: {:>7.0} MB/s until the archive was all read and sealed ({:.2} \
+             s), then {:.2} s completing the upload and advancing the revision",
+            mb_per_s(p.content, t),
             t.as_secs_f64(),
-            rest.as_secs_f64()
+            p.checkpoint.elapsed.saturating_sub(t).as_secs_f64()
         );
     }
-    println!("raw AES-256-GCM sealing and opening (bench_seal, 512 MiB, one core):\n{seal}");
+}
+
+fn print_table(passes: &[Pass]) {
+    println!();
     println!(
-        "goals: checkpoint >= 200 MB/s: {}; RSS growth <= 64 MiB: {}",
-        if cp_mbs >= 200.0 { "met" } else { "missed" },
-        if cp.rss_growth_kib.max(rs.rss_growth_kib) <= 64 * 1024 {
-            "met"
-        } else {
-            "missed"
-        }
+        "| store | load at start | floor tar \\| zstd -1 | checkpoint, end to end | of which \
+         pipeline / completion | CPU s (control plane / guest / store) | control plane + guest \
+         CPU s per GiB | CP RSS growth | restore | restore CPU s (CP / guest / store) |"
     );
-    drop((s3, garage));
+    println!("|---|---|---:|---:|---|---|---:|---:|---:|---|");
+    for p in passes {
+        let gib = p.content as f64 / f64::from(1u32 << 30);
+        let cpu = |f: &Flow| {
+            format!(
+                "{:.1} / {:.1} / {}",
+                f.cpu[0],
+                f.cpu[1],
+                f.store_cpu.map_or("—".to_string(), |s| format!("{s:.1}"))
+            )
+        };
+        let cp = &p.checkpoint;
+        let split = match cp.until_committing {
+            Some(t) => format!(
+                "{:.0} MB/s / {:.2} s",
+                mb_per_s(p.content, t),
+                cp.elapsed.saturating_sub(t).as_secs_f64()
+            ),
+            None => "—".to_string(),
+        };
+        println!(
+            "| {} | {} | {:.0} MB/s | **{:.0} MB/s** ({:.2} s) | {split} | {} | {:.2} | +{:.1} MiB \
+             | {:.0} MB/s ({:.2} s) | {} |",
+            p.store.name(),
+            p.load_start,
+            p.floor_mbs,
+            mb_per_s(p.content, cp.elapsed),
+            cp.elapsed.as_secs_f64(),
+            cpu(cp),
+            (cp.cpu[0] + cp.cpu[1]) / gib,
+            cp.rss_growth_kib as f64 / 1024.0,
+            mb_per_s(p.content, p.restore.elapsed),
+            p.restore.elapsed.as_secs_f64(),
+            cpu(&p.restore)
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let opts = Options::parse()?;
+    println!(
+        "bench_homes: {} MiB home; parts in flight: {}; part size: {}",
+        opts.mib,
+        opts.parts_in_flight
+            .map_or("default (2)".to_string(), |n| n.to_string()),
+        opts.part_mib
+            .map_or("default (5 MiB)".to_string(), |n| format!("{n} MiB"))
+    );
+    let mut passes = Vec::new();
+    for &store in &opts.stores {
+        let p = pass(&opts, store).await?;
+        print_pass(&p);
+        passes.push(p);
+    }
+    print_table(&passes);
+    println!(
+        "\nraw AES-256-GCM sealing and opening (bench_seal, 512 MiB, one core):\n{}",
+        sealing_speed()
+    );
+    for p in &passes {
+        let (cp, rs) = (&p.checkpoint, &p.restore);
+        println!(
+            "goals ({}): checkpoint >= 200 MB/s end to end: {}; RSS growth <= 64 MiB: {}",
+            p.store.name(),
+            if mb_per_s(p.content, cp.elapsed) >= 200.0 {
+                "met"
+            } else {
+                "missed"
+            },
+            if cp.rss_growth_kib.max(rs.rss_growth_kib) <= 64 * 1024 {
+                "met"
+            } else {
+                "missed"
+            }
+        );
+    }
+    println!("load average at end: {}", loadavg());
     Ok(())
 }
 

@@ -20,7 +20,7 @@
 //!
 //! `--smoke`: a few runs of every part, for CI (`scripts/bench-smoke.sh`); explicit options win.
 
-use anyhow::{anyhow, bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,39 +78,16 @@ struct Pair {
 }
 
 /// The control plane's tunnel as `rakazo serve` binds it, and the guest's pin.
-struct Tunnel {
-    listening: control_plane::tunnel::Listening,
-    pin: [u8; 32],
-    _dir: tempfile::TempDir,
-}
+struct Tunnel(tests::tunnel::Tunnel);
 
 impl Tunnel {
     fn bind() -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("rakazo-bench-tcp-")
-            .tempdir()?;
-        let identity = control_plane::tls::TunnelIdentity::load_or_create(
-            &dir.path().join("cert.pem"),
-            &dir.path().join("key.pem"),
-        )?;
-        let pin: [u8; 32] = hex::decode(identity.fingerprint())?
-            .try_into()
-            .map_err(|_| anyhow!("fingerprint is not 32 bytes"))?;
-        let listening = control_plane::tunnel::bind(
-            "127.0.0.1:0".parse()?,
-            identity.server_config()?,
-            &rand::random(),
-        )?;
-        Ok(Self {
-            listening,
-            pin,
-            _dir: dir,
-        })
+        Ok(Self(tests::tunnel::Tunnel::bind()?))
     }
 
     /// A new connection from a guest over UDP (`tcp == false`) or the TCP carrier.
     async fn pair(&self, tcp: bool) -> Result<Pair> {
-        let (udp_endpoint, tcp_endpoint) = self.listening.endpoints();
+        let (udp_endpoint, tcp_endpoint) = self.0.listening.endpoints();
         let server = if tcp { tcp_endpoint } else { udp_endpoint }.clone();
         let accept = tokio::spawn(async move {
             let incoming = server.accept().await.context("endpoint closed")?;
@@ -118,21 +95,20 @@ impl Tunnel {
         });
         let (guest, endpoint, socket) = if tcp {
             let socket = carrier::ClientSocket::connect(
-                self.listening.tcp_addr()?,
+                self.0.listening.tcp_addr()?,
                 &carrier::Limits::default(),
             )
             .await?;
             let endpoint = carrier::client_endpoint(socket.clone())?;
-            let config = guest_agent::tunnel::carrier_client_config(self.pin)?;
+            let config = guest_agent::tunnel::carrier_client_config(self.0.pin)?;
             let conn = endpoint
                 .connect_with(config, socket.server(), "rakazo-control-plane")?
                 .await?;
             (conn, endpoint, Some(socket))
         } else {
-            let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-            endpoint.set_default_client_config(guest_agent::tunnel::client_config(self.pin)?);
+            let endpoint = guest_agent::tunnel::udp_endpoint("127.0.0.1:0".parse()?, self.0.pin)?;
             let conn = endpoint
-                .connect(self.listening.local_addr()?, "rakazo-control-plane")?
+                .connect(self.0.listening.local_addr()?, "rakazo-control-plane")?
                 .await?;
             (conn, endpoint, None)
         };
