@@ -670,7 +670,7 @@ async fn measure_local(fx: &Fixture, opts: &Options) -> Result<ObserveRuns> {
 
         // Settling after a click on the counter bar, as `act` does: arm, click, one sync, then
         // the first damage (within the bound), then the quiet period.
-        let mut settler = Settler::new(xvfb.access(), Clock::new(now))?;
+        let mut settler = Settler::new(xserver.access(), Clock::new(now))?;
         let (ux, uy) = BUMP_POINT;
         r.load_settle = loadavg();
         for _ in 0..opts.settle_runs {
