@@ -4,7 +4,7 @@
 //!   home is restored) for a Docker computer, against `podman run --rm <image> true` (the
 //!   engine's own floor) and against a local computer (the guest's dial-in without a
 //!   container). Goal: docker ≤ 1.5 × (floor + local).
-//! - the first desktop ensure (Xvfb + Chrome until CDP answers) in a container vs on the host;
+//! - the first desktop ensure (Xvnc + Chrome until CDP answers) in a container vs on the host;
 //! - memory of an idle Docker computer (RSS of every process in its container) vs an idle local
 //!   computer's guest;
 //! - 10 Docker computers with a desktop each: time and RSS.
@@ -153,7 +153,7 @@ async fn main() -> Result<()> {
         el.push(ms(ensure(&w, &lc, &format!("bot-{i}")).await?));
     }
     println!(
-        "\n## first desktop ensure (Xvfb + Chrome until CDP answers; median of {}, ms)",
+        "\n## first desktop ensure (Xvnc + Chrome until CDP answers; median of {}, ms)",
         ed.len()
     );
     println!("| on the host (local) | in a container (docker) | ratio |");
