@@ -509,6 +509,11 @@ fn server_args(
             "-DisconnectClients=0",
             "-AcceptSetDesktopSize=0",
             "-UseBlacklist=0",
+            // Xvnc sends a change half a frame after its first damage, then once a frame while
+            // changes continue: at the default 60 that is 8 ms added to every first update. 120
+            // halves it (BENCHMARKS.md, "Live screens on Xvnc"); Chromium draws at most 60
+            // frames a second, so a scrolling page gains few updates.
+            "-FrameRate=120",
             "-desktop",
             "rakazo",
         ]),
@@ -770,6 +775,7 @@ mod tests {
             &["-AlwaysShared"],
             &["-DisconnectClients=0"],
             &["-AcceptSetDesktopSize=0"],
+            &["-FrameRate=120"],
         ] {
             assert!(has(pair), "{pair:?} missing from {args:?}");
         }
