@@ -337,14 +337,8 @@ fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
     (pct(&v, 0.5), pct(&v, 0.95), pct(&v, 1.0))
 }
 
-/// One latency sample: drawing to the first update, with an incremental request outstanding.
-async fn view_latency(
-    client: &mut RfbClient<BoxStream>,
-    canvas: &Canvas,
-    colour: u32,
-) -> Result<f64> {
-    client.request_update(true).await?;
-    let t0 = Instant::now();
+/// The change every latency sample waits for: a filled rectangle, sent to the server.
+fn draw(canvas: &Canvas, colour: u32) -> Result<()> {
     canvas.fill(
         colour,
         xproto::Rectangle {
@@ -355,6 +349,18 @@ async fn view_latency(
         },
     )?;
     canvas.x.flush()?;
+    Ok(())
+}
+
+/// One latency sample: drawing to the first update, with an incremental request outstanding.
+async fn view_latency(
+    client: &mut RfbClient<BoxStream>,
+    canvas: &Canvas,
+    colour: u32,
+) -> Result<f64> {
+    client.request_update(true).await?;
+    let t0 = Instant::now();
+    draw(canvas, colour)?;
     within("the update after a drawing", client.next_update()).await??;
     Ok(t0.elapsed().as_secs_f64() * 1000.0)
 }
@@ -371,16 +377,7 @@ async fn pair_latency(
     direct.request_update(true).await?;
     through.request_update(true).await?;
     let t0 = Instant::now();
-    canvas.fill(
-        colour,
-        xproto::Rectangle {
-            x: 100,
-            y: 100,
-            width: 200,
-            height: 120,
-        },
-    )?;
-    canvas.x.flush()?;
+    draw(canvas, colour)?;
     let (d, g) = tokio::join!(
         arrival("the direct client's update after a drawing", direct, t0),
         arrival("the gateway client's update after a drawing", through, t0)
