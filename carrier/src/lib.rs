@@ -64,6 +64,7 @@ macro_rules! carrier_socket {
 mod client;
 pub mod frame;
 mod link;
+pub mod pin;
 pub mod quic;
 mod server;
 pub mod ws;

@@ -6,6 +6,7 @@
 
 use crate::schema::error::ErrorBody;
 use bytes::Bytes;
+use carrier::pin::PinnedCert;
 use gateway_proto::Secret;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -315,13 +316,16 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ClientError> {
         .map_err(|e| ClientError::Tls(e.to_string()))?;
     let roots = match trust {
         Trust::Pinned(sha256) => {
+            let pin = PinnedCert::from_hex(sha256, provider(), crate::tls::PIN_MISMATCH)
+                .ok_or_else(|| {
+                    ClientError::Tls(format!(
+                        "the pinned certificate fingerprint {sha256:?} is not 64 hex digits"
+                    ))
+                })?;
             return Ok(builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(crate::tls::PinnedCert {
-                    sha256: sha256.to_ascii_lowercase(),
-                    provider: provider(),
-                }))
-                .with_no_client_auth())
+                .with_custom_certificate_verifier(Arc::new(pin))
+                .with_no_client_auth());
         }
         Trust::CaFile(path) => {
             let certs = CertificateDer::pem_file_iter(path)

@@ -2,7 +2,7 @@
 //!
 //! [`run`] keeps one connection to the control plane alive forever, reconnecting with jittered
 //! exponential backoff. The control plane's certificate is pinned by its SHA-256 fingerprint
-//! ([`PinnedCert`]); no CA or hostname is trusted. Each operation arrives as its own stream and
+//! ([`carrier::pin::PinnedCert`]); no CA or hostname is trusted. Each operation arrives as its own stream and
 //! is handed to [`crate::ops`]; this module only moves bytes and tracks the connection.
 //!
 //! The connection is QUIC, over UDP when UDP gets through, else over the TCP carrier (the
@@ -31,12 +31,9 @@
 
 use crate::config::Config;
 use crate::ops::Ops;
+use carrier::pin::PinnedCert;
 use gateway_proto::{encode, AgentHandshake, AgentOutcome, ControlMsg, FrameDecoder, RefuseReason};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
-use sha2::{Digest, Sha256};
+use rustls::pki_types::ServerName;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
@@ -55,72 +52,12 @@ pub const CLOSE_DRAINING: u32 = 4;
 /// to see the close the control plane sent just before (its code decides whether to wait).
 const CARRIER_CLOSE_GRACE: Duration = Duration::from_millis(100);
 
-/// Accepts exactly one server certificate: the one whose DER hashes to the pinned fingerprint.
-#[derive(Debug)]
-pub struct PinnedCert {
-    sha256: [u8; 32],
-    provider: Arc<CryptoProvider>,
-}
-
-impl PinnedCert {
-    pub fn new(sha256: [u8; 32], provider: Arc<CryptoProvider>) -> Self {
-        Self { sha256, provider }
-    }
-}
-
-impl ServerCertVerifier for PinnedCert {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let got: [u8; 32] = Sha256::digest(end_entity.as_ref()).into();
-        if got == self.sha256 {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::ApplicationVerificationFailure,
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
+/// The tunnel's certificate failed the pin (the control plane's, `RAKAZO_CONTROL_CERT_SHA256`).
+const TUNNEL_PIN_MISMATCH: &str =
+    "the control plane's certificate is not the one pinned (RAKAZO_CONTROL_CERT_SHA256)";
+/// The API's certificate failed the pin (the websocket carrier, `RAKAZO_CONTROL_API_CERT_SHA256`).
+const API_PIN_MISMATCH: &str =
+    "the control plane's API certificate is not the one pinned (RAKAZO_CONTROL_API_CERT_SHA256)";
 
 /// The QUIC client configuration: TLS 1.3 on ring, the pinned certificate, our ALPN.
 pub fn client_config(cert_sha256: [u8; 32]) -> anyhow::Result<quinn::ClientConfig> {
@@ -142,7 +79,11 @@ fn build_client_config(
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(PinnedCert::new(cert_sha256, provider)))
+        .with_custom_certificate_verifier(Arc::new(PinnedCert::new(
+            cert_sha256,
+            provider,
+            TUNNEL_PIN_MISMATCH,
+        )))
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
@@ -511,7 +452,11 @@ async fn ws_connect(ws: &crate::config::WsTarget) -> Result<Arc<carrier::ClientS
                 .with_safe_default_protocol_versions()
                 .map_err(|e| DialError::Failed(e.to_string()))?
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedCert::new(pin, provider)))
+                .with_custom_certificate_verifier(Arc::new(PinnedCert::new(
+                    pin,
+                    provider,
+                    API_PIN_MISMATCH,
+                )))
                 .with_no_client_auth();
             tls.alpn_protocols = vec![b"http/1.1".to_vec()];
             let name = ServerName::try_from(host.to_string())

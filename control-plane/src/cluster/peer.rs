@@ -18,6 +18,7 @@
 
 use crate::idle::gate::Gate;
 use crate::tunnel::{OpStream, Registry, TunnelError};
+use carrier::pin::PinnedCert;
 use gateway_proto::{encode, BotId, FrameDecoder, LeaseToken, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -116,10 +117,11 @@ fn client_config(cert_sha256: &str) -> anyhow::Result<quinn::ClientConfig> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(crate::tls::PinnedCert {
-            sha256: cert_sha256.to_owned(),
-            provider,
-        }))
+        .with_custom_certificate_verifier(Arc::new(
+            PinnedCert::from_hex(cert_sha256, provider, crate::tls::PIN_MISMATCH).ok_or_else(
+                || anyhow::anyhow!("the peer certificate fingerprint is not 64 hex digits"),
+            )?,
+        ))
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
