@@ -724,6 +724,28 @@ impl World {
         self.client.json(Method::POST, path, Some(&body)).await
     }
 
+    /// `GET /v1/computers/{id}/screens`: the computer's live screens as the API lists them.
+    pub async fn screens(&self, computer: &str) -> Result<serde_json::Value, ClientError> {
+        self.client
+            .json(
+                Method::GET,
+                &format!("/v1/computers/{computer}/screens"),
+                None,
+            )
+            .await
+    }
+
+    /// The bots with a live screen on `computer`, in slot order.
+    pub async fn screen_bots(&self, computer: &str) -> Result<Vec<String>> {
+        let list = self.screens(computer).await?;
+        Ok(list["screens"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["bot"].as_str().map(String::from))
+            .collect())
+    }
+
     /// A capability URL's path (`/cap/<sealed>`) for `bot`'s desktop under `policy`; the caller
     /// records it as a secret.
     pub async fn screen_url(&self, computer: &str, bot: &str, policy: &str) -> Result<String> {

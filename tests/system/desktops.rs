@@ -100,21 +100,7 @@ async fn bots_get_their_own_displays_browsers_and_cookies() -> Result<()> {
     let profile_c = w.home_of(&c).join(profile_of("bot-c"));
     assert!(!profile_c.join("marker.txt").exists());
 
-    let list = w
-        .client
-        .json(
-            hyper::Method::GET,
-            &format!("/v1/computers/{c}/screens"),
-            None,
-        )
-        .await?;
-    let bots: Vec<&str> = list["screens"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["bot"].as_str())
-        .collect();
-    assert_eq!(bots, vec!["bot-c", "bot-b"]);
+    assert_eq!(w.screen_bots(&c).await?, vec!["bot-c", "bot-b"]);
     b.release().await?;
     cbot.release().await?;
     w.check_log()
@@ -186,14 +172,7 @@ async fn a_stale_fence_is_refused_without_effect() -> Result<()> {
             "{err}"
         );
     }
-    let list = w
-        .client
-        .json(
-            hyper::Method::GET,
-            &format!("/v1/computers/{c}/screens"),
-            None,
-        )
-        .await?;
+    let list = w.screens(&c).await?;
     assert_eq!(
         list["screens"].as_array().map(Vec::len),
         Some(0),
@@ -384,14 +363,7 @@ async fn a_hundred_profiles_in_turn_and_ten_desktops_at_once_leak_nothing() -> R
         let s = s.as_ref().map_err(|e| anyhow!("{e}"))?;
         displays.push(s["display"].as_u64().unwrap_or_default());
     }
-    let list = w
-        .client
-        .json(
-            hyper::Method::GET,
-            &format!("/v1/computers/{c}/screens"),
-            None,
-        )
-        .await?;
+    let list = w.screens(&c).await?;
     assert_eq!(list["screens"].as_array().map(Vec::len), Some(10));
     for b in &live {
         b.release().await?;
@@ -407,26 +379,6 @@ async fn a_hundred_profiles_in_turn_and_ten_desktops_at_once_leak_nothing() -> R
 async fn a_successful_run_keeps_the_desktop_and_a_failed_one_tears_it_down() -> Result<()> {
     let mut w = World::start().await?;
     let c = w.create_computer("ws-runs").await?;
-    let screens = |w: &World| {
-        let c = c.clone();
-        let client = w.client.clone();
-        async move {
-            let v = client
-                .json(
-                    hyper::Method::GET,
-                    &format!("/v1/computers/{c}/screens"),
-                    None,
-                )
-                .await?;
-            let bots: Vec<String> = v["screens"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s["bot"].as_str().map(String::from))
-                .collect();
-            anyhow::Ok(bots)
-        }
-    };
     let ok = Bot::new(&w, &c, "bot-ok").await?;
     let failed = Bot::new(&w, &c, "bot-failed").await?;
     let cancelled = Bot::new(&w, &c, "bot-cancel").await?;
@@ -445,7 +397,7 @@ async fn a_successful_run_keeps_the_desktop_and_a_failed_one_tears_it_down() -> 
         .await?;
     }
     assert_eq!(
-        screens(&w).await?,
+        w.screen_bots(&c).await?,
         vec!["bot-ok".to_string()],
         "only the successful run's desktop remains"
     );

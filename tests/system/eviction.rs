@@ -36,24 +36,6 @@ async fn idle_desktop(w: &World, c: &str, bot: &str) -> Result<serde_json::Value
     Ok(s)
 }
 
-/// The bots with a live screen, in slot order.
-async fn screens(w: &World, c: &str) -> Result<Vec<String>> {
-    let list = w
-        .client
-        .json(
-            hyper::Method::GET,
-            &format!("/v1/computers/{c}/screens"),
-            None,
-        )
-        .await?;
-    Ok(list["screens"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["bot"].as_str().map(String::from))
-        .collect())
-}
-
 fn refusal(e: &ClientError) -> Option<(StatusCode, String, String)> {
     match e {
         ClientError::Api {
@@ -93,14 +75,7 @@ async fn a_new_bot_evicts_the_oldest_idle_uncontrolled_screen() -> Result<()> {
     let mut viewer = connect(&w.http, &view).await?;
 
     // bot-mid was used after bot-old, so bot-old is idle longest: the guest says so.
-    let listed = w
-        .client
-        .json(
-            hyper::Method::GET,
-            &format!("/v1/computers/{c}/screens"),
-            None,
-        )
-        .await?;
+    let listed = w.screens(&c).await?;
     let idle = |bot: &str| {
         listed["screens"]
             .as_array()
@@ -117,7 +92,7 @@ async fn a_new_bot_evicts_the_oldest_idle_uncontrolled_screen() -> Result<()> {
     let s = new.ensure().await?;
     assert_eq!(s["started"], true, "{s}");
     assert_eq!(s["slot"], old["slot"], "the evicted screen's slot: {s}");
-    assert_eq!(screens(&w, &c).await?, vec!["bot-new", "bot-mid"]);
+    assert_eq!(w.screen_bots(&c).await?, vec!["bot-new", "bot-mid"]);
 
     wait_closed(&mut viewer, Duration::from_secs(10)).await?;
     let again = upgrade_status(&w.http, &view).await?;
@@ -134,7 +109,7 @@ async fn a_new_bot_evicts_the_oldest_idle_uncontrolled_screen() -> Result<()> {
     new.end_run().await?;
     let back = Bot::new(&w, &c, "bot-old").await?;
     back.ensure().await?;
-    assert_eq!(screens(&w, &c).await?, vec!["bot-new", "bot-old"]);
+    assert_eq!(w.screen_bots(&c).await?, vec!["bot-new", "bot-old"]);
     assert_eq!(&w.get_file(&c, &marker).await?[..], b"kept\n");
     back.end_run().await?;
     w.check_log()
@@ -176,7 +151,7 @@ async fn held_screens_are_never_evicted() -> Result<()> {
         refusal(&err).map(|r| r.1),
         Some("COMPUTER_SCREEN_UNAVAILABLE".into())
     );
-    assert_eq!(screens(&w, &c).await?, vec!["bot-run", "bot-ctl"]);
+    assert_eq!(w.screen_bots(&c).await?, vec!["bot-run", "bot-ctl"]);
 
     // Control released: bot-ctl's screen is now idle and unheld; bot-run's still runs.
     w.post(
@@ -185,7 +160,7 @@ async fn held_screens_are_never_evicted() -> Result<()> {
     )
     .await?;
     third.ensure().await?;
-    assert_eq!(screens(&w, &c).await?, vec!["bot-run", "bot-third"]);
+    assert_eq!(w.screen_bots(&c).await?, vec!["bot-run", "bot-third"]);
     run.release().await?;
     third.release().await?;
     w.check_log()
@@ -207,7 +182,7 @@ async fn two_bots_refused_at_once_evict_one_screen_each() -> Result<()> {
     assert_eq!(got_a["started"], true, "{got_a}");
     assert_eq!(got_b["started"], true, "{got_b}");
     assert_ne!(got_a["slot"], got_b["slot"], "{got_a} {got_b}");
-    let mut now = screens(&w, &c).await?;
+    let mut now = w.screen_bots(&c).await?;
     now.sort();
     assert_eq!(now, vec!["bot-a", "bot-b"]);
     let evictions = w

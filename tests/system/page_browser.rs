@@ -211,10 +211,7 @@ async fn refused_urls_never_reach_the_browser() -> Result<()> {
         assert!(err.to_string().contains("bad_request"), "{url}: {err}");
     }
     // Nothing was started for the bot: the refusals happened before any guest call.
-    let list = w
-        .client
-        .json(Method::GET, &format!("/v1/computers/{c}/screens"), None)
-        .await?;
+    let list = w.screens(&c).await?;
     assert_eq!(list["screens"].as_array().map(Vec::len), Some(0));
     w.check_log()
 }
