@@ -23,8 +23,9 @@
 //!
 //! So bindings outlive the text that made them (repeated characters cost nothing later) and stay
 //! while this [`Input`] lives; [`Input::restore_keymap`] (also run on drop) puts them back to
-//! NoSymbol. With these rules, 40 distinct CJK characters typed over the 19 spare keycodes of Xvnc (and of Xvfb, whose keymap is the same) in
-//! four back-to-back calls arrived intact in Chromium, recycled keycodes included.
+//! NoSymbol. With these rules, 40 distinct CJK characters typed over the 19 spare keycodes of Xvnc
+//! (and of Xvfb, whose keymap is the same) in four back-to-back calls arrived intact in Chromium,
+//! recycled keycodes included.
 //!
 //! Actions only send their requests (and flush them); [`Input::finish`] ends a batch with one
 //! GetInputFocus round trip, after which the server has processed every event of the batch (and

@@ -68,6 +68,10 @@ pub enum XServerKind {
     ///   geometry is the contract's, and the agent's coordinates depend on it).
     /// - `-UseBlacklist=0`: every client comes through the gateway over one unix socket, so a
     ///   host blacklist would lock every viewer out at once.
+    /// - `-FrameRate=120`: Xvnc sends a change half a frame after its first damage, then once a
+    ///   frame while changes continue; at the default 60 that adds 8 ms to every first update,
+    ///   120 halves it (BENCHMARKS.md, "Live screens on Xvnc"). Chromium draws at most 60
+    ///   frames a second, so a scrolling page gains few updates.
     Xvnc,
     /// `Xvfb` (Debian `xvfb`): X only. Desktops no longer use it; benchmarks start it as the
     /// anchor ("x11vnc on Xvfb").
@@ -509,10 +513,6 @@ fn server_args(
             "-DisconnectClients=0",
             "-AcceptSetDesktopSize=0",
             "-UseBlacklist=0",
-            // Xvnc sends a change half a frame after its first damage, then once a frame while
-            // changes continue: at the default 60 that is 8 ms added to every first update. 120
-            // halves it (BENCHMARKS.md, "Live screens on Xvnc"); Chromium draws at most 60
-            // frames a second, so a scrolling page gains few updates.
             "-FrameRate=120",
             "-desktop",
             "rakazo",

@@ -5,8 +5,9 @@
 //! A `Connect` finds the bot's live desktop in [`Screens`] (the control plane ensures it first),
 //! then the capability in the [`table`]: the RFB server of (bot, view|control), a socket of its
 //! own joined to the desktop's Xvnc, is started lazily and shared by that policy's clients
-//! ([`rfb`]); each terminal connection gets a fresh shell with its own socket ([`terminal`]). After `Opened` the bytes are relayed ([`relay`]), through
-//! the RFB filter that makes a view view-only. Revocation follows §3: the mappings leave the
+//! ([`rfb`]); each terminal connection gets a fresh shell with its own socket ([`terminal`]).
+//! After `Opened` the bytes are relayed ([`relay`]), through the RFB filter that makes a view
+//! view-only. Revocation follows §3: the mappings leave the
 //! table, the clients are disconnected, the servers and shells are stopped and their sockets
 //! removed. [`Screens`] calls [`Gateway::revoke_scope`] with `All` before it stops a desktop's
 //! Chrome and X server, so nothing of one bot can reach a slot reused by another.

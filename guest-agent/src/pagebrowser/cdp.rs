@@ -3,9 +3,10 @@
 //!
 //! It owns the list of page targets ([`TargetWatch`]: kept current from Chrome's `Target.*`
 //! discovery events, so finding the tabs costs no round trip), and per tab ([`Tab`], a flat
-//! session) the handful of raw commands the page browser needs: the main frame, `Page.createIsolatedWorld`, installing and
-//! calling the helper in that world (`Runtime.evaluate` / `Runtime.callFunctionOn` by object id),
-//! `Page.navigate`, pointer and key input, and navigation events. Commands are our own small
+//! session) the handful of raw commands the page browser needs: the main frame,
+//! `Page.createIsolatedWorld`, installing and calling the helper in that world
+//! (`Runtime.evaluate` / `Runtime.callFunctionOn` by object id), `Page.navigate`, pointer and key
+//! input, and navigation events. Commands are our own small
 //! serde types, so a field Chrome adds or drops cannot break parsing: call arguments and results
 //! are serde structs end to end. No domain is enabled on a tab except `Page` while an act
 //! watches for navigations, so an idle tab reports nothing (no requests, no console messages).
