@@ -25,8 +25,9 @@ use crate::clock::now_ms;
 use crate::db::{column, Db, DbError};
 use crate::tunnel::Registry;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -34,6 +35,12 @@ use tracing::{info, warn};
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A replica silent this long is dead, unless configured otherwise.
 pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(5);
+/// How long a forwarded operation trusts the replica last looked up for its guest before it
+/// asks the database again: one heartbeat. A guest that moved meanwhile costs no operation: the
+/// replica it left answers `NotHere` before any byte is sent, and the entry is forgotten.
+pub const LINK_CACHE: Duration = HEARTBEAT;
+/// Past this many remembered links, expired ones are dropped before another is added.
+const LINK_CACHE_PRUNE_AT: usize = 4096;
 
 /// Another replica, as the database knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +58,14 @@ pub struct Cluster {
     pub registry: Arc<Registry>,
     pub peers: peer::Peers,
     pub claims: Claims,
+    /// Recent look-ups of guests connected to other replicas ([`Cluster::where_is_recent`]).
+    links: Mutex<HashMap<String, RecentLink>>,
+}
+
+/// A replica found holding a computer's guest, and when.
+struct RecentLink {
+    replica: Replica,
+    read_at: tokio::time::Instant,
 }
 
 /// A new replica id: `r-` and 16 hex digits.
@@ -95,6 +110,7 @@ impl Cluster {
             registry,
             peers,
             claims,
+            links: Mutex::new(HashMap::new()),
         }
     }
 
@@ -264,6 +280,45 @@ impl Cluster {
         row.as_ref().map(Replica::from_row).transpose()
     }
 
+    /// [`Cluster::where_is`] for a forwarded operation: the other replica found for `computer`
+    /// within the last [`LINK_CACHE`], else the database's answer (remembered when it is
+    /// another replica). The caller forgets the entry ([`Cluster::forget_link`]) when that
+    /// replica does not take the operation.
+    pub async fn where_is_recent(&self, computer: &str) -> Result<Option<Replica>, DbError> {
+        if let Some(link) = self.links().get(computer) {
+            if link.read_at.elapsed() < LINK_CACHE {
+                return Ok(Some(link.replica.clone()));
+            }
+        }
+        let found = self.where_is(computer).await?;
+        match &found {
+            Some(r) if r.id != self.me.id => {
+                let mut links = self.links();
+                if links.len() >= LINK_CACHE_PRUNE_AT {
+                    links.retain(|_, l| l.read_at.elapsed() < LINK_CACHE);
+                }
+                links.insert(
+                    computer.to_owned(),
+                    RecentLink {
+                        replica: r.clone(),
+                        read_at: tokio::time::Instant::now(),
+                    },
+                );
+            }
+            _ => self.forget_link(computer),
+        }
+        Ok(found)
+    }
+
+    /// Drops what [`Cluster::where_is_recent`] remembers of `computer`'s guest.
+    pub fn forget_link(&self, computer: &str) {
+        self.links().remove(computer);
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, HashMap<String, RecentLink>> {
+        self.links.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether `computer`'s guest is connected to a live replica (this one included).
     pub async fn is_connected(&self, computer: &str) -> bool {
         if self.registry.get(computer).is_some() {
@@ -315,4 +370,68 @@ pub fn peer_key(capability_key: &[u8; 32]) -> [u8; 32] {
     h.update(b"rakazo peer key v1\0");
     h.update(capability_key);
     h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::testing;
+
+    fn replica(db: &Db, id: &str) -> Arc<Cluster> {
+        let peers = peer::Peers::new(
+            [7; 32],
+            id.to_owned(),
+            &"00".repeat(32),
+            Duration::from_secs(5),
+        )
+        .expect("peer endpoint");
+        Arc::new(Cluster::new(
+            db.clone(),
+            Replica {
+                id: id.to_owned(),
+                tunnel_addr: "127.0.0.1:1".parse().expect("addr"),
+                peer_addr: "127.0.0.1:2".parse().expect("addr"),
+            },
+            DEFAULT_DEAD_AFTER,
+            Registry::new(),
+            peers,
+            Claims::new(db.clone(), id, Duration::from_secs(30)),
+        ))
+    }
+
+    /// A forwarded open asks the database for its guest's replica at most once per
+    /// [`LINK_CACHE`]; a forgotten link, or an old one, is read again.
+    #[tokio::test]
+    async fn a_guests_replica_is_read_once_per_heartbeat_unless_forgotten() {
+        let db = testing::sqlite().await.expect("db");
+        let (a, b) = (replica(&db, "r-a"), replica(&db, "r-b"));
+        a.register().await.expect("register a");
+        b.register().await.expect("register b");
+        b.set_link("c-1", true).await.expect("link");
+        let found = a.where_is_recent("c-1").await.expect("look-up");
+        assert_eq!(found.as_ref().map(|r| r.id.as_str()), Some("r-b"));
+
+        // The guest leaves r-b: the database says so at once, the recent look-up not yet.
+        b.set_link("c-1", false).await.expect("unlink");
+        assert_eq!(a.where_is("c-1").await.expect("look-up"), None);
+        let recent = a.where_is_recent("c-1").await.expect("look-up");
+        assert_eq!(recent, found, "read again within the heartbeat");
+
+        // Forgotten (r-b did not take an operation), it is read again.
+        a.forget_link("c-1");
+        assert_eq!(a.where_is_recent("c-1").await.expect("look-up"), None);
+
+        // Remembered again, then older than a heartbeat: read again.
+        b.set_link("c-1", true).await.expect("link");
+        assert_eq!(a.where_is_recent("c-1").await.expect("look-up"), found);
+        b.set_link("c-1", false).await.expect("unlink");
+        tokio::time::sleep(LINK_CACHE + Duration::from_millis(50)).await;
+        assert_eq!(a.where_is_recent("c-1").await.expect("look-up"), None);
+
+        // A guest connected here is never remembered as elsewhere.
+        a.set_link("c-2", true).await.expect("link");
+        let here = a.where_is_recent("c-2").await.expect("look-up");
+        assert_eq!(here.map(|r| r.id), Some("r-a".to_owned()));
+        assert!(a.links().is_empty());
+    }
 }

@@ -141,7 +141,7 @@ impl Followed {
             if let Some(conn) = self.cluster.registry.get(&self.computer) {
                 return conn.open(req).await;
             }
-            match self.cluster.where_is(&self.computer).await {
+            match self.cluster.where_is_recent(&self.computer).await {
                 Ok(Some(r)) if r.id != self.cluster.me().id => {
                     match self
                         .cluster
@@ -149,12 +149,20 @@ impl Followed {
                         .open(&r, &self.computer, self.refusable, req)
                         .await
                     {
-                        Ok(opened) => return opened,
-                        Err(PeerError::Suspending) => {
-                            return Err(TunnelError::Suspending(self.computer.clone()))
+                        Ok(opened) => {
+                            if opened.is_err() {
+                                self.cluster.forget_link(&self.computer);
+                            }
+                            return opened;
                         }
-                        // Nothing was sent: look again until the wait is over.
+                        Err(PeerError::Suspending) => {
+                            self.cluster.forget_link(&self.computer);
+                            return Err(TunnelError::Suspending(self.computer.clone()));
+                        }
+                        // Nothing was sent: look again (in the database) until the wait
+                        // is over.
                         Err(e) => {
+                            self.cluster.forget_link(&self.computer);
                             debug!(computer_id = %self.computer, error = %e, "guest not reachable through its replica yet")
                         }
                     }
