@@ -14,6 +14,7 @@ use clap::Args;
 use providers::daytona::DaytonaConfig;
 use providers::docker::{Endpoint, EngineConfig, TlsFiles, DEFAULT_ENGINE};
 use providers::e2b::E2bConfig;
+use providers::local::{Containment, Egress};
 use providers::{
     AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
     LocalProvider, MachineLimits, SandboxProvider, Secret,
@@ -53,6 +54,20 @@ pub struct ProviderArgs {
     /// of their own; `computers/` in the data dir otherwise).
     #[arg(long, env = "RAKAZO_LOCAL_ROOT")]
     pub local_root: Option<PathBuf>,
+    /// How a root control plane contains local computers: `full` (each in its own root,
+    /// process list and network, whose only way out is --local-egress), `host-network` (own
+    /// root and processes, this host's network: its loopback services are reachable) or `off`
+    /// (a user per computer only). A non-root control plane cannot contain them.
+    #[arg(long, env = "RAKAZO_LOCAL_CONTAINMENT", default_value = "full")]
+    pub local_containment: String,
+    /// Where fully contained local computers may connect besides their tunnel: `open` (the
+    /// internet, never private, shared, link-local or loopback ranges) or `none`.
+    #[arg(long, env = "RAKAZO_LOCAL_EGRESS", default_value = "open")]
+    pub local_egress: String,
+    /// More host paths contained local computers see, read-only (absolute, comma-separated;
+    /// e.g. tools under /opt). The system directories (/usr, /etc) are always there.
+    #[arg(long, env = "RAKAZO_LOCAL_JAIL_RO_BIND", value_delimiter = ',')]
+    pub local_jail_ro_bind: Vec<PathBuf>,
     /// The Docker Engine API socket (podman's Docker-compatible service works): the engine
     /// named `default`. Default: /var/run/docker.sock, unless --docker-engine names the engines.
     #[arg(long, env = "RAKAZO_DOCKER_SOCKET")]
@@ -179,6 +194,8 @@ pub struct ProviderConfig {
     pub default: &'static str,
     pub advertise_addr: Option<SocketAddr>,
     pub local_root: Option<PathBuf>,
+    pub local_containment: Containment,
+    pub local_jail_ro_bind: Vec<PathBuf>,
     pub docker: Option<DockerSettings>,
     pub fake_root: Option<PathBuf>,
     /// The E2B adapter's settings; its guest and guest env are filled in by
@@ -208,6 +225,8 @@ impl Default for ProviderConfig {
             default: "local",
             advertise_addr: None,
             local_root: None,
+            local_containment: Containment::Full(Egress::Open),
+            local_jail_ro_bind: Vec::new(),
             docker: None,
             fake_root: None,
             e2b: None,
@@ -313,10 +332,22 @@ impl ProviderArgs {
             default,
             advertise_addr: self.advertise_addr,
             local_root: self.local_root.clone(),
+            local_containment: self.local_containment()?,
+            local_jail_ro_bind: self.local_jail_ro_bind.clone(),
             docker,
             fake_root: self.fake_root.clone(),
             remote_guest_bin: self.remote_guest_bin.clone(),
         })
+    }
+
+    /// `--local-containment` with `--local-egress`.
+    fn local_containment(&self) -> anyhow::Result<Containment> {
+        let egress: Egress = self
+            .local_egress
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--local-egress: {e}"))?;
+        Containment::parse(&self.local_containment, egress)
+            .map_err(|e| anyhow::anyhow!("--local-containment: {e}"))
     }
 
     /// The Docker engines: `default` on --docker-socket, then every --docker-engine (with its
@@ -482,7 +513,9 @@ impl ProviderSet {
                         .local_root
                         .clone()
                         .unwrap_or_else(|| LocalProvider::default_root(data_dir));
-                    let mut local = LocalProvider::new(root, &guest.bin);
+                    let mut local = LocalProvider::new(root, &guest.bin)
+                        .with_containment(cfg.local_containment)
+                        .with_jail_ro_binds(cfg.local_jail_ro_bind.clone())?;
                     for (k, v) in &guest.env {
                         local = local.with_guest_env(k, v);
                     }

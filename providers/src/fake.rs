@@ -167,6 +167,7 @@ impl FakeProvider {
         let guest = match &self.guest_bin {
             Some(bin) => Some(spawn_guest(&GuestLaunch {
                 bin,
+                argv: None,
                 spec,
                 dir: &dir,
                 home: &home,
@@ -195,7 +196,7 @@ impl FakeProvider {
                 m.guest.take()
             });
         if let Some((pid, start)) = guest {
-            process::kill_tree(pid, start, STOP_GRACE).await;
+            process::kill_tree(pid, start, STOP_GRACE, None).await;
         }
         if let Some((computer, _)) = r.0.strip_prefix("fake-").and_then(|s| s.rsplit_once('-')) {
             // A fake ref is `fake-<computer>-<n>`: the guest's runtime dir goes with the machine.

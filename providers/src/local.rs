@@ -17,10 +17,22 @@
 //! also kill every process left with the user's uid; destroy removes the directory, the runtime
 //! dir and the user.
 //!
+//! Containment ([`Containment`], a root control plane only): by default (`full`) each guest
+//! runs jailed (`jail`: its own root of read-only system directories, its own `/tmp`,
+//! `/dev/shm` and process list) inside a network namespace of its own (`net`: a veth to this
+//! host, nftables letting through the tunnel and what [`Egress`] allows, never this host's
+//! services, internal ranges or another computer). `host-network` keeps the jail but shares this
+//! host's network (pages served on this host's loopback stay reachable; for trusted setups and
+//! tests); `off` is the unjailed behaviour of a user per computer alone.
+//!
 //! A control plane that is not root runs computers as itself, with no isolation: they can read
 //! its files (data dir, API token). [`LocalProvider::new`] warns once.
 
+mod jail;
+mod net;
 mod users;
+
+pub use net::Egress;
 
 use crate::process::{self, start_time};
 use crate::{MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec};
@@ -43,6 +55,43 @@ pub struct LocalProvider {
     guest_env: Vec<(String, String)>,
     /// Each computer runs as its own user (the control plane is root).
     isolated: bool,
+    /// How far an isolated computer is jailed (ignored when not isolated).
+    containment: Containment,
+    /// More host paths a jailed computer sees, read-only.
+    jail_ro: Vec<PathBuf>,
+}
+
+/// How a local computer of a root control plane is contained (`--local-containment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Containment {
+    /// Its own root, processes and network, whose way out is [`Egress`].
+    Full(Egress),
+    /// Its own root and processes; this host's network.
+    HostNetwork,
+    /// A user of its own, nothing more.
+    Off,
+}
+
+impl Containment {
+    /// Parses `full`, `host-network` or `off`; `full` takes `egress`.
+    pub fn parse(mode: &str, egress: Egress) -> Result<Self, String> {
+        match mode {
+            "full" => Ok(Self::Full(egress)),
+            "host-network" => Ok(Self::HostNetwork),
+            "off" => Ok(Self::Off),
+            other => Err(format!(
+                "local containment {other:?}: expected full, host-network or off"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Full(_) => "full",
+            Self::HostNetwork => "host-network",
+            Self::Off => "off",
+        }
+    }
 }
 
 struct LocalRef {
@@ -105,6 +154,55 @@ impl LocalProvider {
             guest_bin: guest_bin.into(),
             guest_env: Vec::new(),
             isolated,
+            containment: Containment::Full(Egress::Open),
+            jail_ro: Vec::new(),
+        }
+    }
+
+    /// Host paths jailed computers see read-only besides the system directories (absolute;
+    /// never `/`).
+    pub fn with_jail_ro_binds(mut self, paths: Vec<PathBuf>) -> Result<Self, ProviderError> {
+        for p in &paths {
+            if !p.is_absolute() || p.parent().is_none() {
+                return Err(ProviderError::BadSpec(format!(
+                    "jail read-only bind {}: an absolute path other than /",
+                    p.display()
+                )));
+            }
+        }
+        self.jail_ro = paths;
+        Ok(self)
+    }
+
+    /// Sets how isolated computers are contained (default: full, egress open). Logs what a
+    /// computer can reach.
+    pub fn with_containment(mut self, containment: Containment) -> Self {
+        self.containment = containment;
+        if self.isolated {
+            match containment {
+                Containment::Full(egress) => info!(
+                    egress = egress.as_str(),
+                    "local computers are contained: own root, processes and network"
+                ),
+                Containment::HostNetwork => warn!(
+                    "local computers share this host's network (--local-containment \
+                     host-network): their commands reach its loopback services"
+                ),
+                Containment::Off => warn!(
+                    "local computers are not contained (--local-containment off): their \
+                     commands see this host's files, processes and network"
+                ),
+            }
+        }
+        self
+    }
+
+    /// How computers are contained, as configured (`off` when not isolated).
+    pub fn containment(&self) -> Containment {
+        if self.isolated {
+            self.containment
+        } else {
+            Containment::Off
         }
     }
 
@@ -149,12 +247,15 @@ impl LocalProvider {
         let dir = self.dir(id);
         let home = self.home_dir(id);
         let mut env = self.guest_env.clone();
+        let mut spec = spec.clone();
+        let mut argv = None;
         let user = if self.isolated {
             self.prepare_root()?;
             let user = users::ensure(id, &home).await?;
             private_dir(&dir, Some(&user))?;
             private_dir(&home, Some(&user))?;
             env.push(("RAKAZO_RUN_AS".into(), user.name.clone()));
+            argv = self.jail(&mut spec, &dir, &home).await?;
             Some(user)
         } else {
             std::fs::DirBuilder::new()
@@ -166,7 +267,8 @@ impl LocalProvider {
         };
         let (pid, start) = process::spawn_guest(&process::GuestLaunch {
             bin: &self.guest_bin,
-            spec,
+            argv,
+            spec: &spec,
             dir: &dir,
             home: &home,
             extra_env: &env,
@@ -177,6 +279,40 @@ impl LocalProvider {
             pid,
             start,
         })
+    }
+
+    /// The jail's command line (`None`: not jailed), with the computer's network made first and
+    /// the enrollment's addresses rewritten to where the guest reaches them from inside.
+    async fn jail(
+        &self,
+        spec: &mut SandboxSpec,
+        dir: &Path,
+        home: &Path,
+    ) -> Result<Option<Vec<std::ffi::OsString>>, ProviderError> {
+        let netns = match self.containment {
+            Containment::Off => return Ok(None),
+            Containment::HostNetwork => None,
+            Containment::Full(egress) => {
+                let g = &mut spec.guest;
+                let mut endpoints = vec![g.control_addr, g.tcp_addr()];
+                endpoints.extend(g.other_replicas.iter().copied());
+                let net = net::ensure(&spec.computer_id, &endpoints, egress).await?;
+                let inside = |a| net::inside_addr(net.gateway, a);
+                g.control_tcp_addr = Some(inside(g.tcp_addr()));
+                g.control_addr = inside(g.control_addr);
+                g.other_replicas = g.other_replicas.iter().map(|a| inside(*a)).collect();
+                // The HTTP API is not reachable from inside; UDP and TCP to this host are.
+                g.control_ws = None;
+                Some(net.netns())
+            }
+        };
+        Ok(Some(jail::command(
+            netns.as_deref(),
+            dir,
+            home,
+            &self.guest_bin,
+            &self.jail_ro,
+        )))
     }
 
     /// Creates the root 0711 root's, and checks that computers' users can pass through every
@@ -222,7 +358,14 @@ impl LocalProvider {
 
     /// Stops the guest's tree and, when isolated, every other process of the computer's user.
     async fn kill_all(&self, r: &LocalRef) -> Result<(), ProviderError> {
-        process::kill_tree(r.pid, r.start, STOP_GRACE).await;
+        // A jailed guest is a grandchild of the process started (bwrap); it gets the SIGTERM.
+        process::kill_tree(
+            r.pid,
+            r.start,
+            STOP_GRACE,
+            process::guest_comm(&self.guest_bin),
+        )
+        .await;
         if self.isolated {
             if let Some(user) = users::lookup(&r.computer, &self.home_dir(&r.computer))? {
                 users::kill_all(user.uid);
@@ -305,6 +448,9 @@ impl SandboxProvider for LocalProvider {
     async fn stop(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
         self.kill_all(&local).await?;
+        if self.isolated {
+            net::teardown(&local.computer).await;
+        }
         // Nothing in it outlives the guest: its X cookies and sockets are the next boot's anew.
         process::remove_dir(&process::runtime_dir(&local.computer))
     }
@@ -312,6 +458,9 @@ impl SandboxProvider for LocalProvider {
     async fn destroy(&self, r: &ProviderRef) -> Result<(), ProviderError> {
         let local = LocalRef::parse(r)?;
         self.kill_all(&local).await?;
+        if self.isolated {
+            net::teardown(&local.computer).await;
+        }
         process::remove_dir(&self.dir(&local.computer))?;
         process::remove_dir(&process::runtime_dir(&local.computer))?;
         if self.isolated {

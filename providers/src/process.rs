@@ -26,6 +26,9 @@ pub(crate) fn runtime_dir(computer: &str) -> PathBuf {
 /// What a host-process guest is started with.
 pub(crate) struct GuestLaunch<'a> {
     pub bin: &'a Path,
+    /// The whole command line when the guest is started through a wrapper (a jail), `bin`
+    /// among it; `None`: `bin` itself.
+    pub argv: Option<Vec<std::ffi::OsString>>,
     pub spec: &'a SandboxSpec,
     /// The machine's directory: holds `token` (0600) and `guest.log`.
     pub dir: &'a Path,
@@ -45,7 +48,14 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
     let log_err = log
         .try_clone()
         .map_err(|e| ProviderError::io("duplicate guest log handle", e))?;
-    let mut cmd = std::process::Command::new(l.bin);
+    let mut cmd = match l.argv.as_deref() {
+        Some([program, args @ ..]) => {
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(args);
+            cmd
+        }
+        _ => std::process::Command::new(l.bin),
+    };
     cmd.env_clear()
         .env(
             "PATH",
@@ -89,14 +99,39 @@ pub(crate) fn spawn_guest(l: &GuestLaunch<'_>) -> Result<(i32, u64), ProviderErr
     Ok((pid, start))
 }
 
+/// The name (`comm`, at most 15 bytes) the guest's process has, started from `bin`.
+pub(crate) fn guest_comm(bin: &Path) -> Option<String> {
+    let name = bin.file_name()?.to_string_lossy();
+    Some(name.chars().take(15).collect())
+}
+
 /// Kills `pid` (if it is still the process that started at `start`) and every descendant:
 /// SIGTERM first so the guest can end its commands and browsers itself, SIGKILL after `grace`.
-pub(crate) async fn kill_tree(pid: i32, start: u64, grace: Duration) {
+/// When `pid` is a wrapper (a jail), the SIGTERM goes to its descendants named `guest` instead,
+/// and the wrapper ends with them.
+pub(crate) async fn kill_tree(pid: i32, start: u64, grace: Duration, guest: Option<String>) {
     if start_time(pid) != Some(start) {
         return;
     }
     let mut tree = descendants(pid);
-    signal(pid, libc::SIGTERM);
+    let guests: Vec<i32> = match &guest {
+        Some(name) => tree
+            .iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim_end() == name)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    if guests.is_empty() {
+        signal(pid, libc::SIGTERM);
+    } else {
+        for g in &guests {
+            signal(*g, libc::SIGTERM);
+        }
+    }
     let deadline = tokio::time::Instant::now() + grace;
     while start_time(pid) == Some(start) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -313,6 +313,11 @@ impl World {
             .env("RAKAZO_LOG", "info")
             .env("RAKAZO_GUEST_LOG", "info")
             .env("RAKAZO_LOCAL_ROOT", self.machines_dir.path().join("local"))
+            // Jailed computers, on this host's network: the tests' pages are served on its
+            // loopback (tests/system/containment.rs runs `full`). The guest wrapper and the
+            // guest it starts are visible in the jail, read-only.
+            .env("RAKAZO_LOCAL_CONTAINMENT", "host-network")
+            .env("RAKAZO_LOCAL_JAIL_RO_BIND", self.jail_ro_binds())
             .env("RAKAZO_FAKE_ROOT", self.machines_dir.path().join("fake"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -488,6 +493,16 @@ impl World {
         self.machines_dir.path().join("local").join(computer)
     }
 
+    /// The guest wrapper's directory and the guest binary it starts.
+    fn jail_ro_binds(&self) -> String {
+        let guest = self
+            .opts
+            .guest_bin
+            .clone()
+            .unwrap_or_else(|| bin("rakazo-guest"));
+        format!("{},{}", self.tokens_dir.path().display(), guest.display())
+    }
+
     /// Writes the guest the server runs: a script that keeps a copy of the enrollment token
     /// for the test (the real guest removes its file at start), then becomes the real guest.
     fn guest_wrapper(&self) -> Result<PathBuf> {
@@ -504,7 +519,8 @@ impl World {
             format!(
                 "#!/bin/sh\n\
                  if [ -n \"$RAKAZO_ENROLL_TOKEN_FILE\" ]; then\n\
-                 \x20 cp \"$RAKAZO_ENROLL_TOKEN_FILE\" '{}'/\"$RAKAZO_COMPUTER_ID\" 2>/dev/null\n\
+                 \x20 cp \"$RAKAZO_ENROLL_TOKEN_FILE\" '{}'/\"$RAKAZO_COMPUTER_ID\" 2>/dev/null \
+                 || cp \"$RAKAZO_ENROLL_TOKEN_FILE\" \"$RAKAZO_ENROLL_TOKEN_FILE.copy\" 2>/dev/null\n\
                  fi\n\
                  exec '{}' \"$@\"\n",
                 dir.display(),
@@ -518,7 +534,14 @@ impl World {
     /// The newest enrollment token of a local or fake computer (copied by the test's guest
     /// wrapper before the guest removed its file).
     pub fn enrollment_token(&self, computer: &str) -> Result<String> {
-        let path = self.tokens_dir.path().join(computer);
+        // A jailed guest's wrapper sees the tokens dir read-only: its copy is in the computer's
+        // directory, root's 0600 (the newer of the two is this boot's).
+        let mut path = self.tokens_dir.path().join(computer);
+        let jailed = self.local_dir_of(computer).join("token.copy");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        if modified(&jailed) > modified(&path) {
+            path = jailed;
+        }
         Ok(std::fs::read_to_string(&path)
             .with_context(|| format!("no enrollment token of {computer} at {}", path.display()))?
             .trim()

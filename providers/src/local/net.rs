@@ -1,0 +1,494 @@
+//! A local computer's own network: a network namespace whose only link is a veth pair to this
+//! host, and an nftables table that lets through the tunnel and what the egress policy allows.
+//!
+//! Per computer (`tag` = 12 hex digits of a hash of its id):
+//! - network namespace `rkz-<tag>` (iproute2's `/run/netns/`), loopback up, IPv6 off, one link
+//!   `eth0` with the computer's address and a default route through the host's end;
+//! - veth `rkz<tag>` on this host, the gateway address; `route_localnet` on it, so the tunnel
+//!   may be DNAT'd to a control plane that listens on 127.0.0.1;
+//! - a /30 out of [`SUBNET`] (gateway `.1`, computer `.2` of the slot), picked from a hash of the
+//!   id and probed past slots this host already uses, under a host-wide lock file;
+//! - nftables table `inet rakazo-<tag>`, which matches only its own interface, so tables of
+//!   different computers (and of different control planes on one host) never touch each other:
+//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` (DNAT);
+//!   - input: from the computer, only the DNAT'd tunnel and established replies; everything else
+//!     addressed to this host (its loopback services, the control plane's other ports, its
+//!     other addresses) is dropped;
+//!   - forward: per [`Egress`]: `open` forwards to anything but the internal ranges
+//!     ([`INTERNAL_V4`]: private, shared, link-local with the metadata address, loopback,
+//!     multicast), `none` forwards nothing; nothing is ever forwarded *to* a computer but replies,
+//!     so computers never reach each other;
+//!   - postrouting: the computer's traffic leaves masqueraded.
+//!
+//! Everything is done with iproute2 (`ip`) and nftables (`nft -f -`), the kernel's own tools,
+//! run with a deadline; nothing here parses their output but `ip -o -4 addr`.
+
+use crate::ProviderError;
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+use tokio::process::Command;
+
+/// The /16 computers' /30 slots come from.
+pub(crate) const SUBNET: Ipv4Addr = Ipv4Addr::new(10, 233, 0, 0);
+/// Slots in [`SUBNET`]: 2^14 /30s.
+const SLOTS: u32 = 1 << 14;
+/// Where the slot lock lives (host-wide: several control planes may share a host).
+const LOCK_FILE: &str = "/run/rakazo-local-net.lock";
+/// How long one `ip` or `nft` call may take.
+const TOOL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Destinations never forwarded to, whatever the policy: RFC 1918 private ranges, shared
+/// address space (100.64/10), link-local (169.254/16, the cloud metadata address among them),
+/// loopback, "this network", multicast and reserved.
+pub(crate) const INTERNAL_V4: &str = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, \
+     169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4";
+
+/// What a contained computer may reach beyond its tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Egress {
+    /// The internet, never an internal range.
+    Open,
+    /// Nothing but the tunnel.
+    None,
+}
+
+impl std::str::FromStr for Egress {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "open" => Ok(Self::Open),
+            "none" => Ok(Self::None),
+            other => Err(format!("egress {other:?}: expected open or none")),
+        }
+    }
+}
+
+impl Egress {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::None => "none",
+        }
+    }
+}
+
+/// A computer's network names and addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Net {
+    pub tag: String,
+    pub gateway: Ipv4Addr,
+    pub addr: Ipv4Addr,
+}
+
+impl Net {
+    pub fn netns(&self) -> String {
+        netns_name(&self.tag)
+    }
+    pub fn veth(&self) -> String {
+        format!("rkz{}", self.tag)
+    }
+    fn table(&self) -> String {
+        table_name(&self.tag)
+    }
+}
+
+fn netns_name(tag: &str) -> String {
+    format!("rkz-{tag}")
+}
+
+fn table_name(tag: &str) -> String {
+    format!("rakazo-{tag}")
+}
+
+/// The 12 hex digits naming a computer's namespace, link and table (15 characters at most for
+/// the link name).
+pub(crate) fn tag(computer: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(computer.as_bytes())[..6])
+}
+
+/// The gateway and computer addresses of slot `n`.
+fn slot_addrs(n: u32) -> (Ipv4Addr, Ipv4Addr) {
+    let base = u32::from(SUBNET) + (n % SLOTS) * 4;
+    (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+}
+
+/// Where the guest dials an endpoint from inside, and the DNAT that makes it so: an endpoint on
+/// this host's loopback is reached at the gateway address (same port); any other is dialled as it
+/// is and let through by address and port.
+pub(crate) fn inside_addr(gateway: Ipv4Addr, endpoint: SocketAddr) -> SocketAddr {
+    if endpoint.ip().is_loopback() {
+        SocketAddr::new(gateway.into(), endpoint.port())
+    } else {
+        endpoint
+    }
+}
+
+/// Where a system tool is: `PATH`, then the system directories (a root service's `PATH` may
+/// lack `/usr/sbin`, where `nft` and `sysctl` live).
+pub(crate) fn tool(name: &str) -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(Into::into))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| name.into())
+}
+
+async fn run(tool_name: &str, args: &[&str], stdin: Option<&str>) -> Result<String, ProviderError> {
+    use tokio::io::AsyncWriteExt;
+    let what = format!("{tool_name} {}", args.join(" "));
+    let tool = tool_name;
+    let mut cmd = Command::new(self::tool(tool));
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        ProviderError::io(
+            format!("{what} (is {tool} installed? scripts/setup-debian.sh installs it)"),
+            e,
+        )
+    })?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())
+            .await
+            .map_err(|e| ProviderError::io(what.clone(), e))?;
+    }
+    let out = tokio::time::timeout(TOOL_DEADLINE, child.wait_with_output())
+        .await
+        .map_err(|_| ProviderError::io(what.clone(), std::io::Error::other("timed out")))?
+        .map_err(|e| ProviderError::io(what.clone(), e))?;
+    if !out.status.success() {
+        return Err(ProviderError::io(
+            what,
+            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Slots whose gateway address this host already carries.
+async fn used_slots() -> Result<Vec<u32>, ProviderError> {
+    let out = run("ip", &["-o", "-4", "addr", "show"], None).await?;
+    let base = u32::from(SUBNET);
+    Ok(out
+        .split_whitespace()
+        .filter_map(|w| w.split_once('/')?.0.parse::<Ipv4Addr>().ok())
+        .map(u32::from)
+        .filter(|a| (base..base + SLOTS * 4).contains(a))
+        .map(|a| (a - base) / 4)
+        .collect())
+}
+
+/// The slot a computer's veth already has, if it exists.
+async fn existing(tag: &str) -> Option<Net> {
+    let veth = format!("rkz{tag}");
+    let out = run("ip", &["-o", "-4", "addr", "show", "dev", &veth], None)
+        .await
+        .ok()?;
+    let gateway: Ipv4Addr = out
+        .split_whitespace()
+        .find_map(|w| w.split_once('/')?.0.parse().ok())?;
+    let addr = Ipv4Addr::from(u32::from(gateway) + 1);
+    Some(Net {
+        tag: tag.to_string(),
+        gateway,
+        addr,
+    })
+}
+
+/// Creates (or finds again) the computer's namespace and link, and (re)writes its table for
+/// `egress` with the tunnel's `endpoints` open.
+pub(crate) async fn ensure(
+    computer: &str,
+    endpoints: &[SocketAddr],
+    egress: Egress,
+) -> Result<Net, ProviderError> {
+    let tag = tag(computer);
+    let net = match existing(&tag).await {
+        Some(net) if Path::new("/run/netns").join(netns_name(&tag)).exists() => net,
+        _ => {
+            // A half-made one (a crash between steps) is removed first.
+            teardown_links(&tag).await;
+            create(computer, &tag).await?
+        }
+    };
+    write_table(&net, endpoints, egress).await?;
+    Ok(net)
+}
+
+async fn create(computer: &str, tag: &str) -> Result<Net, ProviderError> {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .map_err(|e| ProviderError::io(format!("open {LOCK_FILE}"), e))?;
+    let lock = tokio::task::spawn_blocking(move || {
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+    })
+    .await
+    .map_err(|e| ProviderError::io("lock the network slots", std::io::Error::other(e)))?
+    .map_err(|(_, e)| ProviderError::io(format!("lock {LOCK_FILE}"), e.into()))?;
+    let used = used_slots().await?;
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(computer.as_bytes());
+    let start = u32::from_be_bytes([h[6], h[7], h[8], h[9]]) % SLOTS;
+    let slot = (0..SLOTS)
+        .map(|i| (start + i) % SLOTS)
+        .find(|s| !used.contains(s))
+        .ok_or_else(|| ProviderError::BadSpec("no free network slot for a computer".into()))?;
+    let (gateway, addr) = slot_addrs(slot);
+    let net = Net {
+        tag: tag.to_string(),
+        gateway,
+        addr,
+    };
+    let (ns, veth) = (net.netns(), net.veth());
+    let gw = format!("{gateway}/30");
+    let me = format!("{addr}/30");
+    let gw_plain = gateway.to_string();
+    let sysctl = tool("sysctl").display().to_string();
+    run("ip", &["netns", "add", &ns], None).await?;
+    let steps: [&[&str]; 9] = [
+        &[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ],
+        &["addr", "add", &gw, "dev", &veth],
+        &["link", "set", &veth, "up"],
+        &["-n", &ns, "link", "set", "lo", "up"],
+        &["-n", &ns, "addr", "add", &me, "dev", "eth0"],
+        &["-n", &ns, "link", "set", "eth0", "up"],
+        &["-n", &ns, "route", "add", "default", "via", &gw_plain],
+        &[
+            "netns",
+            "exec",
+            &ns,
+            &sysctl,
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+        ],
+        &[
+            "netns",
+            "exec",
+            &ns,
+            &sysctl,
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ],
+    ];
+    for args in steps {
+        if let Err(e) = run("ip", args, None).await {
+            teardown_links(tag).await;
+            return Err(e);
+        }
+    }
+    drop(lock);
+    // Tunnels DNAT'd to 127.0.0.1 need loopback destinations routed from this link; the table
+    // drops every other packet from it that is addressed to this host.
+    write_sysctl(&format!("net/ipv4/conf/{veth}/route_localnet"), "1")?;
+    Ok(net)
+}
+
+fn write_sysctl(key: &str, value: &str) -> Result<(), ProviderError> {
+    let path = format!("/proc/sys/{key}");
+    std::fs::write(&path, value).map_err(|e| ProviderError::io(format!("write {path}"), e))
+}
+
+/// The nftables script replacing the computer's table.
+pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> String {
+    let (table, veth, gw) = (net.table(), net.veth(), net.gateway);
+    let mut s = String::new();
+    // Declaring then deleting makes the replacement one transaction that works whether or not
+    // the table exists.
+    let _ = writeln!(s, "table inet {table} {{}}\ndelete table inet {table}");
+    let _ = writeln!(s, "table inet {table} {{");
+    let _ = writeln!(
+        s,
+        "  chain prerouting {{ type nat hook prerouting priority dstnat; policy accept;"
+    );
+    let mut direct = Vec::new();
+    let mut dnat = Vec::new();
+    for e in endpoints {
+        let SocketAddr::V4(v4) = e else { continue };
+        if e.ip().is_loopback() {
+            let _ = writeln!(
+                s,
+                "    iifname \"{veth}\" ip daddr {gw} meta l4proto {{ tcp, udp }} th dport {} \
+                 dnat ip to {}:{}",
+                v4.port(),
+                v4.ip(),
+                v4.port()
+            );
+            dnat.push(*v4);
+        } else {
+            direct.push(*v4);
+        }
+    }
+    let _ = writeln!(s, "  }}");
+    let _ = writeln!(
+        s,
+        "  chain input {{ type filter hook input priority filter - 5; policy accept;"
+    );
+    let _ = writeln!(
+        s,
+        "    iifname \"{veth}\" ct state established,related accept"
+    );
+    // Only our own DNAT: another table's (a container engine's published ports) stays refused.
+    for d in &dnat {
+        let _ = writeln!(
+            s,
+            "    iifname \"{veth}\" ct status dnat ct original ip daddr {gw} ip daddr {} \
+             meta l4proto {{ tcp, udp }} th dport {} accept",
+            d.ip(),
+            d.port()
+        );
+    }
+    for d in &direct {
+        let _ = writeln!(
+            s,
+            "    iifname \"{veth}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport {} accept",
+            d.ip(),
+            d.port()
+        );
+    }
+    let _ = writeln!(s, "    iifname \"{veth}\" drop\n  }}");
+    let _ = writeln!(
+        s,
+        "  chain forward {{ type filter hook forward priority filter - 5; policy accept;"
+    );
+    let _ = writeln!(
+        s,
+        "    oifname \"{veth}\" ct state established,related accept"
+    );
+    let _ = writeln!(s, "    oifname \"{veth}\" drop");
+    for d in &direct {
+        let _ = writeln!(
+            s,
+            "    iifname \"{veth}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport {} accept",
+            d.ip(),
+            d.port()
+        );
+    }
+    if egress == Egress::Open {
+        let _ = writeln!(
+            s,
+            "    iifname \"{veth}\" ip daddr {{ {INTERNAL_V4} }} drop"
+        );
+        let _ = writeln!(s, "    iifname \"{veth}\" meta nfproto ipv4 accept");
+    }
+    let _ = writeln!(s, "    iifname \"{veth}\" drop\n  }}");
+    let _ = writeln!(
+        s,
+        "  chain postrouting {{ type nat hook postrouting priority srcnat; policy accept;"
+    );
+    let _ = writeln!(
+        s,
+        "    ip saddr {} oifname != \"{veth}\" masquerade\n  }}\n}}",
+        net.addr
+    );
+    s
+}
+
+async fn write_table(
+    net: &Net,
+    endpoints: &[SocketAddr],
+    egress: Egress,
+) -> Result<(), ProviderError> {
+    if egress == Egress::Open {
+        write_sysctl("net/ipv4/ip_forward", "1")?;
+    }
+    run("nft", &["-f", "-"], Some(&ruleset(net, endpoints, egress))).await?;
+    Ok(())
+}
+
+/// Removes the namespace (and with it the link) and the table; what is already gone is fine.
+pub(crate) async fn teardown(computer: &str) {
+    teardown_links(&tag(computer)).await;
+}
+
+async fn teardown_links(tag: &str) {
+    let table = table_name(tag);
+    let _ = run(
+        "nft",
+        &["-f", "-"],
+        Some(&format!(
+            "table inet {table} {{}}\ndelete table inet {table}\n"
+        )),
+    )
+    .await;
+    let _ = run("ip", &["netns", "del", &netns_name(tag)], None).await;
+    let _ = run("ip", &["link", "del", &format!("rkz{tag}")], None).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_the_kernels_limits() {
+        let t = tag("c-0123456789abcdef");
+        assert_eq!(t.len(), 12);
+        assert!(format!("rkz{t}").len() <= 15);
+        assert_ne!(t, tag("c-0123456789abcdee"));
+    }
+
+    #[test]
+    fn slots_are_disjoint_30s_in_the_subnet() {
+        assert_eq!(
+            slot_addrs(0),
+            (Ipv4Addr::new(10, 233, 0, 1), Ipv4Addr::new(10, 233, 0, 2))
+        );
+        assert_eq!(
+            slot_addrs(SLOTS - 1),
+            (
+                Ipv4Addr::new(10, 233, 255, 253),
+                Ipv4Addr::new(10, 233, 255, 254)
+            )
+        );
+    }
+
+    #[test]
+    fn loopback_endpoints_are_dialled_at_the_gateway() {
+        let gw = Ipv4Addr::new(10, 233, 0, 1);
+        assert_eq!(
+            inside_addr(gw, "127.0.0.1:7000".parse().unwrap()),
+            "10.233.0.1:7000".parse().unwrap()
+        );
+        assert_eq!(
+            inside_addr(gw, "203.0.113.5:7000".parse().unwrap()),
+            "203.0.113.5:7000".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn the_ruleset_drops_the_host_and_internal_ranges() {
+        let net = Net {
+            tag: "0123456789ab".into(),
+            gateway: Ipv4Addr::new(10, 233, 0, 1),
+            addr: Ipv4Addr::new(10, 233, 0, 2),
+        };
+        let open = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], Egress::Open);
+        assert!(open.contains("dnat ip to 127.0.0.1:7443"), "{open}");
+        assert!(open.contains("iifname \"rkz0123456789ab\" drop"), "{open}");
+        assert!(open.contains("169.254.0.0/16"), "{open}");
+        assert!(open.contains("meta nfproto ipv4 accept"), "{open}");
+        let none = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], Egress::None);
+        assert!(!none.contains("nfproto ipv4 accept"), "{none}");
+    }
+
+    #[test]
+    fn egress_parses_its_two_words() {
+        assert_eq!("open".parse::<Egress>().unwrap(), Egress::Open);
+        assert_eq!("none".parse::<Egress>().unwrap(), Egress::None);
+        assert!("all".parse::<Egress>().is_err());
+    }
+}

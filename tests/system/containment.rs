@@ -1,0 +1,330 @@
+//! Containment of local computers (issue 29), attacked from inside a computer.
+//!
+//! Everything runs inside network namespaces this test makes, with no route off this machine:
+//! a "world" namespace (the control plane, its PostgreSQL on the world's 127.0.0.1:5432, the
+//! computers' veths) and a test-host namespace behind it holding a private address
+//! (10.99.0.2), the cloud metadata address (169.254.169.254) and a public one (203.0.113.10,
+//! TEST-NET-3, standing for the internet), each serving HTTP on port 80. The test's own thread
+//! enters the world first, so the server and everything it starts inherit it.
+//!
+//! The same attack script runs in a computer of a control plane with `--local-containment
+//! full` (every attack refused; the internet host reached) and of one with `off` (every attack
+//! succeeds), so the first half cannot pass vacuously.
+
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+use tests::{World, WorldOptions};
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// Runs a command and fails with its stderr.
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn ip(args: &[&str]) -> Result<String> {
+    run(Command::new("ip").args(args))
+}
+
+/// The namespaces; removed on drop.
+struct Lab {
+    world: String,
+    host: String,
+    servers: Vec<std::process::Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        let _ = ip(&["netns", "del", &self.host]);
+        let _ = ip(&["netns", "del", &self.world]);
+    }
+}
+
+impl Lab {
+    fn new() -> Result<Self> {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        let mut lab = Lab {
+            world: format!("rkzt-w{tag}"),
+            host: format!("rkzt-h{tag}"),
+            servers: Vec::new(),
+        };
+        let (w, h) = (lab.world.clone(), lab.host.clone());
+        ip(&["netns", "add", &w])?;
+        ip(&["netns", "add", &h])?;
+        ip(&["-n", &w, "link", "set", "lo", "up"])?;
+        ip(&["-n", &h, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n", &w, "link", "add", "th0", "type", "veth", "peer", "name", "eth0", "netns", &h,
+        ])?;
+        ip(&["-n", &w, "addr", "add", "192.0.2.1/24", "dev", "th0"])?;
+        ip(&["-n", &w, "link", "set", "th0", "up"])?;
+        for a in [
+            "192.0.2.2/24",
+            "10.99.0.2/32",
+            "169.254.169.254/32",
+            "203.0.113.10/32",
+        ] {
+            ip(&["-n", &h, "addr", "add", a, "dev", "eth0"])?;
+        }
+        ip(&["-n", &h, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &h, "route", "add", "default", "via", "192.0.2.1"])?;
+        for to in ["10.99.0.2/32", "169.254.169.254/32", "203.0.113.10/32"] {
+            ip(&["-n", &w, "route", "add", to, "via", "192.0.2.2"])?;
+        }
+        // No default route in the world: nothing can leave this machine.
+        let www = tempfile::tempdir()?;
+        std::fs::write(www.path().join("index.html"), "test host\n")?;
+        lab.servers.push(
+            Command::new("ip")
+                .args(["netns", "exec", &h, "python3", "-m", "http.server", "80"])
+                .arg("--directory")
+                .arg(www.keep())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?,
+        );
+        Ok(lab)
+    }
+
+    /// A throw-away PostgreSQL on the world's 127.0.0.1:5432, as the control plane's database.
+    fn postgres(&mut self, dir: &std::path::Path) -> Result<String> {
+        run(Command::new("chown").arg("postgres").arg(dir))?;
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .args([
+                &format!("{PG_BIN}/initdb"),
+                "-D",
+                &dir.display().to_string(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ]))?;
+        let opts = format!(
+            "-p 5432 -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            dir.display()
+        );
+        run(Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.world,
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+            ])
+            .arg(format!("{PG_BIN}/pg_ctl"))
+            .args(["-D", &dir.display().to_string(), "-o", &opts, "-w", "-l"])
+            .arg(dir.join("log"))
+            .arg("start"))?;
+        Ok("postgres://postgres@127.0.0.1:5432/postgres".into())
+    }
+
+    fn stop_postgres(&self, dir: &std::path::Path) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{PG_BIN}/pg_ctl"))
+            .args(["-D", &dir.display().to_string(), "-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// Prints `REACHED <what>` for every attack that works. `$1` the other computer's address,
+/// `$2` the control plane's HTTP port, `$3` its tunnel port, `$4` the host's marker file,
+/// `$5` the container engine's socket.
+const ATTACKS: &str = r#"
+other="$1"; http="$2"; tunnel="$3"; marker="$4"; engine="$5"
+gw="$(ip -4 route show default 2>/dev/null | awk '{print $3}')"
+[ -n "$gw" ] || gw=127.0.0.1
+tcp() { python3 - "$1" "$2" <<'PY' 2>/dev/null
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+PY
+}
+PGCONNECT_TIMEOUT=3 psql -h 127.0.0.1 -U postgres -d postgres -Atc '\dt' 2>/dev/null | grep -q leases && echo "REACHED postgres tables on 127.0.0.1"
+PGCONNECT_TIMEOUT=3 psql -h "$gw" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && echo "REACHED postgres on the gateway"
+for t in "127.0.0.1 5432" "127.0.0.1 $http" "$gw $http" "127.0.0.1 $tunnel" "10.99.0.2 80" "169.254.169.254 80" "$other 8000"; do
+  tcp $t && echo "REACHED tcp $t"
+done
+curl -s -m 3 http://169.254.169.254/ | grep -q 'test host' && echo "REACHED metadata over http"
+[ -e "$engine" ] && echo "REACHED the container engine's socket"
+[ -e /tmp/other-computer-marker ] && echo "REACHED the other computer's /tmp"
+ps -eo args | grep -v grep | grep -q 'http.server 8000' && echo "REACHED the other computer's processes"
+cat "$marker" >/dev/null 2>&1 && echo "REACHED the host's marker file"
+ls /work >/dev/null 2>&1 && echo "REACHED /work"
+for p in $(pgrep -x rakazo-guest); do
+  head -c1 "/proc/$p/environ" >/dev/null 2>&1 && echo "REACHED the guest's environment"
+  python3 - "$p" <<'PY' 2>/dev/null && echo "REACHED the guest's memory"
+import sys
+pid = sys.argv[1]
+line = open(f"/proc/{pid}/maps").readline()
+start = int(line.split("-")[0], 16)
+with open(f"/proc/{pid}/mem", "rb") as m:
+    m.seek(start); m.read(1)
+PY
+done
+curl -s -m 3 http://203.0.113.10/ | grep -q 'test host' && echo "INTERNET ok"
+true
+"#;
+
+/// The address the other computer's listener is reached at from the attacking one.
+async fn address_of(w: &World, c: &str) -> Result<String> {
+    let out = w
+        .sh(
+            c,
+            "ip -4 -o addr show eth0 2>/dev/null | awk '{print $4}' | cut -d/ -f1",
+        )
+        .await?;
+    Ok(match out.trim() {
+        "" => "127.0.0.1".to_string(),
+        a => a.to_string(),
+    })
+}
+
+/// One control plane with `containment`, its two computers, the attack; returns what was
+/// reached.
+async fn attack(lab: &Lab, containment: &str, database_url: &str) -> Result<Vec<String>> {
+    let marker = tempfile::Builder::new()
+        .prefix("rakazo-host-marker-")
+        .tempfile_in("/var/tmp")?;
+    std::fs::write(marker.path(), "host file\n")?;
+    std::fs::set_permissions(
+        marker.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )?;
+    let engine = tempfile::tempdir()?;
+    let engine_sock = engine.path().join("engine.sock");
+    let _engine = std::os::unix::net::UnixListener::bind(&engine_sock)?;
+    std::fs::set_permissions(
+        engine.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    let mut w = World::start_with(WorldOptions {
+        database_url: Some(database_url.to_string()),
+        env: vec![("RAKAZO_LOCAL_CONTAINMENT".into(), containment.into())],
+        allow_warn: vec!["are not contained".into()],
+        ..Default::default()
+    })
+    .await?;
+    let a = w.create_computer("ws-attacker").await?;
+    let b = w.create_computer("ws-neighbour").await?;
+    w.sh(
+        &b,
+        "touch /tmp/other-computer-marker; \
+         nohup python3 -m http.server 8000 >/dev/null 2>&1 & sleep 1",
+    )
+    .await?;
+    let other = address_of(&w, &b).await?;
+    let http_port = w.http.rsplit(':').next().context("http port")?.to_string();
+    let tunnel_port = w
+        .tunnel
+        .rsplit(':')
+        .next()
+        .context("tunnel port")?
+        .to_string();
+    let out = w
+        .exec(
+            &a,
+            serde_json::json!({ "argv": ["sh", "-c", ATTACKS, "attacks", other, http_port,
+                tunnel_port, marker.path(), engine_sock] }),
+        )
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = lab;
+    w.check_log()?;
+    Ok(stdout.lines().map(str::to_string).collect())
+}
+
+/// The whole scenario, run on a thread inside the world namespace.
+async fn scenario(lab: &mut Lab) -> Result<()> {
+    let pg = tempfile::tempdir()?;
+    let url = lab.postgres(pg.path())?;
+    let result = async {
+        let contained = attack(lab, "full", &url).await?;
+        // A second control plane on a database of its own (replicas of one database share
+        // their secrets).
+        run(Command::new("psql").args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-c",
+            "create database uncontained",
+        ]))?;
+        let open = attack(lab, "off", "postgres://postgres@127.0.0.1:5432/uncontained").await?;
+        Ok::<_, anyhow::Error>((contained, open))
+    }
+    .await;
+    lab.stop_postgres(pg.path());
+    let (contained, open) = result?;
+    eprintln!("contained: {contained:#?}\nnot contained: {open:#?}");
+    let reached: Vec<&String> = contained
+        .iter()
+        .filter(|l| l.starts_with("REACHED"))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "a contained computer reached: {reached:#?}"
+    );
+    assert!(
+        contained.iter().any(|l| l == "INTERNET ok"),
+        "a contained computer with egress open reaches a public address: {contained:?}"
+    );
+    // Without containment the same script reaches every one of them (the guest's memory and
+    // environment excepted: the guest is non-dumpable either way).
+    for expected in [
+        "REACHED postgres tables on 127.0.0.1",
+        "REACHED tcp 127.0.0.1 5432",
+        "REACHED tcp 10.99.0.2 80",
+        "REACHED tcp 169.254.169.254 80",
+        "REACHED metadata over http",
+        "REACHED the container engine's socket",
+        "REACHED the other computer's /tmp",
+        "REACHED the other computer's processes",
+        "REACHED the host's marker file",
+        "REACHED /work",
+    ] {
+        assert!(
+            open.iter().any(|l| l == expected),
+            "without containment, {expected:?} is missing, so the attack proves nothing: {open:#?}"
+        );
+    }
+    assert!(
+        open.iter()
+            .any(|l| l.starts_with("REACHED tcp 127.0.0.1 ") && !l.ends_with(" 5432")),
+        "without containment the control plane's ports are reached: {open:#?}"
+    );
+    assert!(
+        open.iter()
+            .any(|l| l.starts_with("REACHED tcp 127.0.0.1 8000")),
+        "without containment the other computer is reached: {open:#?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_contained_computer_reaches_nothing_of_the_host_or_its_neighbours() -> Result<()> {
+    let mut lab = Lab::new()?;
+    let world = std::fs::File::open(format!("/run/netns/{}", lab.world))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(&world, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(scenario(&mut lab))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the scenario panicked"))?
+    })
+}
