@@ -19,17 +19,17 @@
 //! ```
 
 pub mod clock;
-//pub mod dns;
+pub mod dns;
 pub mod events;
-//pub mod gateway;
-//pub mod http_proxy;
+pub mod gateway;
+pub mod http_proxy;
 pub mod limits;
-//pub mod meter;
+pub mod meter;
 pub mod policy;
-//pub mod proxy;
+pub mod proxy;
 pub mod registry;
 pub mod resolve;
-//pub mod sniff;
+pub mod sniff;
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use events::{Event, EventKind, Events, Target};
-//pub use gateway::{Config, Dial, DirectDial, Gateway, OriginalDst, SoOriginalDst};
+pub use gateway::{Config, Dial, DirectDial, Gateway, OriginalDst, SoOriginalDst};
 pub use limits::Limits;
 pub use policy::{Decision, Policy, PolicyError};
 pub use registry::{Computer, CounterSnapshot, Directory, Registry};

@@ -248,10 +248,13 @@ impl Records {
     }
 }
 
+type Registered = (Arc<Computer>, Vec<IpAddr>);
+
 /// The computers this gateway serves, by id and by source address.
 #[derive(Default)]
 pub struct Registry {
-    by_id: RwLock<HashMap<ComputerId, (Arc<Computer>, Vec<IpAddr>)>>,
+    /// Each computer with the addresses it was registered with.
+    by_id: RwLock<HashMap<ComputerId, Registered>>,
     by_addr: RwLock<HashMap<IpAddr, Arc<Computer>>>,
 }
 
