@@ -161,11 +161,21 @@ async fn handle(
     };
     if connect {
         let idle = shared.config.idle_timeout;
+        let config = shared.config.clone();
+        // A tunnel to a secret's domain is intercepted as a transparent TLS connection is.
+        let intercept = computer.secrets().filter(|set| set.intercepts(&host));
         tokio::spawn(async move {
             let _slot: ConnectionSlot = slot;
             let upgraded = tokio::time::timeout(idle, hyper::upgrade::on(req)).await;
-            let (up, down) = match upgraded {
-                Ok(Ok(upgraded)) => {
+            let (up, down) = match (upgraded, intercept) {
+                (Ok(Ok(upgraded)), Some(set)) => {
+                    let client = TokioIo::new(upgraded);
+                    let c = computer.clone();
+                    crate::secrets::intercept(set, host, client, Vec::new(), upstream, c, &config)
+                        .await
+                        .unwrap_or((0, 0))
+                }
+                (Ok(Ok(upgraded)), None) => {
                     let mut client = TokioIo::new(upgraded);
                     crate::meter::splice(&mut client, upstream, &[], computer, idle).await
                 }

@@ -29,6 +29,7 @@ pub mod policy;
 pub mod proxy;
 pub mod registry;
 pub mod resolve;
+pub mod secrets;
 pub mod sniff;
 
 use std::fmt;
@@ -42,6 +43,7 @@ pub use limits::Limits;
 pub use policy::{Decision, Policy, PolicyError};
 pub use registry::{Computer, CounterSnapshot, Directory, Registry};
 pub use resolve::{Family, Resolve, ResolveError, Resolved, StaticResolver, SystemResolver};
+pub use secrets::{ComputerCa, Secret, SecretError, SecretSet};
 
 /// The control plane's name for a computer (`c-…`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -168,8 +168,23 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
     };
     Counters::add(&computer.counters().connections_allowed, 1);
     let idle = shared.config.idle_timeout;
-    let (up, down) =
-        crate::meter::splice(&mut stream, upstream, &head, computer.clone(), idle).await;
+    let secrets = computer.secrets();
+    let intercepted = match (proto, &name, secrets) {
+        (Proto::Tls, Some(name), Some(set)) if set.intercepts(name) => Some((name.clone(), set)),
+        _ => None,
+    };
+    let (up, down) = match intercepted {
+        Some((name, set)) => {
+            let c = computer.clone();
+            crate::secrets::intercept(set, name, stream, head, upstream, c, &shared.config)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::info!(computer = %computer.id(), error = %e, "egress: interception failed");
+                    (0, 0)
+                })
+        }
+        None => crate::meter::splice(&mut stream, upstream, &head, computer.clone(), idle).await,
+    };
     let mut event = Event::new(
         computer.id(),
         true,

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::limits::{Bucket, Limits};
 use crate::policy::{canonical, Policy};
+use crate::secrets::SecretSet;
 use crate::ComputerId;
 
 /// At most this many (address, name) records per computer; the soonest to expire go first.
@@ -37,6 +38,7 @@ pub struct Computer {
     pub(crate) down: Mutex<Bucket>,
     active: AtomicU32,
     counters: Counters,
+    secrets: RwLock<Option<Arc<SecretSet>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -56,6 +58,7 @@ impl Computer {
             down: Mutex::new(Bucket::new(now)),
             active: AtomicU32::new(0),
             counters: Counters::default(),
+            secrets: RwLock::new(None),
         }
     }
 
@@ -75,6 +78,19 @@ impl Computer {
     /// Connections already spliced are not cut.
     pub fn set_policy(&self, policy: Policy) {
         *self.policy.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
+    }
+
+    /// The secrets whose domains are intercepted for this computer, if any.
+    pub fn secrets(&self) -> Option<Arc<SecretSet>> {
+        self.secrets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the secrets (`None`: no interception); applies to new connections.
+    pub fn set_secrets(&self, secrets: Option<SecretSet>) {
+        *self.secrets.write().unwrap_or_else(PoisonError::into_inner) = secrets.map(Arc::new);
     }
 
     pub fn limits(&self) -> Limits {

@@ -27,6 +27,7 @@ pub const C2: &str = "127.0.0.3";
 pub const ALLOWED_IP: &str = "203.0.113.10";
 pub const DENIED_IP: &str = "203.0.113.20";
 pub const OTHER_IP: &str = "198.51.100.7";
+pub const SECRET_IP: &str = "203.0.113.30";
 pub const WAIT: Duration = Duration::from_secs(10);
 
 pub fn ip(s: &str) -> IpAddr {
@@ -78,6 +79,7 @@ impl Harness {
             .with("allowed.test", ip(ALLOWED_IP))
             .with("denied.test", ip(DENIED_IP))
             .with("other.test", ip(OTHER_IP))
+            .with("api.secret.test", ip(SECRET_IP))
             .with("rebind.test", ip("10.0.0.5"))
             .with("rebind.test", ip(OTHER_IP))
             .with_ttl(30);
