@@ -7,11 +7,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 
 use hickory_proto::rr::{RData, RecordType};
+use hickory_resolver::config::{NameServerConfig, ResolverConfig};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
 
 use crate::policy::normalize_name;
@@ -121,6 +123,28 @@ impl SystemResolver {
                 .build()
                 .map_err(|e| ResolveError::Failed(e.to_string()))?,
         })
+    }
+}
+
+impl SystemResolver {
+    /// Queries exactly these name servers (UDP, then TCP for truncated answers), not the host's
+    /// configuration.
+    pub fn with_name_servers(servers: &[SocketAddr]) -> Result<SystemResolver, ResolveError> {
+        let mut config = ResolverConfig::from_name_servers(Vec::new());
+        for server in servers {
+            let mut ns = NameServerConfig::udp_and_tcp(server.ip());
+            for connection in &mut ns.connections {
+                connection.port = server.port();
+            }
+            config.add_name_server(ns);
+        }
+        let mut builder =
+            TokioResolver::builder_with_config(config, TokioRuntimeProvider::default());
+        builder.options_mut().ndots = 0;
+        let resolver = builder
+            .build()
+            .map_err(|e| ResolveError::Failed(e.to_string()))?;
+        Ok(SystemResolver { resolver })
     }
 }
 

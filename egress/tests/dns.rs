@@ -197,3 +197,33 @@ async fn malformed_messages_get_formerr_or_nothing() {
     );
     assert!(h.gateway.answer_dns(ip(C1), &[1], 512).await.is_none());
 }
+
+#[tokio::test]
+async fn the_hickory_resolver_reads_answers_from_an_upstream_on_loopback() {
+    // Gateway A (static answers) is the upstream of a hickory resolver: its own computer is
+    // 127.0.0.1, where the resolver's queries come from.
+    let a = Harness::default().await;
+    a.add("upstream", "127.0.0.1", "open deny denied.test");
+    let resolver = egress::SystemResolver::with_name_servers(&[a.dns_udp]).unwrap();
+    use egress::{Family, Resolve, ResolveError, Resolved};
+    let v4 = resolver.resolve("allowed.test", Family::V4).await.unwrap();
+    assert_eq!(
+        v4,
+        vec![Resolved {
+            ip: ip(ALLOWED_IP),
+            ttl: 30
+        }]
+    );
+    assert_eq!(
+        resolver.resolve("allowed.test", Family::V6).await,
+        Ok(vec![])
+    );
+    assert_eq!(
+        resolver.resolve("nowhere.test", Family::V4).await,
+        Err(ResolveError::NxDomain)
+    );
+    assert!(matches!(
+        resolver.resolve("denied.test", Family::V4).await,
+        Err(ResolveError::Failed(_))
+    ));
+}
