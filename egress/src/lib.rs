@@ -11,6 +11,35 @@
 //! addresses, policies and limits in a [`Registry`] (or answers [`Directory`] lookups itself),
 //! and changes them at any time; a change applies to the next query or connection.
 //!
+//! Embedding it (the control plane's side):
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use egress::{ComputerId, Config, Events, Gateway, Limits, Policy, Registry, SystemResolver};
+//!
+//! let registry = Arc::new(Registry::new());
+//! let (events, mut feed) = Events::channel(4096);
+//! tokio::spawn(events.clone().run()); // flushes the aggregated events once a second
+//! let resolver = Arc::new(SystemResolver::from_system_conf()?);
+//! let gateway = Gateway::new(registry.clone(), resolver, events, Config::default());
+//! let dns = tokio::net::UdpSocket::bind("10.200.0.1:53").await?;
+//! let transparent = tokio::net::TcpListener::bind("10.200.0.1:15001").await?;
+//! let (g1, g2) = (gateway.clone(), gateway.clone());
+//! tokio::spawn(async move { g1.serve_dns_udp(dns).await });
+//! tokio::spawn(async move { g2.serve_transparent(transparent).await });
+//!
+//! let id = ComputerId::new("c-0123456789abcdef");
+//! let policy: Policy = "allow github.com *.pythonhosted.org:443".parse()?;
+//! registry.add(id.clone(), vec!["10.200.1.2".parse()?], policy, Limits::default());
+//! registry.set_policy(&id, Policy::none()); // the next query and connection see it
+//! while let Some(event) = feed.recv().await {
+//!     println!("{} {:?} {:?}:{} x{}", event.feed_kind(), event.reason, event.target, event.port, event.count);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ```text
 //! computer --DNS--> dns::serve_udp/tcp --(allowed names only)--> Resolve (upstream)
 //!     |                    \--records (computer, ip) -> (name, expiry)--\

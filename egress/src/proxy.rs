@@ -18,6 +18,13 @@
 //!    the connection idles for `idle_timeout`.
 //!
 //! A refused plain-HTTP connection gets a `403` naming the reason; others are closed.
+//!
+//! What the name check cannot do: the name is read once, from the first bytes. A client that
+//! sends no SNI, or a second HTTP request with another Host on the same connection, is held to
+//! the address check alone (an address an allowed name resolved to, or allowed by a rule), so
+//! on an address shared by allowed and denied names (a CDN) it reaches what that address serves.
+//! A silent client (a protocol where the server speaks first) waits `peek_timeout` and is then
+//! decided by address.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

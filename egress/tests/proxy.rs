@@ -108,6 +108,11 @@ async fn internal_destinations_are_refused_even_under_open() {
         "192.168.1.1:80".to_string(),
         "172.16.0.1:2375".to_string(),
         "100.64.0.1:80".to_string(),
+        "[::1]:80".to_string(),
+        format!("[::ffff:127.0.0.1]:{}", echo.port()),
+        "[::ffff:169.254.169.254]:80".to_string(),
+        "[fd00::1]:80".to_string(),
+        "[fe80::1]:80".to_string(),
     ];
     for dst in &internal {
         h.route(dst, echo);
