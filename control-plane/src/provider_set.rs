@@ -14,7 +14,7 @@ use clap::Args;
 use providers::daytona::DaytonaConfig;
 use providers::docker::{Endpoint, EngineConfig, TlsFiles, DEFAULT_ENGINE};
 use providers::e2b::E2bConfig;
-use providers::local::{Containment, Egress};
+use providers::local::{Containment, GateConfig};
 use providers::{
     AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
     LocalProvider, MachineLimits, SandboxProvider, Secret,
@@ -60,10 +60,15 @@ pub struct ProviderArgs {
     /// (a user per computer only). A non-root control plane cannot contain them.
     #[arg(long, env = "RAKAZO_LOCAL_CONTAINMENT", default_value = "full")]
     pub local_containment: String,
-    /// Where fully contained local computers may connect besides their tunnel: `open` (the
-    /// internet, never private, shared, link-local or loopback ranges) or `none`.
+    /// The network policy of a fully contained local computer: `open` (the internet, never
+    /// private, shared, link-local or loopback ranges), `none`, or an allow-list such as
+    /// `allow github.com *.pythonhosted.org:443 203.0.113.0/24:22 deny gist.github.com`.
     #[arg(long, env = "RAKAZO_LOCAL_EGRESS", default_value = "open")]
     pub local_egress: String,
+    /// Names the egress gateway's resolver answers itself, NAME=IP, comma-separated (an
+    /// internal mirror, test hosts); other names are asked of this host's resolvers.
+    #[arg(long, env = "RAKAZO_EGRESS_HOSTS", value_delimiter = ',')]
+    pub egress_hosts: Vec<String>,
     /// More host paths contained local computers see, read-only (absolute, comma-separated;
     /// e.g. tools under /opt). The system directories (/usr, /etc) are always there.
     #[arg(long, env = "RAKAZO_LOCAL_JAIL_RO_BIND", value_delimiter = ',')]
@@ -195,6 +200,7 @@ pub struct ProviderConfig {
     pub advertise_addr: Option<SocketAddr>,
     pub local_root: Option<PathBuf>,
     pub local_containment: Containment,
+    pub local_gate: GateConfig,
     pub local_jail_ro_bind: Vec<PathBuf>,
     pub docker: Option<DockerSettings>,
     pub fake_root: Option<PathBuf>,
@@ -225,7 +231,8 @@ impl Default for ProviderConfig {
             default: "local",
             advertise_addr: None,
             local_root: None,
-            local_containment: Containment::Full(Egress::Open),
+            local_containment: Containment::Full,
+            local_gate: GateConfig::default(),
             local_jail_ro_bind: Vec::new(),
             docker: None,
             fake_root: None,
@@ -332,7 +339,9 @@ impl ProviderArgs {
             default,
             advertise_addr: self.advertise_addr,
             local_root: self.local_root.clone(),
-            local_containment: self.local_containment()?,
+            local_containment: Containment::parse(&self.local_containment)
+                .map_err(|e| anyhow::anyhow!("--local-containment: {e}"))?,
+            local_gate: self.local_gate()?,
             local_jail_ro_bind: self.local_jail_ro_bind.clone(),
             docker,
             fake_root: self.fake_root.clone(),
@@ -340,14 +349,28 @@ impl ProviderArgs {
         })
     }
 
-    /// `--local-containment` with `--local-egress`.
-    fn local_containment(&self) -> anyhow::Result<Containment> {
-        let egress: Egress = self
+    /// `--local-egress` and `--egress-hosts`.
+    fn local_gate(&self) -> anyhow::Result<GateConfig> {
+        let default_policy = self
             .local_egress
             .parse()
-            .map_err(|e| anyhow::anyhow!("--local-egress: {e}"))?;
-        Containment::parse(&self.local_containment, egress)
-            .map_err(|e| anyhow::anyhow!("--local-containment: {e}"))
+            .map_err(|e| anyhow::anyhow!("--local-egress {:?}: {e}", self.local_egress))?;
+        let mut hosts = Vec::new();
+        for h in self.egress_hosts.iter().filter(|h| !h.trim().is_empty()) {
+            let (name, ip) = h
+                .trim()
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--egress-hosts {h:?}: expected NAME=IP"))?;
+            let ip = ip.parse().map_err(|_| {
+                anyhow::anyhow!("--egress-hosts {h:?}: {ip:?} is not an IP address")
+            })?;
+            hosts.push((name.to_ascii_lowercase(), ip));
+        }
+        Ok(GateConfig {
+            default_policy,
+            hosts,
+            ..GateConfig::default()
+        })
     }
 
     /// The Docker engines: `default` on --docker-socket, then every --docker-engine (with its
@@ -515,10 +538,13 @@ impl ProviderSet {
                         .unwrap_or_else(|| LocalProvider::default_root(data_dir));
                     let mut local = LocalProvider::new(root, &guest.bin)
                         .with_containment(cfg.local_containment)
+                        .with_gate_config(cfg.local_gate.clone())
                         .with_jail_ro_binds(cfg.local_jail_ro_bind.clone())?;
                     for (k, v) in &guest.env {
                         local = local.with_guest_env(k, v);
                     }
+                    // Computers that outlived a restart get their way out back at once.
+                    local.start_gate().await?;
                     AnyProvider::Local(local)
                 }
                 "fake" => {

@@ -20,19 +20,28 @@
 //! Containment ([`Containment`], a root control plane only): by default (`full`) each guest
 //! runs jailed (`jail`: its own root of read-only system directories, its own `/tmp`,
 //! `/dev/shm` and process list) inside a network namespace of its own (`net`: a veth to this
-//! host, nftables letting through the tunnel and what [`Egress`] allows, never this host's
-//! services, internal ranges or another computer). `host-network` keeps the jail but shares this
+//! host, nftables letting through the tunnel and sending everything else to the egress gateway
+//! (`gate`), which applies the computer's network policy; never this host's services, internal
+//! ranges or another computer). `host-network` keeps the jail but shares this
 //! host's network (pages served on this host's loopback stay reachable; for trusted setups and
 //! tests); `off` is the unjailed behaviour of a user per computer alone.
 //!
 //! A control plane that is not root runs computers as itself, with no isolation: they can read
 //! its files (data dir, API token). [`LocalProvider::new`] warns once.
 
+mod gate;
 mod jail;
 mod net;
 mod users;
 
-pub use net::Egress;
+pub use gate::{GateConfig, HTTP_PROXY_PORT};
+
+/// The network namespace and nftables table (`inet`) of a fully contained computer, for
+/// operators and tests that clean up after a control plane that is gone.
+pub fn network_names(computer: &str) -> (String, String) {
+    let tag = net::tag(computer);
+    (format!("rkz-{tag}"), format!("rakazo-{tag}"))
+}
 
 use crate::process::{self, start_time};
 use crate::{MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec};
@@ -59,13 +68,17 @@ pub struct LocalProvider {
     containment: Containment,
     /// More host paths a jailed computer sees, read-only.
     jail_ro: Vec<PathBuf>,
+    /// The egress gateway's settings, and the gateway once the first contained computer starts
+    /// (or [`LocalProvider::start_gate`] is called).
+    gate_config: GateConfig,
+    gate: tokio::sync::OnceCell<gate::Gate>,
 }
 
 /// How a local computer of a root control plane is contained (`--local-containment`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Containment {
-    /// Its own root, processes and network, whose way out is [`Egress`].
-    Full(Egress),
+    /// Its own root, processes and network, whose way out is the egress gateway.
+    Full,
     /// Its own root and processes; this host's network.
     HostNetwork,
     /// A user of its own, nothing more.
@@ -73,10 +86,10 @@ pub enum Containment {
 }
 
 impl Containment {
-    /// Parses `full`, `host-network` or `off`; `full` takes `egress`.
-    pub fn parse(mode: &str, egress: Egress) -> Result<Self, String> {
+    /// Parses `full`, `host-network` or `off`.
+    pub fn parse(mode: &str) -> Result<Self, String> {
         match mode {
-            "full" => Ok(Self::Full(egress)),
+            "full" => Ok(Self::Full),
             "host-network" => Ok(Self::HostNetwork),
             "off" => Ok(Self::Off),
             other => Err(format!(
@@ -87,7 +100,7 @@ impl Containment {
 
     pub fn name(self) -> &'static str {
         match self {
-            Self::Full(_) => "full",
+            Self::Full => "full",
             Self::HostNetwork => "host-network",
             Self::Off => "off",
         }
@@ -154,8 +167,10 @@ impl LocalProvider {
             guest_bin: guest_bin.into(),
             guest_env: Vec::new(),
             isolated,
-            containment: Containment::Full(Egress::Open),
+            containment: Containment::Full,
             jail_ro: Vec::new(),
+            gate_config: GateConfig::default(),
+            gate: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -180,9 +195,9 @@ impl LocalProvider {
         self.containment = containment;
         if self.isolated {
             match containment {
-                Containment::Full(egress) => info!(
-                    egress = egress.as_str(),
-                    "local computers are contained: own root, processes and network"
+                Containment::Full => info!(
+                    "local computers are contained: own root, processes and network, \
+                     leaving through the egress gateway"
                 ),
                 Containment::HostNetwork => warn!(
                     "local computers share this host's network (--local-containment \
@@ -195,6 +210,50 @@ impl LocalProvider {
             }
         }
         self
+    }
+
+    /// The egress gateway's settings (default policy, hosts, limits).
+    pub fn with_gate_config(mut self, config: GateConfig) -> Self {
+        self.gate_config = config;
+        self
+    }
+
+    /// Starts the egress gateway now when computers are fully contained (else nothing), so
+    /// computers that outlived a restart get their network back before anyone asks.
+    pub async fn start_gate(&self) -> Result<(), ProviderError> {
+        if self.containment() == Containment::Full {
+            self.gate().await?;
+        }
+        Ok(())
+    }
+
+    async fn gate(&self) -> Result<&gate::Gate, ProviderError> {
+        self.gate
+            .get_or_try_init(|| gate::Gate::start(self.gate_config.clone()))
+            .await
+    }
+
+    /// A computer's network policy (`None`: computers are not fully contained here).
+    pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
+        Some(self.gate.get()?.policy(computer))
+    }
+
+    /// Sets a running computer's network policy; new connections and queries see it at once.
+    /// `false` when it is not running here or not fully contained.
+    pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
+        self.gate
+            .get()
+            .is_some_and(|g| g.set_policy(computer, policy))
+    }
+
+    /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.
+    pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
+        self.gate.get()?.take_events()
+    }
+
+    /// Network decision events lost because nobody took them in time.
+    pub fn dropped_network_events(&self) -> u64 {
+        self.gate.get().map_or(0, |g| g.dropped_events())
     }
 
     /// How computers are contained, as configured (`off` when not isolated).
@@ -289,25 +348,28 @@ impl LocalProvider {
         dir: &Path,
         home: &Path,
     ) -> Result<Option<Vec<std::ffi::OsString>>, ProviderError> {
-        let netns = match self.containment {
+        let (netns, resolv) = match self.containment {
             Containment::Off => return Ok(None),
-            Containment::HostNetwork => None,
-            Containment::Full(egress) => {
+            Containment::HostNetwork => (None, None),
+            Containment::Full => {
+                let gate = self.gate().await?;
                 let g = &mut spec.guest;
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
-                let net = net::ensure(&spec.computer_id, &endpoints, egress).await?;
+                let net = net::ensure(&spec.computer_id, &endpoints, Some(gate)).await?;
+                gate.attach(&spec.computer_id, net.addr);
                 let inside = |a| net::inside_addr(net.gateway, a);
                 g.control_tcp_addr = Some(inside(g.tcp_addr()));
                 g.control_addr = inside(g.control_addr);
                 g.other_replicas = g.other_replicas.iter().map(|a| inside(*a)).collect();
                 // The HTTP API is not reachable from inside; UDP and TCP to this host are.
                 g.control_ws = None;
-                Some(net.netns())
+                (Some(net.netns()), Some(net.resolv_conf()))
             }
         };
         Ok(Some(jail::command(
             netns.as_deref(),
+            resolv.as_deref(),
             dir,
             home,
             &self.guest_bin,
@@ -450,6 +512,9 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
+            if let Some(g) = self.gate.get() {
+                g.detach(&local.computer);
+            }
         }
         // Nothing in it outlives the guest: its X cookies and sockets are the next boot's anew.
         process::remove_dir(&process::runtime_dir(&local.computer))
@@ -460,6 +525,9 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
+            if let Some(g) = self.gate.get() {
+                g.detach(&local.computer);
+            }
         }
         process::remove_dir(&self.dir(&local.computer))?;
         process::remove_dir(&process::runtime_dir(&local.computer))?;

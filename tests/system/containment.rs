@@ -71,17 +71,26 @@ impl Lab {
             "10.99.0.2/32",
             "169.254.169.254/32",
             "203.0.113.10/32",
+            "203.0.113.11/32",
         ] {
             ip(&["-n", &h, "addr", "add", a, "dev", "eth0"])?;
         }
         ip(&["-n", &h, "link", "set", "eth0", "up"])?;
         ip(&["-n", &h, "route", "add", "default", "via", "192.0.2.1"])?;
-        for to in ["10.99.0.2/32", "169.254.169.254/32", "203.0.113.10/32"] {
+        for to in [
+            "10.99.0.2/32",
+            "169.254.169.254/32",
+            "203.0.113.10/32",
+            "203.0.113.11/32",
+        ] {
             ip(&["-n", &w, "route", "add", to, "via", "192.0.2.2"])?;
         }
         // No default route in the world: nothing can leave this machine.
         let www = tempfile::tempdir()?;
-        std::fs::write(www.path().join("index.html"), "test host\n")?;
+        std::fs::write(
+            www.path().join("index.html"),
+            "<!doctype html><title>test host</title><p>test host</p>\n",
+        )?;
         lab.servers.push(
             Command::new("ip")
                 .args(["netns", "exec", &h, "python3", "-m", "http.server", "80"])
@@ -146,14 +155,24 @@ const ATTACKS: &str = r#"
 other="$1"; http="$2"; tunnel="$3"; marker="$4"; engine="$5"
 gw="$(ip -4 route show default 2>/dev/null | awk '{print $3}')"
 [ -n "$gw" ] || gw=127.0.0.1
-tcp() { python3 - "$1" "$2" <<'PY' 2>/dev/null
+# A service counts as reached when it answers in its own protocol: a connection alone proves
+# nothing, since the egress gateway accepts every TCP connection before it decides.
+tcp() { python3 - "$1" "$2" "$3" <<'PY' 2>/dev/null
 import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+host, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection((host, port), timeout=3)
+s.settimeout(3)
+if kind == "pg":
+    s.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # SSLRequest
+    assert s.recv(1) in (b"N", b"S")
+else:
+    s.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+    assert s.recv(5) == b"HTTP/"
 PY
 }
 PGCONNECT_TIMEOUT=3 psql -h 127.0.0.1 -U postgres -d postgres -Atc '\dt' 2>/dev/null | grep -q leases && echo "REACHED postgres tables on 127.0.0.1"
 PGCONNECT_TIMEOUT=3 psql -h "$gw" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && echo "REACHED postgres on the gateway"
-for t in "127.0.0.1 5432" "127.0.0.1 $http" "$gw $http" "127.0.0.1 $tunnel" "10.99.0.2 80" "169.254.169.254 80" "$other 8000"; do
+for t in "127.0.0.1 5432 pg" "$gw 5432 pg" "127.0.0.1 $http http" "$gw $http http" "10.99.0.2 80 http" "169.254.169.254 80 http" "$other 8000 http"; do
   tcp $t && echo "REACHED tcp $t"
 done
 curl -s -m 3 http://169.254.169.254/ | grep -q 'test host' && echo "REACHED metadata over http"
@@ -176,6 +195,89 @@ done
 curl -s -m 3 http://203.0.113.10/ | grep -q 'test host' && echo "INTERNET ok"
 true
 "#;
+
+/// Prints what of the allow-list's two hosts a command reaches, by name and by address, over
+/// curl and Python, and what the gateway's resolver answers (a TXT query under the denied name
+/// is a DNS-tunnelling attempt).
+const ALLOW_LIST: &str = r#"
+for h in allowed.test denied.test 203.0.113.11; do
+  curl -s -m 5 "http://$h/" | grep -q 'test host' && echo "curl reached $h"
+  python3 - "$h" <<'PY' 2>/dev/null && echo "python reached $h"
+import sys, urllib.request
+body = urllib.request.urlopen(f"http://{sys.argv[1]}/", timeout=5).read()
+assert b"test host" in body
+PY
+done
+curl -s -m 5 --resolve denied.test:80:203.0.113.10 http://denied.test/ | grep -q 'test host' && echo "curl reached denied.test at the allowed address"
+python3 - <<'PY'
+import random, socket, struct
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+def ask(name, qtype):
+    hdr = struct.pack(">HHHHHH", random.randint(0, 65535), 0x0100, 1, 0, 0, 0)
+    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(hdr + qname + struct.pack(">HH", qtype, 1), (ns, 53))
+    try:
+        r = s.recv(4096)
+    except socket.timeout:
+        return "timeout"
+    return f"rcode={r[3] & 15} answers={struct.unpack('>H', r[6:8])[0]}"
+print("dns allowed.test A", ask("allowed.test", 1))
+print("dns denied.test A", ask("denied.test", 1))
+print("dns tunnel TXT", ask("aGVsbG8gd29ybGQ.t1.denied.test", 16))
+PY
+"#;
+
+/// An allow-list: `allowed.test` reachable by curl, Python and the bot's Chrome, `denied.test`
+/// by none of them, by name or by address, and its DNS refused.
+async fn allow_list() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        env: vec![
+            ("RAKAZO_LOCAL_CONTAINMENT".into(), "full".into()),
+            ("RAKAZO_LOCAL_EGRESS".into(), "allow allowed.test".into()),
+            (
+                "RAKAZO_EGRESS_HOSTS".into(),
+                "allowed.test=203.0.113.10,denied.test=203.0.113.11".into(),
+            ),
+        ],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-allow").await?;
+    let out = w.sh(&c, ALLOW_LIST).await?;
+    eprintln!("allow-list: {out}");
+    let lines: Vec<&str> = out.lines().collect();
+    for expected in [
+        "curl reached allowed.test",
+        "python reached allowed.test",
+        "dns allowed.test A rcode=0 answers=1",
+    ] {
+        assert!(lines.contains(&expected), "{expected:?} missing: {out}");
+    }
+    for line in &lines {
+        assert!(
+            !line.contains("reached denied.test") && !line.contains("reached 203.0.113.11"),
+            "the allow-list let through: {line}"
+        );
+        if line.starts_with("dns denied") || line.starts_with("dns tunnel") {
+            assert!(
+                !line.contains("rcode=0") || line.ends_with("answers=0"),
+                "a denied name was answered: {line}"
+            );
+        }
+    }
+    // The bot's Chrome obeys the same policy.
+    let bot = tests::bot::Bot::new(&w, &c, "bot-1").await?;
+    bot.ensure().await?;
+    let nav = bot.navigate("http://allowed.test/").await?;
+    assert_eq!(nav["snapshot"]["title"], "test host", "{nav}");
+    let denied = bot.navigate("http://denied.test/").await;
+    if let Ok(nav) = &denied {
+        assert_ne!(nav["snapshot"]["title"], "test host", "{nav}");
+    }
+    w.check_log()
+}
 
 /// The address the other computer's listener is reached at from the attacking one.
 async fn address_of(w: &World, c: &str) -> Result<String> {
@@ -251,6 +353,7 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
     let url = lab.postgres(pg.path())?;
     let result = async {
         let contained = attack(lab, "full", &url).await?;
+        allow_list().await?;
         // A second control plane on a database of its own (replicas of one database share
         // their secrets).
         run(Command::new("psql").args([
@@ -284,9 +387,9 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
     // environment excepted: the guest is non-dumpable either way).
     for expected in [
         "REACHED postgres tables on 127.0.0.1",
-        "REACHED tcp 127.0.0.1 5432",
-        "REACHED tcp 10.99.0.2 80",
-        "REACHED tcp 169.254.169.254 80",
+        "REACHED tcp 127.0.0.1 5432 pg",
+        "REACHED tcp 10.99.0.2 80 http",
+        "REACHED tcp 169.254.169.254 80 http",
         "REACHED metadata over http",
         "REACHED the container engine's socket",
         "REACHED the other computer's /tmp",
@@ -300,13 +403,13 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
         );
     }
     assert!(
-        open.iter()
-            .any(|l| l.starts_with("REACHED tcp 127.0.0.1 ") && !l.ends_with(" 5432")),
+        open.iter().any(|l| l.starts_with("REACHED tcp 127.0.0.1 ")
+            && l.ends_with(" http")
+            && !l.contains(" 8000 ")),
         "without containment the control plane's ports are reached: {open:#?}"
     );
     assert!(
-        open.iter()
-            .any(|l| l.starts_with("REACHED tcp 127.0.0.1 8000")),
+        open.iter().any(|l| l == "REACHED tcp 127.0.0.1 8000 http"),
         "without containment the other computer is reached: {open:#?}"
     );
     Ok(())

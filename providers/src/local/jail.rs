@@ -29,6 +29,7 @@ pub(crate) const BWRAP: &str = "bwrap";
 /// appends nothing after it.
 pub(crate) fn command(
     netns: Option<&str>,
+    resolv_conf: Option<&Path>,
     dir: &Path,
     home: &Path,
     guest: &Path,
@@ -114,6 +115,13 @@ pub(crate) fn command(
         argv.extend(["--perms", "0711", "--dir"].map(OsString::from));
         argv.push(p.as_os_str().to_owned());
     }
+    if let Some(r) = resolv_conf {
+        argv.extend([
+            "--ro-bind".into(),
+            r.as_os_str().to_owned(),
+            "/etc/resolv.conf".into(),
+        ]);
+    }
     let extra = extra_ro.iter().map(|p| ("--ro-bind", p.as_path()));
     for (flag, path) in [("--bind", dir), ("--ro-bind", guest)]
         .into_iter()
@@ -138,6 +146,7 @@ mod tests {
     fn the_jail_binds_only_the_computer_and_system_directories_read_only() {
         let argv = command(
             Some("rkz-0123456789ab"),
+            Some(Path::new("/run/rakazo-resolv/0123456789ab.conf")),
             Path::new("/var/lib/rakazo-computers/c-1"),
             Path::new("/var/lib/rakazo-computers/c-1/home"),
             Path::new("/opt/rakazo/rakazo-guest"),

@@ -10,15 +10,19 @@
 //!   id and probed past slots this host already uses, under a host-wide lock file;
 //! - nftables table `inet rakazo-<tag>`, which matches only its own interface, so tables of
 //!   different computers (and of different control planes on one host) never touch each other:
-//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` (DNAT);
-//!   - input: from the computer, only the DNAT'd tunnel and established replies; everything else
-//!     addressed to this host (its loopback services, the control plane's other ports, its
-//!     other addresses) is dropped;
-//!   - forward: per [`Egress`]: `open` forwards to anything but the internal ranges
-//!     ([`INTERNAL_V4`]: private, shared, link-local with the metadata address, loopback,
-//!     multicast), `none` forwards nothing; nothing is ever forwarded *to* a computer but replies,
-//!     so computers never reach each other;
-//!   - postrouting: the computer's traffic leaves masqueraded.
+//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` (DNAT); then
+//!     chain `gate_nat` sends DNS, the HTTP proxy port and every other TCP connection to the
+//!     egress gateway's listeners on 127.0.0.1 (`gate`), which apply the computer's policy;
+//!   - input: from the computer, only the DNAT'd tunnel, the gateway's listeners (`gate_in`) and
+//!     established replies; everything else addressed to this host (its loopback services, the
+//!     control plane's other ports, its other addresses) is dropped;
+//!   - forward: nothing from a computer is forwarded (its way out is the gateway, which dials
+//!     from this host), but to tunnel endpoints elsewhere; nothing is ever forwarded *to* a
+//!     computer but replies, so computers never reach each other;
+//!   - postrouting: traffic to tunnel endpoints elsewhere leaves masqueraded.
+//!
+//! The link's alias is the computer's id, so a restarted control plane finds the computers whose
+//! network outlived it ([`running`]) and points their `gate_*` chains at its new listeners.
 //!
 //! Everything is done with iproute2 (`ip`) and nftables (`nft -f -`), the kernel's own tools,
 //! run with a deadline; nothing here parses their output but `ip -o -4 addr`.
@@ -39,41 +43,6 @@ const LOCK_FILE: &str = "/run/rakazo-local-net.lock";
 /// How long one `ip` or `nft` call may take.
 const TOOL_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Destinations never forwarded to, whatever the policy: RFC 1918 private ranges, shared
-/// address space (100.64/10), link-local (169.254/16, the cloud metadata address among them),
-/// loopback, "this network", multicast and reserved.
-pub(crate) const INTERNAL_V4: &str = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, \
-     169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4";
-
-/// What a contained computer may reach beyond its tunnel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Egress {
-    /// The internet, never an internal range.
-    Open,
-    /// Nothing but the tunnel.
-    None,
-}
-
-impl std::str::FromStr for Egress {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "open" => Ok(Self::Open),
-            "none" => Ok(Self::None),
-            other => Err(format!("egress {other:?}: expected open or none")),
-        }
-    }
-}
-
-impl Egress {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::None => "none",
-        }
-    }
-}
-
 /// A computer's network names and addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Net {
@@ -92,7 +61,14 @@ impl Net {
     fn table(&self) -> String {
         table_name(&self.tag)
     }
+    /// The computer's `/etc/resolv.conf` (root's, bound read-only into its jail): its gateway.
+    pub fn resolv_conf(&self) -> std::path::PathBuf {
+        Path::new(RESOLV_DIR).join(format!("{}.conf", self.tag))
+    }
 }
+
+/// Where the computers' resolv.conf files are (root's; one per computer).
+const RESOLV_DIR: &str = "/run/rakazo-resolv";
 
 fn netns_name(tag: &str) -> String {
     format!("rkz-{tag}")
@@ -205,12 +181,12 @@ async fn existing(tag: &str) -> Option<Net> {
     })
 }
 
-/// Creates (or finds again) the computer's namespace and link, and (re)writes its table for
-/// `egress` with the tunnel's `endpoints` open.
+/// Creates (or finds again) the computer's namespace and link, and (re)writes its table with
+/// the tunnel's `endpoints` open and the rest sent to `gate` (dropped without one).
 pub(crate) async fn ensure(
     computer: &str,
     endpoints: &[SocketAddr],
-    egress: Egress,
+    gate: Option<&super::gate::Gate>,
 ) -> Result<Net, ProviderError> {
     let tag = tag(computer);
     let net = match existing(&tag).await {
@@ -221,7 +197,8 @@ pub(crate) async fn ensure(
             create(computer, &tag).await?
         }
     };
-    write_table(&net, endpoints, egress).await?;
+    write_table(&net, endpoints, gate).await?;
+    write_resolv_conf(&net)?;
     Ok(net)
 }
 
@@ -258,10 +235,11 @@ async fn create(computer: &str, tag: &str) -> Result<Net, ProviderError> {
     let gw_plain = gateway.to_string();
     let sysctl = tool("sysctl").display().to_string();
     run("ip", &["netns", "add", &ns], None).await?;
-    let steps: [&[&str]; 9] = [
+    let steps: [&[&str]; 10] = [
         &[
             "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
         ],
+        &["link", "set", "dev", &veth, "alias", computer],
         &["addr", "add", &gw, "dev", &veth],
         &["link", "set", &veth, "up"],
         &["-n", &ns, "link", "set", "lo", "up"],
@@ -303,14 +281,80 @@ fn write_sysctl(key: &str, value: &str) -> Result<(), ProviderError> {
     std::fs::write(&path, value).map_err(|e| ProviderError::io(format!("write {path}"), e))
 }
 
+fn write_resolv_conf(net: &Net) -> Result<(), ProviderError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let err = |e| ProviderError::io(format!("write {}", net.resolv_conf().display()), e);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(RESOLV_DIR)
+        .map_err(err)?;
+    std::fs::write(
+        net.resolv_conf(),
+        format!(
+            "# the egress gateway of this computer\nnameserver {}\n",
+            net.gateway
+        ),
+    )
+    .map_err(err)
+}
+
+/// The rules of chains `gate_nat` and `gate_in`: the computer's DNS, HTTP proxy port and other
+/// TCP to `gate`'s listeners. Without a gate both stay empty, so all of it is dropped.
+fn gate_rules(net: &Net, gate: Option<&super::gate::Gate>) -> (Vec<String>, Vec<String>) {
+    let Some(g) = gate else {
+        return (Vec::new(), Vec::new());
+    };
+    let gw = net.gateway;
+    let to = |a: SocketAddr| format!("dnat ip to {a}");
+    let nat = vec![
+        format!("udp dport 53 {}", to(g.dns_udp)),
+        format!("tcp dport 53 {}", to(g.dns_tcp)),
+        format!(
+            "ip daddr {gw} tcp dport {} {}",
+            super::gate::HTTP_PROXY_PORT,
+            to(g.http_proxy)
+        ),
+        format!("meta l4proto tcp {}", to(g.proxy)),
+    ];
+    let mut input = Vec::new();
+    for (proto, a) in [
+        ("udp", g.dns_udp),
+        ("tcp", g.dns_tcp),
+        ("tcp", g.http_proxy),
+        ("tcp", g.proxy),
+    ] {
+        input.push(format!(
+            "ct status dnat ip daddr {} {proto} dport {} accept",
+            a.ip(),
+            a.port()
+        ));
+    }
+    (nat, input)
+}
+
 /// The nftables script replacing the computer's table.
-pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> String {
+pub(crate) fn ruleset(
+    net: &Net,
+    endpoints: &[SocketAddr],
+    gate: Option<&super::gate::Gate>,
+) -> String {
     let (table, veth, gw) = (net.table(), net.veth(), net.gateway);
     let mut s = String::new();
     // Declaring then deleting makes the replacement one transaction that works whether or not
     // the table exists.
     let _ = writeln!(s, "table inet {table} {{}}\ndelete table inet {table}");
     let _ = writeln!(s, "table inet {table} {{");
+    let (gate_nat, gate_in) = gate_rules(net, gate);
+    let _ = writeln!(s, "  chain gate_nat {{");
+    for r in &gate_nat {
+        let _ = writeln!(s, "    {r}");
+    }
+    let _ = writeln!(s, "  }}\n  chain gate_in {{");
+    for r in &gate_in {
+        let _ = writeln!(s, "    {r}");
+    }
+    let _ = writeln!(s, "  }}");
     let _ = writeln!(
         s,
         "  chain prerouting {{ type nat hook prerouting priority dstnat; policy accept;"
@@ -333,7 +377,7 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> St
             direct.push(*v4);
         }
     }
-    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "    iifname \"{veth}\" jump gate_nat\n  }}");
     let _ = writeln!(
         s,
         "  chain input {{ type filter hook input priority filter - 5; policy accept;"
@@ -360,6 +404,7 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> St
             d.port()
         );
     }
+    let _ = writeln!(s, "    iifname \"{veth}\" jump gate_in");
     let _ = writeln!(s, "    iifname \"{veth}\" drop\n  }}");
     let _ = writeln!(
         s,
@@ -378,13 +423,6 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> St
             d.port()
         );
     }
-    if egress == Egress::Open {
-        let _ = writeln!(
-            s,
-            "    iifname \"{veth}\" ip daddr {{ {INTERNAL_V4} }} drop"
-        );
-        let _ = writeln!(s, "    iifname \"{veth}\" meta nfproto ipv4 accept");
-    }
     let _ = writeln!(s, "    iifname \"{veth}\" drop\n  }}");
     let _ = writeln!(
         s,
@@ -401,13 +439,62 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], egress: Egress) -> St
 async fn write_table(
     net: &Net,
     endpoints: &[SocketAddr],
-    egress: Egress,
+    gate: Option<&super::gate::Gate>,
 ) -> Result<(), ProviderError> {
-    if egress == Egress::Open {
+    if endpoints.iter().any(|e| !e.ip().is_loopback()) {
+        // Tunnel endpoints on other hosts are forwarded to.
         write_sysctl("net/ipv4/ip_forward", "1")?;
     }
-    run("nft", &["-f", "-"], Some(&ruleset(net, endpoints, egress))).await?;
+    run("nft", &["-f", "-"], Some(&ruleset(net, endpoints, gate))).await?;
     Ok(())
+}
+
+/// Points a computer's `gate_*` chains at `gate` (or empties them).
+pub(crate) async fn write_gate(
+    net: &Net,
+    gate: Option<&super::gate::Gate>,
+) -> Result<(), ProviderError> {
+    let table = net.table();
+    let (nat, input) = gate_rules(net, gate);
+    let mut script =
+        format!("flush chain inet {table} gate_nat\nflush chain inet {table} gate_in\n");
+    for r in nat {
+        let _ = writeln!(script, "add rule inet {table} gate_nat {r}");
+    }
+    for r in input {
+        let _ = writeln!(script, "add rule inet {table} gate_in {r}");
+    }
+    run("nft", &["-f", "-"], Some(&script)).await?;
+    Ok(())
+}
+
+/// The computers whose link exists on this host (in this network namespace), by the alias
+/// their link was given.
+pub(crate) async fn running() -> Vec<(String, Net)> {
+    let Ok(out) = run("ip", &["-o", "link", "show", "type", "veth"], None).await else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for line in out.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(name) = words.get(1) else { continue };
+        let name = name.trim_end_matches(':');
+        let name = name.split('@').next().unwrap_or(name);
+        let Some(tag) = name.strip_prefix("rkz").filter(|t| t.len() == 12) else {
+            continue;
+        };
+        let alias = words
+            .windows(2)
+            .find(|w| w[0] == "alias")
+            .map(|w| w[1].to_string());
+        let Some(computer) = alias.filter(|a| self::tag(a) == tag) else {
+            continue;
+        };
+        if let Some(net) = existing(tag).await {
+            found.push((computer, net));
+        }
+    }
+    found
 }
 
 /// Removes the namespace (and with it the link) and the table; what is already gone is fine.
@@ -427,6 +514,7 @@ async fn teardown_links(tag: &str) {
     .await;
     let _ = run("ip", &["netns", "del", &netns_name(tag)], None).await;
     let _ = run("ip", &["link", "del", &format!("rkz{tag}")], None).await;
+    let _ = std::fs::remove_file(Path::new(RESOLV_DIR).join(format!("{tag}.conf")));
 }
 
 #[cfg(test)]
@@ -470,25 +558,16 @@ mod tests {
     }
 
     #[test]
-    fn the_ruleset_drops_the_host_and_internal_ranges() {
+    fn without_a_gate_nothing_but_the_tunnel_gets_through() {
         let net = Net {
             tag: "0123456789ab".into(),
             gateway: Ipv4Addr::new(10, 233, 0, 1),
             addr: Ipv4Addr::new(10, 233, 0, 2),
         };
-        let open = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], Egress::Open);
-        assert!(open.contains("dnat ip to 127.0.0.1:7443"), "{open}");
-        assert!(open.contains("iifname \"rkz0123456789ab\" drop"), "{open}");
-        assert!(open.contains("169.254.0.0/16"), "{open}");
-        assert!(open.contains("meta nfproto ipv4 accept"), "{open}");
-        let none = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], Egress::None);
-        assert!(!none.contains("nfproto ipv4 accept"), "{none}");
-    }
-
-    #[test]
-    fn egress_parses_its_two_words() {
-        assert_eq!("open".parse::<Egress>().unwrap(), Egress::Open);
-        assert_eq!("none".parse::<Egress>().unwrap(), Egress::None);
-        assert!("all".parse::<Egress>().is_err());
+        let r = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], None);
+        assert!(r.contains("dnat ip to 127.0.0.1:7443"), "{r}");
+        assert!(r.contains("iifname \"rkz0123456789ab\" drop"), "{r}");
+        assert!(r.contains("chain gate_nat {\n  }"), "{r}");
+        assert!(!r.contains("accept\n  }\n  chain postrouting"), "{r}");
     }
 }

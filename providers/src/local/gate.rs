@@ -1,0 +1,204 @@
+//! The egress gateway of fully contained local computers: one [`egress::Gateway`] for all of
+//! them, embedded in the control plane, listening on this host's loopback only.
+//!
+//! Each computer's nftables table (`net`) DNATs its DNS (UDP and TCP port 53, whatever the
+//! address asked) to [`Gate::dns_udp`]/[`Gate::dns_tcp`], its HTTP proxy port
+//! ([`HTTP_PROXY_PORT`] on the gateway address) to [`Gate::http_proxy`], and every other TCP
+//! connection to the transparent proxy [`Gate::proxy`]; nothing else leaves (UDP other than DNS
+//! included: QUIC clients fall back to TCP). The gateway finds the computer by the source
+//! address (its registry), answers DNS only for names the computer's policy allows, and lets a
+//! connection through only to what the policy allows: by TLS SNI or HTTP Host *and* an address
+//! the name resolved to for that computer, or an address the policy names, never an internal
+//! range (see the `egress` crate).
+//!
+//! The listeners' ports change with every start of the control plane; [`Gate::start`] rewrites
+//! the gate chains of computers that were already running and registers them again (their
+//! veth's alias names the computer), so a restart leaves their network working.
+
+use crate::ProviderError;
+use egress::{
+    ComputerId, Config, Event, Events, Gateway, Limits, Policy, Registry, StaticResolver,
+    SystemResolver,
+};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use tokio::net::{TcpListener, UdpSocket};
+use tracing::{info, warn};
+
+/// The port of the explicit HTTP(S) proxy on each computer's gateway address.
+pub const HTTP_PROXY_PORT: u16 = 3128;
+
+/// How many aggregated decision events wait for the control plane before new ones are counted
+/// as dropped.
+const EVENTS_QUEUE: usize = 4096;
+
+/// What the gateway is started with (`rakazo serve` flags).
+#[derive(Debug, Clone)]
+pub struct GateConfig {
+    /// The policy of a computer nobody set one for.
+    pub default_policy: Policy,
+    /// Names the gateway's resolver answers itself (`--egress-hosts`), before asking upstream.
+    pub hosts: Vec<(String, IpAddr)>,
+    /// Per-computer limits (connections, bandwidth, DNS queries per second).
+    pub limits: Limits,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self {
+            default_policy: Policy::open(),
+            hosts: Vec::new(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// The running gateway.
+pub struct Gate {
+    registry: Arc<Registry>,
+    config: GateConfig,
+    pub dns_udp: SocketAddr,
+    pub dns_tcp: SocketAddr,
+    pub proxy: SocketAddr,
+    pub http_proxy: SocketAddr,
+    events: Events,
+    feed: Mutex<Option<tokio::sync::mpsc::Receiver<Event>>>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProviderError + '_ {
+    move |e| ProviderError::io(what.to_string(), e)
+}
+
+impl Gate {
+    /// Binds the listeners on 127.0.0.1 and starts serving.
+    pub async fn start(config: GateConfig) -> Result<Gate, ProviderError> {
+        let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let dns_udp_sock = UdpSocket::bind(loopback)
+            .await
+            .map_err(io("bind the egress DNS (udp)"))?;
+        let dns_udp = dns_udp_sock.local_addr().map_err(io("egress DNS"))?;
+        let dns_tcp_sock = match TcpListener::bind(dns_udp).await {
+            Ok(l) => l,
+            Err(_) => TcpListener::bind(loopback)
+                .await
+                .map_err(io("bind the egress DNS (tcp)"))?,
+        };
+        let dns_tcp = dns_tcp_sock.local_addr().map_err(io("egress DNS"))?;
+        let proxy_sock = TcpListener::bind(loopback)
+            .await
+            .map_err(io("bind the egress proxy"))?;
+        let proxy = proxy_sock.local_addr().map_err(io("egress proxy"))?;
+        let http_sock = TcpListener::bind(loopback)
+            .await
+            .map_err(io("bind the egress HTTP proxy"))?;
+        let http_proxy = http_sock.local_addr().map_err(io("egress HTTP proxy"))?;
+
+        let mut resolver = StaticResolver::new();
+        for (name, ip) in &config.hosts {
+            resolver = resolver.with(name, *ip);
+        }
+        match SystemResolver::from_system_conf() {
+            Ok(system) => resolver = resolver.with_fallback(Arc::new(system)),
+            Err(e) => warn!(
+                error = %e,
+                "the egress gateway has no upstream resolver: only --egress-hosts names resolve"
+            ),
+        }
+        let registry = Arc::new(Registry::new());
+        let (events, feed) = Events::channel(EVENTS_QUEUE);
+        let gateway = Gateway::new(
+            registry.clone(),
+            Arc::new(resolver),
+            events.clone(),
+            Config::default(),
+        );
+        let mut tasks = vec![tokio::spawn(events.clone().run()).abort_handle()];
+        let g = gateway.clone();
+        tasks.push(tokio::spawn(async move { g.serve_dns_udp(dns_udp_sock).await }).abort_handle());
+        let g = gateway.clone();
+        tasks.push(tokio::spawn(async move { g.serve_dns_tcp(dns_tcp_sock).await }).abort_handle());
+        let g = gateway.clone();
+        tasks.push(
+            tokio::spawn(async move { g.serve_transparent(proxy_sock).await }).abort_handle(),
+        );
+        let g = gateway;
+        tasks.push(tokio::spawn(async move { g.serve_http_proxy(http_sock).await }).abort_handle());
+        info!(%dns_udp, %proxy, %http_proxy, "egress gateway listening");
+        let gate = Gate {
+            registry,
+            config,
+            dns_udp,
+            dns_tcp,
+            proxy,
+            http_proxy,
+            events,
+            feed: Mutex::new(Some(feed)),
+            tasks,
+        };
+        gate.adopt_running().await;
+        Ok(gate)
+    }
+
+    /// Registers a computer reached from `addr` under the default policy (or the one it had).
+    pub fn attach(&self, computer: &str, addr: Ipv4Addr) {
+        let id = ComputerId::new(computer);
+        let policy = self
+            .registry
+            .get(&id)
+            .map(|c| (*c.policy()).clone())
+            .unwrap_or_else(|| self.config.default_policy.clone());
+        self.registry
+            .add(id, vec![IpAddr::V4(addr)], policy, self.config.limits);
+    }
+
+    /// Forgets a computer.
+    pub fn detach(&self, computer: &str) {
+        self.registry.remove(&ComputerId::new(computer));
+    }
+
+    /// A computer's policy (the default when it has none of its own yet).
+    pub fn policy(&self, computer: &str) -> Policy {
+        self.registry
+            .get(&ComputerId::new(computer))
+            .map(|c| (*c.policy()).clone())
+            .unwrap_or_else(|| self.config.default_policy.clone())
+    }
+
+    /// Sets a running computer's policy: the next query and connection see it. `false` when
+    /// the computer is not running here.
+    pub fn set_policy(&self, computer: &str, policy: Policy) -> bool {
+        self.registry.set_policy(&ComputerId::new(computer), policy)
+    }
+
+    /// The aggregated decisions, for the control plane's activity feed (once).
+    pub fn take_events(&self) -> Option<tokio::sync::mpsc::Receiver<Event>> {
+        self.feed.lock().ok()?.take()
+    }
+
+    /// Decision events lost to a full queue.
+    pub fn dropped_events(&self) -> u64 {
+        self.events.dropped()
+    }
+
+    /// Computers whose network outlived the previous control plane: registered again, their
+    /// gate chains pointed at this gateway's listeners.
+    async fn adopt_running(&self) {
+        for (computer, net) in super::net::running().await {
+            self.attach(&computer, net.addr);
+            if let Err(e) = super::net::write_gate(&net, Some(self)).await {
+                warn!(computer_id = %computer, error = %e, "could not point a running computer at the egress gateway");
+            } else {
+                info!(computer_id = %computer, "running computer's network adopted");
+            }
+        }
+    }
+}
