@@ -386,6 +386,18 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     if let Some(l) = metrics_listener {
         tokio::spawn(api::metrics::serve_plain(l, core.clone()));
     }
+    // The egress gateway's decisions go to each computer's activity feed (already aggregated
+    // per second and destination, so a busy computer cannot flood it).
+    if let Some(providers::AnyProvider::Local(local)) = core.providers().get("local") {
+        if let Some(mut events) = local.take_network_events() {
+            let activity = core.activity.clone();
+            tokio::spawn(async move {
+                while let Some(e) = events.recv().await {
+                    activity.network(&e).await;
+                }
+            });
+        }
+    }
     tokio::spawn(tunnel::serve(
         listening,
         registry,

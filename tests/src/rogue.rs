@@ -17,11 +17,17 @@ pub fn options(guest_timeout_secs: u64, idle_timeout_secs: Option<u64>) -> World
         allow_warn: vec![
             "home checkpoint failed".into(),
             "discarding an unfinished home commit".into(),
+            "are not contained".into(),
         ],
-        env: vec![(
-            "RAKAZO_GUEST_TIMEOUT_SECS".into(),
-            guest_timeout_secs.to_string(),
-        )],
+        env: vec![
+            (
+                "RAKAZO_GUEST_TIMEOUT_SECS".into(),
+                guest_timeout_secs.to_string(),
+            ),
+            // The rogue guest takes its orders from a marker in the local root (`stall_next`),
+            // which a jail would hide from it.
+            ("RAKAZO_LOCAL_CONTAINMENT".into(), "off".into()),
+        ],
         ..Default::default()
     }
 }

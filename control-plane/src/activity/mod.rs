@@ -18,7 +18,7 @@ pub mod store;
 
 use crate::clock::now_ms;
 use crate::schema::activity::{
-    ActivityBody, Cause, CommandAction, CommandEvent, LifecycleEvent, LifecycleKind,
+    ActivityBody, Cause, CommandAction, CommandEvent, LifecycleEvent, LifecycleKind, NetworkEvent,
 };
 use clap::Args;
 use std::sync::Arc;
@@ -225,6 +225,36 @@ impl Activity {
         };
         self.record(&start.computer, ActivityBody::Command(event))
             .await;
+    }
+
+    /// Records one of the egress gateway's aggregated decisions.
+    pub async fn network(&self, event: &egress::Event) {
+        let (domain, ip) = match &event.target {
+            egress::Target::Domain(d) => (Some(d.clone()), None),
+            egress::Target::Ip(ip) => (None, Some(ip.to_string())),
+        };
+        let body = NetworkEvent {
+            via: match event.kind {
+                egress::EventKind::Dns => "dns",
+                egress::EventKind::Connection => "connection",
+                egress::EventKind::HttpProxy => "http_proxy",
+            }
+            .to_string(),
+            domain,
+            ip,
+            port: event.port,
+            reason: event.reason.as_str().to_string(),
+            count: event.count,
+            bytes_up: event.bytes_up,
+            bytes_down: event.bytes_down,
+            duration_ms: u64::try_from(event.duration.as_millis()).unwrap_or(u64::MAX),
+        };
+        let body = if event.allowed {
+            ActivityBody::NetworkAllowed(body)
+        } else {
+            ActivityBody::NetworkDenied(body)
+        };
+        self.record(&event.computer.0, body).await;
     }
 
     /// Records a lifecycle change of `computer` with its cause and reason.

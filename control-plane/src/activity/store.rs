@@ -56,6 +56,7 @@ impl ActivityStore {
         let kind = match body {
             ActivityBody::Command(_) => "command",
             ActivityBody::Lifecycle(_) => "lifecycle",
+            ActivityBody::NetworkAllowed(_) | ActivityBody::NetworkDenied(_) => "network",
         };
         let json = serde_json::to_string(body)
             .map_err(|e| DbError::corrupt("activity_events", computer, e.to_string()))?;

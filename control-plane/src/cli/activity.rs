@@ -126,6 +126,18 @@ fn print_event(json: bool, e: &ActivityEvent) -> Result<()> {
                 }
             }
         }
+        ActivityBody::NetworkAllowed(n) | ActivityBody::NetworkDenied(n) => {
+            let verdict = match &e.body {
+                ActivityBody::NetworkAllowed(_) => "allowed",
+                _ => "denied",
+            };
+            let target = n.domain.as_deref().or(n.ip.as_deref()).unwrap_or("?");
+            writeln!(
+                out,
+                "{head} network {verdict} {} {target}:{} x{} ({}; {} bytes up, {} down)",
+                n.via, n.port, n.count, n.reason, n.bytes_up, n.bytes_down
+            )?;
+        }
         ActivityBody::Lifecycle(l) => {
             let mut extra = String::new();
             if let Some(r) = l.revision {

@@ -29,6 +29,34 @@ pub enum ActivityBody {
     /// A change of the computer itself, with its reason.
     #[serde(rename = "computer.lifecycle")]
     Lifecycle(LifecycleEvent),
+    /// Connections or DNS queries the egress gateway let through (aggregated per second).
+    #[serde(rename = "network.allowed")]
+    NetworkAllowed(NetworkEvent),
+    /// Connections or DNS queries the egress gateway refused (aggregated per second).
+    #[serde(rename = "network.denied")]
+    NetworkDenied(NetworkEvent),
+}
+
+/// A `network.allowed` / `network.denied` event: one second's decisions of one kind on one
+/// destination, merged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NetworkEvent {
+    /// `dns`, `connection` or `http_proxy`.
+    pub via: String,
+    /// The name asked for or seen (TLS SNI, HTTP Host), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// The address, when no name was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    pub port: u16,
+    /// Why (e.g. `allowed`, `not in the allow list`, `internal address`).
+    pub reason: String,
+    /// How many decisions this event stands for.
+    pub count: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
 }
 
 /// The kind of a recorded bot action.
