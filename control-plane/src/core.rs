@@ -104,11 +104,12 @@ pub struct Core {
     pub registry: Arc<Registry>,
     /// Live screens: per-bot generations, control leases, open streams.
     pub live: crate::live::LiveState,
-    /// Home checkpoints and restores (contracts.md §9; flows in `homes::flow`).
+    /// Home checkpoints and restores (docs/homes.md; flows in `homes::flow`).
     pub homes: Arc<crate::homes::HomeService>,
-    /// Idle suspension: the claim, operations in flight, last use (contracts.md §8, §9).
+    /// Idle suspension: the claim, operations in flight, last use
+    /// (docs/lifecycle.md#idle-suspension).
     pub idle: crate::idle::Idle,
-    /// Maintenance jobs: the reservation they hold (contracts.md §10).
+    /// Maintenance jobs: the reservation they hold (docs/lifecycle.md#maintenance-jobs).
     pub jobs: crate::jobs::Jobs,
     providers: ProviderSet,
     enrollment: Enrollment,
@@ -295,7 +296,8 @@ impl Core {
         token: Secret,
     ) -> Result<Computer, CoreError> {
         // A computer whose provider kind is no longer configured moves to the default one: its
-        // old reference means nothing there, so it gets a replacement (contracts.md §2).
+        // old reference means nothing there, so it gets a replacement
+        // (docs/lifecycle.md#computers).
         let mut previous = previous;
         let c = if self.has_provider(c) {
             c.clone()
@@ -323,7 +325,8 @@ impl Core {
                 .await?;
             let spec = self.spec(&c, token).await;
             // A fresh machine (new, or a replacement for a gone one) has an empty home: it
-            // imports the stored one before first use, and may not checkpoint until it has (§9).
+            // imports the stored one before first use, and may not checkpoint until it has
+            // (docs/homes.md).
             let (r, fresh) = match previous {
                 Some(r) => match provider.prepare(&r, &spec).await {
                     Err(e) if e.class() == ErrorClass::Gone => {
@@ -490,8 +493,9 @@ impl Core {
         }
     }
 
-    /// Stops a computer's machine, keeping its home. Checkpoints first (§9); a failed
-    /// checkpoint refuses the stop, so nothing newer than the stored revision is put at risk.
+    /// Stops a computer's machine, keeping its home. Checkpoints first (docs/homes.md#checkpoints);
+    /// a failed checkpoint refuses the stop, so nothing newer than the stored revision is put at
+    /// risk.
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         self.unreserved_act(&c.id, || self.stop_held(id)).await
@@ -823,7 +827,8 @@ impl Core {
     }
 
     /// Ends a run: releases its lease and, when the run failed or was cancelled, tears the
-    /// bot's desktop down (a successful run keeps it for the bot's next run, contracts.md §3).
+    /// bot's desktop down (a successful run keeps it for the bot's next run,
+    /// docs/screens.md#teardown).
     pub async fn release_lease(
         &self,
         id: &str,
@@ -849,7 +854,7 @@ impl Core {
 
     /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.
     async fn release_screen(&self, c: &Computer, bot: &BotId) {
-        // Its capabilities go first (contracts.md §3 teardown order).
+        // Its capabilities go first (docs/screens.md#teardown).
         if let Err(e) = self.screen_gone(&c.id, bot).await {
             warn!(computer_id = %c.id.as_str(), bot = %bot, error = %e, "revoking the bot's capabilities failed");
         }
@@ -874,7 +879,7 @@ impl Core {
 
     /// The bot's desktop is going away (released, or torn down after a failed run): its URLs
     /// die, its streams close and its guest revokes its capabilities, before the desktop itself
-    /// is stopped (contracts.md §3 teardown order).
+    /// is stopped (docs/screens.md#teardown).
     pub async fn screen_gone(&self, id: &ComputerId, bot: &BotId) -> Result<(), LiveStoreError> {
         let guest = self.connected_guest(id.as_str()).await;
         self.live.screen_gone(guest.as_ref(), id, bot).await
