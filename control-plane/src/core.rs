@@ -3,6 +3,23 @@
 //! The HTTP API parses requests into calls on [`Core`]; the tunnel authenticates guests through
 //! it. It owns the decisions: which state allows which operation, when a lease is checked,
 //! what a provider is asked to do and in which order. It does no HTTP and no QUIC framing.
+//!
+//! - Operations: [`Core::guest_for`] hands out a running computer's [`Guest`] after checking the
+//!   lease the operation's `authority()` names against the lease store; [`Core::call`] runs a
+//!   unary operation through it. Graphical calls go through `Core::with_screen` /
+//!   `Core::call_screen` (`core::evict`), which evict an idle screen and retry once when the guest
+//!   refuses `COMPUTER_SCREEN_UNAVAILABLE`.
+//! - Lifecycle: every boot rotates the computer's enrollment token and drops the old connection
+//!   before the machine starts (`boot`); a stopped or destroyed computer's connection is closed
+//!   and recorded disconnected at once (`drop_guest`). Stop, start, destroy and a new takeover
+//!   run under the computer's lifecycle claim and check a maintenance job's reservation under it
+//!   (`Core::unreserved_act`, `core::jobs`).
+//! - Homes: `core::home` runs the checkpoint and restore triggers (`Core::checkpoint_home`,
+//!   `Core::restore_home`) under the home's lock; `core::lost` records why a running computer's guest
+//!   went away.
+//!
+//! What drives the core (`api`, `idle::job`, `live::authority`, `live::relay`, `jobs::worker`)
+//! imports it; the core imports none of them (`scripts/module-cycles.py` checks it).
 
 use crate::clock::now_ms;
 use crate::cluster::Cluster;
