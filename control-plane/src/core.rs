@@ -15,8 +15,8 @@
 //!   run under the computer's lifecycle claim and check a maintenance job's reservation under it
 //!   (`Core::unreserved_act`, `core::jobs`).
 //! - Homes: `core::home` runs the checkpoint and restore triggers (`Core::checkpoint_home`,
-//!   `Core::restore_home`) under the home's lock; `core::lost` records why a running computer's guest
-//!   went away.
+//!   `Core::restore_home`) under the home's lock; `core::lost` records why a running computer's
+//!   guest went away.
 //!
 //! What drives the core (`api`, `idle::job`, `live::authority`, `live::relay`, `jobs::worker`)
 //! imports it; the core imports none of them (`scripts/module-cycles.py` checks it).
