@@ -22,8 +22,8 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
   || rustup target add x86_64-unknown-linux-musl >/dev/null
-# The live terminal page's xterm.js (contracts.md §7), pinned by the committed package-lock and
-# served from disk by `rakazo serve`: nothing is fetched at run time.
+# The live terminal page's xterm.js (docs/screens.md#terminal), pinned by the committed
+# package-lock and served from disk by `rakazo serve`: nothing is fetched at run time.
 web="$(cd "$(dirname "$0")/.." && pwd)/control-plane/web"
 if [ ! -f "$web/node_modules/@xterm/xterm/lib/xterm.js" ]; then
   if ! command -v npm >/dev/null; then

@@ -1,4 +1,5 @@
--- 0002: live screens and takeover (contracts.md §6, §8), one row per (computer, bot).
+-- 0002: live screens and takeover (docs/security.md#capability-urls,
+-- docs/lifecycle.md#takeover), one row per (computer, bot).
 --
 -- screen_generation bumps when the bot's desktop is released or torn down: every capability URL
 -- sealed with an older value stops opening, and open streams close at their next re-check.

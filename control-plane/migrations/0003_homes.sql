@@ -1,4 +1,4 @@
--- 0003: where each computer's stored home is (contracts.md §9).
+-- 0003: where each computer's stored home is (docs/homes.md).
 --
 -- home_storage_id names the home's objects in the object store (homes/<storage id>/<revision>);
 -- home_revision is its current checkpoint (NULL: none yet) and home_wrapped_key its data key

@@ -1,5 +1,5 @@
 -- 0004: multipart uploads of home checkpoints that were started and not yet finished
--- (contracts.md §9).
+-- (docs/homes.md#object-store).
 --
 -- The object store records an upload here before its first part goes out and removes the row
 -- after the upload is completed or aborted. A row that outlives its commit (the control plane was

@@ -1,4 +1,4 @@
--- 0005: idle suspension (contracts.md §8, §9), two columns on the computer row.
+-- 0005: idle suspension (docs/lifecycle.md#idle-suspension), two columns on the computer row.
 --
 -- idle_active_at: when the computer was last used, in milliseconds since the epoch: an API
 -- operation on it began or ended, a run released its lease, a user took or released control, or
@@ -8,8 +8,9 @@
 -- a computer that was just used.
 --
 -- idle_awake_until: a run asked for a takeover (waiting_takeover) on a provider that does not
--- bill while running: the computer stays awake at least until then (§8: 30 minutes after the
--- request), even though that run's lease no longer keeps it awake. 0: no such window.
+-- bill while running: the computer stays awake at least until then
+-- (docs/lifecycle.md#takeover: 30 minutes after the request), even though that run's lease no
+-- longer keeps it awake. 0: no such window.
 --
 -- Existing computers count as used when they last changed, so upgrading suspends nothing at once.
 

@@ -1,4 +1,4 @@
--- 0009: maintenance jobs (contracts.md §10; ARCHITECTURE.md "control-plane `jobs`").
+-- 0009: maintenance jobs (docs/lifecycle.md#maintenance-jobs; control-plane/src/jobs/).
 --
 -- One row per update or recovery of a computer. A job in state queued, running or interrupted
 -- reserves its computer: new execution leases, stop, start, destroy, takeover and idle

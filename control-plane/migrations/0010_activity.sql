@@ -1,4 +1,4 @@
--- 0010: the activity feed (computer-runtime.md "Terminal": the Activity view, computer.command).
+-- 0010: the activity feed (docs/api.md#activity).
 --
 -- One row per event of a computer's feed: `seq` numbers a computer's events 1, 2, 3, … (taken as
 -- the computer's highest plus one by the inserting statement; the primary key makes two replicas

@@ -8,8 +8,8 @@
 //!
 //! Invariants: an enrollment token is never stored, only its sha256; a destroyed computer stays
 //! destroyed; two live computers never share a home key (a unique index enforces it); the screen
-//! generation bumps whenever the state or the provider reference changes (contracts.md §6), which
-//! revokes every outstanding screen URL.
+//! generation bumps whenever the state or the provider reference changes
+//! (docs/security.md#capability-urls), which revokes every outstanding screen URL.
 
 use crate::db::{column, non_negative, Db, DbError};
 use gateway_proto::{BotId, Secret};
@@ -153,7 +153,7 @@ pub enum ComputerKind {
 
 impl ComputerKind {
     /// The key of the home this computer carries: `team-<workspace>` or the bot id
-    /// (contracts.md §1).
+    /// (docs/lifecycle.md#vocabulary).
     pub fn home_key(&self) -> String {
         match self {
             Self::Team { workspace } => format!("{TEAM_HOME_PREFIX}{workspace}"),

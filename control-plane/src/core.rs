@@ -3,6 +3,23 @@
 //! The HTTP API parses requests into calls on [`Core`]; the tunnel authenticates guests through
 //! it. It owns the decisions: which state allows which operation, when a lease is checked,
 //! what a provider is asked to do and in which order. It does no HTTP and no QUIC framing.
+//!
+//! - Operations: [`Core::guest_for`] hands out a running computer's [`Guest`] after checking the
+//!   lease the operation's `authority()` names against the lease store; [`Core::call`] runs a
+//!   unary operation through it. Graphical calls go through `Core::with_screen` /
+//!   `Core::call_screen` (`core::evict`), which evict an idle screen and retry once when the guest
+//!   refuses `COMPUTER_SCREEN_UNAVAILABLE`.
+//! - Lifecycle: every boot rotates the computer's enrollment token and drops the old connection
+//!   before the machine starts (`boot`); a stopped or destroyed computer's connection is closed
+//!   and recorded disconnected at once (`drop_guest`). Stop, start, destroy and a new takeover
+//!   run under the computer's lifecycle claim and check a maintenance job's reservation under it
+//!   (`Core::unreserved_act`, `core::jobs`).
+//! - Homes: `core::home` runs the checkpoint and restore triggers (`Core::checkpoint_home`,
+//!   `Core::restore_home`) under the home's lock; `core::lost` records why a running computer's
+//!   guest went away.
+//!
+//! What drives the core (`api`, `idle::job`, `live::authority`, `live::relay`, `jobs::worker`)
+//! imports it; the core imports none of them (`scripts/module-cycles.py` checks it).
 
 use crate::clock::now_ms;
 use crate::cluster::Cluster;
@@ -104,11 +121,12 @@ pub struct Core {
     pub registry: Arc<Registry>,
     /// Live screens: per-bot generations, control leases, open streams.
     pub live: crate::live::LiveState,
-    /// Home checkpoints and restores (contracts.md §9; flows in `homes::flow`).
+    /// Home checkpoints and restores (docs/homes.md; flows in `homes::flow`).
     pub homes: Arc<crate::homes::HomeService>,
-    /// Idle suspension: the claim, operations in flight, last use (contracts.md §8, §9).
+    /// Idle suspension: the claim, operations in flight, last use
+    /// (docs/lifecycle.md#idle-suspension).
     pub idle: crate::idle::Idle,
-    /// Maintenance jobs: the reservation they hold (contracts.md §10).
+    /// Maintenance jobs: the reservation they hold (docs/lifecycle.md#maintenance-jobs).
     pub jobs: crate::jobs::Jobs,
     providers: ProviderSet,
     enrollment: Enrollment,
@@ -295,7 +313,8 @@ impl Core {
         token: Secret,
     ) -> Result<Computer, CoreError> {
         // A computer whose provider kind is no longer configured moves to the default one: its
-        // old reference means nothing there, so it gets a replacement (contracts.md §2).
+        // old reference means nothing there, so it gets a replacement
+        // (docs/lifecycle.md#computers).
         let mut previous = previous;
         let c = if self.has_provider(c) {
             c.clone()
@@ -323,7 +342,8 @@ impl Core {
                 .await?;
             let spec = self.spec(&c, token).await;
             // A fresh machine (new, or a replacement for a gone one) has an empty home: it
-            // imports the stored one before first use, and may not checkpoint until it has (§9).
+            // imports the stored one before first use, and may not checkpoint until it has
+            // (docs/homes.md).
             let (r, fresh) = match previous {
                 Some(r) => match provider.prepare(&r, &spec).await {
                     Err(e) if e.class() == ErrorClass::Gone => {
@@ -490,8 +510,9 @@ impl Core {
         }
     }
 
-    /// Stops a computer's machine, keeping its home. Checkpoints first (§9); a failed
-    /// checkpoint refuses the stop, so nothing newer than the stored revision is put at risk.
+    /// Stops a computer's machine, keeping its home. Checkpoints first (docs/homes.md#checkpoints);
+    /// a failed checkpoint refuses the stop, so nothing newer than the stored revision is put at
+    /// risk.
     pub async fn stop(&self, id: &str) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         self.unreserved_act(&c.id, || self.stop_held(id)).await
@@ -823,7 +844,8 @@ impl Core {
     }
 
     /// Ends a run: releases its lease and, when the run failed or was cancelled, tears the
-    /// bot's desktop down (a successful run keeps it for the bot's next run, contracts.md §3).
+    /// bot's desktop down (a successful run keeps it for the bot's next run,
+    /// docs/screens.md#teardown).
     pub async fn release_lease(
         &self,
         id: &str,
@@ -849,7 +871,7 @@ impl Core {
 
     /// Asks the guest to tear a bot's desktop down; logged, not failed, when it cannot.
     async fn release_screen(&self, c: &Computer, bot: &BotId) {
-        // Its capabilities go first (contracts.md §3 teardown order).
+        // Its capabilities go first (docs/screens.md#teardown).
         if let Err(e) = self.screen_gone(&c.id, bot).await {
             warn!(computer_id = %c.id.as_str(), bot = %bot, error = %e, "revoking the bot's capabilities failed");
         }
@@ -874,7 +896,7 @@ impl Core {
 
     /// The bot's desktop is going away (released, or torn down after a failed run): its URLs
     /// die, its streams close and its guest revokes its capabilities, before the desktop itself
-    /// is stopped (contracts.md §3 teardown order).
+    /// is stopped (docs/screens.md#teardown).
     pub async fn screen_gone(&self, id: &ComputerId, bot: &BotId) -> Result<(), LiveStoreError> {
         let guest = self.connected_guest(id.as_str()).await;
         self.live.screen_gone(guest.as_ref(), id, bot).await

@@ -6,8 +6,8 @@
 //!
 //! A computer records the kind it was created on; restart recovery and every lifecycle call use
 //! that kind's provider. A computer whose kind is no longer configured gets a replacement on the
-//! default provider, restored from its last checkpoint (contracts.md §2: a changed provider kind
-//! means a replacement machine).
+//! default provider, restored from its last checkpoint (docs/lifecycle.md#computers: a changed
+//! provider kind means a replacement machine).
 
 use anyhow::{bail, Context};
 use clap::Args;

@@ -333,7 +333,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         )),
         cert_sha256: identity.fingerprint(),
     };
-    // Seals capability URLs (contracts.md §6); kept so URLs survive a restart.
+    // Seals capability URLs (docs/security.md#capability-urls); kept so URLs survive a restart.
     let capability_key = load_or_create_key(&cfg.data_dir.join("capability-key"))?;
     let cluster = if sqlite {
         None

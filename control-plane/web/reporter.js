@@ -1,7 +1,7 @@
-// The page reporter (contracts.md §6): tells the embedding app how the live connection goes,
-// with `loading`, `connecting`, `connected`, `failed` and `disconnected`, and keeps every state
-// on the page (data-rakazo-status, window.rakazoStatus) for whoever inspects it. It also removes
-// VideoDecoder before noVNC loads, so noVNC never picks the WebCodecs path.
+// The page reporter (docs/screens.md#live-views): tells the embedding app how the live
+// connection goes, with `loading`, `connecting`, `connected`, `failed` and `disconnected`, and
+// keeps every state on the page (data-rakazo-status, window.rakazoStatus) for whoever inspects
+// it. It also removes VideoDecoder before noVNC loads, so noVNC never picks the WebCodecs path.
 (function () {
   "use strict";
   try {

@@ -1,5 +1,6 @@
 // The live terminal: xterm.js on this capability's websocket, speaking the frames of
-// contracts.md §7: [kind u8][len u32 big-endian][payload]; kind 0 = input, kind 1 = resize.
+// docs/screens.md#terminal-frames: [kind u8][len u32 big-endian][payload]; kind 0 = input,
+// kind 1 = resize.
 (function () {
   "use strict";
   var report = window.rakazoReport;
@@ -34,8 +35,8 @@
     send(1, p);
   }
 
-  // A dropped connection reconnects to a fresh shell (contracts.md §7). A websocket that never
-  // opens (revoked or expired capability, control released) ends the retries.
+  // A dropped connection reconnects to a fresh shell (docs/screens.md#terminal). A websocket
+  // that never opens (revoked or expired capability, control released) ends the retries.
   var ws = null;
   var retries = 0;
   var MAX_RETRIES = 5;

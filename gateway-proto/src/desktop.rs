@@ -1,4 +1,4 @@
-//! Desktop messages: per-bot screens, observations and batched actions (contracts.md §3, §4).
+//! Desktop messages: per-bot screens, observations and batched actions (docs/screens.md).
 //!
 //! The bounds the contract sets are constants here and [`validate_actions`] applies them, so the
 //! control plane (before sending) and the guest (before running) check a batch the same way: the
@@ -32,7 +32,7 @@ pub struct ScreenRequest {
     pub lease: LeaseToken,
 }
 
-/// Release a bot's screen (teardown in the order of §3).
+/// Release a bot's screen (teardown in the order of docs/screens.md#teardown).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScreenRelease {
     pub bot: BotId,
@@ -103,7 +103,7 @@ pub enum ScrollDirection {
     Down,
 }
 
-/// One desktop action (contracts.md §4).
+/// One desktop action (docs/screens.md#observe-and-act).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
     Click {

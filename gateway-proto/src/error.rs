@@ -41,7 +41,8 @@ pub enum ErrorCode {
     ScreenUnavailable,
     /// The bot's slot is still being released.
     ScreenReleasing,
-    /// The repeated-action refusal of §4: the batch was not run.
+    /// The repeated-action refusal (docs/screens.md#repeated-action-refusal): the batch was not
+    /// run.
     ActionRefused,
     /// The name is taken and the request said not to replace it.
     Exists,
@@ -49,7 +50,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Stable name used in the HTTP API: snake_case, except the contract's own
-    /// `COMPUTER_SCREEN_UNAVAILABLE` (contracts.md §3).
+    /// `COMPUTER_SCREEN_UNAVAILABLE` (docs/api.md#error-codes).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::BadRequest => "bad_request",

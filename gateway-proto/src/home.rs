@@ -1,4 +1,4 @@
-//! Home export and import (contracts.md §9): the guest streams its home out as one archive
+//! Home export and import (docs/homes.md): the guest streams its home out as one archive
 //! (homes `FORMAT.md`, "Archive") and reads one back in. The archive is plaintext on the tunnel
 //! (QUIC is the transport's encryption); sealing happens in the control plane.
 //!
@@ -123,8 +123,8 @@ pub struct Imported {
     pub entries: u64,
 }
 
-/// Where a bot's command or shell starts when it names no directory (contracts.md §1: a Team
-/// computer's bots start in `bots/<bot-id>/`, a Private computer's bot in the home).
+/// Where a bot's command or shell starts when it names no directory (docs/lifecycle.md#vocabulary:
+/// a Team computer's bots start in `bots/<bot-id>/`, a Private computer's bot in the home).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StartDir {
     /// The home itself.

@@ -1,4 +1,4 @@
-//! Bot identities and fenced lease tokens (`<owner>:<fence>`, contracts.md §1).
+//! Bot identities and fenced lease tokens (`<owner>:<fence>`, docs/lifecycle.md#leases).
 //!
 //! This module owns the *shape* of these values and their validation. Who holds a lease is
 //! decided by the control plane's lease store; whether a token is stale is decided by the guest's

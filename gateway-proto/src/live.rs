@@ -1,10 +1,10 @@
-//! Live screens and terminals (contracts.md §6 and §7): the messages the control plane sends to
-//! open a capability's stream on the guest and to revoke a bot's capabilities.
+//! Live screens and terminals (docs/screens.md#live-views, #terminal): the messages the control
+//! plane sends to open a capability's stream on the guest and to revoke a bot's capabilities.
 //!
 //! After [`crate::Request::Connect`] is answered with [`crate::Reply::Opened`], the stream
 //! carries raw bytes both ways until either side finishes it: RFB for `View` and `Control`
 //! (client bytes first go through the guest's view-only filter for `View`), and for `Terminal`
-//! the §7 client frames one way and raw PTY bytes the other.
+//! the terminal's client frames one way and raw PTY bytes the other.
 
 use crate::home::StartDir;
 use crate::lease::BotId;
@@ -57,7 +57,7 @@ pub enum RevokeScope {
 }
 
 /// Revoke a bot's capabilities on the guest: remove the mappings, disconnect clients, stop the
-/// transports, in that order (§3), and remove terminal session files.
+/// transports, in that order (docs/screens.md#teardown), and remove terminal session files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevokeRequest {
     pub bot: BotId,

@@ -225,7 +225,7 @@ pub enum Request {
     Ping,
     /// Start (or keep) the bot's desktop. Answer: `Screen` or `Error`.
     ScreenEnsure(ScreenRequest),
-    /// Tear the bot's desktop down (§3 order). Answer: `Released` or `Error`.
+    /// Tear the bot's desktop down (docs/screens.md#teardown). Answer: `Released` or `Error`.
     ScreenRelease(ScreenRelease),
     /// The live desktops. Answer: `Screens`.
     ScreenList,
@@ -241,8 +241,8 @@ pub enum Request {
     /// browser_act. Answer: `Snapshot` after the steps, `PageActFailed`, or `Error` (nothing
     /// ran: validation, tab selection).
     PageAct(PageActRequest),
-    /// Open a view, control or terminal capability (§6, §7). Answer: `Opened`, then raw bytes
-    /// both ways (see [`crate::live`]); or `Error`.
+    /// Open a view, control or terminal capability (docs/screens.md#live-views). Answer: `Opened`,
+    /// then raw bytes both ways (see [`crate::live`]); or `Error`.
     Connect(ConnectRequest),
     /// Revoke a bot's capabilities. Answer: `Revoked`.
     Revoke(RevokeRequest),

@@ -1,4 +1,5 @@
-//! Page-browser messages: browser_navigate, browser_snapshot and browser_act (contracts.md §5).
+//! Page-browser messages: browser_navigate, browser_snapshot and browser_act
+//! (docs/screens.md#page-browser).
 //!
 //! The bounds of the contract are constants here. A `fill` step's text may be a saved login's
 //! secret, so [`PageStep`]'s `Debug` never prints any fill or type text.
@@ -108,7 +109,7 @@ pub struct PageElement {
     pub tag: String,
 }
 
-/// browser_snapshot's result (contracts.md §5).
+/// browser_snapshot's result (docs/screens.md#page-browser).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub url: String,

@@ -1,6 +1,7 @@
-//! The client→guest terminal frames of contracts.md §7, sans-IO: `[kind u8][len u32 BE][payload]`,
-//! kind 0 = input bytes, kind 1 = resize (`cols u16be, rows u16be`), at most [`MAX_PAYLOAD`]
-//! bytes of payload. The guest→client direction is raw PTY output and needs no framing.
+//! The client→guest terminal frames of docs/screens.md#terminal-frames, sans-IO:
+//! `[kind u8][len u32 BE][payload]`, kind 0 = input bytes, kind 1 = resize
+//! (`cols u16be, rows u16be`), at most [`MAX_PAYLOAD`] bytes of payload. The guest→client
+//! direction is raw PTY output and needs no framing.
 //!
 //! A frame may be split anywhere across reads or websocket messages, and one read may hold
 //! several frames. Two consumers share one header check ([`check_header`]):
@@ -13,7 +14,8 @@
 //!
 //! These frames are not the tunnel's `[len][postcard]` frames of [`crate::frame`].
 
-/// Largest payload of one frame (contracts.md §7: 1 MiB); a larger frame ends the connection.
+/// Largest payload of one frame (docs/screens.md#terminal-frames: 1 MiB); a larger frame ends the
+/// connection.
 pub const MAX_PAYLOAD: u32 = 1024 * 1024;
 /// Frame kind: input bytes for the shell.
 pub const KIND_INPUT: u8 = 0;

@@ -1,4 +1,4 @@
-//! Decoding never panics, whatever the input (STYLE.md §2), fuzzed inside `cargo test`.
+//! Decoding never panics, whatever the input, fuzzed inside `cargo test`.
 //!
 //! Every property runs a fixed number of cases from a fixed seed and writes no regression files,
 //! so a run is reproducible and leaves the tree clean. The xorshift tests at the bottom cover

@@ -521,8 +521,8 @@ fn working_dir(home: &Home, req: &ExecRequest) -> Result<PathBuf, String> {
     })
 }
 
-/// `bots/<bot>/` in the home (contracts.md §1), created (0700, never through a symlink, given to
-/// `owner` if set) on first use; the error message names it.
+/// `bots/<bot>/` in the home (docs/lifecycle.md#vocabulary), created (0700, never through a
+/// symlink, given to `owner` if set) on first use; the error message names it.
 pub fn bot_dir(home: &Home, bot: &BotId, owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     let rel = format!("{BOTS_DIR}/{bot}");
     home.ensure_dir(&rel, owner).map_err(|e| match e.code {

@@ -1,12 +1,13 @@
 //! The guest's fence table: which lease of each bot is current, so stale commands are refused.
 //!
-//! contracts.md §1: the agent checks fences itself, and a command carrying a stale fence is
-//! refused before it does anything. This module owns that decision. It learns fences from two
-//! sources: the control plane's lease pushes ([`FenceTable::update`], from
-//! `ControlMsg::Lease`) and the leases commands present ([`FenceTable::check`]). A fence never
-//! goes down. A home export or import carries no single lease but the control plane's knowledge
-//! of all of them (`HomeAuthority`), checked against the table by [`FenceTable::check_home`]. Who holds a lease is decided by the control plane's lease store; carrying the
-//! pushes and answering refused commands is the tunnel's job.
+//! docs/lifecycle.md#fences: the agent checks fences itself, and a command carrying a stale fence
+//! is refused before it does anything. This module owns that decision. It learns fences from two
+//! sources: the control plane's lease pushes ([`FenceTable::update`], from `ControlMsg::Lease`) and
+//! the leases commands present ([`FenceTable::check`]). A fence never goes down. A home export or
+//! import carries no single lease but the control plane's knowledge of all of them
+//! (`HomeAuthority`), checked against the table by [`FenceTable::check_home`]. Who holds a lease is
+//! decided by the control plane's lease store; carrying the pushes and answering refused commands
+//! is the tunnel's job.
 
 use gateway_proto::home::HomeAuthority;
 use gateway_proto::{BotId, BotLease, ErrorCode, LeaseToken, OpError};

@@ -1,4 +1,4 @@
-//! Home export and import over the tunnel (contracts.md §9).
+//! Home export and import over the tunnel (docs/homes.md).
 //!
 //! Export quiesces the bots' browsers when asked (so cookies and profile databases are flushed;
 //! they start again, on their last session, once the archive is sent), estimates the archive's content from a walk, answers `ExportStart`, then streams the home as
@@ -50,8 +50,9 @@ pub async fn export(
     }
     export_tree(home, send).await;
     if req.quiesce_browsers {
-        // A checkpoint at a run's end must not take the bot's browser away (contracts.md §3:
-        // a successful run keeps it): Chrome reopens its last session on the same profile.
+        // A checkpoint at a run's end must not take the bot's browser away
+        // (docs/screens.md#teardown: a successful run keeps it): Chrome reopens its last session on
+        // the same profile.
         screens.resume_browsers().await;
     }
 }

@@ -1,8 +1,8 @@
 //! The browser module against real X servers (Xvnc) and Debian's real Chromium: CDP readiness over
-//! the DevTools pipe (and no DevTools port anywhere), the command line of contracts.md §3 with
-//! ours, the sandbox decision, a dead Chrome failing pending calls at once, clean stops, cookies that survive a restart, profile
-//! isolation, stale and live `SingletonLock`s, crash detection, session restore, and a stop that
-//! escalates to SIGKILL when Chrome answers nothing.
+//! the DevTools pipe (and no DevTools port anywhere), the command line of docs/screens.md#chrome
+//! with ours, the sandbox decision, a dead Chrome failing pending calls at once, clean stops,
+//! cookies that survive a restart, profile isolation, stale and live `SingletonLock`s, crash
+//! detection, session restore, and a stop that escalates to SIGKILL when Chrome answers nothing.
 //!
 //! Every test starts its own X server (Xvnc) (a random display number base, 21000 and up) and its own home,
 //! and stops everything it started; a panicking test still kills Chrome's process group (Drop).
@@ -338,7 +338,7 @@ async fn starts_with_the_contract_flags_and_stops_through_browser_close() -> Res
     let mut browser = start_checked(&opts, "cold start").await?;
     let pid = browser.pid();
 
-    // The exact flags of contracts.md §3 and ours, each as one argument.
+    // The exact flags of docs/screens.md#chrome, each as one argument.
     let cmdline = fs::read(format!("/proc/{pid}/cmdline"))?;
     let args: Vec<String> = cmdline
         .split(|&b| b == 0)

@@ -1,5 +1,5 @@
 //! Home checkpoints: the archive format a home travels in, the sealed (encrypted) form it is
-//! stored in, and the stores that keep the latest revision of each home (contracts.md §9).
+//! stored in, and the stores that keep the latest revision of each home (docs/homes.md).
 //!
 //! - [`archive`]: a streaming archive of directories and regular files (`FORMAT.md`). The writer
 //!   walks a home without following symlinks and applies the browser-profile skip list; the

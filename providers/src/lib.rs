@@ -328,7 +328,7 @@ pub trait SandboxProvider: Send + Sync {
     /// Whether a running machine costs money while it runs (a metered cloud sandbox). The
     /// control plane's idle policy reads it: a takeover request keeps a non-billing machine
     /// awake for a fixed window, while on a billed one it only restarts the idle timer
-    /// (contracts.md §8).
+    /// (docs/lifecycle.md#takeover).
     fn bills_while_running(&self) -> bool;
 
     /// Whether a spec's [`SandboxSpec::placement`] can be honoured, checked before anything is

@@ -87,7 +87,7 @@ impl<'a> Bot<'a> {
             .await
     }
 
-    /// Ends the run successfully: control revoked, the desktop kept (contracts.md §3).
+    /// Ends the run successfully: control revoked, the desktop kept (docs/screens.md#teardown).
     pub async fn end_run(&self) -> Result<()> {
         self.w
             .post(

@@ -1,4 +1,4 @@
-//! The activity feed (computer-runtime.md "Terminal": the Activity view) through the real
+//! The activity feed (docs/api.md#activity) through the real
 //! control plane, guest and `rakazo` CLI:
 //!
 //! - a follower (`rakazo activity <id> --follow`, a real process) that connected before a bot's

@@ -554,7 +554,7 @@ async fn cli_exec_streams_output_stdin_and_exit_codes() -> Result<()> {
     );
     let out = rakazo(&w, &["exec", &id, "--env", "NOEQUALS", "--", "true"]).await?;
     assert_refused(&["exec", "--env", "NOEQUALS"], &out, "KEY=VALUE");
-    // A cwd outside the home: exit 1 and a message naming it (contracts.md §2).
+    // A cwd outside the home: exit 1 and a message naming it (docs/api.md#exec).
     let out = rakazo(&w, &["exec", &id, "--cwd", "../..", "--", "true"]).await?;
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains(".."), "{}", text(&out.stderr));
@@ -686,7 +686,7 @@ async fn cli_acquires_uses_renews_and_releases_a_lease() -> Result<()> {
     assert!(shown_text.starts_with("run-42:1\t"), "{shown_text}");
 
     // The README's fenced command: a Team bot's command starts in its own directory
-    // (contracts.md §1).
+    // (docs/lifecycle.md#vocabulary).
     let fenced = [
         "exec", "--bot", "bot-1", "--lease", "run-42:1", &id, "--", "pwd",
     ];

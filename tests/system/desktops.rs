@@ -23,7 +23,7 @@ fn code_of(e: &ClientError) -> Option<(StatusCode, String, String)> {
     }
 }
 
-/// The profile directory of a bot, relative to the home (contracts.md §3).
+/// The profile directory of a bot, relative to the home (docs/screens.md#chrome).
 fn profile_of(bot: &str) -> String {
     format!(
         ".browser-profiles/{}",

@@ -1,4 +1,4 @@
-//! Screen eviction (contracts.md §3) through the real control plane and guest, with real Xvnc
+//! Screen eviction (docs/screens.md#slots) through the real control plane and guest, with real Xvnc
 //! and Chromium and `SANDBOX_TEAM_SCREEN_LIMIT=2`: a third bot's desktop takes the slot of the
 //! oldest idle screen that no user controls and no run holds (its view URL and open viewer die,
 //! its profile stays); a screen under an execution lease or a user's control lease is never
@@ -20,7 +20,7 @@ fn limited() -> WorldOptions {
     }
 }
 
-/// The profile directory of a bot, relative to the home (contracts.md §3).
+/// The profile directory of a bot, relative to the home (docs/screens.md#chrome).
 fn profile_of(bot: &str) -> String {
     format!(
         ".browser-profiles/{}",

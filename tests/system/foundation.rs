@@ -320,7 +320,7 @@ async fn stale_leases_are_refused_and_the_command_does_not_run() -> Result<()> {
         "a stale command ran"
     );
     assert_eq!(w.exec(&c, run("run-b:2", "ran-b")).await?.code, Some(0));
-    // A Team bot's command starts in its own directory (contracts.md §1).
+    // A Team bot's command starts in its own directory (docs/api.md#exec).
     assert!(w.home_of(&c).join("bots/bot-1/ran-b").exists());
     w.check_log()
 }

@@ -1,4 +1,4 @@
-//! Homes (issue 6, contracts.md §9): checkpoints and restores through the real control plane and
+//! Homes (issue 6, docs/homes.md): checkpoints and restores through the real control plane and
 //! guest, to the local store and to a real S3 server (s3s-fs) with sealed objects.
 //!
 //! Hostile archives (`..`, absolute paths, symlinks, devices and FIFOs, too many entries or
@@ -133,7 +133,7 @@ async fn round_trip_through_the_object_store_keeps_files_and_cookies() -> Result
     assert_eq!(home_info(&w, &c1).await?["revision"], 1);
     // The browser was closed for the export (the cookie in the restored home below proves it
     // was flushed) and starts again by itself, on the same profile: a successful run keeps the
-    // bot's browser (contracts.md §3), and a person watching sees its pages again.
+    // bot's browser (docs/screens.md#chrome), and a person watching sees its pages again.
     let profile = home1.join(profile_of(bot)).display().to_string();
     wait_for(
         Duration::from_secs(30),
@@ -569,9 +569,9 @@ async fn local_store_checkpoints_on_stop_and_browses_a_stopped_home() -> Result<
     w.check_log()
 }
 
-/// §9: a checkpoint waits while another bot holds a lease (bounded, then a clear error); the
-/// run-completion checkpoint is deferred while another run is still going, and the last run to
-/// finish saves the shared home.
+/// docs/homes.md#checkpoints: a checkpoint waits while another bot holds a lease (bounded, then a
+/// clear error); the run-completion checkpoint is deferred while another run is still going, and
+/// the last run to finish saves the shared home.
 #[tokio::test(flavor = "multi_thread")]
 async fn checkpoints_wait_for_other_bots_and_the_last_run_saves() -> Result<()> {
     let mut w = World::start_with(WorldOptions {

@@ -1,8 +1,8 @@
-//! Idle suspension (contracts.md §8, §9) through the real control plane and guest, with idle
-//! timeouts of a few seconds: an idle computer's home is checkpointed, then its machine
+//! Idle suspension (docs/lifecycle.md#idle-suspension) through the real control plane and guest,
+//! with idle timeouts of a few seconds: an idle computer's home is checkpointed, then its machine
 //! stopped; leases and control keep it up; a run that starts during the suspension's claim is
-//! refused; a failed checkpoint stops nothing; a takeover request keeps it awake for the
-//! keep-awake window and then it suspends while the run keeps waiting.
+//! refused; a failed checkpoint stops nothing; a takeover request keeps it awake for the keep-awake
+//! window and then it suspends while the run keeps waiting.
 //!
 //! Nothing here passes or fails on how long something took: the tests wait (with generous
 //! bounds) for what the idle job reports in `GET /v1/computers/{id}` (`idle.decision`) and for

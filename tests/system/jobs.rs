@@ -1,10 +1,10 @@
-//! Maintenance jobs (contracts.md §10) through the real control plane, guest and `rakazo` CLI,
-//! on the fake provider (a replaced machine is a new directory and a new guest process): an
-//! update and a recovery run to completion through their stages; a job's reservation refuses
-//! a second job, new leases, stop, start, destroy, takeover and idle suspension while a lease
-//! held before it keeps working; kill -9 of the control plane mid-job leaves the job
-//! `interrupted` once the (shortened) heartbeat window passes after the restart, never run
-//! again, the computer reserved until `release-interrupted --workers-stopped`, then recovered.
+//! Maintenance jobs (docs/lifecycle.md#maintenance-jobs) through the real control plane, guest and
+//! `rakazo` CLI, on the fake provider (a replaced machine is a new directory and a new guest
+//! process): an update and a recovery run to completion through their stages; a job's reservation
+//! refuses a second job, new leases, stop, start, destroy, takeover and idle suspension while a
+//! lease held before it keeps working; kill -9 of the control plane mid-job leaves the job
+//! `interrupted` once the (shortened) heartbeat window passes after the restart, never run again,
+//! the computer reserved until `release-interrupted --workers-stopped`, then recovered.
 //!
 //! A job is held in a stage deterministically, never by timing: by a lease it waits for
 //! (`waiting`), or by the fake provider's `provision hang` fault (`provisioning`).

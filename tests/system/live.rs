@@ -437,7 +437,7 @@ async fn terminal_frames_resize_and_limits() -> Result<()> {
     let mut w = World::start().await?;
     let c = w.create_computer("ws-live-6").await?;
     let a = Bot::new(&c, "bot-a");
-    // Terminals live with the bot's desktop (its teardown stops them, contracts.md §7).
+    // Terminals live with the bot's desktop (its teardown stops them, docs/screens.md#terminal).
     a.desktop(&w).await?;
     a.takeover(&w).await?;
     let term = a.terminal_url(&mut w).await?;
@@ -991,7 +991,7 @@ async fn the_terminal_page_runs_a_shell_and_reconnects_to_a_fresh_one() -> Resul
     let count = |h: &[String], s: &str| h.iter().filter(|x| x.as_str() == s).count();
     wait_history(&tab, "connected", |h| count(h, "connected") >= 1).await?;
 
-    // The shell exits: the page reconnects to a fresh shell by itself (contracts.md §7).
+    // The shell exits: the page reconnects to a fresh shell by itself (docs/screens.md#terminal).
     tab.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
         .await?;
     let input = tab.find_element(".xterm-helper-textarea").await?;
@@ -1131,11 +1131,11 @@ async fn upgrade_or_status(
     }
 }
 
-/// A Team computer's bot (contracts.md §1, §7): a command under its lease without a cwd starts
-/// in its own `bots/<bot-id>/` (created on first use), an explicit cwd keeps its meaning, and a
-/// command without a lease starts in the home; its terminal runs as the same user as its
-/// commands, starts in the same directory, and reads a profile: `whoami`, `$HOME`, `$USER`
-/// and the prompt (`user@host:~/bots/<bot-id>$`) are right.
+/// A Team computer's bot (docs/lifecycle.md#vocabulary, docs/screens.md#terminal): a command under
+/// its lease without a cwd starts in its own `bots/<bot-id>/` (created on first use), an explicit
+/// cwd keeps its meaning, and a command without a lease starts in the home; its terminal runs as
+/// the same user as its commands, starts in the same directory, and reads a profile: `whoami`,
+/// `$HOME`, `$USER` and the prompt (`user@host:~/bots/<bot-id>$`) are right.
 #[tokio::test]
 async fn a_team_bots_commands_and_terminal_start_in_its_directory_as_one_user() -> Result<()> {
     let mut w = World::start().await?;

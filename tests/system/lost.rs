@@ -1,8 +1,8 @@
-//! A running computer whose guest goes away without Rakazo asking (computer-runtime.md,
-//! Activity: "why did my computer stop?"): the activity feed records it crashed or gone, with
-//! what the provider says became of the machine. On the docker provider over a real engine
-//! (podman): a container killed outside Rakazo is `crashed` with its exit code, one removed is
-//! `gone`; a stop of our own records only the stop.
+//! A running computer whose guest goes away without Rakazo asking
+//! (docs/lifecycle.md#lost-machines: "why did my computer stop?"): the activity feed records it
+//! crashed or gone, with what the provider says became of the machine. On the docker provider
+//! over a real engine (podman): a container killed outside Rakazo is `crashed` with its exit code,
+//! one removed is `gone`; a stop of our own records only the stop.
 
 use anyhow::{Context, Result};
 use std::time::Duration;

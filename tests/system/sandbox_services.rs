@@ -70,9 +70,9 @@ async fn lifecycle(w: &World, c: &str, action: &str) -> Result<serde_json::Value
     .await
 }
 
-/// The acceptance flow of computer-runtime.md on the E2B adapter: create; a desktop; a page
-/// observed and a button clicked; a file written; the run ends (checkpoint); E2B loses the
-/// sandbox; `start` through the stale reference boots a replacement that has the file.
+/// The acceptance flow, end to end, on the E2B adapter: create; a desktop; a page observed and a
+/// button clicked; a file written; the run ends (checkpoint); E2B loses the sandbox; `start`
+/// through the stale reference boots a replacement that has the file.
 #[tokio::test(flavor = "multi_thread")]
 async fn acceptance_flow_on_e2b_replaces_a_lost_sandbox() -> Result<()> {
     let fx = Fixture::start().await?;

@@ -1,4 +1,4 @@
-//! The activity feed of each computer (computer-runtime.md "Terminal": the Activity view): what
+//! The activity feed of each computer (docs/api.md#activity): what
 //! its bots did (`computer.command`: commands with their exit code and output tail, file writes,
 //! desktop `open`/`launch`) and what happened to it (`computer.lifecycle`, with a cause).
 //!

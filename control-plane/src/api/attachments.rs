@@ -1,4 +1,4 @@
-//! Files crossing between a person and a bot's computer (computer-runtime.md "Files").
+//! Files crossing between a person and a bot's computer (docs/api.md#attachments).
 //!
 //! - `PUT /v1/computers/{id}/uploads/{bot}?name=…&control=…`: a user's upload into the bot's
 //!   directory. It needs the user's control lease of that bot (`screen takeover`), is capped by

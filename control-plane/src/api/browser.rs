@@ -1,4 +1,5 @@
-//! `/v1/computers/{id}/browser/{bot}/navigate|snapshot|act`: the page tools (contracts.md §5).
+//! `/v1/computers/{id}/browser/{bot}/navigate|snapshot|act`: the page tools
+//! (docs/screens.md#page-browser).
 //!
 //! URLs and step batches are validated here before anything is sent (and again on the guest).
 //! A browser_act that fails after validation is a tool result, not an HTTP error: `200` with
@@ -38,7 +39,7 @@ fn page_step(s: Step) -> PageStep {
     }
 }
 
-/// The §5 snapshot as the API shows it.
+/// The page snapshot as the API shows it.
 fn snapshot(s: page::Snapshot) -> Snapshot {
     let elements = s
         .elements

@@ -182,7 +182,7 @@ pub(super) async fn start(
 }
 
 /// Where a bot of a computer of `kind` starts its commands and terminals when it names no
-/// directory (contracts.md §1): a Team computer's bots in their own `bots/<bot-id>/`, a
+/// directory (docs/api.md#exec): a Team computer's bots in their own `bots/<bot-id>/`, a
 /// Private computer's bot in the home, which is its own.
 pub fn start_dir(kind: &ComputerKind) -> StartDir {
     match kind {

@@ -1,5 +1,5 @@
 //! `/v1/computers/{id}/home…` and `/v1/homes…`: checkpoints, restores and browsing of stored
-//! homes (contracts.md §9).
+//! homes (docs/homes.md).
 //!
 //! - `POST /v1/computers/{id}/home/checkpoint[?wait_ms=N]` and `POST …/home/restore` answer
 //!   NDJSON: `progress` lines (`phase`, `done`, `total` bytes) while the flow runs, then exactly one

@@ -1,6 +1,6 @@
-//! Maintenance jobs (contracts.md §10): start an update or a recovery (`202` with the job),
-//! list a computer's jobs, show one, release an interrupted one. Decisions are the core's and
-//! `crate::jobs`'; this is translation.
+//! Maintenance jobs (docs/lifecycle.md#maintenance-jobs): start an update or a recovery (`202` with
+//! the job), list a computer's jobs, show one, release an interrupted one. Decisions are the core's
+//! and `crate::jobs`'; this is translation.
 
 use super::body::{json_response, read_json, ApiError, RespBody};
 use super::Api;

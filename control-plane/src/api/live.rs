@@ -4,7 +4,7 @@
 //! token check because the sealed token is the credential.
 //!
 //! Capability routes never log their path, token or host; they emit the `screen.proxy.*`
-//! events of contracts.md §6 with a random `screen.connection_id` and the policy.
+//! events of docs/security.md#capability-urls with a random `screen.connection_id` and the policy.
 
 use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
 use super::{parse_bot, Api};

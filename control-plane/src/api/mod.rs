@@ -76,7 +76,7 @@ pub struct Api {
     pub core: Arc<Core>,
     token_sha256: [u8; 32],
     pub limits: ApiLimits,
-    /// Capability sealing and the live pages (contracts.md §6).
+    /// Capability sealing and the live pages (docs/security.md#capability-urls).
     pub live: crate::live::LiveHttp,
     /// Whether the listener speaks TLS: capability URLs are then `https://`.
     https: bool,
@@ -152,7 +152,8 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
     let path = req.uri().path().to_string();
     let op = metrics::op_kind(&method, &path);
     let mut head = None;
-    // A capability path holds its credential: it is never logged (contracts.md §6).
+    // A capability path holds its credential: it is never logged
+    // (docs/security.md#capability-urls).
     let (resp, path) = if path.starts_with("/cap/") || path == "/cap" {
         (live::public(&api, req).await, "/cap/<redacted>".to_string())
     } else if let Some(token) = path.strip_prefix("/att/") {
@@ -359,7 +360,8 @@ async fn dispatch(
         (&Method::POST, ["v1", "computers", id, "screens", bot, action]) => match *action {
             "ensure" => screens::ensure(api, id, bot, req).await,
             "release" => {
-                // Revoke first (contracts.md §3): the bot's URLs die before its desktop does.
+                // Revoke first (docs/screens.md#teardown): the bot's URLs die before its desktop
+                // does.
                 live::screen_released(api, id, bot).await?;
                 screens::release(api, id, bot, req).await
             }

@@ -3,9 +3,9 @@
 //! Bodies are the [`crate::schema::screen`] types. A batch's actions are read one by one as
 //! typed actions, so a bad one is named by its position (`action 2: …`) in the words the API has
 //! always used ([`misread`]); each is converted to the wire [`desktop::Action`] with the
-//! contract's defaults (§4), and the whole batch is validated before it is sent; the guest
-//! validates it again before anything runs. Every call carries the bot's lease, checked against
-//! the database here and against the fence on the guest.
+//! documented defaults (docs/screens.md#observe-and-act), and the whole batch is validated before
+//! it is sent; the guest validates it again before anything runs. Every call carries the bot's
+//! lease, checked against the database here and against the fence on the guest.
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
 use super::{bot_json, parse_bot, parse_lease, Api};
@@ -95,7 +95,8 @@ pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
     Ok(json_response(StatusCode::OK, &ScreenList { screens }))
 }
 
-/// The §4 observation: the PNG in base64, or a note that the previous one stands.
+/// The observation (docs/screens.md#observe-and-act): the PNG in base64, or a note that the
+/// previous one stands.
 fn observation(o: guest::Observation) -> Observation {
     let meta = o.meta;
     let (image, note) = match meta.unchanged {
@@ -296,7 +297,7 @@ fn refused_batch(bytes: &[u8], e: serde_json::Error) -> ApiError {
     }
 }
 
-/// Reads one §4 action object (`{"type": "click", ...}`) as the typed action, then as the wire
+/// Reads one desktop action object (`{"type": "click", ...}`) as the typed action, then as the wire
 /// action with the contract's defaults; a refusal in the words the API has always used.
 fn read_action(raw: &Value) -> Result<Action, String> {
     let typed = screen::Action::deserialize(raw)

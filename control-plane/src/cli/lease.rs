@@ -116,9 +116,9 @@ fn print_lease(g: &Global, lease: &Lease) {
     }
 }
 
-/// `released`, then what the run-end checkpoint did (contracts.md §9): a failure must reach the
-/// user, not only the server log; the release itself stands, and the previous revision stays
-/// current.
+/// `released`, then what the run-end checkpoint did (docs/homes.md#checkpoints): a failure must
+/// reach the user, not only the server log; the release itself stands, and the previous revision
+/// stays current.
 fn print_released(released: &LeaseReleased) {
     println!("released");
     match &released.checkpoint {

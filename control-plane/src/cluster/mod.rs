@@ -17,6 +17,22 @@
 //! Exclusive work (idle suspension, a home's checkpoint, the reconciler) takes claims in the
 //! database (`crate::claims`). Shared secrets are checked at start ([`Cluster::check_secrets`]).
 //! This module knows nothing of the core: the core calls it.
+//!
+//! The claims, one row per `(kind, subject)`, fenced and expiring: `idle/<computer>` (the idle
+//! job of the replica holding the guest), `home/<computer>` (checkpoints and restores; the
+//! reconciler leaves a home alone while any replica holds it), `boot/<computer>` (start-up
+//! recovery restarts a machine only if its guest is connected nowhere), `lifecycle/<computer>`
+//! (stop, start, destroy and a new takeover against a job's creation) and `evict/<computer>`
+//! (one screen eviction at a time). A replica that dies holds nothing longer than a claim's
+//! time to live.
+//!
+//! Which replica holds a guest is read at most once a heartbeat per computer
+//! ([`Cluster::where_is_recent`]) and forgotten as soon as that replica does not take an
+//! operation or its relay fails ([`Cluster::forget_link`]). A replica given SIGTERM drains: it is
+//! marked `draining`, closes its guests' connections with `serve::CLOSE_DRAINING` (they dial
+//! another replica at once), leaves the table and exits. At start a replica with other secrets
+//! than the first one's (`cluster_secrets`) is refused, as is one whose homes would be local to
+//! its data dir while others run.
 
 pub mod peer;
 

@@ -1,5 +1,6 @@
-//! Screen eviction (contracts.md §3): at a computer's `SANDBOX_TEAM_SCREEN_LIMIT`, a new bot's
-//! desktop may take the slot of the oldest idle screen that no user controls and no run holds.
+//! Screen eviction (docs/screens.md#slots): at a computer's `SANDBOX_TEAM_SCREEN_LIMIT`, a new
+//! bot's desktop may take the slot of the oldest idle screen that no user controls and no run
+//! holds.
 //!
 //! The decision is the control plane's, which holds the lease facts (execution leases and user
 //! control leases, in the database); the guest knows the screens and when each was last used
@@ -186,7 +187,7 @@ impl Core {
             info!(computer_id = %id, bot = %for_bot, holder = %bot, "the screen to evict was taken meanwhile: refused");
             return Ok(None);
         }
-        // The release path (contracts.md §3 order): URLs, streams and the guest's capabilities
+        // The release path (docs/screens.md#teardown): URLs, streams and the guest's capabilities
         // first, then the desktop.
         if let Err(e) = self.screen_gone(&c.id, &bot).await {
             warn!(computer_id = %id, bot = %bot, error = %e, "revoking the capabilities of the screen to evict failed; nothing evicted");

@@ -1,6 +1,6 @@
-//! The home triggers as the core runs them (contracts.md §9): checkpoint and restore under the
-//! home's lock, refused before the stored home was restored, after the other bots' leases (a
-//! checkpoint waits for them), under the authority of every bot's latest lease fence; the
+//! The home triggers as the core runs them (docs/homes.md#checkpoints): checkpoint and restore
+//! under the home's lock, refused before the stored home was restored, after the other bots' leases
+//! (a checkpoint waits for them), under the authority of every bot's latest lease fence; the
 //! run-completion and before-stop triggers. The bytes themselves move in `homes::flow`.
 //!
 //! Authority: both flows carry the lease fences the control plane knows for the computer, read
@@ -176,8 +176,8 @@ impl Core {
         Ok(())
     }
 
-    /// The run-completion trigger (§9): after `bot`'s lease is released, save the home unless
-    /// another bot still holds a lease (the last run to finish saves it).
+    /// The run-completion trigger (docs/homes.md#checkpoints): after `bot`'s lease is released,
+    /// save the home unless another bot still holds a lease (the last run to finish saves it).
     pub(crate) async fn checkpoint_after_run(&self, c: &Computer, bot: &BotId) -> RunCheckpoint {
         if c.state != ComputerState::Running || !self.guest_connected(c.id.as_str()).await {
             return RunCheckpoint::Skipped("the guest is not connected");
@@ -216,9 +216,10 @@ impl Core {
         }
     }
 
-    /// The before-stop trigger (§9). An error refuses the stop, so the machine keeps running
-    /// with its home and the previous checkpoint stays current. Without a connected guest (or
-    /// before the stored home was restored) there is nothing newer to save: the stop proceeds.
+    /// The before-stop trigger (docs/homes.md#checkpoints). An error refuses the stop, so the
+    /// machine keeps running with its home and the previous checkpoint stays current. Without a
+    /// connected guest (or before the stored home was restored) there is nothing newer to save: the
+    /// stop proceeds.
     pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
         if c.state != ComputerState::Running || !self.guest_connected(c.id.as_str()).await {
             info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");

@@ -1,8 +1,8 @@
-//! What the core does for maintenance jobs (contracts.md §10): the reservation check every
-//! refused action makes, and the steps of a machine replacement, each a separate call so the
-//! job's worker (`jobs::worker`) records its stage between them. The steps are those `boot`
-//! takes for a gone machine, apart: remove the old machine, provision a new one (fresh token,
-//! the stored home pending), wait for its guest, restore the home.
+//! What the core does for maintenance jobs (docs/lifecycle.md#maintenance-jobs): the reservation
+//! check every refused action makes, and the steps of a machine replacement, each a separate call
+//! so the job's worker (`jobs::worker`) records its stage between them. The steps are those `boot`
+//! takes for a gone machine, apart: remove the old machine, provision a new one (fresh token, the
+//! stored home pending), wait for its guest, restore the home.
 
 use super::{Core, CoreError, CONNECT_TIMEOUT};
 use crate::clock::now_ms;

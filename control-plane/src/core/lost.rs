@@ -1,6 +1,6 @@
 //! A running computer whose guest connection ended on its own: the activity feed's "crashed or
-//! gone" event, with what the provider says became of the machine (computer-runtime.md,
-//! Activity: "why did my computer stop?").
+//! gone" event, with what the provider says became of the machine
+//! (docs/lifecycle.md#lost-machines: "why did my computer stop?").
 //!
 //! The tunnel forgets a connection it closed itself (stop, destroy, a job's replacement, a
 //! boot, a replica draining: `Registry::disconnect`/`close_all`, and a superseded connection),

@@ -1,8 +1,9 @@
 //! The home flows between a guest and the store: checkpoint (guest export → quota → checker →
 //! sealer → store commit) and restore (store → open → guest import), both streaming end to end
 //! with bounded memory. When they run, under which lock, lease wait and authority, is the core's
-//! (`Core::checkpoint_home`, `Core::restore_home` and the §9 triggers); this module moves bytes
-//! through a [`Guest`] and the [`HomeService`] and knows nothing of computers' states.
+//! (`Core::checkpoint_home`, `Core::restore_home` and the triggers of docs/homes.md#checkpoints);
+//! this module moves bytes through a [`Guest`] and the [`HomeService`] and knows nothing of
+//! computers' states.
 //!
 //! Checkpoint: the guest quiesces its browsers and streams its archive; the bytes go through the
 //! store's checker and sealer straight into the upload (the object store uploads parts of 8 MiB,

@@ -4,7 +4,7 @@
 //! multipart uploads a commit started and has not finished are rows of `home_uploads` (migration
 //! 0004), which the reconciler aborts once no commit is running them.
 //!
-//! Ownership rules (ARCHITECTURE.md, "homes"): a storage id belongs to at most one row (a unique
+//! Ownership rules (docs/homes.md#object-store): a storage id belongs to at most one row (a unique
 //! index). Destroying a computer leaves its row holding the id, revision and wrapped key, so the
 //! home stays restorable; the next computer created with the same home key adopts them in one
 //! transaction ([`HomeLedger::storage_id`]). A purge ([`RevisionLedger::forget`] through the

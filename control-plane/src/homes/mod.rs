@@ -1,4 +1,4 @@
-//! Homes in the control plane (contracts.md §9): the [`HomeService`] that picks the store from
+//! Homes in the control plane (docs/homes.md): the [`HomeService`] that picks the store from
 //! configuration (local under the data dir, or an S3 bucket sealed with the space's content key)
 //! and the flows that move a home between a guest and the store ([`flow`]: checkpoint, restore,
 //! the triggers' rules), plus browsing a stored home without a guest ([`browse`]).

@@ -8,10 +8,10 @@ use std::time::Duration;
 /// Default idle timeout: 15 minutes. Long enough that a person reading a run's result, or a bot
 /// between two runs of a schedule, finds the computer warm (each suspension costs a checkpoint
 /// and, later, a start); short enough that a forgotten computer is not kept up for hours. It
-/// matches the user control lease's TTL (§8): a person who walks away loses control after 15
-/// minutes, and the computer suspends 15 minutes after its last use.
+/// matches the user control lease's TTL (docs/lifecycle.md#takeover): a person who walks away loses
+/// control after 15 minutes, and the computer suspends 15 minutes after its last use.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// How long a takeover request keeps a non-billing computer awake (contracts.md §8).
+/// How long a takeover request keeps a non-billing computer awake (docs/lifecycle.md#takeover).
 pub const TAKEOVER_KEEP_AWAKE: Duration = Duration::from_secs(30 * 60);
 /// Default maximum lifetime of background work: 4 hours after the computer's last use through
 /// the API, work inside it (a background process, a busy CPU, a printing terminal) no longer

@@ -1,5 +1,5 @@
-//! The claim on a computer that idle suspension takes before exporting its home (contracts.md
-//! §9), and the API operations in flight it must not cut short.
+//! The claim on a computer that idle suspension takes before exporting its home
+//! (docs/lifecycle.md#idle-suspension), and the API operations in flight it must not cut short.
 //!
 //! Every API operation on a computer passes the [`Gate`]: it is refused while the computer is
 //! claimed, and counted while it runs. The idle job claims only a computer with nothing in

@@ -131,7 +131,8 @@ async fn consider(core: &Arc<Core>, c: &Computer, timeout: Duration) -> Result<(
         observed.guest = guest_work(core, id).await;
         decision = rules::decide(&observed, &policy, now);
     }
-    // A maintenance job's reservation excludes idle suspension (contracts.md §10).
+    // A maintenance job's reservation excludes idle suspension
+    // (docs/lifecycle.md#maintenance-jobs).
     let decision = match (&decision, core.jobs.store.reservation(&c.id).await?) {
         (Decision::Suspend { .. }, Some(job)) => Decision::Blocked(format!(
             "reserved by {} job {} ({})",

@@ -1,5 +1,6 @@
-//! Idle suspension (contracts.md §8, §9): a running computer that nobody uses for the idle
-//! timeout is claimed, its home checkpointed, and its machine stopped like `computer stop` does.
+//! Idle suspension (docs/lifecycle.md#idle-suspension): a running computer that nobody uses for the
+//! idle timeout is claimed, its home checkpointed, and its machine stopped like `computer stop`
+//! does.
 //!
 //! "Used" means any of: an API operation on it in flight or within the timeout (exec, files,
 //! screens, browser, terminals, live URLs, takeover, home checkpoint or restore, start/stop/
@@ -7,9 +8,9 @@
 //! renewals are not uses (they only keep a lease alive, and the lease is looked at directly);
 //! ending a run and releasing control are. A run that marked itself `waiting_takeover` does not
 //! keep the computer awake by its lease: its request keeps a non-billing computer awake for the
-//! keep-awake window (§8: 30 minutes), and restarts the idle timer on a billed one. After that the
-//! computer suspends while the run keeps waiting: its lease stays, and its next operation gets
-//! the stopped computer's 409 until someone starts it again.
+//! keep-awake window (docs/lifecycle.md#takeover: 30 minutes), and restarts the idle timer on a
+//! billed one. After that the computer suspends while the run keeps waiting: its lease stays, and
+//! its next operation gets the stopped computer's 409 until someone starts it again.
 //!
 //! Work inside the computer is use too: a computer idle by all of the above is asked by the job
 //! (the guest's `Activity` operation, within [`ACTIVITY_WAIT`]) what still works inside it:
@@ -208,9 +209,9 @@ impl Idle {
         Ok(())
     }
 
-    /// A run asked for a takeover (§8): a non-billing computer stays awake for the keep-awake
-    /// window; on a billed one (`billed`: its provider's `bills_while_running`) the idle timer
-    /// restarts.
+    /// A run asked for a takeover (docs/lifecycle.md#takeover): a non-billing computer stays awake
+    /// for the keep-awake window; on a billed one (`billed`: its provider's `bills_while_running`)
+    /// the idle timer restarts.
     pub async fn takeover_requested(
         &self,
         id: &ComputerId,

@@ -1,6 +1,6 @@
-//! The idle rule (contracts.md §8, §9), pure: what was observed about one running computer and
-//! `now` in, a [`Decision`] out. The job in [`super`] gathers the observation and acts on the
-//! decision; nothing here reads a clock, a database or a connection.
+//! The idle rule (docs/lifecycle.md#idle-suspension), pure: what was observed about one running
+//! computer and `now` in, a [`Decision`] out. The job in [`super`] gathers the observation and acts
+//! on the decision; nothing here reads a clock, a database or a connection.
 
 use gateway_proto::BotId;
 use std::time::Duration;
@@ -124,7 +124,7 @@ fn ms(d: Duration) -> i64 {
 /// computer awake by its lease alone: its request opened a keep-awake window on a non-billing
 /// provider (recorded in `awake_until_ms`) or restarted the idle timer on a billed one (recorded
 /// in `active_at_ms`), and once that has passed the computer suspends while the run keeps
-/// waiting (§8).
+/// waiting (docs/lifecycle.md#takeover).
 ///
 /// Work the guest reports ([`GuestWork::why`]) keeps an otherwise idle computer up until
 /// `p.background_max` after its last use (`active_at_ms`), never longer: a stuck process cannot

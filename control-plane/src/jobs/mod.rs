@@ -1,6 +1,6 @@
-//! Maintenance jobs (contracts.md §10): update (checkpoint the live home, rebuild the machine
-//! with the configured provider and image, restore the home) and recovery (rebuild the machine
-//! from the last saved home, without a checkpoint) run as durable jobs in the database.
+//! Maintenance jobs (docs/lifecycle.md#maintenance-jobs): update (checkpoint the live home, rebuild
+//! the machine with the configured provider and image, restore the home) and recovery (rebuild the
+//! machine from the last saved home, without a checkpoint) run as durable jobs in the database.
 //!
 //! A job in state `queued`, `running` or `interrupted` reserves its computer: new execution
 //! leases, stop, start, destroy, takeover and idle suspension are refused with 409
@@ -34,10 +34,10 @@ use crate::computers::ComputerId;
 use clap::Args;
 use std::time::Duration;
 
-/// The contract's heartbeat window (contracts.md §10: 10 minutes).
+/// The heartbeat window (docs/lifecycle.md#maintenance-jobs: 10 minutes).
 pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// How long an update waits for runs holding execution leases to end before it gives up,
-/// changing nothing: one execution lease's time to live (contracts.md §8).
+/// changing nothing: one execution lease's time to live (docs/lifecycle.md#leases).
 pub const DEFAULT_LEASE_WAIT: Duration = crate::lease::EXEC_LEASE_TTL;
 
 /// Errors of the jobs boundary.

@@ -1,4 +1,4 @@
-//! Execution leases per (computer, bot), fenced (contracts.md §1 and §8).
+//! Execution leases per (computer, bot), fenced (docs/lifecycle.md#leases).
 //!
 //! The rules live once, in [`rules`]: pure functions from the stored [`LeaseState`] and `now` to
 //! the next state or a refusal. They own expiry and fencing (a fence only goes up: every acquire
@@ -18,9 +18,9 @@ use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-/// How long an execution lease lives without renewal (contracts.md §8: 5 minutes).
+/// How long an execution lease lives without renewal (docs/lifecycle.md#leases: 5 minutes).
 pub const EXEC_LEASE_TTL: Duration = Duration::from_secs(5 * 60);
-/// How often a run renews its execution lease (contracts.md §8).
+/// How often a run renews its execution lease (docs/lifecycle.md#leases).
 pub const EXEC_LEASE_RENEW_EVERY: Duration = Duration::from_secs(60);
 
 /// A granted lease: `token` is what the run presents with every command and every renewal.

@@ -35,7 +35,7 @@ pub enum LiveError {
 }
 
 /// Why an opened capability was not (or is no longer) honoured; the reason names follow the
-/// `screen.proxy.target_rejected` events of contracts.md §6.
+/// `screen.proxy.target_rejected` events of docs/security.md#capability-urls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
     /// The database says no: generation moved, control lease gone, computer not running.
@@ -161,8 +161,9 @@ pub async fn check(core: &Core, cap: &Capability, now_ms: i64) -> Result<(), Rej
 }
 
 /// Takes (or extends to `ttl` from `now_ms`) the user's control of `bot`: refused while a run
-/// holds the bot's lease unless it is `waiting_takeover` (contracts.md §8). Taking it again
-/// while it is live renews it under the same id, so URLs and streams issued under it stay valid.
+/// holds the bot's lease unless it is `waiting_takeover` (docs/lifecycle.md#takeover). Taking it
+/// again while it is live renews it under the same id, so URLs and streams issued under it stay
+/// valid.
 pub async fn take_control(
     core: &Core,
     id: &str,
@@ -240,7 +241,8 @@ pub async fn set_waiting_takeover(
         .set_waiting_takeover(&c.id, bot, waiting.then_some(lease))
         .await?;
     if waiting {
-        // Keeps the computer awake for the takeover, or restarts its idle timer (§8).
+        // Keeps the computer awake for the takeover, or restarts its idle timer
+        // (docs/lifecycle.md#takeover).
         core.idle
             .takeover_requested(
                 &c.id,

@@ -5,9 +5,9 @@
 use clap::Args;
 use std::time::Duration;
 
-/// Default TTL of a user's control lease (contracts.md §8: 15 minutes). Taking control again
-/// while it is live renews it; when it lapses, the control and terminal streams issued under it
-/// close at their next once-per-second re-check.
+/// Default TTL of a user's control lease (docs/lifecycle.md#takeover: 15 minutes). Taking control
+/// again while it is live renews it; when it lapses, the control and terminal streams issued under
+/// it close at their next once-per-second re-check.
 pub const DEFAULT_CONTROL_LEASE_TTL: Duration = Duration::from_secs(15 * 60);
 /// Shortest TTL accepted: the open streams are re-checked once a second, a shorter lease could
 /// not be told apart from that.
@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(
             ttl(900).unwrap(),
             LiveConfig::default(),
-            "the default is §8's 15 minutes"
+            "the default is 15 minutes"
         );
         assert_eq!(
             ttl(1).unwrap().control_lease_ttl,

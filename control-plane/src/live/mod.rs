@@ -1,4 +1,5 @@
-//! Live screens and terminals, the control plane's side (contracts.md §6, §7, §8).
+//! Live screens and terminals, the control plane's side (docs/screens.md#live-views,
+//! docs/lifecycle.md#takeover).
 //!
 //! A person opens a sealed capability URL ([`seal`]); the control plane checks it against the
 //! database ([`authority`]), opens a `Connect` operation stream to the guest and relays the

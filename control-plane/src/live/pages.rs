@@ -152,7 +152,7 @@ async fn read_file(path: &Path, name: &str) -> Served {
 }
 
 /// The headers every capability response carries: no caching or transformation by proxies
-/// (contracts.md §6), no Referer (the URL is the credential), no sniffing, and a content
+/// (docs/screens.md#live-views), no Referer (the URL is the credential), no sniffing, and a content
 /// security policy that allows this origin only.
 pub fn cap_headers<B>(resp: &mut Response<B>) {
     let h = resp.headers_mut();

@@ -1,7 +1,7 @@
 //! One live stream: a browser's websocket relayed to one live connection of the guest
 //! ([`LiveStream`], a `Connect` operation stream).
 //!
-//! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the §7 client
+//! Bytes pass unchanged both ways (RFB for view and control; for a terminal, the terminal's client
 //! frames one way, checked by [`FrameCheck`] on the way, and raw PTY bytes the other). Towards
 //! the browser, what the guest has already sent is gathered into one websocket message
 //! ([`gather`]): QUIC hands its data over packet by packet (about 1.2 KiB each), and a message,
@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tracing::info;
 
-/// How often an open stream is checked against the database (contracts.md §6).
+/// How often an open stream is checked against the database (docs/security.md#capability-urls).
 pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// Largest websocket message accepted from a browser: RFB client messages are tiny, terminal
 /// frames are at most 1 MiB (a larger one is refused by the frame check, not here).

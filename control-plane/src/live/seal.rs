@@ -1,4 +1,4 @@
-//! Sealed capability tokens (contracts.md §6): what goes in a browser-facing URL.
+//! Sealed capability tokens (docs/security.md#capability-urls): what goes in a browser-facing URL.
 //!
 //! A token is `base64url(header || nonce || ciphertext)` where the header is the format version,
 //! the policy and the expiry, the nonce is 12 random bytes, and the ciphertext is AES-256-GCM of
@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// How long a capability URL can be opened (contracts.md §6: 60 minutes).
+/// How long a capability URL can be opened (docs/security.md#capability-urls: 60 minutes).
 pub const CAPABILITY_TTL: Duration = Duration::from_secs(60 * 60);
 
 /// Format version of the header; a token of another version never opens.

@@ -1,5 +1,6 @@
 //! The `live_bots` table: per (computer, bot) screen generation, the user's control lease and
-//! the `waiting_takeover` mark of a run (contracts.md §6, §8).
+//! the `waiting_takeover` mark of a run (docs/security.md#capability-urls,
+//! docs/lifecycle.md#takeover).
 //!
 //! The takeover rule itself is [`rules::takeover`], pure; [`LiveStore::take_control`] applies it
 //! in one write transaction that also reads the bot's execution lease, so a run that acquires
@@ -12,8 +13,8 @@ use crate::lease::{rules::holder, LeaseState};
 use gateway_proto::{BotId, LeaseToken};
 use std::time::Duration;
 
-/// How long a user's control lease lives by default (contracts.md §8: 15 minutes); `rakazo
-/// serve` takes it from [`super::config::LiveArgs`].
+/// How long a user's control lease lives by default (docs/lifecycle.md#takeover: 15 minutes);
+/// `rakazo serve` takes it from [`super::config::LiveArgs`].
 pub const CONTROL_LEASE_TTL: Duration = super::config::DEFAULT_CONTROL_LEASE_TTL;
 
 const TABLE: &str = "live_bots";
@@ -59,7 +60,7 @@ impl From<sqlx::Error> for LiveStoreError {
     }
 }
 
-/// The takeover rule (contracts.md §8), pure.
+/// The takeover rule (docs/lifecycle.md#takeover), pure.
 pub mod rules {
     use gateway_proto::LeaseToken;
 

@@ -1,6 +1,6 @@
-//! `/v1/computers/{id}/activity`: the activity feed of a computer (computer-runtime.md
-//! "Terminal"): what its bots did (`computer.command`) and what happened to it
-//! (`computer.lifecycle`), each event numbered per computer (`seq`, growing).
+//! `/v1/computers/{id}/activity`: the activity feed of a computer (docs/api.md#activity): what
+//! its bots did (`computer.command`) and what happened to it (`computer.lifecycle`), each event
+//! numbered per computer (`seq`, growing).
 //!
 //! `GET …/activity?after=&before=&limit=&order=` answers an [`ActivityPage`]; `GET
 //! …/activity/stream?after=` is a server-sent event stream, one [`ActivityEvent`] per `data:`

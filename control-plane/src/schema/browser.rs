@@ -1,6 +1,6 @@
-//! `POST /v1/computers/{id}/browser/{bot}/navigate|snapshot|act`: the page tools (contracts.md
-//! §5). A browser_act that fails after validation is an answer, not an HTTP error:
-//! [`PageResult::Failed`].
+//! `POST /v1/computers/{id}/browser/{bot}/navigate|snapshot|act`: the page tools
+//! (docs/screens.md#page-browser). A browser_act that fails after validation is an answer, not
+//! an HTTP error: [`PageResult::Failed`].
 
 use serde::{Deserialize, Serialize};
 

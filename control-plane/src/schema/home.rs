@@ -1,6 +1,6 @@
 //! `/v1/computers/{id}/home…` and `/v1/homes…`: checkpoints and restores (NDJSON, one
 //! [`HomeLine`] per line), the home's state, browsing the latest checkpoint, reconcile and
-//! purge (contracts.md §9). `…/home/content?path=` answers raw bytes.
+//! purge (docs/homes.md). `…/home/content?path=` answers raw bytes.
 
 use super::error::ErrorInfo;
 use super::files::Entry;

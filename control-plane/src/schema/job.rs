@@ -1,6 +1,6 @@
-//! Maintenance jobs (contracts.md §10): `POST /v1/computers/{id}/update` and `…/recover`
-//! (`202` with the [`Job`]), `GET /v1/computers/{id}/jobs` ([`JobList`]), `GET /v1/jobs/{id}`,
-//! and `POST /v1/jobs/{id}/release-interrupted` ([`ReleaseInterrupted`]).
+//! Maintenance jobs (docs/lifecycle.md#maintenance-jobs): `POST /v1/computers/{id}/update` and
+//! `…/recover` (`202` with the [`Job`]), `GET /v1/computers/{id}/jobs` ([`JobList`]),
+//! `GET /v1/jobs/{id}`, and `POST /v1/jobs/{id}/release-interrupted` ([`ReleaseInterrupted`]).
 
 use serde::{Deserialize, Serialize};
 

@@ -38,7 +38,7 @@ pub struct Lease {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseReleased {
     pub released: bool,
-    /// The run-end checkpoint of the home (contracts.md §9).
+    /// The run-end checkpoint of the home (docs/homes.md#checkpoints).
     pub checkpoint: RunCheckpoint,
 }
 

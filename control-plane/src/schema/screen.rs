@@ -1,6 +1,6 @@
 //! `/v1/computers/{id}/screens/{bot}/…` and `/terminals/{bot}/url`: a bot's desktop (ensure,
-//! release, list), computer_observe and computer_act (contracts.md §4), live view, control and
-//! terminal URLs, takeover and its release, and `…/leases/{bot}/waiting_takeover`.
+//! release, list), computer_observe and computer_act (docs/screens.md#observe-and-act), live view,
+//! control and terminal URLs, takeover and its release, and `…/leases/{bot}/waiting_takeover`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
@@ -44,7 +44,7 @@ pub struct ScreenReleased {
     pub released: bool,
 }
 
-/// computer_observe's answer (contracts.md §4); also `ActResult::observation`.
+/// computer_observe's answer (docs/screens.md#observe-and-act); also `ActResult::observation`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Observation {
@@ -92,8 +92,8 @@ pub struct ActRequest {
     pub settle_ms: Option<u32>,
 }
 
-/// One §4 action; a field left out takes the contract's default. Coordinates are any JSON
-/// number (rounded to a pixel).
+/// One desktop action (docs/screens.md#observe-and-act); a field left out takes its documented
+/// default. Coordinates are any JSON number (rounded to a pixel).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Action {

@@ -1,4 +1,5 @@
-//! One Chrome per bot, on the bot's display, with the bot's persistent profile (contracts.md §3).
+//! One Chrome per bot, on the bot's display, with the bot's persistent profile
+//! (docs/screens.md#chrome).
 //!
 //! This module owns the Chrome process: its profile directory ([`profile_dir`]), the stale
 //! `SingletonLock` check before start, the exact command line and environment (with the sandbox
@@ -54,7 +55,7 @@ pub use sandbox::Sandbox;
 /// Debian's Chromium launcher.
 pub const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
 
-/// The flags of contracts.md §3 that we keep, in its order; `--user-data-dir=<profile>` follows
+/// The flags of docs/screens.md#chrome, in its order; `--user-data-dir=<profile>` follows
 /// them. **Ours:** `--no-sandbox` only where the sandbox cannot run ([`NO_SANDBOX_FLAGS`]) and no
 /// `--remote-debugging-address` (DevTools is a pipe, [`DEVTOOLS_PIPE_FLAG`]).
 pub const CONTRACT_FLAGS: [&str; 8] = [
@@ -90,7 +91,7 @@ pub const QUIET_FLAGS: [&str; 6] = [
 ];
 
 /// How long [`Browser::stop`] waits for Chrome to exit after `Browser.close`, and again after
-/// SIGTERM (contracts.md §3).
+/// SIGTERM (docs/screens.md#chrome).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How long [`Browser::stop`] waits for Chrome to acknowledge `Browser.close` before it falls
@@ -139,7 +140,7 @@ pub struct BrowserOptions {
 
 impl BrowserOptions {
     /// Options for `profile` on `display`, with the defaults: [`DEFAULT_CHROMIUM`], 1280x800 (the
-    /// geometry of contracts.md §3), no first URL, `PATH=/usr/local/bin:/usr/bin:/bin`,
+    /// geometry of docs/screens.md#desktops), no first URL, `PATH=/usr/local/bin:/usr/bin:/bin`,
     /// `LANG=C.UTF-8`, 30 s to become ready, [`STOP_GRACE`] to stop, the sandbox where this
     /// machine allows it ([`Sandbox::detect`]).
     pub fn new(
@@ -485,7 +486,7 @@ impl Browser {
         self.stopped.is_none() && !process::child_exited(self.pid)
     }
 
-    /// Stops Chrome (contracts.md §3): CDP `Browser.close` and up to the stop grace
+    /// Stops Chrome (docs/screens.md#chrome): CDP `Browser.close` and up to the stop grace
     /// ([`STOP_GRACE`]) for the process group to exit; then SIGTERM to the group and up to the
     /// grace again; then SIGKILL. Reaps the browser process and removes the profile's
     /// `Singleton*` files (and a stale `DevToolsActivePort`). Returns the step that ended it.

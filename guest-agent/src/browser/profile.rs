@@ -2,9 +2,9 @@
 //! and the `DevToolsActivePort` an older guest's Chrome may have left (DevTools is a pipe now, so
 //! nothing writes it any more; a stale one is only removed).
 //!
-//! The profile is keyed to the bot (`<home>/.browser-profiles/<sha256(bot id)[..32]>`, contracts.md
-//! §3) and is never cloned, merged or deleted here: only the lock files and the port file, which
-//! describe a Chrome process rather than the profile, are ever removed.
+//! The profile is keyed to the bot (`<home>/.browser-profiles/<sha256(bot id)[..32]>`,
+//! docs/screens.md#chrome) and is never cloned, merged or deleted here: only the lock files and
+//! the port file, which describe a Chrome process rather than the profile, are ever removed.
 //!
 //! It leaves to others: the Chrome process itself ([`super::Browser`]) and whether a pid is alive
 //! ([`super::process`]).

@@ -29,7 +29,8 @@ pub struct Frame {
     pub rgb: Vec<u8>,
 }
 
-/// A screenshot as computer_observe reports it (contracts.md §4), minus `capturedAt`.
+/// A screenshot as computer_observe reports it (docs/screens.md#observe-and-act), minus
+/// `capturedAt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
     /// Lowercase hex SHA-256 of `png`.

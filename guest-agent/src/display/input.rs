@@ -38,7 +38,8 @@
 //! that sent that request, so the caller knows how many actions the server carried out.
 //!
 //! It leaves to others: batch validation and the 24-action limit, waits between actions,
-//! repeated-action refusal (contracts.md §4), and which window has focus (see `wm`).
+//! repeated-action refusal (docs/screens.md#repeated-action-refusal), and which window has focus
+//! (see `wm`).
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -62,9 +63,9 @@ mod keys;
 use keys::ks;
 pub use keys::{char_keysym, keysym_char, KeyCombo, Modifier};
 
-/// Largest coordinate accepted before clamping to the screen (contracts.md §4).
+/// Largest coordinate accepted before clamping to the screen (docs/screens.md#observe-and-act).
 pub const MAX_COORDINATE: i64 = 100_000;
-/// Scroll amounts run from 1 to this many notches (contracts.md §4).
+/// Scroll amounts run from 1 to this many notches (docs/screens.md#observe-and-act).
 pub const MAX_SCROLL: u32 = 20;
 /// Pause between changing key bindings and pressing the keys, so clients that re-read the map
 /// asynchronously (Chromium) have the new bindings first. 20 ms sufficed in measurements.

@@ -10,7 +10,7 @@
 //! private `sys` submodule.
 //!
 //! It leaves to others: slot allocation and fences, Chrome, the action vocabulary's batch
-//! validation and the repeated-action refusal (contracts.md §3, §4), identical-frame omission
+//! validation and the repeated-action refusal (docs/screens.md), identical-frame omission
 //! (callers compare [`capture::Observation::frame_id`]) and the wall clock (callers pass `now`).
 //!
 //! Threading: the X clients here are blocking (each request is a sub-millisecond round trip on a
@@ -45,7 +45,8 @@ pub use wm::{Activation, WindowControl, WindowInfo, WindowMatch};
 pub use xserver::{XServer, XServerKind, XServerOptions};
 
 /// The monotonic clock of the X clients that wait ([`Settler`], [`Input`] typing). Injected, so
-/// nothing here reads the time itself (STYLE.md §3); the agent wraps its clock module's `now`.
+/// nothing here reads the time itself (ARCHITECTURE.md, "Cross-cutting"); the agent wraps its clock
+/// module's `now`.
 #[derive(Clone)]
 pub struct Clock(Arc<dyn Fn() -> Instant + Send + Sync>);
 

@@ -100,7 +100,7 @@ pub struct XServerOptions {
 }
 
 impl Default for XServerOptions {
-    /// contracts.md §3: 1280x800x24, on Xvnc.
+    /// docs/screens.md#desktops: 1280x800x24, on Xvnc.
     fn default() -> Self {
         Self {
             kind: XServerKind::Xvnc,

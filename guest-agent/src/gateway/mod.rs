@@ -1,13 +1,13 @@
-//! The screen gateway (contracts.md §6, §7): view, control and terminal capabilities of the
-//! bots' live desktops, each its own unix socket found through a table, relayed to the control
-//! plane over one QUIC stream per connection.
+//! The screen gateway (docs/screens.md#live-views, #terminal): view, control and terminal
+//! capabilities of the bots' live desktops, each its own unix socket found through a table, relayed
+//! to the control plane over one QUIC stream per connection.
 //!
 //! A `Connect` finds the bot's live desktop in [`Screens`] (the control plane ensures it first),
 //! then the capability in the [`table`]: the RFB server of (bot, view|control), a socket of its
 //! own joined to the desktop's Xvnc, is started lazily and shared by that policy's clients
 //! ([`rfb`]); each terminal connection gets a fresh shell with its own socket ([`terminal`]).
 //! After `Opened` the bytes are relayed ([`relay`]), through the RFB filter that makes a view
-//! view-only. Revocation follows §3: the mappings leave the
+//! view-only. Revocation follows docs/screens.md#teardown: the mappings leave the
 //! table, the clients are disconnected, the servers and shells are stopped and their sockets
 //! removed. [`Screens`] calls [`Gateway::revoke_scope`] with `All` before it stops a desktop's
 //! Chrome and X server, so nothing of one bot can reach a slot reused by another.
@@ -194,7 +194,7 @@ impl Gateway {
         self.revoke_scope(&request.bot, request.scope).await;
     }
 
-    /// Revokes a bot's capabilities in the §3 order: out of the table, clients disconnected,
+    /// Revokes a bot's capabilities in the teardown order: out of the table, clients disconnected,
     /// servers and shells stopped, sockets removed.
     pub async fn revoke_scope(&self, bot: &BotId, scope: RevokeScope) {
         let mut caps = self.table.lock().await.take_scope(bot, scope);

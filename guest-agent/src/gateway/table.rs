@@ -2,9 +2,10 @@
 //!
 //! A capability is found only by (bot, kind) for the RFB servers, or by its own id for terminal
 //! sessions; its socket path is chosen here from a counter, never from anything the control plane
-//! sent (§6: never a path built from a token). Removing an entry is the first step of every
-//! revocation (§3): once it is out of the table no new connection can reach it. What runs behind
-//! an entry (`T`) is the gateway's business; this module is plain data.
+//! sent (docs/screens.md#live-views: never a path built from a token). Removing an entry is the
+//! first step of every revocation (docs/screens.md#teardown): once it is out of the table no new
+//! connection can reach it. What runs behind an entry (`T`) is the gateway's business; this module
+//! is plain data.
 
 use gateway_proto::live::{CapabilityKind, RevokeScope};
 use gateway_proto::BotId;

@@ -1,5 +1,5 @@
-//! The page browser (contracts.md §5): browser_navigate, browser_snapshot and browser_act on a
-//! bot's own Chrome, over CDP.
+//! The page browser (docs/screens.md#page-browser): browser_navigate, browser_snapshot and
+//! browser_act on a bot's own Chrome, over CDP.
 //!
 //! [`PageBrowser`] is one bot's state across calls: the bot's browser's CDP connection (a
 //! [`CdpClient`] handle; a different one means a restarted browser), per tab the isolated world the runtime created and the handle of
@@ -92,9 +92,9 @@ use cdp::CdpError;
 /// The helper evaluated in every isolated world.
 const HELPER: &str = include_str!("page.js");
 
-/// How long `Page.navigate` may take until the navigation commits (contracts.md §5).
+/// How long `Page.navigate` may take until the navigation commits (docs/screens.md#page-browser).
 pub const NAVIGATION_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a committed document may take to become interactive (contracts.md §5).
+/// How long a committed document may take to become interactive (docs/screens.md#page-browser).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long after an act's last step a navigation it caused may take to start.
 pub const ACT_SETTLE: Duration = Duration::from_millis(50);

@@ -3,10 +3,10 @@
 //!
 //! [`Screens`] owns the slot table ([`slots`]), the live desktops and each bot's
 //! repeated-action streak ([`refusal`]). It starts a desktop lazily on a bot's first graphical
-//! call, tears it down in the order of contracts.md §3 (clients, then Chrome, then the X server
-//! and its lock and socket) and runs computer_observe and computer_act on it with the in-process
-//! X clients of [`crate::display`]. Lease fences are checked by [`crate::ops`] before any call
-//! reaches this module.
+//! call, tears it down in the order of docs/screens.md#teardown (clients, then Chrome, then the X
+//! server and its lock and socket) and runs computer_observe and computer_act on it with the
+//! in-process X clients of [`crate::display`]. Lease fences are checked by [`crate::ops`] before
+//! any call reaches this module.
 
 mod actions;
 pub mod refusal;
@@ -57,7 +57,8 @@ pub struct ScreensConfig {
     pub chromium: PathBuf,
 }
 
-/// Ends a bot's live capabilities (the screen gateway) before its desktop stops (§3).
+/// Ends a bot's live capabilities (the screen gateway) before its desktop stops
+/// (docs/screens.md#teardown).
 pub trait CapabilityRevoker: Send + Sync {
     /// Revokes every capability of `bot`: mappings, clients, servers, sockets.
     fn revoke_all<'a>(&'a self, bot: &'a BotId) -> futures_util::future::BoxFuture<'a, ()>;
@@ -421,7 +422,7 @@ impl Screens {
             .collect()
     }
 
-    /// Closes every bot's Chrome with the contracts.md §3 stop (`Browser.close` first, which
+    /// Closes every bot's Chrome with the docs/screens.md#chrome stop (`Browser.close` first, which
     /// flushes cookies and profile databases), keeping the X servers; each browser starts again on
     /// [`Screens::resume_browsers`] (after an export) or its bot's next graphical call (see `repair`).
     /// Used before a home export or import.
@@ -530,8 +531,8 @@ impl Screens {
         let ok = match desktop {
             Some(d) => {
                 let mut d = d.lock().await;
-                // §3: the capabilities go first, while Chrome and X still run. The desktop is
-                // locked, so no connection can be opened to it in between.
+                // Teardown order: the capabilities go first, while Chrome and X still run. The
+                // desktop is locked, so no connection can be opened to it in between.
                 d.released = true;
                 self.revoke_capabilities(bot).await;
                 teardown(bot, &mut d).await

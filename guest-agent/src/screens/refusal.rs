@@ -1,4 +1,4 @@
-//! The repeated-action refusal of contracts.md §4, kept per bot.
+//! The repeated-action refusal of docs/screens.md#repeated-action-refusal, kept per bot.
 //!
 //! The visual actions (pointer, key, scroll) of a batch form its key. When a batch with the same
 //! key runs and the frame stays unchanged, a streak counts up; at [`REFUSE_AT`] the next batch

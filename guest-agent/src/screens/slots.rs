@@ -1,4 +1,4 @@
-//! Slot allocation for desktops (contracts.md §3), as a pure table.
+//! Slot allocation for desktops (docs/screens.md#slots), as a pure table.
 //!
 //! A slot is the lowest free index; a bot keeps its slot while it holds it. A slot being
 //! released refuses new claims ("still being released"); a teardown that failed keeps the slot

@@ -2,9 +2,9 @@
 //! "Archive"), its writer ([`pack`]) and its reader ([`unpack_new`], [`restore`]).
 //!
 //! This module owns the byte layout, path validation, the browser-profile skip list
-//! (contracts.md §9) and the limits a reader enforces. The writer never follows a symlink and
-//! skips everything that is not a directory or a regular file. The reader treats every archive as
-//! hostile: it creates only directories and regular files, only at validated relative paths,
+//! (docs/homes.md#checkpoints) and the limits a reader enforces. The writer never follows a symlink
+//! and skips everything that is not a directory or a regular file. The reader treats every archive
+//! as hostile: it creates only directories and regular files, only at validated relative paths,
 //! inside a fresh staging directory it walks with `O_NOFOLLOW`, and swaps the result in only after
 //! the whole archive has been read and checked, so a bad archive writes nothing.
 //!
@@ -45,7 +45,7 @@ pub const MAX_COMPONENT_LEN: usize = 255;
 /// The directory, directly under the home, that holds the bots' browser profiles; the skip lists
 /// below apply only inside it.
 pub const BROWSER_PROFILES_DIR: &str = ".browser-profiles";
-/// Directories never archived anywhere under [`BROWSER_PROFILES_DIR`] (contracts.md §9).
+/// Directories never archived anywhere under [`BROWSER_PROFILES_DIR`] (docs/homes.md#checkpoints).
 pub const EXCLUDED_PROFILE_DIRS: [&str; 8] = [
     "Cache",
     "Code Cache",
@@ -56,7 +56,7 @@ pub const EXCLUDED_PROFILE_DIRS: [&str; 8] = [
     "DawnWebGPUCache",
     "Crashpad",
 ];
-/// Files never archived anywhere under [`BROWSER_PROFILES_DIR`] (contracts.md §9).
+/// Files never archived anywhere under [`BROWSER_PROFILES_DIR`] (docs/homes.md#checkpoints).
 pub const EXCLUDED_PROFILE_FILES: [&str; 7] = [
     "BrowserMetrics",
     "DevToolsActivePort",

@@ -454,7 +454,7 @@ async fn pack_errors_surface_through_the_stream() {
     );
 }
 
-/// A home quota (contracts.md §9, issue 11): a sparse 60 GB file is refused from its header, as
+/// A home quota (docs/homes.md#quota, issue 11): a sparse 60 GB file is refused from its header, as
 /// the archive streams, with nothing of its content handed on: the checker stops the stream
 /// after the first chunk instead of reading 60 GB of zeros.
 #[tokio::test]

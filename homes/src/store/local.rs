@@ -1,5 +1,6 @@
 //! The local store: the latest copy of each home as a directory tree under
-//! `DATA_DIR/homes/<key>`, its revision in `DATA_DIR/home-revisions/<key>` (contracts.md §9).
+//! `DATA_DIR/homes/<key>`, its revision in `DATA_DIR/home-revisions/<key>`
+//! (docs/homes.md#local-store).
 //!
 //! A commit unpacks the archive (which checks it) into `DATA_DIR/home-staging/<key>/new`, writes
 //! the new revision to `home-staging/<key>/rev` (the commit point), then swaps with two renames

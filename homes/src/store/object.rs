@@ -1,5 +1,5 @@
 //! The object store: each checkpoint is one sealed object `homes/<storage id>/<revision>` in an
-//! S3-compatible bucket, read and written through aws-sdk-s3 (contracts.md §9).
+//! S3-compatible bucket, read and written through aws-sdk-s3 (docs/homes.md#object-store).
 //!
 //! A commit streams the archive through the format checker ([`crate::archive::ArchiveChecker`])
 //! and the sealer into a multipart upload (parts of `part_size`, at most `parts_in_flight`

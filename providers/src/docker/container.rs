@@ -44,6 +44,10 @@ const EXIT_DETAIL_MAX: usize = 200;
 /// What an inspect says became of the container: running (or restarting, or paused: the
 /// machine is there), being removed (gone), or stopped with its exit code, the engine's OOM
 /// flag and its error text.
+///
+/// Podman 4.3.1 on cgroup v1 (the test engine) reports a container whose main process the
+/// kernel OOM-killed as exit 137 with `OOMKilled` false (measured), so there it reads as a
+/// SIGKILL; the `out_of_memory` translation is unit-tested on the inspect body.
 pub(super) fn exit_of(info: &ContainerInspectResponse) -> MachineExit {
     let Some(state) = info.state.as_ref() else {
         return MachineExit::Stopped {

@@ -27,7 +27,7 @@
 //! 5. memory with live desktops: the guest's VmRSS, and RSS and PSS of the computer's X server
 //!    (Xvnc) and Chromium processes, with 0, 1 and all desktops live.
 //!
-//! It prints markdown for BENCHMARKS.md. Timings are printed, never asserted (STYLE.md): only
+//! It prints markdown for BENCHMARKS.md. Timings are printed, never asserted: only
 //! broken results (a failed command, a frame of the wrong size, a missing image) fail the run.
 //! It owns its processes: desktops are stopped, the computer is stopped through the API (so
 //! Chrome closes cleanly), and whatever is left of the server, guest, X server and Chromium

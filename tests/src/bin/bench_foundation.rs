@@ -20,8 +20,8 @@
 //!   the anchor of issue 17's "tunnel ≥ 85 % of bare QUIC", and the same with the configuration
 //!   before issue 17 (quinn's default endpoint and socket), so the raise of the ceiling shows.
 //!
-//! It prints markdown (tables with ratios) for BENCHMARKS.md. Timings are printed, never asserted
-//! (STYLE.md): only broken results (wrong exit code, wrong byte count or content) fail the run.
+//! It prints markdown (tables with ratios) for BENCHMARKS.md. Timings are printed, never asserted:
+//! only broken results (wrong exit code, wrong byte count or content) fail the run.
 //! It owns its processes: the server and its guests are killed when it ends.
 //!
 //! Usage: `target/release/bench_foundation [--exec-runs N] [--warmups N] [--mib N]

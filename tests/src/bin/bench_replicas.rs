@@ -19,7 +19,7 @@
 //!   that took it out would), and the errors are split by phase, with those of requests sent to
 //!   the dead replica itself counted apart.
 //!
-//! Timings are printed, never asserted (STYLE.md); only wrong results (an exec of `true` that
+//! Timings are printed, never asserted; only wrong results (an exec of `true` that
 //! does not exit 0 outside the load test, a file that comes back different) fail the run. The
 //! replicas' logs are copied to a directory printed at the end, since their data dirs go with
 //! the run.

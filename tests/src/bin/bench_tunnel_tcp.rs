@@ -12,7 +12,7 @@
 //!   a file, against the same anchors.
 //!
 //! Rows are interleaved (one of each per round) so load that comes and goes hits them alike.
-//! Timings are printed, never asserted (STYLE.md); only wrong results fail the run.
+//! Timings are printed, never asserted; only wrong results fail the run.
 //!
 //! `cargo build --release -p control-plane -p guest-agent -p tests --bins &&
 //!  target/release/bench_tunnel_tcp [--rtt-runs N] [--mib N] [--bulk-runs N] [--exec-runs N]

@@ -1,7 +1,8 @@
-//! Terminal sessions (contracts.md §7): one fresh shell on its own PTY per connection, served
-//! in-process on the session's own unix socket so the gateway relays it like the RFB sockets.
+//! Terminal sessions (docs/screens.md#terminal): one fresh shell on its own PTY per connection,
+//! served in-process on the session's own unix socket so the gateway relays it like the RFB
+//! sockets.
 //!
-//! The session's socket accepts one connection. Bytes from it are §7 frames
+//! The session's socket accepts one connection. Bytes from it are terminal frames
 //! ([`gateway_proto::termframe`]): input
 //! goes to the PTY, resizes to the PTY's window size; the PTY's output goes back raw. A bad or
 //! oversized frame ends the session. Stopping a session hangs up the shell's process group,

@@ -1,5 +1,5 @@
-//! Who a terminal's shell runs as, where it starts and with what environment (contracts.md §7:
-//! the workspace user, never root).
+//! Who a terminal's shell runs as, where it starts and with what environment
+//! (docs/screens.md#terminal: the workspace user, never root).
 //!
 //! A guest running as an ordinary user starts shells as itself. A guest running as root drops
 //! to the workspace user: the configured uid/gid (`RAKAZO_WORKSPACE_UID`/`GID`), else the home's
