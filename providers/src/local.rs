@@ -34,7 +34,8 @@ mod jail;
 mod net;
 mod users;
 
-pub use gate::{GateConfig, HTTP_PROXY_PORT};
+pub use gate::GateConfig;
+pub use net::HTTP_PROXY_PORT;
 
 /// The network namespace and nftables table (`inet`) of a fully contained computer, for
 /// operators and tests that clean up after a control plane that is gone.
@@ -356,7 +357,7 @@ impl LocalProvider {
                 let g = &mut spec.guest;
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
-                let net = net::ensure(&spec.computer_id, &endpoints, Some(gate)).await?;
+                let net = net::ensure(&spec.computer_id, &endpoints, Some(&gate.ports())).await?;
                 gate.attach(&spec.computer_id, net.addr);
                 let inside = |a| net::inside_addr(net.gateway, a);
                 g.control_tcp_addr = Some(inside(g.tcp_addr()));

@@ -1022,6 +1022,17 @@ pub fn term_then_kill(pids: &[i32], grace: Duration) {
     }
 }
 
+/// The guest process of `computer` (not the jail around it, which shares its environment),
+/// by its host pid; its `/proc/<pid>/root` is the computer's root.
+pub fn guest_pid_of(computer: &str) -> Option<i32> {
+    pids_with_env("RAKAZO_COMPUTER_ID", computer)
+        .into_iter()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "rakazo-guest")
+        })
+}
+
 /// Processes whose environment has `key=value`.
 pub fn pids_with_env(key: &str, value: &str) -> Vec<i32> {
     let needle = format!("{key}={value}");

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use control_plane::client::ClientError;
 use hyper::{Method, StatusCode};
+use std::path::PathBuf;
 use std::time::Duration;
 use tests::World;
 
@@ -70,9 +71,14 @@ async fn releasing_a_released_lease_changes_nothing() -> Result<()> {
 async fn a_stopped_computer_is_not_connected_and_leaves_no_runtime_dir() -> Result<()> {
     let mut w = World::start().await?;
     let c = w.create_computer("ws-stop").await?;
-    // A desktop puts X cookies and sockets in the guest's runtime dir.
-    let runtime = std::env::temp_dir().join(format!("rakazo-guest-{c}"));
+    // A desktop puts X cookies and sockets in the guest's runtime dir, in the computer's own
+    // /tmp (seen from here through the guest's root).
+    let guest = tests::guest_pid_of(&c).context("no guest process")?;
+    let runtime = PathBuf::from(format!("/proc/{guest}/root"))
+        .join(std::env::temp_dir().strip_prefix("/")?)
+        .join(format!("rakazo-guest-{c}"));
     assert!(runtime.is_dir(), "{} missing", runtime.display());
+    let on_host = std::env::temp_dir().join(format!("rakazo-guest-{c}"));
     assert_eq!(w.show(&c).await?["connected"], true);
 
     w.post(&format!("/v1/computers/{c}/stop"), serde_json::json!({}))
@@ -87,6 +93,11 @@ async fn a_stopped_computer_is_not_connected_and_leaves_no_runtime_dir() -> Resu
     let list = w.client.json(Method::GET, "/v1/computers", None).await?;
     assert_eq!(list["computers"][0]["connected"], false, "{list}");
     assert!(!runtime.exists(), "stop left {} behind", runtime.display());
+    assert!(
+        tests::pids_with_env("RAKAZO_COMPUTER_ID", &c).is_empty(),
+        "a process of {c} outlived its stop"
+    );
+    assert!(!on_host.exists(), "stop left {} behind", on_host.display());
 
     w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
         .await?;
@@ -109,7 +120,10 @@ const FIND_TOKEN: &str = r#"
 t="$1"
 hits=""
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
-  if grep -qaF -- "$t" "$f" 2>/dev/null; then hits="$hits $f"; fi
+  # A hit in /proc names the process's first arguments: pids inside a jail are its own.
+  if grep -qaF -- "$t" "$f" 2>/dev/null; then
+    hits="$hits $f=$(head -c 16 "${f%/*}/cmdline" 2>/dev/null | tr -c 'a-zA-Z0-9_./-' ',')"
+  fi
 done
 for f in $(find "$HOME/.." /tmp /run /dev/shm /etc /home -xdev -type f -readable -size -1M 2>/dev/null); do
   if grep -qaF -- "$t" "$f" 2>/dev/null; then hits="$hits $f"; fi
@@ -150,12 +164,12 @@ async fn a_command_cannot_find_its_computers_enrollment_token() -> Result<()> {
     let guest = tests::pids_with_env("RAKAZO_COMPUTER_ID", &c);
     assert!(!guest.is_empty(), "no guest process of {c}");
     for hit in &hits {
-        let pid: Option<i32> = hit
-            .strip_prefix("/proc/")
-            .and_then(|r| r.split('/').next())
-            .and_then(|p| p.parse().ok());
-        let ours = match pid {
-            Some(pid) => !guest.contains(&pid) && is_the_search(pid),
+        // `/proc/<pid>/<file>=<its first arguments>`: the search's own shell and greps only
+        // (or a process gone before its arguments were read).
+        let ours = match hit.strip_prefix("/proc/").and_then(|r| r.split_once('=')) {
+            Some((_, args)) => {
+                args.is_empty() || args.starts_with("sh,-c,") || args.starts_with("grep,")
+            }
             None => false,
         };
         assert!(ours, "the token is readable at {hit} (all hits: {hits:?})");
@@ -166,24 +180,13 @@ async fn a_command_cannot_find_its_computers_enrollment_token() -> Result<()> {
         .exec(
             &c,
             serde_json::json!({ "argv": ["sh", "-c",
-                format!("cat /proc/{pid}/environ >/dev/null 2>&1 && echo environ-open; \
-                         head -c1 /proc/{pid}/mem >/dev/null 2>&1 && echo mem-open; echo done")] }),
+                format!("p=$(pgrep -x rakazo-guest || echo {pid}); \
+                         cat /proc/$p/environ >/dev/null 2>&1 && echo environ-open; \
+                         head -c1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open; echo done")] }),
         )
         .await?;
     assert_eq!(String::from_utf8_lossy(&probe.stdout), "done\n");
     w.check_log()
-}
-
-/// Whether `pid` is gone or is a process of the search (a shell or grep with the token in its
-/// argv): those processes are the test's own, not a leak.
-fn is_the_search(pid: i32) -> bool {
-    match std::fs::read(format!("/proc/{pid}/cmdline")) {
-        Err(_) => true,
-        Ok(cmd) => {
-            let cmd = String::from_utf8_lossy(&cmd);
-            cmd.starts_with("sh\0-c\0") || cmd.starts_with("grep\0")
-        }
-    }
 }
 
 #[tokio::test]

@@ -676,8 +676,12 @@ async fn a_lapsed_control_lease_closes_control_and_terminals() -> Result<()> {
         (closed_revoked(&log, "terminal") && closed_revoked(&log, "control")).then_some(())
     })
     .await?;
+    // The shell's pid is its computer's own: look through the guest's root (its /proc is the
+    // computer's; `/` when the computer is not jailed).
+    let guest = tests::guest_pid_of(&c).context("no guest process")?;
+    let shell_proc = format!("/proc/{guest}/root/proc/{pid}");
     wait_for(LONG, "the shell to be gone", || {
-        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+        (!std::path::Path::new(&shell_proc).exists()).then_some(())
     })
     .await?;
     // The view stays.

@@ -3,7 +3,7 @@
 //!
 //! Each computer's nftables table (`net`) DNATs its DNS (UDP and TCP port 53, whatever the
 //! address asked) to [`Gate::dns_udp`]/[`Gate::dns_tcp`], its HTTP proxy port
-//! ([`HTTP_PROXY_PORT`] on the gateway address) to [`Gate::http_proxy`], and every other TCP
+//! (`net::HTTP_PROXY_PORT` on the gateway address) to [`Gate::http_proxy`], and every other TCP
 //! connection to the transparent proxy [`Gate::proxy`]; nothing else leaves (UDP other than DNS
 //! included: QUIC clients fall back to TCP). The gateway finds the computer by the source
 //! address (its registry), answers DNS only for names the computer's policy allows, and lets a
@@ -24,9 +24,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{info, warn};
-
-/// The port of the explicit HTTP(S) proxy on each computer's gateway address.
-pub const HTTP_PROXY_PORT: u16 = 3128;
 
 /// How many aggregated decision events wait for the control plane before new ones are counted
 /// as dropped.
@@ -148,6 +145,16 @@ impl Gate {
         Ok(gate)
     }
 
+    /// Where it listens, for a computer's nftables table.
+    pub(crate) fn ports(&self) -> super::net::GatePorts {
+        super::net::GatePorts {
+            dns_udp: self.dns_udp,
+            dns_tcp: self.dns_tcp,
+            proxy: self.proxy,
+            http_proxy: self.http_proxy,
+        }
+    }
+
     /// Registers a computer reached from `addr` under the default policy (or the one it had).
     pub fn attach(&self, computer: &str, addr: Ipv4Addr) {
         let id = ComputerId::new(computer);
@@ -194,7 +201,7 @@ impl Gate {
     async fn adopt_running(&self) {
         for (computer, net) in super::net::running().await {
             self.attach(&computer, net.addr);
-            if let Err(e) = super::net::write_gate(&net, Some(self)).await {
+            if let Err(e) = super::net::write_gate(&net, Some(&self.ports())).await {
                 warn!(computer_id = %computer, error = %e, "could not point a running computer at the egress gateway");
             } else {
                 info!(computer_id = %computer, "running computer's network adopted");

@@ -43,6 +43,19 @@ const LOCK_FILE: &str = "/run/rakazo-local-net.lock";
 /// How long one `ip` or `nft` call may take.
 const TOOL_DEADLINE: Duration = Duration::from_secs(10);
 
+/// The port of the explicit HTTP(S) proxy on each computer's gateway address.
+pub const HTTP_PROXY_PORT: u16 = 3128;
+
+/// Where the egress gateway listens (on this host's loopback): what a computer's `gate_*`
+/// chains DNAT to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GatePorts {
+    pub dns_udp: SocketAddr,
+    pub dns_tcp: SocketAddr,
+    pub proxy: SocketAddr,
+    pub http_proxy: SocketAddr,
+}
+
 /// A computer's network names and addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Net {
@@ -186,7 +199,7 @@ async fn existing(tag: &str) -> Option<Net> {
 pub(crate) async fn ensure(
     computer: &str,
     endpoints: &[SocketAddr],
-    gate: Option<&super::gate::Gate>,
+    gate: Option<&GatePorts>,
 ) -> Result<Net, ProviderError> {
     let tag = tag(computer);
     let net = match existing(&tag).await {
@@ -301,7 +314,7 @@ fn write_resolv_conf(net: &Net) -> Result<(), ProviderError> {
 
 /// The rules of chains `gate_nat` and `gate_in`: the computer's DNS, HTTP proxy port and other
 /// TCP to `gate`'s listeners. Without a gate both stay empty, so all of it is dropped.
-fn gate_rules(net: &Net, gate: Option<&super::gate::Gate>) -> (Vec<String>, Vec<String>) {
+fn gate_rules(net: &Net, gate: Option<&GatePorts>) -> (Vec<String>, Vec<String>) {
     let Some(g) = gate else {
         return (Vec::new(), Vec::new());
     };
@@ -312,7 +325,7 @@ fn gate_rules(net: &Net, gate: Option<&super::gate::Gate>) -> (Vec<String>, Vec<
         format!("tcp dport 53 {}", to(g.dns_tcp)),
         format!(
             "ip daddr {gw} tcp dport {} {}",
-            super::gate::HTTP_PROXY_PORT,
+            HTTP_PROXY_PORT,
             to(g.http_proxy)
         ),
         format!("meta l4proto tcp {}", to(g.proxy)),
@@ -334,11 +347,7 @@ fn gate_rules(net: &Net, gate: Option<&super::gate::Gate>) -> (Vec<String>, Vec<
 }
 
 /// The nftables script replacing the computer's table.
-pub(crate) fn ruleset(
-    net: &Net,
-    endpoints: &[SocketAddr],
-    gate: Option<&super::gate::Gate>,
-) -> String {
+pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePorts>) -> String {
     let (table, veth, gw) = (net.table(), net.veth(), net.gateway);
     let mut s = String::new();
     // Declaring then deleting makes the replacement one transaction that works whether or not
@@ -439,7 +448,7 @@ pub(crate) fn ruleset(
 async fn write_table(
     net: &Net,
     endpoints: &[SocketAddr],
-    gate: Option<&super::gate::Gate>,
+    gate: Option<&GatePorts>,
 ) -> Result<(), ProviderError> {
     if endpoints.iter().any(|e| !e.ip().is_loopback()) {
         // Tunnel endpoints on other hosts are forwarded to.
@@ -450,10 +459,7 @@ async fn write_table(
 }
 
 /// Points a computer's `gate_*` chains at `gate` (or empties them).
-pub(crate) async fn write_gate(
-    net: &Net,
-    gate: Option<&super::gate::Gate>,
-) -> Result<(), ProviderError> {
+pub(crate) async fn write_gate(net: &Net, gate: Option<&GatePorts>) -> Result<(), ProviderError> {
     let table = net.table();
     let (nat, input) = gate_rules(net, gate);
     let mut script =

@@ -862,6 +862,9 @@ impl Server {
             .env("RAKAZO_HTTP_ADDR", "127.0.0.1:0")
             .env("RAKAZO_TUNNEL_ADDR", "127.0.0.1:0")
             .env("RAKAZO_GUEST_BIN", &guest)
+            // Jailed, on this host's network (as the system tests): the bench's pages and
+            // anchors are on its loopback.
+            .env("RAKAZO_LOCAL_CONTAINMENT", "host-network")
             .env("RAKAZO_LOG", "info")
             .env("RAKAZO_GUEST_LOG", "info")
             .stdin(Stdio::null())
