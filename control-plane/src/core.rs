@@ -538,10 +538,12 @@ impl Core {
     /// idle suspension does once it has checkpointed under its claim.
     pub(crate) async fn stop_machine(&self, c: &Computer) -> Result<Computer, CoreError> {
         let id = c.id.as_str();
+        // The connection is closed while the machine's network still exists: a contained local
+        // computer's link goes with its machine, and a close sent after it has nowhere to go.
+        self.drop_guest(&c.id).await;
         if let Some(r) = &c.provider_ref {
             self.provider_of(c)?.stop(&ProviderRef(r.clone())).await?;
         }
-        self.drop_guest(&c.id).await;
         self.computers
             .set_state(&c.id, ComputerState::Stopped, now_ms())
             .await?;
@@ -592,6 +594,8 @@ impl Core {
         if c.state == ComputerState::Destroyed {
             return Ok(());
         }
+        // Closed first, while the machine's network still exists (see `stop_machine`).
+        self.drop_guest(&c.id).await;
         match (&c.provider_ref, self.providers.get(&c.provider)) {
             (Some(r), Some(provider)) => provider.destroy(&ProviderRef(r.clone())).await?,
             (Some(r), None) => {
@@ -599,7 +603,6 @@ impl Core {
             }
             (None, _) => {}
         }
-        self.drop_guest(&c.id).await;
         self.computers
             .set_state(&c.id, ComputerState::Destroyed, now_ms())
             .await?;

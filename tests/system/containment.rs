@@ -276,6 +276,35 @@ async fn allow_list() -> Result<()> {
     if let Ok(nav) = &denied {
         assert_ne!(nav["snapshot"]["title"], "test host", "{nav}");
     }
+
+    // A restarted control plane points the running computer at its new gateway: the policy
+    // holds, and the way out works again.
+    w.kill_server();
+    w.spawn_server().await?;
+    let again = w
+        .sh(
+            &c,
+            "curl -s -m 5 http://allowed.test/ | grep -c 'test host'; \
+             curl -s -m 5 http://denied.test/ | grep -c 'test host'; true",
+        )
+        .await?;
+    assert_eq!(again, "1\n0\n", "after a restart: {again}");
+
+    // Destroying the computer removes its namespace, link and table.
+    let (netns, table) = providers::local::network_names(&c);
+    assert!(std::path::Path::new("/run/netns").join(&netns).exists());
+    w.client
+        .json(hyper::Method::DELETE, &format!("/v1/computers/{c}"), None)
+        .await?;
+    assert!(
+        !std::path::Path::new("/run/netns").join(&netns).exists(),
+        "{netns} outlived its computer"
+    );
+    let tables = run(Command::new("nft").args(["list", "tables"]))?;
+    assert!(
+        !tables.contains(&table),
+        "{table} outlived its computer: {tables}"
+    );
     w.check_log()
 }
 

@@ -57,6 +57,8 @@ impl Core {
         self.computers
             .set_state(&c.id, ComputerState::Provisioning, now_ms())
             .await?;
+        // Closed first, while the machine's network still exists (see `stop_machine`).
+        self.drop_guest(&c.id).await;
         match (&c.provider_ref, self.providers.get(&c.provider)) {
             (Some(r), Some(provider)) => provider.destroy(&ProviderRef(r.clone())).await?,
             (Some(r), None) => {
@@ -64,7 +66,6 @@ impl Core {
             }
             (None, _) => {}
         }
-        self.drop_guest(&c.id).await;
         self.computers
             .set_provider_ref(&c.id, None, now_ms())
             .await?;
