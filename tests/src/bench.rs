@@ -19,6 +19,16 @@ pub fn now() -> Instant {
 }
 
 /// `d` in milliseconds.
+/// The `p` quantile (0..=1) of `v` by nearest rank; NaN when `v` is empty.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

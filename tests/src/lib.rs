@@ -26,6 +26,7 @@ pub mod fake_service;
 pub mod fixture;
 pub mod garage;
 pub mod live;
+pub mod netlab;
 pub mod probes;
 pub mod procstat;
 pub mod replicas;
