@@ -71,7 +71,7 @@ fn snapshot_answer(s: page::Snapshot, completed: Option<usize>) -> PageResult {
 pub async fn handle(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     action: &str,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {

@@ -289,7 +289,7 @@ async fn relay(
                 Ok(Some(ev)) => {
                     if let ExecEvent::Failed(e) = &ev {
                         let api: ApiError = TunnelError::Guest(e.clone()).into();
-                        late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
+                        late.set(Outcome::of_status(api.status().as_u16(), api.uncertain));
                     }
                     let last = outcome_of(&ev, tail);
                     if out.send(Ok(event_line(&ev))).await.is_err() {
@@ -314,7 +314,7 @@ async fn relay(
                 }
                 Err(e) => {
                     let api: ApiError = e.into();
-                    late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
+                    late.set(Outcome::of_status(api.status().as_u16(), api.uncertain));
                     let info = api.info();
                     let _ = out.send(Ok(line(&ExecLine::Error(info.clone())))).await;
                     return ExecOutcome { exit_code: None, error: Some(info.message), uncertain: info.uncertain };

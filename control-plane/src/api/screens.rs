@@ -8,7 +8,7 @@
 //! the database here and against the fence on the guest.
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
-use super::{bot_json, parse_bot, parse_lease, Api};
+use super::{bot_json, parse_lease, Api};
 use crate::activity::CommandStart;
 use crate::core::CoreError;
 use crate::guest;
@@ -53,7 +53,7 @@ fn screen_view(s: ScreenInfo) -> Screen {
 
 /// The bot named in the path and the lease its body must hold.
 async fn bot_and_lease(
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<(BotId, LeaseToken), ApiError> {
     let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
@@ -63,7 +63,7 @@ async fn bot_and_lease(
 pub async fn ensure(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
@@ -77,7 +77,7 @@ pub async fn ensure(
 pub async fn release(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
@@ -128,7 +128,7 @@ fn observation(o: guest::Observation) -> Observation {
 pub async fn observe(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
@@ -161,10 +161,9 @@ pub(super) async fn observe_bot(
 pub async fn act(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let result = act_batch(api, id, bot, &read_json_bytes(req.into_body()).await?).await?;
     Ok(json_response(StatusCode::OK, &result))
 }

@@ -13,6 +13,7 @@ use crate::guest::{ByteError, Exec};
 use crate::mcp::session::{Binding, Held, Registry};
 use crate::mcp::LEASE_HEADER;
 use crate::schema::browser::PageRequest;
+use crate::schema::code::ApiCode;
 use crate::schema::exec::ExecSpec;
 use crate::schema::screen::Observation;
 use base64::Engine;
@@ -242,8 +243,7 @@ impl Tools {
         }
         if let Some(why) = held.lost() {
             return Err(refused(ApiError::new(
-                hyper::StatusCode::CONFLICT,
-                "lease_lost",
+                ApiCode::LeaseLost,
                 format!(
                     "this session no longer holds the bot's lease ({why}); start a new session"
                 ),
@@ -564,8 +564,7 @@ impl Tools {
             Ok(Err((outcome, e))) => (outcome, Err(e)),
             Err(_) => {
                 let e = ApiError::new(
-                    hyper::StatusCode::GATEWAY_TIMEOUT,
-                    "guest_timeout",
+                    ApiCode::GuestTimeout,
                     format!(
                         "the command did not end within {} ms of its timeout; it was aborted",
                         SHELL_GRACE.as_millis()
@@ -606,8 +605,7 @@ impl Tools {
                 Ok(None) => break,
                 Err(ByteError::Overrun) => {
                     return Err(ApiError::new(
-                        hyper::StatusCode::BAD_GATEWAY,
-                        "guest_protocol_error",
+                        ApiCode::GuestProtocolError,
                         "guest sent more bytes than announced",
                     ))
                 }
@@ -652,8 +650,7 @@ async fn collect(
                 Ok(Some(ev)) => ev,
                 Ok(None) => {
                     let e = ApiError::new(
-                        hyper::StatusCode::BAD_GATEWAY,
-                        "tunnel_lost",
+                        ApiCode::TunnelLost,
                         "the guest ended the command stream without an exit status; the \
                          outcome is uncertain",
                     );
