@@ -374,11 +374,16 @@ routes! {
 
 impl Endpoint {
     /// Whether requests of this route are operations, counted in metrics under their name:
-    /// all but the service's own (health, the description, the tunnel, the scrape).
+    /// all but the service's own (health, the description, the tunnel, the scrape) and the MCP
+    /// endpoint's transport, whose tool calls are counted instead, each under its own name.
     pub fn is_operation(self) -> bool {
         !matches!(
             self,
-            Endpoint::Health | Endpoint::OpenApi | Endpoint::Tunnel | Endpoint::Metrics
+            Endpoint::Health
+                | Endpoint::OpenApi
+                | Endpoint::Tunnel
+                | Endpoint::Metrics
+                | Endpoint::Mcp
         )
     }
 }

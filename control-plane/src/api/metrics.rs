@@ -5,7 +5,8 @@
 //!
 //! An operation is named by its route ([`crate::route::Endpoint::name`], declared with the route
 //! itself): the name, never a computer id, bot id or path, is the `op` label. A request under
-//! `/v1` that is no route is counted as `other`.
+//! `/v1` that is no route is counted as `other`. MCP's transport requests are not operations:
+//! its tool calls are, recorded by the tools themselves (`mcp.<tool>`).
 
 use super::body::{full, RespBody};
 use crate::core::Core;

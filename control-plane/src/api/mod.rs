@@ -215,11 +215,7 @@ async fn serve_route(
     }
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
-    let operation = match (endpoint.idle(), route.computer()) {
-        (IdleUse::None, _) | (_, None) => None,
-        (IdleUse::Use, Some(id)) => Some(enter_operation(api, id, false)?),
-        (IdleUse::Refusable, Some(id)) => Some(enter_operation(api, id, true)?),
-    };
+    let operation = gate(api, endpoint, route.computer())?;
     let resp = dispatch(api, route, req).await?;
     Ok(match operation {
         Some(op) => resp.map(|body| BodyExt::boxed(Operating { body, _op: op })),
@@ -231,11 +227,24 @@ fn unauthorized() -> ApiError {
     ApiError::new(ApiCode::Unauthorized, "missing or wrong API token")
 }
 
-/// An operation on computer `id` begins: refused (with `refuse`) while idle suspension holds
-/// its claim, counted until the returned guard drops. HTTP routes and MCP tool calls pass here
-/// alike.
-fn enter_operation(api: &Api, id: &str, refuse: bool) -> Result<crate::idle::Operation, ApiError> {
-    api.core.idle.enter(id, refuse).map_err(|_| {
+/// Idle suspension's gate, the one way in for every door (HTTP routes and MCP tool calls): `e`
+/// on computer `id` is counted as a use until the returned guard drops, and refused while
+/// suspension holds the computer when it is [`IdleUse::Refusable`]; what is no use (or on no
+/// computer) passes without a guard.
+fn gate(
+    api: &Api,
+    e: Endpoint,
+    id: Option<&str>,
+) -> Result<Option<crate::idle::Operation>, ApiError> {
+    let (refuse, Some(id)) = (e.idle(), id) else {
+        return Ok(None);
+    };
+    let refuse = match refuse {
+        IdleUse::None => return Ok(None),
+        IdleUse::Use => false,
+        IdleUse::Refusable => true,
+    };
+    let operation = api.core.idle.enter(id, refuse).map_err(|_| {
         ApiError::new(
             ApiCode::ComputerSuspending,
             format!(
@@ -243,7 +252,8 @@ fn enter_operation(api: &Api, id: &str, refuse: bool) -> Result<crate::idle::Ope
                  stop); once it is stopped, start it again"
             ),
         )
-    })
+    })?;
+    Ok(Some(operation))
 }
 
 /// A response body that keeps its operation counted until it is fully sent (or dropped).

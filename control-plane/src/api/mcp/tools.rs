@@ -2,7 +2,9 @@
 //! the HTTP API runs (`api::screens::observe_bot`/`act_batch`, `api::browser::run`,
 //! `api::exec::start`, `api::files::{list_entries, open_read, write_file}`,
 //! `live::authority::set_waiting_takeover`), under the session's lease and through the same idle
-//! gate, so limits, error texts and activity-feed lines are the API's. A refusal is a tool
+//! gate (`api::gate`, with the rule of the route the tool stands for), so limits, error texts and
+//! activity-feed lines are the API's. Each call is one operation in the metrics, labelled
+//! `mcp.<tool>`. A refusal is a tool
 //! result with `isError` whose text is the API's message (prefixed with its code), never a
 //! protocol error: the model reads it.
 
@@ -12,6 +14,8 @@ use crate::clock::now_ms;
 use crate::guest::{ByteError, Exec};
 use crate::mcp::session::{Binding, Held, Registry};
 use crate::mcp::LEASE_HEADER;
+use crate::metrics::Outcome;
+use crate::route::Endpoint;
 use crate::schema::browser::PageRequest;
 use crate::schema::code::ApiCode;
 use crate::schema::exec::ExecSpec;
@@ -222,16 +226,16 @@ impl Tools {
 
     /// The session's lease, after checking this request came to the session's own endpoint
     /// (a session id is only good at the path it was made at).
-    fn lease(&self, ctx: &RequestContext<RoleServer>) -> Result<LeaseToken, CallToolResult> {
+    fn lease(&self, ctx: &RequestContext<RoleServer>) -> Result<LeaseToken, ApiError> {
         let Some(held) = self.held.get() else {
-            return Err(refused(ApiError::bad_request(
+            return Err(ApiError::bad_request(
                 "no MCP session: connect with the initialize handshake (protocol 2025-11-25 or \
                  earlier) to get a session holding the bot's lease",
-            )));
+            ));
         };
         if let Some(parts) = ctx.extensions.get::<hyper::http::request::Parts>() {
             if parts.uri.path().trim_end_matches('/') != self.binding.endpoint() {
-                return Err(refused(ApiError::not_found("no such MCP session here")));
+                return Err(ApiError::not_found("no such MCP session here"));
             }
             if let Some(sid) = parts
                 .headers
@@ -242,12 +246,12 @@ impl Tools {
             }
         }
         if let Some(why) = held.lost() {
-            return Err(refused(ApiError::new(
+            return Err(ApiError::new(
                 ApiCode::LeaseLost,
                 format!(
                     "this session no longer holds the bot's lease ({why}); start a new session"
                 ),
-            )));
+            ));
         }
         Ok(held.token.clone())
     }
@@ -259,22 +263,34 @@ impl Tools {
         }
     }
 
-    /// Runs `op` as an operation on the session's computer (the API's idle gate) under the
-    /// session's lease.
-    async fn run<F, Fut>(&self, ctx: &RequestContext<RoleServer>, op: F) -> CallToolResult
+    /// Runs tool call `tool` (its metrics label) under the session's lease, as the operation
+    /// `endpoint` on the session's computer: through the API's idle gate with that route's
+    /// rule, recorded in the metrics under the tool's own name.
+    async fn run<F, Fut>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &'static str,
+        endpoint: Endpoint,
+        op: F,
+    ) -> CallToolResult
     where
         F: FnOnce(LeaseToken) -> Fut,
         Fut: std::future::Future<Output = Result<CallToolResult, ApiError>>,
     {
-        let lease = match self.lease(ctx) {
-            Ok(l) => l,
-            Err(refusal) => return refusal,
+        let started = crate::clock::monotonic();
+        let result = async {
+            let lease = self.lease(ctx)?;
+            let _operation = api::gate(&self.api, endpoint, Some(self.id()))?;
+            op(lease).await
+        }
+        .await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::of_status(e.status().as_u16(), e.uncertain),
         };
-        let _operation = match api::enter_operation(&self.api, self.id(), true) {
-            Ok(op) => op,
-            Err(e) => return refused(e),
-        };
-        op(lease).await.unwrap_or_else(refused)
+        let took = started.elapsed();
+        self.api.core.metrics.operation(tool, outcome, took);
+        result.unwrap_or_else(refused)
     }
 
     async fn page(
@@ -312,16 +328,21 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let o = api::screens::observe_bot(
-                    &self.api,
-                    self.id(),
-                    self.binding.bot.clone(),
-                    lease,
-                )
-                .await?;
-                Ok(CallToolResult::success(observation_content(o)))
-            })
+            .run(
+                &ctx,
+                "mcp.computer_observe",
+                Endpoint::Observe,
+                |lease| async move {
+                    let o = api::screens::observe_bot(
+                        &self.api,
+                        self.id(),
+                        self.binding.bot.clone(),
+                        lease,
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(observation_content(o)))
+                },
+            )
             .await)
     }
 
@@ -337,26 +358,35 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let mut body = serde_json::json!({
-                    "lease": lease.to_string(),
-                    "actions": p.actions,
-                    "observe": p.observe,
-                });
-                if let Some(ms) = p.settle_ms {
-                    body["settle_ms"] = ms.into();
-                }
-                let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                let mut result =
-                    api::screens::act_batch(&self.api, self.id(), self.binding.bot.clone(), &bytes)
-                        .await?;
-                let observation = result.observation.take();
-                let mut content = vec![json_text(&result)];
-                if let Some(o) = observation {
-                    content.extend(observation_content(o));
-                }
-                Ok(CallToolResult::success(content))
-            })
+            .run(
+                &ctx,
+                "mcp.computer_act",
+                Endpoint::Act,
+                |lease| async move {
+                    let mut body = serde_json::json!({
+                        "lease": lease.to_string(),
+                        "actions": p.actions,
+                        "observe": p.observe,
+                    });
+                    if let Some(ms) = p.settle_ms {
+                        body["settle_ms"] = ms.into();
+                    }
+                    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+                    let mut result = api::screens::act_batch(
+                        &self.api,
+                        self.id(),
+                        self.binding.bot.clone(),
+                        &bytes,
+                    )
+                    .await?;
+                    let observation = result.observation.take();
+                    let mut content = vec![json_text(&result)];
+                    if let Some(o) = observation {
+                        content.extend(observation_content(o));
+                    }
+                    Ok(CallToolResult::success(content))
+                },
+            )
             .await)
     }
 
@@ -370,9 +400,12 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| {
-                self.page("navigate", lease, Some(p.url), None)
-            })
+            .run(
+                &ctx,
+                "mcp.browser_navigate",
+                Endpoint::BrowserNavigate,
+                |lease| self.page("navigate", lease, Some(p.url), None),
+            )
             .await)
     }
 
@@ -386,7 +419,12 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| self.page("snapshot", lease, None, None))
+            .run(
+                &ctx,
+                "mcp.browser_snapshot",
+                Endpoint::BrowserSnapshot,
+                |lease| self.page("snapshot", lease, None, None),
+            )
             .await)
     }
 
@@ -401,7 +439,9 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| self.page("act", lease, None, Some(p.steps)))
+            .run(&ctx, "mcp.browser_act", Endpoint::BrowserAct, |lease| {
+                self.page("act", lease, None, Some(p.steps))
+            })
             .await)
     }
 
@@ -415,7 +455,11 @@ impl Tools {
         Parameters(p): Parameters<ShellParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, |lease| self.shell_run(lease, p)).await)
+        Ok(self
+            .run(&ctx, "mcp.shell", Endpoint::Exec, |lease| {
+                self.shell_run(lease, p)
+            })
+            .await)
     }
 
     #[tool(
@@ -428,7 +472,11 @@ impl Tools {
         Parameters(p): Parameters<ReadParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, |lease| self.read_run(lease, p)).await)
+        Ok(self
+            .run(&ctx, "mcp.read_file", Endpoint::ReadFile, |lease| {
+                self.read_run(lease, p)
+            })
+            .await)
     }
 
     #[tool(
@@ -442,39 +490,44 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let bytes = match p.encoding.as_deref() {
-                    None | Some("utf8") => Bytes::from(p.content.into_bytes()),
-                    Some("base64") => Bytes::from(
-                        base64::engine::general_purpose::STANDARD
-                            .decode(p.content.as_bytes())
-                            .map_err(|e| {
-                                ApiError::bad_request(format!("content is not base64: {e}"))
-                            })?,
-                    ),
-                    Some(other) => {
-                        return Err(ApiError::bad_request(format!(
-                            "encoding must be utf8 or base64, got {:?}",
-                            other.chars().take(32).collect::<String>()
-                        )))
-                    }
-                };
-                let size = bytes.len() as u64;
-                let written = api::files::write_file(
-                    &self.api,
-                    self.id(),
-                    p.path.clone(),
-                    p.executable,
-                    Some(self.bot_lease(lease)),
-                    size,
-                    futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]),
-                )
-                .await?;
-                Ok(CallToolResult::success(vec![ContentBlock::text(format!(
-                    "wrote {written} bytes to {}",
-                    p.path
-                ))]))
-            })
+            .run(
+                &ctx,
+                "mcp.write_file",
+                Endpoint::WriteFile,
+                |lease| async move {
+                    let bytes = match p.encoding.as_deref() {
+                        None | Some("utf8") => Bytes::from(p.content.into_bytes()),
+                        Some("base64") => Bytes::from(
+                            base64::engine::general_purpose::STANDARD
+                                .decode(p.content.as_bytes())
+                                .map_err(|e| {
+                                    ApiError::bad_request(format!("content is not base64: {e}"))
+                                })?,
+                        ),
+                        Some(other) => {
+                            return Err(ApiError::bad_request(format!(
+                                "encoding must be utf8 or base64, got {:?}",
+                                other.chars().take(32).collect::<String>()
+                            )))
+                        }
+                    };
+                    let size = bytes.len() as u64;
+                    let written = api::files::write_file(
+                        &self.api,
+                        self.id(),
+                        p.path.clone(),
+                        p.executable,
+                        Some(self.bot_lease(lease)),
+                        size,
+                        futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]),
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                        "wrote {written} bytes to {}",
+                        p.path
+                    ))]))
+                },
+            )
             .await)
     }
 
@@ -488,16 +541,21 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let listing = api::files::list_entries(
-                    &self.api,
-                    self.id(),
-                    p.path.unwrap_or_default(),
-                    Some(self.bot_lease(lease)),
-                )
-                .await?;
-                Ok(CallToolResult::success(vec![json_text(&listing)]))
-            })
+            .run(
+                &ctx,
+                "mcp.list_files",
+                Endpoint::ListFiles,
+                |lease| async move {
+                    let listing = api::files::list_entries(
+                        &self.api,
+                        self.id(),
+                        p.path.unwrap_or_default(),
+                        Some(self.bot_lease(lease)),
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(vec![json_text(&listing)]))
+                },
+            )
             .await)
     }
 
@@ -512,26 +570,31 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let waiting = p.waiting.unwrap_or(true);
-                crate::live::authority::set_waiting_takeover(
-                    &self.api.core,
-                    self.id(),
-                    &self.binding.bot,
-                    &lease,
-                    waiting,
-                    now_ms(),
-                )
-                .await
-                .map_err(ApiError::from)?;
-                let text = if waiting {
-                    "Takeover requested: a person may now take control of this screen. Wait, \
+            .run(
+                &ctx,
+                "mcp.request_takeover",
+                Endpoint::WaitingTakeover,
+                |lease| async move {
+                    let waiting = p.waiting.unwrap_or(true);
+                    crate::live::authority::set_waiting_takeover(
+                        &self.api.core,
+                        self.id(),
+                        &self.binding.bot,
+                        &lease,
+                        waiting,
+                        now_ms(),
+                    )
+                    .await
+                    .map_err(ApiError::from)?;
+                    let text = if waiting {
+                        "Takeover requested: a person may now take control of this screen. Wait, \
                      then observe before continuing."
-                } else {
-                    "Takeover request withdrawn."
-                };
-                Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
-            })
+                    } else {
+                        "Takeover request withdrawn."
+                    };
+                    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+                },
+            )
             .await)
     }
 }
