@@ -353,13 +353,13 @@ async fn dispatch(
             live::waiting_takeover(api, &computer, bot, req).await
         }
         Route::BrowserNavigate { computer, bot } => {
-            browser::handle(api, &computer, bot, "navigate", req).await
+            browser::handle(api, &computer, bot, browser::Tool::Navigate, req).await
         }
         Route::BrowserSnapshot { computer, bot } => {
-            browser::handle(api, &computer, bot, "snapshot", req).await
+            browser::handle(api, &computer, bot, browser::Tool::Snapshot, req).await
         }
         Route::BrowserAct { computer, bot } => {
-            browser::handle(api, &computer, bot, "act", req).await
+            browser::handle(api, &computer, bot, browser::Tool::Act, req).await
         }
         Route::GetLease { computer, bot } => leases::get(api, &computer, bot).await,
         Route::AcquireLease { computer, bot } => {

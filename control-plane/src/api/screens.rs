@@ -168,16 +168,78 @@ pub async fn act(
     Ok(json_response(StatusCode::OK, &result))
 }
 
-/// computer_act: a batch body (`{lease, actions, observe?, settle_ms?}`) read, validated, run
-/// and recorded; the operation behind `POST …/act` and MCP's `computer_act`.
-pub(super) async fn act_batch(
+/// computer_act: a batch body (`{lease, actions, observe?, settle_ms?}`) read, then run as
+/// [`Batch::run`] does; `POST …/act`.
+async fn act_batch(
     api: &Arc<Api>,
     id: &str,
     bot: BotId,
     body: &[u8],
 ) -> Result<ActResult, ApiError> {
     let (body, lease, actions) = read_batch(body)?;
-    validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
+    let batch = Batch {
+        lease,
+        actions,
+        observe: body.observe,
+        settle_ms: body.settle_ms,
+    };
+    batch.run(api, id, bot).await
+}
+
+/// A computer_act batch, typed: the operation behind `POST …/act` and MCP's `computer_act`.
+pub(super) struct Batch {
+    pub lease: LeaseToken,
+    pub actions: Vec<Action>,
+    pub observe: bool,
+    pub settle_ms: Option<u32>,
+}
+
+impl Batch {
+    /// MCP's batch: its actions read one by one, each refused in the words `POST …/act` uses
+    /// for it (`action N: …`, the first bad one).
+    pub(super) fn of_values(
+        lease: LeaseToken,
+        actions: &[Value],
+        observe: bool,
+        settle_ms: Option<u32>,
+    ) -> Result<Self, ApiError> {
+        let actions = actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| read_action(a).map_err(|m| numbered(i, m)))
+            .collect::<Result<_, _>>()?;
+        Ok(Batch {
+            lease,
+            actions,
+            observe,
+            settle_ms,
+        })
+    }
+
+    /// Validates, runs and records the batch for `bot` on computer `id`.
+    pub(super) async fn run(
+        self,
+        api: &Arc<Api>,
+        id: &str,
+        bot: BotId,
+    ) -> Result<ActResult, ApiError> {
+        run_batch(api, id, bot, self).await
+    }
+}
+
+async fn run_batch(
+    api: &Arc<Api>,
+    id: &str,
+    bot: BotId,
+    body: Batch,
+) -> Result<ActResult, ApiError> {
+    let Batch {
+        lease,
+        actions,
+        observe,
+        settle_ms,
+    } = body;
+    validate_actions(&actions, settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
     // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
     // keys, typed text, which may be a password) are not.
     let records = feed_lines(id, &bot, &actions);
@@ -185,8 +247,8 @@ pub(super) async fn act_batch(
         bot: bot.clone(),
         lease,
         actions,
-        observe: body.observe,
-        settle_ms: body.settle_ms,
+        observe,
+        settle_ms,
     };
     let acted = api
         .core

@@ -1,5 +1,5 @@
 //! The MCP tools of one session: each is a thin translation from its arguments to the operation
-//! the HTTP API runs (`api::screens::observe_bot`/`act_batch`, `api::browser::run`,
+//! the HTTP API runs, with typed values (`api::screens::observe_bot`/`Batch`, `api::browser::run`,
 //! `api::exec::start`, `api::files::{list_entries, open_read, write_file}`,
 //! `live::authority::set_waiting_takeover`), under the session's lease and through the same idle
 //! gate (`api::gate`, with the rule of the route the tool stands for), so limits, error texts and
@@ -9,6 +9,8 @@
 //! protocol error: the model reads it.
 
 use crate::activity::Tail;
+use crate::api::browser::Tool;
+use crate::api::screens::Batch;
 use crate::api::{self, Api, ApiError};
 use crate::clock::now_ms;
 use crate::guest::{ByteError, Exec};
@@ -16,7 +18,6 @@ use crate::mcp::session::{Binding, Held, Registry};
 use crate::mcp::LEASE_HEADER;
 use crate::metrics::Outcome;
 use crate::route::Endpoint;
-use crate::schema::browser::PageRequest;
 use crate::schema::code::ApiCode;
 use crate::schema::exec::ExecSpec;
 use crate::schema::screen::Observation;
@@ -295,7 +296,7 @@ impl Tools {
 
     async fn page(
         &self,
-        action: &str,
+        tool: Tool,
         lease: LeaseToken,
         url: Option<String>,
         steps: Option<Vec<serde_json::Value>>,
@@ -304,13 +305,8 @@ impl Tools {
             .map(|s| serde_json::from_value(serde_json::Value::Array(s)))
             .transpose()
             .map_err(api::invalid_json)?;
-        let body = PageRequest {
-            lease: lease.to_string(),
-            url,
-            steps,
-        };
-        let result =
-            api::browser::run(&self.api, self.id(), self.binding.bot.clone(), action, body).await?;
+        let bot = self.binding.bot.clone();
+        let result = api::browser::run(&self.api, self.id(), bot, lease, tool, url, steps).await?;
         Ok(CallToolResult::success(vec![json_text(&result)]))
     }
 }
@@ -363,22 +359,9 @@ impl Tools {
                 "mcp.computer_act",
                 Endpoint::Act,
                 |lease| async move {
-                    let mut body = serde_json::json!({
-                        "lease": lease.to_string(),
-                        "actions": p.actions,
-                        "observe": p.observe,
-                    });
-                    if let Some(ms) = p.settle_ms {
-                        body["settle_ms"] = ms.into();
-                    }
-                    let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                    let mut result = api::screens::act_batch(
-                        &self.api,
-                        self.id(),
-                        self.binding.bot.clone(),
-                        &bytes,
-                    )
-                    .await?;
+                    let batch = Batch::of_values(lease, &p.actions, p.observe, p.settle_ms)?;
+                    let bot = self.binding.bot.clone();
+                    let mut result = batch.run(&self.api, self.id(), bot).await?;
                     let observation = result.observation.take();
                     let mut content = vec![json_text(&result)];
                     if let Some(o) = observation {
@@ -404,7 +387,7 @@ impl Tools {
                 &ctx,
                 "mcp.browser_navigate",
                 Endpoint::BrowserNavigate,
-                |lease| self.page("navigate", lease, Some(p.url), None),
+                |lease| self.page(Tool::Navigate, lease, Some(p.url), None),
             )
             .await)
     }
@@ -423,7 +406,7 @@ impl Tools {
                 &ctx,
                 "mcp.browser_snapshot",
                 Endpoint::BrowserSnapshot,
-                |lease| self.page("snapshot", lease, None, None),
+                |lease| self.page(Tool::Snapshot, lease, None, None),
             )
             .await)
     }
@@ -440,7 +423,7 @@ impl Tools {
     ) -> Result<CallToolResult, McpError> {
         Ok(self
             .run(&ctx, "mcp.browser_act", Endpoint::BrowserAct, |lease| {
-                self.page("act", lease, None, Some(p.steps))
+                self.page(Tool::Act, lease, None, Some(p.steps))
             })
             .await)
     }
