@@ -8,8 +8,9 @@
 //! result with `isError` whose text is the API's message (prefixed with its code), never a
 //! protocol error: the model reads it.
 
-use crate::activity::Tail;
+use crate::activity::{ExecOutcome, Tail};
 use crate::api::browser::Tool;
+use crate::api::exec::Stdin;
 use crate::api::screens::Batch;
 use crate::api::{self, Api, ApiError};
 use crate::clock::now_ms;
@@ -598,10 +599,13 @@ impl Tools {
             env: Default::default(),
             timeout_ms: Some(timeout_ms),
             stdin: None,
-            bot: Some(self.binding.bot.as_str().to_string()),
-            lease: Some(lease.to_string()),
+            bot: None,
+            lease: None,
         };
-        let (exec, record) = api::exec::start(&self.api, self.id(), spec, stdin.is_some()).await?;
+        api::exec::check(&spec)?;
+        let lease = Some(self.bot_lease(lease));
+        let (exec, record) =
+            api::exec::start(&self.api, self.id(), spec, lease, stdin.is_some()).await?;
         let mut tail = Tail::default();
         let deadline = Duration::from_millis(timeout_ms).saturating_add(SHELL_GRACE);
         let ran = tokio::time::timeout(deadline, collect(exec, stdin, &mut tail)).await;
@@ -670,81 +674,67 @@ impl Tools {
     }
 }
 
-/// Feeds `stdin` to a started command and gathers its output until it exits: the feed's
-/// outcome, and the tool's answer or refusal.
+/// What `shell` gathers of a command: the tails of its output and how it exited.
+#[derive(Default)]
+struct Gathered {
+    out: Kept,
+    err: Kept,
+    exit: Option<(i32, Option<String>)>,
+}
+
+impl api::exec::Sink for &mut Gathered {
+    async fn event(&mut self, ev: &ExecEvent) -> bool {
+        match ev {
+            ExecEvent::Stdout(b) => self.out.push(b),
+            ExecEvent::Stderr(b) => self.err.push(b),
+            ExecEvent::Exit { code, message } => self.exit = Some((*code, message.clone())),
+            _ => {}
+        }
+        true
+    }
+
+    async fn failed(&mut self, _: &ApiError) {}
+
+    async fn closed(&self) {
+        // The tool call waits for its answer: it never leaves.
+        std::future::pending().await
+    }
+}
+
+/// Feeds `stdin` to a started command and gathers its output until it exits, through the one
+/// exec pump (`api::exec::pump`): the feed's outcome, and the tool's answer or refusal.
 async fn collect(
     exec: Exec,
     stdin: Option<Bytes>,
     tail: &mut Tail,
-) -> Result<(crate::activity::ExecOutcome, CallToolResult), (crate::activity::ExecOutcome, ApiError)>
-{
-    let Exec {
-        first,
-        stdin: mut stdin_tx,
-        mut events,
-    } = exec;
-    let (mut out, mut err) = (Kept::default(), Kept::default());
-    let mut next = Some(first);
-    if let Some(bytes) = stdin {
-        let _ = stdin_tx.write(&bytes).await;
-        let _ = stdin_tx.close().await;
+) -> Result<(ExecOutcome, CallToolResult), (ExecOutcome, ApiError)> {
+    let stdin = match stdin {
+        Some(bytes) => Stdin::Text(bytes),
+        None => Stdin::None,
+    };
+    let mut gathered = Gathered::default();
+    let pumped = api::exec::pump(exec, stdin, &mut gathered, tail).await;
+    if let Some(e) = pumped.failure {
+        return Err((pumped.outcome, e));
     }
-    loop {
-        let ev = match next.take() {
-            Some(ev) => ev,
-            None => match events.next().await {
-                Ok(Some(ev)) => ev,
-                Ok(None) => {
-                    let e = ApiError::new(
-                        ApiCode::TunnelLost,
-                        "the guest ended the command stream without an exit status; the \
-                         outcome is uncertain",
-                    );
-                    let mut e = e;
-                    e.uncertain = true;
-                    return Err((outcome_of_error(&e), e));
-                }
-                Err(t) => {
-                    let e: ApiError = t.into();
-                    return Err((outcome_of_error(&e), e));
-                }
-            },
-        };
-        match &ev {
-            ExecEvent::Stdout(b) => out.push(b),
-            ExecEvent::Stderr(b) => err.push(b),
-            _ => {}
-        }
-        let done = api::exec::outcome_of(&ev, tail);
-        match ev {
-            ExecEvent::Exit { code, message } => {
-                stdin_tx.finish();
-                let mut text = format!("exit code: {code}\n");
-                if let Some(m) = &message {
-                    text.push_str(&format!("message: {m}\n"));
-                }
-                text.push_str(&format!("stdout:\n{}\nstderr:\n{}", out.text(), err.text()));
-                let outcome = done.unwrap_or_else(api::exec::client_gone);
-                return Ok((
-                    outcome,
-                    CallToolResult::success(vec![ContentBlock::text(text)]),
-                ));
-            }
-            ExecEvent::Failed(f) => {
-                let e: ApiError = crate::tunnel::TunnelError::Guest(f).into();
-                return Err((outcome_of_error(&e), e));
-            }
-            _ => {}
-        }
+    let Some((code, message)) = gathered.exit else {
+        let mut e = ApiError::new(
+            ApiCode::TunnelLost,
+            "the command ended without an exit status",
+        );
+        e.uncertain = true;
+        return Err((pumped.outcome, e));
+    };
+    let mut text = format!("exit code: {code}\n");
+    if let Some(m) = &message {
+        text.push_str(&format!("message: {m}\n"));
     }
-}
-
-fn outcome_of_error(e: &ApiError) -> crate::activity::ExecOutcome {
-    crate::activity::ExecOutcome {
-        exit_code: None,
-        error: Some(e.message.clone()),
-        uncertain: e.uncertain,
-    }
+    let (out, err) = (gathered.out.text(), gathered.err.text());
+    text.push_str(&format!("stdout:\n{out}\nstderr:\n{err}"));
+    Ok((
+        pumped.outcome,
+        CallToolResult::success(vec![ContentBlock::text(text)]),
+    ))
 }
 
 #[tool_handler(router = self.tool_router)]
