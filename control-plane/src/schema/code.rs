@@ -37,6 +37,7 @@ macro_rules! codes {
 codes! {
     BadRequest = "bad_request", 400, "a malformed request: a body that is not the JSON the route \
         takes, an id or query parameter out of range (the message says which)";
+    HttpsRequired = "https_required", 400, "plain HTTP on a port served over TLS: use https";
     PathRejected = "path_rejected", 400, "a path outside the home (absolute, `..`, or through a \
         symlink)";
     Unauthorized = "unauthorized", 401, "no `Authorization: Bearer <api token>`, or a wrong one";
