@@ -215,8 +215,14 @@ async fn serve_route(
     }
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
-    let operation = gate(api, endpoint, route.computer())?;
-    let resp = dispatch(api, route, req).await?;
+    let computer = route.computer().map(str::to_owned);
+    let (resp, operation) = operate(
+        api,
+        endpoint,
+        computer.as_deref(),
+        dispatch(api, route, req),
+    )
+    .await?;
     Ok(match operation {
         Some(op) => resp.map(|body| BodyExt::boxed(Operating { body, _op: op })),
         None => resp,
@@ -227,10 +233,23 @@ fn unauthorized() -> ApiError {
     ApiError::new(ApiCode::Unauthorized, "missing or wrong API token")
 }
 
-/// Idle suspension's gate, the one way in for every door (HTTP routes and MCP tool calls): `e`
-/// on computer `id` is counted as a use until the returned guard drops, and refused while
-/// suspension holds the computer when it is [`IdleUse::Refusable`]; what is no use (or on no
-/// computer) passes without a guard.
+/// Runs `op`, the operation `e` on computer `id`, inside idle suspension's gate: the one call
+/// site of the gate, for every door (HTTP routes and MCP tool calls). The gate's guard comes
+/// back with the answer, for a door whose answer outlives the call (an HTTP body still
+/// streaming); dropping it ends the operation.
+async fn operate<T>(
+    api: &Api,
+    e: Endpoint,
+    id: Option<&str>,
+    op: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<(T, Option<crate::idle::Operation>), ApiError> {
+    let operation = gate(api, e, id)?;
+    Ok((op.await?, operation))
+}
+
+/// Idle suspension's gate (called by [`operate`] alone): `e` on computer `id` is counted as a
+/// use until the returned guard drops, and refused while suspension holds the computer when it
+/// is [`IdleUse::Refusable`]; what is no use (or on no computer) passes without a guard.
 fn gate(
     api: &Api,
     e: Endpoint,

@@ -2,7 +2,7 @@
 //! the HTTP API runs, with typed values (`api::screens::observe_bot`/`Batch`, `api::browser::run`,
 //! `api::exec::start`, `api::files::{list_entries, open_read, write_file}`,
 //! `live::authority::set_waiting_takeover`), under the session's lease and through the same idle
-//! gate (`api::gate`, with the rule of the route the tool stands for), so limits, error texts and
+//! gate (`api::operate`, with the rule of the route the tool stands for), so limits, error texts and
 //! activity-feed lines are the API's. Each call is one operation in the metrics, labelled
 //! `mcp.<tool>`. A refusal is a tool
 //! result with `isError` whose text is the API's message (prefixed with its code), never a
@@ -280,10 +280,11 @@ impl Tools {
         Fut: std::future::Future<Output = Result<CallToolResult, ApiError>>,
     {
         let started = crate::clock::monotonic();
-        let result = async {
+        let result: Result<CallToolResult, ApiError> = async {
             let lease = self.lease(ctx)?;
-            let _operation = api::gate(&self.api, endpoint, Some(self.id()))?;
-            op(lease).await
+            let (answer, _operation) =
+                api::operate(&self.api, endpoint, Some(self.id()), op(lease)).await?;
+            Ok(answer)
         }
         .await;
         let outcome = match &result {
