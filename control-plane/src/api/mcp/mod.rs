@@ -7,6 +7,7 @@
 //! session (`Mcp-Session-Id`) that was made at another endpoint is answered as an unknown
 //! session (404). rmcp checks the `Host` header against the allowed hosts (`--mcp-allowed-hosts`).
 
+mod shell;
 mod tools;
 
 use crate::api::{json_response, parse_bot, read_json, Api, ApiError, RespBody};

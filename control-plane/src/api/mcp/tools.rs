@@ -8,13 +8,12 @@
 //! result with `isError` whose text is the API's message (prefixed with its code), never a
 //! protocol error: the model reads it.
 
-use crate::activity::{ExecOutcome, Tail};
+use crate::activity::Tail;
 use crate::api::browser::Tool;
-use crate::api::exec::Stdin;
 use crate::api::screens::Batch;
 use crate::api::{self, Api, ApiError};
 use crate::clock::now_ms;
-use crate::guest::{ByteError, Exec};
+use crate::guest::ByteError;
 use crate::mcp::session::{Binding, Held, Registry};
 use crate::mcp::LEASE_HEADER;
 use crate::metrics::Outcome;
@@ -24,7 +23,7 @@ use crate::schema::exec::ExecSpec;
 use crate::schema::screen::Observation;
 use base64::Engine;
 use bytes::Bytes;
-use gateway_proto::{BotLease, ExecEvent, LeaseToken};
+use gateway_proto::{BotLease, LeaseToken};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -40,8 +39,6 @@ use std::time::Duration;
 
 /// `shell`'s timeout when the call names none.
 pub const DEFAULT_SHELL_TIMEOUT: Duration = Duration::from_secs(120);
-/// Most of each output stream `shell` returns: the last bytes, with a note of what was cut.
-pub const SHELL_OUTPUT_MAX: usize = 64 * 1024;
 /// How long past its own timeout `shell` waits for the guest's exit before giving up.
 const SHELL_GRACE: Duration = Duration::from_secs(30);
 /// `read_file`'s cap when the call names none, and the largest it may name.
@@ -83,39 +80,6 @@ fn observation_content(mut o: Observation) -> Vec<ContentBlock> {
         content.push(ContentBlock::image(png, o.mime_type.clone()));
     }
     content
-}
-
-/// The kept tail `buf` of a stream of `total` bytes as text, saying how many came before.
-fn tail_text(buf: &[u8], total: u64) -> String {
-    let cut = total.saturating_sub(buf.len() as u64);
-    let text = String::from_utf8_lossy(buf);
-    if cut == 0 {
-        text.into_owned()
-    } else {
-        format!("[first {cut} bytes omitted]\n{text}")
-    }
-}
-
-/// Keeps the last [`SHELL_OUTPUT_MAX`] bytes of a stream.
-#[derive(Default)]
-struct Kept {
-    buf: Vec<u8>,
-    total: u64,
-}
-
-impl Kept {
-    fn push(&mut self, b: &[u8]) {
-        self.total += b.len() as u64;
-        self.buf.extend_from_slice(b);
-        if self.buf.len() > SHELL_OUTPUT_MAX {
-            let drop = self.buf.len() - SHELL_OUTPUT_MAX;
-            self.buf.drain(..drop);
-        }
-    }
-
-    fn text(&self) -> String {
-        tail_text(&self.buf, self.total)
-    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -609,7 +573,8 @@ impl Tools {
             api::exec::start(&self.api, self.id(), spec, lease, stdin.is_some()).await?;
         let mut tail = Tail::default();
         let deadline = Duration::from_millis(timeout_ms).saturating_add(SHELL_GRACE);
-        let ran = tokio::time::timeout(deadline, collect(exec, stdin, &mut tail)).await;
+        let ran =
+            tokio::time::timeout(deadline, super::shell::collect(exec, stdin, &mut tail)).await;
         let (outcome, result) = match ran {
             Ok(Ok((outcome, result))) => (outcome, Ok(result)),
             Ok(Err((outcome, e))) => (outcome, Err(e)),
@@ -673,69 +638,6 @@ impl Tools {
         };
         Ok(CallToolResult::success(vec![content]))
     }
-}
-
-/// What `shell` gathers of a command: the tails of its output and how it exited.
-#[derive(Default)]
-struct Gathered {
-    out: Kept,
-    err: Kept,
-    exit: Option<(i32, Option<String>)>,
-}
-
-impl api::exec::Sink for &mut Gathered {
-    async fn event(&mut self, ev: &ExecEvent) -> bool {
-        match ev {
-            ExecEvent::Stdout(b) => self.out.push(b),
-            ExecEvent::Stderr(b) => self.err.push(b),
-            ExecEvent::Exit { code, message } => self.exit = Some((*code, message.clone())),
-            _ => {}
-        }
-        true
-    }
-
-    async fn failed(&mut self, _: &ApiError) {}
-
-    async fn closed(&self) {
-        // The tool call waits for its answer: it never leaves.
-        std::future::pending().await
-    }
-}
-
-/// Feeds `stdin` to a started command and gathers its output until it exits, through the one
-/// exec pump (`api::exec::pump`): the feed's outcome, and the tool's answer or refusal.
-async fn collect(
-    exec: Exec,
-    stdin: Option<Bytes>,
-    tail: &mut Tail,
-) -> Result<(ExecOutcome, CallToolResult), (ExecOutcome, ApiError)> {
-    let stdin = match stdin {
-        Some(bytes) => Stdin::Text(bytes),
-        None => Stdin::None,
-    };
-    let mut gathered = Gathered::default();
-    let pumped = api::exec::pump(exec, stdin, &mut gathered, tail).await;
-    if let Some(e) = pumped.failure {
-        return Err((pumped.outcome, e));
-    }
-    let Some((code, message)) = gathered.exit else {
-        let mut e = ApiError::new(
-            ApiCode::TunnelLost,
-            "the command ended without an exit status",
-        );
-        e.uncertain = true;
-        return Err((pumped.outcome, e));
-    };
-    let mut text = format!("exit code: {code}\n");
-    if let Some(m) = &message {
-        text.push_str(&format!("message: {m}\n"));
-    }
-    let (out, err) = (gathered.out.text(), gathered.err.text());
-    text.push_str(&format!("stdout:\n{out}\nstderr:\n{err}"));
-    Ok((
-        pumped.outcome,
-        CallToolResult::success(vec![ContentBlock::text(text)]),
-    ))
 }
 
 #[tool_handler(router = self.tool_router)]
