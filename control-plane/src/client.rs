@@ -50,6 +50,18 @@ pub enum ClientError {
     Tls(String),
 }
 
+impl From<crate::route::RouteError> for ClientError {
+    /// A request the CLI refuses before sending it, as the server would refuse it.
+    fn from(e: crate::route::RouteError) -> Self {
+        ClientError::Api {
+            status: StatusCode::from_u16(e.code.status()).unwrap_or(StatusCode::BAD_REQUEST),
+            code: e.code.as_str().to_string(),
+            message: e.message,
+            uncertain: false,
+        }
+    }
+}
+
 /// Which certificates an `https://` server may present.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trust {

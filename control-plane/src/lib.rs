@@ -23,6 +23,7 @@ pub mod live;
 pub mod mcp;
 pub mod metrics;
 pub mod provider_set;
+pub mod route;
 pub mod schema;
 pub mod serve;
 pub mod tls;

@@ -4,8 +4,10 @@
 //! What is recorded where, once each:
 //! - operations (`rakazo_operations_total{op, outcome}` and
 //!   `rakazo_operation_duration_seconds{op, outcome}`): by the API router (`api::metrics`), the
-//!   one place every operation passes whether it reaches a guest or is refused before (a stale
-//!   lease, a suspending computer). `op` is the route's name from a fixed table, never an id.
+//!   one place every HTTP operation passes whether it reaches a guest or is refused before (a
+//!   stale lease, a suspending computer), and by the MCP tools' one wrapper (`Tools::run`) for
+//!   each tool call. `op` is the route's name from the route table (`mcp.<tool>` for a tool
+//!   call), never an id.
 //!   The duration runs from the request's arrival to the end of its response body, so a
 //!   streamed exec or checkpoint counts whole; the outcome is the status, or what a stream
 //!   reported last ([`LateOutcome`]);
@@ -268,7 +270,7 @@ impl Metrics {
         }
     }
 
-    /// Records one operation (`op` from the router's fixed table).
+    /// Records one operation (`op` a route's or an MCP tool's fixed name).
     pub fn operation(&self, op: &'static str, outcome: Outcome, took: Duration) {
         let labels = OpLabels {
             op,

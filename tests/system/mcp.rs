@@ -290,7 +290,38 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     assert!(feed.contains("hello from mcp"), "{feed}");
     assert!(feed.contains("notes/mcp.txt"), "{feed}");
     assert!(!feed.contains("hijacked"), "{feed}");
+    // Each tool call is one operation in the metrics under its own name; the transport's
+    // requests are none.
+    let metrics = scrape_text(&w).await?;
+    for tool in [
+        "shell",
+        "browser_navigate",
+        "write_file",
+        "read_file",
+        "computer_observe",
+    ] {
+        let ok = format!("rakazo_operations_total{{op=\"mcp.{tool}\",outcome=\"ok\"}}");
+        assert!(metrics.contains(&ok), "{ok} in {metrics}");
+    }
+    assert!(!metrics.contains("op=\"mcp\""), "{metrics}");
     w.check_log()
+}
+
+/// `GET /metrics` with the API token: the text.
+async fn scrape_text(w: &World) -> Result<String> {
+    use http_body_util::BodyExt;
+    let resp = w
+        .client
+        .send(
+            hyper::Method::GET,
+            "/metrics",
+            None,
+            None,
+            control_plane::client::full_body(bytes::Bytes::new()),
+        )
+        .await?;
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8(body.to_vec())?)
 }
 
 /// An MCP `initialize` request at `path` with `token`: the HTTP error, if refused.

@@ -6,7 +6,7 @@
 //! with a body and content type matching the document, never a 500, and a 401 without the token.
 //!
 //! The computer and bot in the paths are real (a local computer with its guest connected), so
-//! the routes behind `{id}` run their handlers instead of stopping at 404. Destroying and
+//! the routes behind `{computer}` run their handlers instead of stopping at 404. Destroying and
 //! stopping the computer are checked in a second run after everything else, so they do not turn
 //! the rest into `computer_destroyed`.
 //!
@@ -107,7 +107,7 @@ ignored_auth.enabled = true
 bearer = "${{RAKAZO_ST_TOKEN}}"
 
 [parameters]
-"path.id" = "{computer}"
+"path.computer" = "{computer}"
 "path.bot" = "st-bot"
 
 [generation]
@@ -119,7 +119,7 @@ enabled = false
 # A checkpoint waits up to wait_ms for bots' leases to end, and the run holds leases of its
 # own: do not let it wait (the bound itself is still checked by its negative cases).
 [[operations]]
-include-operation-id = "checkpointHome"
+include-operation-id = "home.checkpoint"
 parameters = {{ "query.wait_ms" = 0 }}
 "#
     )
@@ -191,16 +191,16 @@ async fn schemathesis_finds_nothing_against_the_live_server() -> Result<()> {
     // Everything but the operations that end the computer, then those.
     let enders = [
         "--exclude-operation-id",
-        "destroyComputer",
+        "computer.destroy",
         "--exclude-operation-id",
-        "stopComputer",
+        "computer.stop",
     ];
     run(&st, dir.path(), &w, &enders)?;
     let only = [
         "--include-operation-id",
-        "stopComputer",
+        "computer.stop",
         "--include-operation-id",
-        "destroyComputer",
+        "computer.destroy",
     ];
     run(&st, dir.path(), &w, &only)?;
     // The token never reached the server's log in a URL or elsewhere.

@@ -8,7 +8,7 @@
 //!   after `after` (default: the newest now, i.e. only what comes next) as it is recorded,
 //!   until the client leaves; `: keepalive` comments keep a quiet stream open.
 //!
-//! Neither enters idle suspension's gate (`super::idle_use`): reading or following the feed is
+//! Neither enters idle suspension's gate (`crate::route::IdleUse::None`): reading or following the feed is
 //! not a use, so a follower never keeps a computer awake. A destroyed computer's history stays
 //! readable.
 

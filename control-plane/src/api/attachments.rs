@@ -18,6 +18,7 @@ use crate::clock::now_ms;
 use crate::computers::ComputerKind;
 use crate::live::seal::{AttachmentScope, MAX_ATTACHMENT_PATH};
 use crate::schema::activity::CommandAction;
+use crate::schema::code::ApiCode;
 use crate::schema::files::{AttachRequest, Attached, Uploaded};
 use gateway_proto::{BotId, BotLease, ErrorCode, ListFiles, ReadFile, WriteFile};
 use hyper::body::Incoming;
@@ -83,11 +84,10 @@ fn free_name(name: &str, taken: &HashSet<String>) -> Option<String> {
 pub async fn upload(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     q: &HashMap<String, String>,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let name = q.get("name").map(String::as_str).unwrap_or_default();
     check_name(name)?;
     let control = q.get("control").map(String::as_str).unwrap_or_default();
@@ -95,8 +95,7 @@ pub async fn upload(
     let max = api.limits.attachment_max_bytes;
     if size > max {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "attachment_too_large",
+            ApiCode::AttachmentTooLarge,
             format!("the upload is {size} bytes; the attachment limit is {max} bytes"),
         ));
     }
@@ -113,8 +112,7 @@ pub async fn upload(
         Some(lease) if !control.is_empty() && lease.id == control => {}
         Some(_) => {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "control_required",
+                ApiCode::ControlRequired,
                 format!(
                     "control lease {control:?} is not the live control of bot {bot} on \
                      computer {id}"
@@ -123,8 +121,7 @@ pub async fn upload(
         }
         None => {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "control_required",
+                ApiCode::ControlRequired,
                 format!(
                     "uploading to bot {bot} on computer {id} needs the user's control of the bot \
                      (take it with `screen takeover`)"
@@ -151,8 +148,7 @@ pub async fn upload(
     };
     let Some(landed) = free_name(name, &taken) else {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "exists",
+            ApiCode::Exists,
             format!("{dir}/{name} and its {MAX_SUFFIX} numbered variants are all taken"),
         ));
     };
@@ -316,8 +312,7 @@ pub async fn download(api: &Arc<Api>, token: &str) -> Result<Response<RespBody>,
     if size != scope.size {
         bytes.abort();
         let err = ApiError::new(
-            StatusCode::CONFLICT,
-            "attachment_changed",
+            ApiCode::AttachmentChanged,
             format!(
                 "the file was {} bytes when attached and is {size} now; attach it again",
                 scope.size

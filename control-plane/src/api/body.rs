@@ -1,8 +1,10 @@
 //! HTTP bodies and errors: bounded JSON in, JSON or streams out, one error shape.
 //!
-//! [`ApiError`] is the only way a handler fails: it carries a status, a stable snake_case code
-//! and a public message. Internal details are logged where the error is created, never sent.
+//! [`ApiError`] is the only way a handler fails: it carries a stable code (an [`ApiCode`], which
+//! has its status) and a public message. Internal details are logged where the error is created,
+//! never sent.
 
+use crate::schema::code::ApiCode;
 use crate::schema::error::{ErrorBody, ErrorInfo};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -21,48 +23,47 @@ pub const MAX_JSON_BODY: usize = 1 << 20;
 /// Every response body.
 pub type RespBody = BoxBody<Bytes, std::io::Error>;
 
-/// A failed request: status, stable code, public message.
+/// A failed request: a stable code (which has its status) and a public message.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ApiCode,
     pub message: String,
     /// Whether the operation may have had an effect (tunnel lost mid-operation).
     pub uncertain: bool,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ApiCode, message: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             message: message.into(),
             uncertain: false,
         }
     }
 
+    /// The HTTP status of the answer: its code's.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        Self::new(ApiCode::BadRequest, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(ApiCode::NotFound, message)
     }
 
     /// An internal failure: logged here with its detail, reported to the client without it.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
+        Self::new(ApiCode::Internal, "internal error")
     }
 
     /// What the error body (or an NDJSON `error` line) says about it.
     pub fn info(&self) -> ErrorInfo {
         ErrorInfo {
-            code: self.code.to_string(),
+            code: self.code.as_str().to_string(),
             message: self.message.clone(),
             uncertain: self.uncertain,
         }
@@ -70,8 +71,8 @@ impl ApiError {
 
     pub fn into_response(self) -> Response<RespBody> {
         let body = ErrorBody { error: self.info() };
-        let mut resp = json_response(self.status, &body);
-        if self.status == StatusCode::UNAUTHORIZED {
+        let mut resp = json_response(self.status(), &body);
+        if self.code == ApiCode::Unauthorized {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
@@ -163,8 +164,7 @@ pub async fn read_limited(body: Incoming, max: usize) -> Result<Bytes, ApiError>
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(max)),
         Ok(Err(_)) => Err(ApiError::bad_request("request body could not be read")),
         Err(_) => Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "body_timeout",
+            ApiCode::BodyTimeout,
             format!(
                 "the request body did not arrive within {} s",
                 JSON_BODY_DEADLINE.as_secs()
@@ -175,8 +175,7 @@ pub async fn read_limited(body: Incoming, max: usize) -> Result<Bytes, ApiError>
 
 pub fn too_large(max: usize) -> ApiError {
     ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        ApiCode::PayloadTooLarge,
         format!("request body exceeds {max} bytes"),
     )
 }
@@ -246,7 +245,7 @@ mod tests {
         for bad in [&b"[null, null]"[..], b"[]", b"null", b"\"x\"", b"1"] {
             let e = parse_object::<Two>(bad).unwrap_err();
             assert_eq!(
-                (e.status, e.message.as_str()),
+                (e.status(), e.message.as_str()),
                 (
                     StatusCode::BAD_REQUEST,
                     "request body must be a JSON object"

@@ -15,7 +15,7 @@ use gateway_proto::page::{
     self, validate_steps, validate_url, NavigateRequest, PageActRequest, PageStep, SnapshotRequest,
     FALLBACK,
 };
-use gateway_proto::BotId;
+use gateway_proto::{BotId, LeaseToken};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use std::sync::Arc;
@@ -69,49 +69,56 @@ fn snapshot_answer(s: page::Snapshot, completed: Option<usize>) -> PageResult {
     })
 }
 
+/// Which page tool a call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Navigate,
+    Snapshot,
+    Act,
+}
+
 pub async fn handle(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
-    action: &str,
+    bot: BotId,
+    tool: Tool,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, PageRequest) = bot_json(bot, req).await?;
-    let result = run(api, id, bot, action, body).await?;
+    let lease = parse_lease(&body.lease)?;
+    let result = run(api, id, bot, lease, tool, body.url, body.steps).await?;
     Ok(json_response(StatusCode::OK, &result))
 }
 
-/// One page tool (`navigate`, `snapshot` or `act`) for `bot`: the operation behind
-/// `POST …/browser/{bot}/{action}` and MCP's `browser_*` tools.
+/// One page tool for `bot` under `lease`, with its `url` (navigate) or `steps` (act): the
+/// operation behind `POST …/browser/{bot}/{action}` and MCP's `browser_*` tools.
 pub(super) async fn run(
     api: &Arc<Api>,
     id: &str,
     bot: BotId,
-    action: &str,
-    body: PageRequest,
+    lease: LeaseToken,
+    tool: Tool,
+    url: Option<String>,
+    steps: Option<Vec<Step>>,
 ) -> Result<PageResult, ApiError> {
-    let lease = parse_lease(&body.lease)?;
-    match action {
-        "navigate" => {
-            let url = body
-                .url
-                .ok_or_else(|| ApiError::bad_request("url is required"))?;
+    match tool {
+        Tool::Navigate => {
+            let url = url.ok_or_else(|| ApiError::bad_request("url is required"))?;
             validate_url(&url).map_err(|e| ApiError::bad_request(e.message))?;
             let page = api
                 .core
                 .call_screen(id, NavigateRequest { bot, lease, url });
             Ok(snapshot_answer(page.await?, None))
         }
-        "snapshot" => {
+        Tool::Snapshot => {
             let page = api
                 .core
                 .call_screen(id, SnapshotRequest { bot, lease })
                 .await?;
             Ok(snapshot_answer(page, None))
         }
-        "act" => {
-            let steps: Vec<PageStep> = body
-                .steps
+        Tool::Act => {
+            let steps: Vec<PageStep> = steps
                 .ok_or_else(|| ApiError::bad_request("steps is required"))?
                 .into_iter()
                 .map(page_step)
@@ -133,9 +140,6 @@ pub(super) async fn run(
                 })),
             }
         }
-        other => Err(ApiError::not_found(format!(
-            "no browser action {other:?}; use navigate, snapshot or act"
-        ))),
     }
 }
 

@@ -15,11 +15,12 @@ use crate::activity::{CommandStart, ExecOutcome, Tail};
 use crate::computers::ComputerKind;
 use crate::guest::Exec;
 use crate::metrics::{LateOutcome, Outcome};
+use crate::schema::code::ApiCode;
 use crate::schema::error::ErrorInfo;
 use crate::schema::exec::{Chunk, ExecLine, ExecSpec};
 use crate::tunnel::TunnelError;
 use bytes::{Bytes, BytesMut};
-use gateway_proto::{ExecEvent, ExecRequest, StartDir};
+use gateway_proto::{BotLease, ExecEvent, ExecRequest, StartDir};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
@@ -32,7 +33,7 @@ pub const EXEC_STREAM_CONTENT_TYPE: &str = "application/vnd.rakazo.exec-stream";
 pub(super) const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Where stdin comes from.
-enum Stdin {
+pub(super) enum Stdin {
     None,
     Text(Bytes),
     Stream(Incoming, Bytes),
@@ -93,7 +94,9 @@ pub async fn exec(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (body, stdin) = parse(req).await?;
-    let (exec, record) = start(api, id, body, !matches!(stdin, Stdin::None)).await?;
+    check(&body)?;
+    let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    let (exec, record) = start(api, id, body, lease, !matches!(stdin, Stdin::None)).await?;
     let (tx, body) = ChannelBody::new(32);
     // What the stream reports after the 200 (a lost tunnel, a timeout) is the operation's
     // outcome in the metrics.
@@ -102,9 +105,13 @@ pub async fn exec(
     let relay_late = late.clone();
     tokio::spawn(async move {
         let mut tail = Tail::default();
-        let outcome = relay(exec, stdin, tx, relay_late, &mut tail).await;
-        // The client has its answer (the relay dropped its sender): record now.
-        activity.command(&record, outcome, Some(&tail)).await;
+        let lines = Lines {
+            out: tx,
+            late: relay_late,
+        };
+        let pumped = pump(exec, stdin, lines, &mut tail).await;
+        // The client has its answer (the pump dropped its sender): record now.
+        activity.command(&record, pumped.outcome, Some(&tail)).await;
     });
     let mut resp = Response::new(body.boxed());
     resp.extensions_mut().insert(late);
@@ -116,16 +123,8 @@ pub async fn exec(
     Ok(resp)
 }
 
-/// Starts a command: validates `body`, starts it on the guest (with stdin to come when
-/// `stdin`), and returns it with its feed record, which the caller writes once the command
-/// ends; a command that fails to start is recorded here. The operation behind
-/// `POST …/exec` and MCP's `shell`.
-pub(super) async fn start(
-    api: &Arc<Api>,
-    id: &str,
-    body: ExecSpec,
-    stdin: bool,
-) -> Result<(Exec, CommandStart), ApiError> {
+/// Refuses a spec out of bounds (no argv, a timeout out of range).
+pub(super) fn check(body: &ExecSpec) -> Result<(), ApiError> {
     if body.argv.is_empty() {
         return Err(ApiError::bad_request("argv must not be empty"));
     }
@@ -136,15 +135,25 @@ pub(super) async fn start(
             )));
         }
     }
-    let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    Ok(())
+}
+
+/// Starts a command [`check`]ed `body` under `lease` (its `bot` and `lease` fields are
+/// the HTTP door's, already read into `lease`): starts it on the guest (with stdin to come
+/// when `stdin`), and returns it with its feed record, which the caller writes once the command
+/// ends; a command that fails to start is recorded here. The operation behind `POST …/exec`
+/// and MCP's `shell`.
+pub(super) async fn start(
+    api: &Arc<Api>,
+    id: &str,
+    body: ExecSpec,
+    lease: Option<BotLease>,
+    stdin: bool,
+) -> Result<(Exec, CommandStart), ApiError> {
     // Recorded in the feed once the command ends (or fails to start), redacted there; the env's
     // values are hidden wherever they appear.
-    let record = CommandStart::exec(
-        id,
-        body.bot.as_deref(),
-        &body.argv,
-        body.env.values().cloned(),
-    );
+    let bot = lease.as_ref().map(|l| l.bot.as_str());
+    let record = CommandStart::exec(id, bot, &body.argv, body.env.values().cloned());
     // Without a cwd, a command under a Team bot's lease starts in that bot's directory.
     let start = match (&body.cwd, &lease) {
         (None, Some(_)) => start_dir(&api.core.get(id).await?.kind),
@@ -246,78 +255,139 @@ pub(super) fn outcome_of(ev: &ExecEvent, tail: &mut Tail) -> Option<ExecOutcome>
     }
 }
 
-/// Moves stdin to the guest and events to the client until the command ends or either side
-/// goes away; keeps the output's tail and returns how the command ended, for the feed, and
-/// sets the metrics' late outcome of a failure.
-async fn relay(
-    exec: Exec,
-    stdin: Stdin,
+/// Where a running command's events go: the HTTP answer's NDJSON lines ([`Lines`]) or the
+/// output MCP's `shell` gathers. The [`pump`] is the same for both.
+pub(super) trait Sink: Send {
+    /// Takes one event of the command; `false` when whoever reads them is gone.
+    fn event(&mut self, ev: &ExecEvent) -> impl std::future::Future<Output = bool> + Send;
+    /// The command's stream failed without an exit status: told once, last.
+    fn failed(&mut self, e: &ApiError) -> impl std::future::Future<Output = ()> + Send;
+    /// Resolves when whoever reads the events is gone (never, for one that stays).
+    fn closed(&self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// The HTTP answer: one NDJSON line per event, an `error` line for a failed stream. A failure
+/// is the operation's outcome in the metrics (`late`), set before its line is sent, since the
+/// metrics record when the body ends.
+struct Lines {
     out: Out,
     late: LateOutcome,
-    tail: &mut Tail,
-) -> ExecOutcome {
+}
+
+impl Lines {
+    fn fail(&self, e: &ApiError) {
+        self.late
+            .set(Outcome::of_status(e.status().as_u16(), e.uncertain));
+    }
+}
+
+impl Sink for Lines {
+    async fn event(&mut self, ev: &ExecEvent) -> bool {
+        if let ExecEvent::Failed(e) = ev {
+            self.fail(&TunnelError::Guest(e.clone()).into());
+        }
+        self.out.send(Ok(event_line(ev))).await.is_ok()
+    }
+
+    async fn failed(&mut self, e: &ApiError) {
+        self.fail(e);
+        let _ = self.out.send(Ok(line(&ExecLine::Error(e.info())))).await;
+    }
+
+    async fn closed(&self) {
+        self.out.closed().await
+    }
+}
+
+/// How a command's run ended.
+pub(super) struct Pumped {
+    /// What the feed records.
+    pub outcome: ExecOutcome,
+    /// The failure, when it did not exit: the guest's refusal (an event the sink was given) or
+    /// the stream's loss (told to the sink with [`Sink::failed`]).
+    pub failure: Option<ApiError>,
+}
+
+impl Pumped {
+    fn done(outcome: ExecOutcome) -> Self {
+        Pumped {
+            outcome,
+            failure: None,
+        }
+    }
+
+    /// A failure, as the feed says it.
+    fn failed(failure: ApiError) -> Self {
+        Pumped {
+            outcome: ExecOutcome {
+                exit_code: None,
+                error: Some(failure.message.clone()),
+                uncertain: failure.uncertain,
+            },
+            failure: Some(failure),
+        }
+    }
+}
+
+/// Moves stdin to the guest and events to `sink` until the command ends or either side goes
+/// away; keeps the output's tail. The one pump of a command's events, for every door.
+pub(super) async fn pump(exec: Exec, stdin: Stdin, mut sink: impl Sink, tail: &mut Tail) -> Pumped {
     let Exec {
         first,
         stdin: mut stdin_tx,
         mut events,
     } = exec;
-    let first_outcome = outcome_of(&first, tail);
-    if out.send(Ok(event_line(&first))).await.is_err() {
-        stdin_tx.abort().await;
-        return first_outcome.unwrap_or_else(client_gone);
-    }
-    if let Some(done) = first_outcome {
-        return done;
-    }
+    let mut next = Some(first);
     // stdin source: a finished text, or the rest of the request body.
-    let (mut body, pending) = match stdin {
+    let (mut body, mut pending) = match stdin {
         Stdin::None => (None, None),
         Stdin::Text(b) => (None, Some(b)),
         Stdin::Stream(body, rest) => (Some(body), Some(rest)),
     };
     let mut stdin_open = !matches!((&body, &pending), (None, None));
-    if let Some(bytes) = pending {
-        let _ = stdin_tx.write(&bytes).await;
-        if body.is_none() {
-            let _ = stdin_tx.close().await;
-            stdin_open = false;
-        }
-    }
     loop {
+        if let Some(ev) = next.take() {
+            let last = outcome_of(&ev, tail);
+            if !sink.event(&ev).await {
+                stdin_tx.abort().await;
+                return Pumped::done(last.unwrap_or_else(client_gone));
+            }
+            if let Some(done) = last {
+                stdin_tx.finish();
+                return match ev {
+                    ExecEvent::Failed(e) => Pumped {
+                        outcome: done,
+                        failure: Some(TunnelError::Guest(e).into()),
+                    },
+                    _ => Pumped::done(done),
+                };
+            }
+        }
+        // After the first event, what stdin already holds goes to the guest.
+        if let Some(bytes) = pending.take() {
+            let _ = stdin_tx.write(&bytes).await;
+            if body.is_none() {
+                let _ = stdin_tx.close().await;
+                stdin_open = false;
+            }
+        }
         tokio::select! {
             ev = events.next() => match ev {
-                Ok(Some(ev)) => {
-                    if let ExecEvent::Failed(e) = &ev {
-                        let api: ApiError = TunnelError::Guest(e.clone()).into();
-                        late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
-                    }
-                    let last = outcome_of(&ev, tail);
-                    if out.send(Ok(event_line(&ev))).await.is_err() {
-                        stdin_tx.abort().await;
-                        return last.unwrap_or_else(client_gone);
-                    }
-                    if let Some(done) = last {
-                        stdin_tx.finish();
-                        return done;
-                    }
-                }
+                Ok(Some(ev)) => next = Some(ev),
                 Ok(None) => {
-                    late.set(Outcome::Uncertain);
-                    let err = TunnelError::Lost(String::new());
-                    let info = ErrorInfo {
-                        code: "tunnel_lost".to_string(),
-                        message: "the guest ended the command stream without an exit status; the outcome is uncertain".to_string(),
-                        uncertain: err.is_uncertain(),
-                    };
-                    let _ = out.send(Ok(line(&ExecLine::Error(info.clone())))).await;
-                    return ExecOutcome { exit_code: None, error: Some(info.message), uncertain: info.uncertain };
+                    let mut e = ApiError::new(
+                        ApiCode::TunnelLost,
+                        "the guest ended the command stream without an exit status; the \
+                         outcome is uncertain",
+                    );
+                    e.uncertain = true;
+                    sink.failed(&e).await;
+                    return Pumped::failed(e);
                 }
-                Err(e) => {
-                    let api: ApiError = e.into();
-                    late.set(Outcome::of_status(api.status.as_u16(), api.uncertain));
-                    let info = api.info();
-                    let _ = out.send(Ok(line(&ExecLine::Error(info.clone())))).await;
-                    return ExecOutcome { exit_code: None, error: Some(info.message), uncertain: info.uncertain };
+                Err(t) => {
+                    let e: ApiError = t.into();
+                    sink.failed(&e).await;
+                    return Pumped::failed(e);
                 }
             },
             frame = async { body.as_mut()?.frame().await }, if stdin_open && body.is_some() => match frame {
@@ -338,9 +408,9 @@ async fn relay(
                     stdin_open = false;
                 }
             },
-            () = out.closed() => {
+            () = sink.closed() => {
                 stdin_tx.abort().await;
-                return client_gone();
+                return Pumped::done(client_gone());
             }
         }
     }

@@ -11,6 +11,7 @@ use super::{bot_lease, Api};
 use crate::activity::CommandStart;
 use crate::guest::{ByteError, ByteStream, SendError};
 use crate::schema::activity::CommandAction;
+use crate::schema::code::ApiCode;
 use crate::schema::files::{Entry, EntryKind, FileList, Written};
 use gateway_proto::{FileKind, ListFiles, ReadFile, WriteFile};
 use http_body_util::BodyExt;
@@ -210,13 +211,7 @@ pub(super) fn content_length<B>(req: &hyper::Request<B>) -> Result<u64, ApiError
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::LENGTH_REQUIRED,
-                "length_required",
-                "uploads need a Content-Length",
-            )
-        })
+        .ok_or_else(|| ApiError::new(ApiCode::LengthRequired, "uploads need a Content-Length"))
 }
 
 pub async fn write(

@@ -19,6 +19,7 @@ use crate::homes::flow::DEFAULT_LEASE_WAIT;
 use crate::homes::{chain, HomeError, Progress, ProgressReport};
 use crate::metrics::{LateOutcome, Outcome};
 use crate::schema::activity::Cause;
+use crate::schema::code::ApiCode;
 use crate::schema::error::ErrorInfo;
 use crate::schema::files::{Entry, EntryKind};
 use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
@@ -61,26 +62,16 @@ fn progress_line(r: &ProgressReport) -> Bytes {
 pub fn home_error(e: HomeError) -> ApiError {
     let msg = chain(&e);
     match e {
-        HomeError::PendingRestore(_) => {
-            ApiError::new(StatusCode::CONFLICT, "home_pending_restore", msg)
-        }
-        HomeError::LeasesHeld { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "home_leases_held", msg)
-        }
-        HomeError::Changed { .. } => ApiError::new(StatusCode::CONFLICT, "home_changed", msg),
-        HomeError::InUse(..) => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
-        HomeError::TooManyLeases { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "home_too_many_leases", msg)
-        }
-        HomeError::Quota { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "home_quota_exceeded", msg)
-        }
-        HomeError::NoHome(_) | HomeError::NoSuchPath(_) => {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", msg)
-        }
+        HomeError::PendingRestore(_) => ApiError::new(ApiCode::HomePendingRestore, msg),
+        HomeError::LeasesHeld { .. } => ApiError::new(ApiCode::HomeLeasesHeld, msg),
+        HomeError::Changed { .. } => ApiError::new(ApiCode::HomeChanged, msg),
+        HomeError::InUse(..) => ApiError::new(ApiCode::HomeInUse, msg),
+        HomeError::TooManyLeases { .. } => ApiError::new(ApiCode::HomeTooManyLeases, msg),
+        HomeError::Quota { .. } => ApiError::new(ApiCode::HomeQuotaExceeded, msg),
+        HomeError::NoHome(_) | HomeError::NoSuchPath(_) => ApiError::new(ApiCode::NotFound, msg),
         HomeError::Db(_) | HomeError::BadKey(..) => ApiError::internal(msg),
         HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
-            ApiError::new(StatusCode::BAD_GATEWAY, "home_store_failed", msg)
+            ApiError::new(ApiCode::HomeStoreFailed, msg)
         }
     }
 }
@@ -210,7 +201,7 @@ fn outcome_line(r: Result<HomeDone, CoreError>) -> (Bytes, Outcome) {
         Ok(done) => (line(&HomeLine::Done(done)), Outcome::Ok),
         Err(e) => {
             let e: ApiError = e.into();
-            let outcome = Outcome::of_status(e.status.as_u16(), e.uncertain);
+            let outcome = Outcome::of_status(e.status().as_u16(), e.uncertain);
             (error_line(e), outcome)
         }
     }

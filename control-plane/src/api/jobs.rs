@@ -6,6 +6,7 @@ use super::body::{json_response, read_json, ApiError, RespBody};
 use super::Api;
 use crate::clock::now_ms;
 use crate::jobs::{Job, JobError, JobKind, Refusal};
+use crate::schema::code::ApiCode;
 use crate::schema::job::{self as schema, JobList, ReleaseInterrupted};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -103,9 +104,9 @@ pub async fn release_interrupted(
 pub fn job_error(e: JobError) -> ApiError {
     let msg = e.to_string();
     match e {
-        JobError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "job_not_found", msg),
-        JobError::Reserved(_) => ApiError::new(StatusCode::CONFLICT, "computer_reserved", msg),
-        JobError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "computer_busy", msg),
+        JobError::NotFound(_) => ApiError::new(ApiCode::JobNotFound, msg),
+        JobError::Reserved(_) => ApiError::new(ApiCode::ComputerReserved, msg),
+        JobError::Busy(_) => ApiError::new(ApiCode::ComputerBusy, msg),
         JobError::Refused {
             refusal: Refusal::NotAsserted,
             ..
@@ -113,8 +114,8 @@ pub fn job_error(e: JobError) -> ApiError {
         JobError::Refused {
             refusal: Refusal::NotInterrupted(_),
             ..
-        } => ApiError::new(StatusCode::CONFLICT, "job_not_interrupted", msg),
-        JobError::Refused { .. } => ApiError::new(StatusCode::CONFLICT, "job_conflict", msg),
+        } => ApiError::new(ApiCode::JobNotInterrupted, msg),
+        JobError::Refused { .. } => ApiError::new(ApiCode::JobConflict, msg),
         JobError::Db(_) => ApiError::internal(e),
     }
 }

@@ -1,12 +1,12 @@
 //! `/v1/computers/{id}/leases/{bot}`: acquire, renew, release and inspect execution leases.
 
 use super::body::{json_response, ApiError, RespBody};
-use super::{bot_json, parse_bot, parse_lease, Api};
+use super::{bot_json, parse_lease, Api};
 use crate::core::RunOutcome;
 use crate::homes::flow;
 use crate::lease::EXEC_LEASE_TTL;
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest, RunCheckpoint};
-use gateway_proto::LeaseToken;
+use gateway_proto::{BotId, LeaseToken};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
@@ -66,16 +66,24 @@ fn token(body: &LeaseRequest) -> Result<LeaseToken, ApiError> {
     parse_lease(raw)
 }
 
+/// What `POST …/leases/{bot}/{action}` does.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    Acquire,
+    Renew,
+    Release,
+}
+
 pub async fn act(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
-    action: &str,
+    bot: BotId,
+    action: Action,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, LeaseRequest) = bot_json(bot, req).await?;
     match action {
-        "acquire" => {
+        Action::Acquire => {
             let owner = body
                 .owner
                 .as_deref()
@@ -83,14 +91,14 @@ pub async fn act(
             let lease = api.core.acquire_lease(id, &bot, owner, ttl(&body)?).await?;
             Ok(json_response(StatusCode::OK, &view(&lease)))
         }
-        "renew" => {
+        Action::Renew => {
             let lease = api
                 .core
                 .renew_lease(id, &bot, &token(&body)?, ttl(&body)?)
                 .await?;
             Ok(json_response(StatusCode::OK, &view(&lease)))
         }
-        "release" => {
+        Action::Release => {
             let outcome = match body.outcome.as_deref() {
                 None | Some("success") => RunOutcome::Success,
                 Some("failed") => RunOutcome::Failed,
@@ -111,14 +119,10 @@ pub async fn act(
             };
             Ok(json_response(StatusCode::OK, &released))
         }
-        other => Err(ApiError::not_found(format!(
-            "no lease action {other:?}; use acquire, renew or release"
-        ))),
     }
 }
 
-pub async fn get(api: &Arc<Api>, id: &str, bot: &str) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
+pub async fn get(api: &Arc<Api>, id: &str, bot: BotId) -> Result<Response<RespBody>, ApiError> {
     match api.core.get_lease(id, &bot).await? {
         Some(l) => Ok(json_response(StatusCode::OK, &view(&l))),
         None => Err(ApiError::not_found(format!(

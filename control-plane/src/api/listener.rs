@@ -19,6 +19,7 @@
 //! Routing is `super::handle`'s; this module never looks at a request beyond its status.
 
 use super::{handle, Api, RespBody};
+use crate::schema::code::ApiCode;
 use crate::schema::error::{ErrorBody, ErrorInfo};
 use anyhow::{bail, Result};
 use clap::Args;
@@ -195,10 +196,19 @@ pub async fn serve(
 
 /// A whole HTTP/1.1 response with a JSON error body, for answers written before (or instead
 /// of) hyper: a connection over the cap, plain HTTP on the https port.
-fn raw_error(status: &str, code: &str, message: &str) -> Vec<u8> {
+fn raw_error(code: ApiCode, message: &str) -> Vec<u8> {
+    let status = hyper::StatusCode::from_u16(code.status())
+        .map(|s| {
+            format!(
+                "{} {}",
+                s.as_u16(),
+                s.canonical_reason().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
     let body = ErrorBody {
         error: ErrorInfo {
-            code: code.to_string(),
+            code: code.as_str().to_string(),
             message: message.to_string(),
             uncertain: false,
         },
@@ -218,8 +228,7 @@ fn raw_error(status: &str, code: &str, message: &str) -> Vec<u8> {
 fn refuse(stream: &TcpStream, tls: bool) {
     if !tls {
         let _ = stream.try_write(&raw_error(
-            "503 Service Unavailable",
-            "server_busy",
+            ApiCode::ServerBusy,
             "every HTTP connection of the control plane is in use; try again shortly",
         ));
     }
@@ -307,8 +316,7 @@ async fn tls_accept(
         let mut head = vec![0u8; 16 << 10];
         let _ = stream.read(&mut head).await?;
         let answer = raw_error(
-            "400 Bad Request",
-            "https_required",
+            ApiCode::HttpsRequired,
             "this API is served over TLS: use an https:// URL",
         );
         stream.write_all(&answer).await?;

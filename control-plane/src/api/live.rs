@@ -7,7 +7,7 @@
 //! events of docs/security.md#capability-urls with a random `screen.connection_id` and the policy.
 
 use super::body::{empty, full, json_response, read_limited, ApiError, RespBody, MAX_JSON_BODY};
-use super::{parse_bot, Api};
+use super::Api;
 use crate::clock::now_ms;
 use crate::core::CoreError;
 use crate::guest::ConnectError;
@@ -17,11 +17,13 @@ use crate::live::relay::{relay, ws_config, RelayCtx};
 use crate::live::seal::{Capability, CAPABILITY_TTL};
 use crate::live::store::LiveStoreError;
 use crate::live::streams::UrlKey;
+use crate::schema::code::ApiCode;
 use crate::schema::screen::{
     ControlReleased, ControlTaken, LiveUrl, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
 };
 use crate::tunnel::TunnelError;
 use gateway_proto::live::{CapabilityKind, ConnectRequest};
+use gateway_proto::BotId;
 use gateway_proto::{LeaseToken, StartDir};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -40,10 +42,10 @@ impl From<LiveError> for ApiError {
         match e {
             LiveError::Core(c) => c.into(),
             LiveError::Store(LiveStoreError::BotRunning { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "bot_running", "Stop the bot first")
+                ApiError::new(ApiCode::BotRunning, "Stop the bot first")
             }
             LiveError::Store(other) => ApiError::internal(other),
-            LiveError::NoControl { .. } => ApiError::new(StatusCode::CONFLICT, "no_control", msg),
+            LiveError::NoControl { .. } => ApiError::new(ApiCode::NoControl, msg),
             LiveError::Seal(other) => ApiError::internal(other),
         }
     }
@@ -88,11 +90,10 @@ pub(super) fn request_host<B>(req: &hyper::Request<B>) -> Option<String> {
 pub async fn url(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     fixed: Option<CapabilityKind>,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let host = request_host(&req);
     let body: UrlRequest = optional_json(req.into_body()).await?;
     let policy = match (fixed, body.policy.as_deref()) {
@@ -132,11 +133,10 @@ pub async fn url(
 }
 
 /// Before `POST .../screens/{bot}/release`: the bot's capabilities are revoked.
-pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), ApiError> {
-    let bot = parse_bot(bot)?;
+pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &BotId) -> Result<(), ApiError> {
     let c = api.core.get(id).await?;
     api.core
-        .screen_gone(&c.id, &bot)
+        .screen_gone(&c.id, bot)
         .await
         .map_err(LiveError::from)?;
     Ok(())
@@ -146,10 +146,9 @@ pub async fn screen_released(api: &Arc<Api>, id: &str, bot: &str) -> Result<(), 
 pub async fn takeover(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     // No fields, but a body that is not `{}` (or empty) is refused, not ignored.
     let _: crate::schema::Empty = optional_json(req.into_body()).await?;
     let ttl = api.live.config.control_lease_ttl;
@@ -169,10 +168,9 @@ pub async fn takeover(
 pub async fn release_control(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let _: crate::schema::Empty = optional_json(req.into_body()).await?;
     let had = authority::release_control(&api.core, id, &bot).await?;
     Ok(json_response(
@@ -189,10 +187,9 @@ pub async fn release_control(
 pub async fn waiting_takeover(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let body: WaitingTakeoverRequest = super::body::read_json(req.into_body()).await?;
     let lease =
         LeaseToken::parse(&body.lease).map_err(|e| ApiError::bad_request(format!("lease: {e}")))?;

@@ -3,9 +3,10 @@
 //! answered ([`scrape`]), on the API listener behind the API token, or on the plain
 //! `--metrics-addr` listener ([`serve_plain`]) for a scraper on a private network.
 //!
-//! An operation is named by its route ([`op_kind`], a fixed table mirroring `super::dispatch`):
-//! the name, never a computer id, bot id or path, is the `op` label. A route added to the
-//! router without a line here is counted as `other`.
+//! An operation is named by its route ([`crate::route::Endpoint::name`], declared with the route
+//! itself): the name, never a computer id, bot id or path, is the `op` label. A request under
+//! `/v1` that is no route is counted as `other`. MCP's transport requests are not operations:
+//! its tool calls are, recorded by the tools themselves (`mcp.<tool>`).
 
 use super::body::{full, RespBody};
 use crate::core::Core;
@@ -22,78 +23,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
-
-/// The operation a request is, by its route: `None` for what is not an operation (health,
-/// the guests' tunnel, the scrape itself, capability pages). Unknown routes under `/v1` are
-/// `other` (they are answered 404 by the router, or are routes this table lacks).
-pub fn op_kind(method: &Method, path: &str) -> Option<&'static str> {
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    let m = method;
-    let kind = match segments.as_slice() {
-        ["v1", "health"] | ["v1", "openapi.json"] | ["v1", "tunnel"] | ["metrics"] => return None,
-        ["v1", "computers"] if m == Method::POST => "computer.create",
-        ["v1", "computers"] if m == Method::GET => "computer.list",
-        ["v1", "computers", _] if m == Method::GET => "computer.show",
-        ["v1", "computers", _] if m == Method::DELETE => "computer.destroy",
-        ["v1", "computers", _, "stop"] if m == Method::POST => "computer.stop",
-        ["v1", "computers", _, "start"] if m == Method::POST => "computer.start",
-        ["v1", "computers", _, "exec"] if m == Method::POST => "exec",
-        ["v1", "computers", _, "files"] if m == Method::GET => "files.list",
-        ["v1", "computers", _, "files", "content"] if m == Method::GET => "files.read",
-        ["v1", "computers", _, "files", "content"] if m == Method::PUT => "files.write",
-        ["v1", "computers", _, "home"] if m == Method::GET => "home.show",
-        ["v1", "computers", _, "home", "checkpoint"] if m == Method::POST => "home.checkpoint",
-        ["v1", "computers", _, "home", "restore"] if m == Method::POST => "home.restore",
-        ["v1", "computers", _, "home", "entries"] if m == Method::GET => "home.entries",
-        ["v1", "computers", _, "home", "content"] if m == Method::GET => "home.content",
-        ["v1", "homes", "reconcile"] if m == Method::POST => "homes.reconcile",
-        ["v1", "homes", _] if m == Method::DELETE => "homes.purge",
-        ["v1", "computers", _, "screens"] if m == Method::GET => "screen.list",
-        ["v1", "computers", _, "screens", _, action] if m == Method::POST => match *action {
-            "ensure" => "screen.ensure",
-            "release" => "screen.release",
-            "observe" => "screen.observe",
-            "act" => "screen.act",
-            "url" => "screen.url",
-            "takeover" => "screen.takeover",
-            "release-control" => "screen.release_control",
-            _ => "other",
-        },
-        ["v1", "computers", _, "terminals", _, "url"] if m == Method::POST => "terminal.url",
-        ["v1", "computers", _, "leases", _, "waiting_takeover"] if m == Method::POST => {
-            "lease.waiting_takeover"
-        }
-        ["v1", "computers", _, "browser", _, action] if m == Method::POST => match *action {
-            "navigate" => "browser.navigate",
-            "snapshot" => "browser.snapshot",
-            "act" => "browser.act",
-            _ => "other",
-        },
-        ["v1", "computers", _, "leases", _] if m == Method::GET => "lease.show",
-        ["v1", "computers", _, "leases", _, action] if m == Method::POST => match *action {
-            "acquire" => "lease.acquire",
-            "renew" => "lease.renew",
-            "release" => "lease.release",
-            _ => "other",
-        },
-        ["v1", "computers", _, "uploads", _] if m == Method::PUT => "files.upload",
-        ["v1", "computers", _, "files", "attach"] if m == Method::POST => "files.attach",
-        ["att", _] if m == Method::GET => "files.download",
-        ["v1", "computers", _, "activity"] if m == Method::GET => "activity.history",
-        ["v1", "computers", _, "activity", "stream"] if m == Method::GET => "activity.stream",
-        ["v1", "computers", _, "update"] if m == Method::POST => "job.update",
-        ["v1", "computers", _, "recover"] if m == Method::POST => "job.recover",
-        ["v1", "computers", _, "jobs"] if m == Method::GET => "job.list",
-        ["v1", "jobs", _] if m == Method::GET => "job.show",
-        ["v1", "mcp", _, _] => "mcp",
-        ["v1", "computers", _, "mcp-tokens", _] if m == Method::POST => "mcp.token",
-        ["v1", "jobs", _, "release-interrupted"] if m == Method::POST => "job.release_interrupted",
-        ["v1", ..] => "other",
-        // Capability pages, their assets and anything outside /v1: not operations.
-        _ => return None,
-    };
-    Some(kind)
-}
 
 /// Records the request's HTTP class now and, if it is an operation, the operation when its
 /// response body ends: the outcome is `head` (the error the router answered), else the
@@ -287,32 +216,27 @@ mod tests {
 
     #[test]
     fn operations_are_named_by_route_never_by_id() {
-        let k = |m: Method, p: &str| op_kind(&m, p);
-        assert_eq!(k(Method::POST, "/v1/computers/c-1/exec"), Some("exec"));
+        use crate::route::Route;
+        let k = |m: Method, p: &str| Route::parse(&m, p).map(|r| r.endpoint().name());
+        assert_eq!(k(Method::POST, "/v1/computers/c-1/exec"), Ok("exec"));
         assert_eq!(
             k(Method::PUT, "/v1/computers/c-1/files/content"),
-            Some("files.write")
+            Ok("files.write")
         );
         assert_eq!(
             k(Method::POST, "/v1/computers/c-9/screens/bot-7/takeover"),
-            Some("screen.takeover")
+            Ok("screen.takeover")
         );
-        assert_eq!(
-            k(Method::POST, "/v1/computers/c-9/screens/bot-7/nonsense-123"),
-            Some("other")
-        );
-        assert_eq!(k(Method::GET, "/v1/whatever/c-1"), Some("other"));
-        assert_eq!(k(Method::GET, "/v1/health"), None);
-        assert_eq!(k(Method::GET, "/metrics"), None);
-        assert_eq!(k(Method::GET, "/cap/abc"), None);
+        assert!(k(Method::POST, "/v1/computers/c-9/screens/bot-7/nonsense-123").is_err());
         // Every name is one of a fixed set: no part of the path is ever returned.
         for path in [
             "/v1/computers/secret-id",
             "/v1/computers/secret-id/leases/secret-bot/secret-action",
+            "/v1/computers/secret-id/leases/secret-bot/renew",
             "/v1/homes/secret-key",
         ] {
             for m in [Method::GET, Method::POST, Method::DELETE, Method::PUT] {
-                if let Some(kind) = k(m, path) {
+                if let Ok(kind) = k(m, path) {
                     assert!(!kind.contains("secret"), "{kind}");
                 }
             }

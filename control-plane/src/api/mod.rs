@@ -34,12 +34,14 @@ pub use exec::EXEC_STREAM_CONTENT_TYPE;
 pub use listener::{serve, HttpArgs, HttpConfig};
 
 use crate::core::{Core, CoreError};
+use crate::route::{Auth, Endpoint, IdleUse, Route, RouteError};
+use crate::schema::code::ApiCode;
 use crate::tunnel::TunnelError;
 use body::{invalid_json, json_response, read_json};
-use gateway_proto::{BotId, BotLease, ErrorCode, LeaseToken, Secret};
+use gateway_proto::{BotId, BotLease, LeaseToken, Secret};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::{header, Method, Request, Response, StatusCode};
+use hyper::{header, Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -145,128 +147,132 @@ impl Api {
     }
 }
 
-/// Routes one request.
+/// Serves one request: parses it into its [`Route`] once, then authenticates, gates and
+/// dispatches that route.
 pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody> {
     let started = crate::clock::monotonic();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let op = metrics::op_kind(&method, &path);
-    let mut head = None;
-    // A capability path holds its credential: it is never logged
-    // (docs/security.md#capability-urls).
-    let (resp, path) = if path.starts_with("/cap/") || path == "/cap" {
-        (live::public(&api, req).await, "/cap/<redacted>".to_string())
-    } else if let Some(token) = path.strip_prefix("/att/") {
-        // Like a capability, an attachment path is its own credential: never logged.
-        let resp = match method {
-            Method::GET => attachments::download(&api, token).await,
-            _ => Err(ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "attachment links are fetched with GET",
-            )),
+    // Capability pages and their assets are not routes: a capability path holds its credential
+    // and is never logged (docs/security.md#capability-urls); neither is an operation.
+    if path.starts_with("/cap/") || path == "/cap" || path.starts_with("/assets/") {
+        let resp = live::public(&api, req).await;
+        let logged = if path.starts_with("/assets/") {
+            path.as_str()
+        } else {
+            "/cap/<redacted>"
         };
-        (
-            resp.unwrap_or_else(ApiError::into_response),
-            "/att/<redacted>".to_string(),
-        )
-    } else if path.starts_with("/assets/") {
-        (live::public(&api, req).await, path)
-    } else {
-        match route(&api, req).await {
-            Ok(resp) => (resp, path),
-            Err(e) => {
-                head = Some(crate::metrics::Outcome::of_status(
-                    e.status.as_u16(),
-                    e.uncertain,
-                ));
-                (e.into_response(), path)
-            }
+        info!(%method, path = logged, status = resp.status().as_u16(), "http request");
+        return metrics::record(&api.core.metrics, None, started, None, resp);
+    }
+    let route = Route::parse(&method, &path);
+    let op = match &route {
+        Ok(r) => Some(r.endpoint())
+            .filter(|e| e.is_operation())
+            .map(Endpoint::name),
+        // Unknown routes under /v1 are counted as `other`; paths outside it are no operation.
+        Err(e) if !e.public && (path == "/v1" || path.starts_with("/v1/")) => Some("other"),
+        Err(_) => None,
+    };
+    let mut head = None;
+    let resp = match serve_route(&api, route, req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            head = Some(crate::metrics::Outcome::of_status(
+                e.status().as_u16(),
+                e.uncertain,
+            ));
+            e.into_response()
         }
     };
-    // Other paths carry ids and bot names, never secrets; queries (file paths) are not logged.
-    info!(%method, %path, status = resp.status().as_u16(), "http request");
+    // Like a capability, an attachment path is its own credential: never logged. Other paths
+    // carry ids and bot names, never secrets; queries (file paths) are not logged.
+    let logged = if path.starts_with("/att/") {
+        "/att/<redacted>"
+    } else {
+        path.as_str()
+    };
+    info!(%method, path = logged, status = resp.status().as_u16(), "http request");
     metrics::record(&api.core.metrics, op, started, head, resp)
 }
 
-async fn route(api: &Arc<Api>, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
-    let path = req.uri().path().to_string();
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
-    let method = req.method().clone();
-    // The guest tunnel authenticates inside (its QUIC handshake), not with the API token.
-    if let (&Method::GET, ["v1", "tunnel"]) = (&method, segments.as_slice()) {
-        return tunnel_ws::upgrade(api.tunnel_carrier.as_ref(), req);
-    }
-    if let (&Method::GET, ["v1", "health"]) = (&method, segments.as_slice()) {
-        return Ok(json_response(
-            StatusCode::OK,
-            &crate::schema::Health { ok: true },
-        ));
-    }
-    // MCP takes the API token or a session token scoped to its computer and bot.
-    if let ["v1", "mcp", id, bot] = segments.as_slice() {
-        return mcp::serve(api, id, bot, req).await;
-    }
-    // The API's description is public, as health is: shapes only, no ids or secrets
-    // (`openapi` explains why).
-    if let (&Method::GET, ["v1", "openapi.json"]) = (&method, segments.as_slice()) {
-        return Ok(openapi::response());
-    }
-    if !api.authorized(&req) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong API token",
-        ));
-    }
-    if let (&Method::GET, ["metrics"]) = (&method, segments.as_slice()) {
-        return Ok(metrics::scrape(&api.core).await);
+/// The concerns around every route, in order: authentication, then idle suspension's gate,
+/// then the route's handler.
+async fn serve_route(
+    api: &Arc<Api>,
+    route: Result<Route, RouteError>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let route = match route {
+        Ok(route) => route,
+        // A path that is no route is refused as any path under the token is: 401 first.
+        Err(e) if !e.public && !api.authorized(&req) => return Err(unauthorized()),
+        Err(e) => return Err(ApiError::new(e.code, e.message)),
+    };
+    let endpoint = route.endpoint();
+    if endpoint.auth() == Auth::Token && !api.authorized(&req) {
+        return Err(unauthorized());
     }
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
-    let operation = match idle_use(&method, &segments) {
-        Some((id, refuse)) => Some(enter_operation(api, id, refuse)?),
-        None => None,
-    };
-    let resp = dispatch(api, req, &method, &path, &segments).await?;
+    let computer = route.computer().map(str::to_owned);
+    let (resp, operation) = operate(
+        api,
+        endpoint,
+        computer.as_deref(),
+        dispatch(api, route, req),
+    )
+    .await?;
     Ok(match operation {
         Some(op) => resp.map(|body| BodyExt::boxed(Operating { body, _op: op })),
         None => resp,
     })
 }
 
-/// An operation on computer `id` begins: refused (with `refuse`) while idle suspension holds
-/// its claim, counted until the returned guard drops. HTTP routes and MCP tool calls pass here
-/// alike.
-fn enter_operation(api: &Api, id: &str, refuse: bool) -> Result<crate::idle::Operation, ApiError> {
-    api.core.idle.enter(id, refuse).map_err(|_| {
+fn unauthorized() -> ApiError {
+    ApiError::new(ApiCode::Unauthorized, "missing or wrong API token")
+}
+
+/// Runs `op`, the operation `e` on computer `id`, inside idle suspension's gate: the one call
+/// site of the gate, for every door (HTTP routes and MCP tool calls). The gate's guard comes
+/// back with the answer, for a door whose answer outlives the call (an HTTP body still
+/// streaming); dropping it ends the operation.
+async fn operate<T>(
+    api: &Api,
+    e: Endpoint,
+    id: Option<&str>,
+    op: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<(T, Option<crate::idle::Operation>), ApiError> {
+    let operation = gate(api, e, id)?;
+    Ok((op.await?, operation))
+}
+
+/// Idle suspension's gate (called by [`operate`] alone): `e` on computer `id` is counted as a
+/// use until the returned guard drops, and refused while suspension holds the computer when it
+/// is [`IdleUse::Refusable`]; what is no use (or on no computer) passes without a guard.
+fn gate(
+    api: &Api,
+    e: Endpoint,
+    id: Option<&str>,
+) -> Result<Option<crate::idle::Operation>, ApiError> {
+    let (refuse, Some(id)) = (e.idle(), id) else {
+        return Ok(None);
+    };
+    let refuse = match refuse {
+        IdleUse::None => return Ok(None),
+        IdleUse::Use => false,
+        IdleUse::Refusable => true,
+    };
+    let operation = api.core.idle.enter(id, refuse).map_err(|_| {
         ApiError::new(
-            StatusCode::CONFLICT,
-            "computer_suspending",
+            ApiCode::ComputerSuspending,
             format!(
                 "computer {id} is being suspended after being idle (home checkpoint, then \
                  stop); once it is stopped, start it again"
             ),
         )
-    })
-}
-
-/// Whether a request is an operation on one computer for idle suspension (`crate::idle`), and
-/// whether its claim refuses it: `Some((id, refuse))`. Not operations: showing the computer,
-/// reading or renewing a lease (renewals keep a lease, not the computer, alive), browsing the
-/// stored home (no guest involved), reading or following the activity feed (a follower must not
-/// keep a computer awake). Ending a run and releasing control count as uses but are
-/// never refused.
-fn idle_use<'a>(method: &Method, segments: &[&'a str]) -> Option<(&'a str, bool)> {
-    let ["v1", "computers", id, rest @ ..] = segments else {
-        return None;
-    };
-    match (method, rest) {
-        (&Method::GET, [] | ["leases", _] | ["home", ..] | ["activity", ..] | ["jobs"]) => None,
-        (_, ["leases", _, "renew"]) => None,
-        (_, ["leases", _, "release"] | ["screens", _, "release-control"]) => Some((id, false)),
-        _ => Some((id, true)),
-    }
+    })?;
+    Ok(Some(operation))
 }
 
 /// A response body that keeps its operation counted until it is fully sent (or dropped).
@@ -295,119 +301,96 @@ impl hyper::body::Body for Operating {
     }
 }
 
+/// Each route to its handler: the one match over [`Route`].
 async fn dispatch(
     api: &Arc<Api>,
+    route: Route,
     req: Request<Incoming>,
-    method: &Method,
-    path: &str,
-    segments: &[&str],
 ) -> Result<Response<RespBody>, ApiError> {
+    use crate::jobs::JobKind;
+    use gateway_proto::live::CapabilityKind;
     let query = query_map(&req);
-    match (method, segments) {
-        (&Method::POST, ["v1", "computers"]) => computers::create(api, req).await,
-        (&Method::GET, ["v1", "computers"]) => computers::list(api).await,
-        (&Method::GET, ["v1", "computers", id]) => computers::show(api, id).await,
-        (&Method::DELETE, ["v1", "computers", id]) => computers::destroy(api, id).await,
-        (&Method::POST, ["v1", "computers", id, "stop"]) => computers::stop(api, id).await,
-        (&Method::POST, ["v1", "computers", id, "start"]) => computers::start(api, id).await,
-        (&Method::POST, ["v1", "computers", id, "update"]) => {
-            jobs::start(api, id, crate::jobs::JobKind::Update).await
-        }
-        (&Method::POST, ["v1", "computers", id, "recover"]) => {
-            jobs::start(api, id, crate::jobs::JobKind::Recover).await
-        }
-        (&Method::GET, ["v1", "computers", id, "jobs"]) => jobs::list(api, id).await,
-        (&Method::GET, ["v1", "jobs", id]) => jobs::show(api, id).await,
-        (&Method::POST, ["v1", "jobs", id, "release-interrupted"]) => {
-            jobs::release_interrupted(api, id, req).await
-        }
-        (&Method::POST, ["v1", "computers", id, "exec"]) => exec::exec(api, id, req).await,
-        (&Method::GET, ["v1", "computers", id, "activity"]) => {
-            activity::history(api, id, &query).await
-        }
-        (&Method::GET, ["v1", "computers", id, "activity", "stream"]) => {
-            activity::stream(api, id, &query).await
-        }
-        (&Method::GET, ["v1", "computers", id, "files"]) => files::list(api, id, &query).await,
-        (&Method::GET, ["v1", "computers", id, "files", "content"]) => {
-            files::read(api, id, &query).await
-        }
-        (&Method::PUT, ["v1", "computers", id, "files", "content"]) => {
-            files::write(api, id, &query, req).await
-        }
-        (&Method::POST, ["v1", "computers", id, "files", "attach"]) => {
-            attachments::attach(api, id, req).await
-        }
-        (&Method::PUT, ["v1", "computers", id, "uploads", bot]) => {
-            attachments::upload(api, id, bot, &query, req).await
-        }
-        (&Method::GET, ["v1", "computers", id, "home"]) => homes::show(api, id).await,
-        (&Method::POST, ["v1", "computers", id, "home", "checkpoint"]) => {
-            homes::checkpoint(api, id, &query).await
-        }
-        (&Method::POST, ["v1", "computers", id, "home", "restore"]) => {
-            homes::restore(api, id).await
-        }
-        (&Method::GET, ["v1", "computers", id, "home", "entries"]) => {
-            homes::entries(api, id, &query).await
-        }
-        (&Method::GET, ["v1", "computers", id, "home", "content"]) => {
-            homes::content(api, id, &query).await
-        }
-        (&Method::POST, ["v1", "homes", "reconcile"]) => homes::reconcile(api).await,
-        (&Method::DELETE, ["v1", "homes", key]) => homes::purge(api, key).await,
-        (&Method::GET, ["v1", "computers", id, "screens"]) => screens::list(api, id).await,
-        (&Method::POST, ["v1", "computers", id, "screens", bot, action]) => match *action {
-            "ensure" => screens::ensure(api, id, bot, req).await,
-            "release" => {
-                // Revoke first (docs/screens.md#teardown): the bot's URLs die before its desktop
-                // does.
-                live::screen_released(api, id, bot).await?;
-                screens::release(api, id, bot, req).await
-            }
-            "observe" => screens::observe(api, id, bot, req).await,
-            "act" => screens::act(api, id, bot, req).await,
-            "url" => live::url(api, id, bot, None, req).await,
-            "takeover" => live::takeover(api, id, bot, req).await,
-            "release-control" => live::release_control(api, id, bot, req).await,
-            other => Err(ApiError::not_found(format!(
-                "no screen action {other:?}; use ensure, release, observe, act, url, takeover \
-                 or release-control"
-            ))),
-        },
-        (&Method::POST, ["v1", "computers", id, "terminals", bot, "url"]) => {
-            live::url(
-                api,
-                id,
-                bot,
-                Some(gateway_proto::live::CapabilityKind::Terminal),
-                req,
-            )
-            .await
-        }
-        (&Method::POST, ["v1", "computers", id, "leases", bot, "waiting_takeover"]) => {
-            live::waiting_takeover(api, id, bot, req).await
-        }
-        (&Method::POST, ["v1", "computers", id, "browser", bot, action]) => {
-            browser::handle(api, id, bot, action, req).await
-        }
-        (&Method::GET, ["v1", "computers", id, "leases", bot]) => leases::get(api, id, bot).await,
-        (&Method::POST, ["v1", "computers", id, "mcp-tokens", bot]) => {
-            mcp::mint(api, id, bot, req).await
-        }
-        (&Method::POST, ["v1", "computers", id, "leases", bot, action]) => {
-            leases::act(api, id, bot, action, req).await
-        }
-        (_, ["v1", ..]) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_route",
-            format!("no route for {method} {path}"),
+    match route {
+        Route::Health {} => Ok(json_response(
+            StatusCode::OK,
+            &crate::schema::Health { ok: true },
         )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_route",
-            "the API lives under /v1",
-        )),
+        // The API's description is public, as health is: shapes only, no ids or secrets
+        // (`openapi` explains why).
+        Route::OpenApi {} => Ok(openapi::response()),
+        Route::Tunnel {} => tunnel_ws::upgrade(api.tunnel_carrier.as_ref(), req),
+        Route::Metrics {} => Ok(metrics::scrape(&api.core).await),
+        Route::Mcp { computer, bot } => mcp::serve(api, &computer, &bot, req).await,
+        Route::Download { token } => attachments::download(api, &token).await,
+        Route::CreateComputer {} => computers::create(api, req).await,
+        Route::ListComputers {} => computers::list(api).await,
+        Route::GetComputer { computer } => computers::show(api, &computer).await,
+        Route::DestroyComputer { computer } => computers::destroy(api, &computer).await,
+        Route::StopComputer { computer } => computers::stop(api, &computer).await,
+        Route::StartComputer { computer } => computers::start(api, &computer).await,
+        Route::UpdateComputer { computer } => jobs::start(api, &computer, JobKind::Update).await,
+        Route::RecoverComputer { computer } => jobs::start(api, &computer, JobKind::Recover).await,
+        Route::ListJobs { computer } => jobs::list(api, &computer).await,
+        Route::GetJob { job } => jobs::show(api, &job).await,
+        Route::ReleaseInterrupted { job } => jobs::release_interrupted(api, &job, req).await,
+        Route::Exec { computer } => exec::exec(api, &computer, req).await,
+        Route::Activity { computer } => activity::history(api, &computer, &query).await,
+        Route::ActivityStream { computer } => activity::stream(api, &computer, &query).await,
+        Route::ListFiles { computer } => files::list(api, &computer, &query).await,
+        Route::ReadFile { computer } => files::read(api, &computer, &query).await,
+        Route::WriteFile { computer } => files::write(api, &computer, &query, req).await,
+        Route::AttachFile { computer } => attachments::attach(api, &computer, req).await,
+        Route::UploadToBot { computer, bot } => {
+            attachments::upload(api, &computer, bot, &query, req).await
+        }
+        Route::GetHome { computer } => homes::show(api, &computer).await,
+        Route::CheckpointHome { computer } => homes::checkpoint(api, &computer, &query).await,
+        Route::RestoreHome { computer } => homes::restore(api, &computer).await,
+        Route::HomeEntries { computer } => homes::entries(api, &computer, &query).await,
+        Route::HomeContent { computer } => homes::content(api, &computer, &query).await,
+        Route::ReconcileHomes {} => homes::reconcile(api).await,
+        Route::PurgeHome { home_key } => homes::purge(api, &home_key).await,
+        Route::ListScreens { computer } => screens::list(api, &computer).await,
+        Route::EnsureScreen { computer, bot } => screens::ensure(api, &computer, bot, req).await,
+        Route::ReleaseScreen { computer, bot } => {
+            // Revoke first (docs/screens.md#desktops): the bot's URLs die before its desktop.
+            live::screen_released(api, &computer, &bot).await?;
+            screens::release(api, &computer, bot, req).await
+        }
+        Route::Observe { computer, bot } => screens::observe(api, &computer, bot, req).await,
+        Route::Act { computer, bot } => screens::act(api, &computer, bot, req).await,
+        Route::LiveUrl { computer, bot } => live::url(api, &computer, bot, None, req).await,
+        Route::TerminalUrl { computer, bot } => {
+            let kind = Some(CapabilityKind::Terminal);
+            live::url(api, &computer, bot, kind, req).await
+        }
+        Route::Takeover { computer, bot } => live::takeover(api, &computer, bot, req).await,
+        Route::ReleaseControl { computer, bot } => {
+            live::release_control(api, &computer, bot, req).await
+        }
+        Route::WaitingTakeover { computer, bot } => {
+            live::waiting_takeover(api, &computer, bot, req).await
+        }
+        Route::BrowserNavigate { computer, bot } => {
+            browser::handle(api, &computer, bot, browser::Tool::Navigate, req).await
+        }
+        Route::BrowserSnapshot { computer, bot } => {
+            browser::handle(api, &computer, bot, browser::Tool::Snapshot, req).await
+        }
+        Route::BrowserAct { computer, bot } => {
+            browser::handle(api, &computer, bot, browser::Tool::Act, req).await
+        }
+        Route::GetLease { computer, bot } => leases::get(api, &computer, bot).await,
+        Route::AcquireLease { computer, bot } => {
+            leases::act(api, &computer, bot, leases::Action::Acquire, req).await
+        }
+        Route::RenewLease { computer, bot } => {
+            leases::act(api, &computer, bot, leases::Action::Renew, req).await
+        }
+        Route::ReleaseLease { computer, bot } => {
+            leases::act(api, &computer, bot, leases::Action::Release, req).await
+        }
+        Route::MintMcpToken { computer, bot } => mcp::mint(api, &computer, bot, req).await,
     }
 }
 
@@ -428,34 +411,29 @@ impl From<CoreError> for ApiError {
         use crate::lease::LeaseError;
         let msg = e.to_string();
         match e {
-            CoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
+            CoreError::NotFound(_) => ApiError::new(ApiCode::NotFound, msg),
             // A stopped computer (by hand or after being idle) stays stopped until started.
             CoreError::NotRunning {
                 id,
                 state: crate::computers::ComputerState::Stopped,
             } => ApiError::new(
-                StatusCode::CONFLICT,
-                "computer_not_running",
+                ApiCode::ComputerNotRunning,
                 format!(
                     "{msg}: start it first (POST /v1/computers/{id}/start, \
                      `rakazo computer start {id}`)"
                 ),
             ),
-            CoreError::NotRunning { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "computer_not_running", msg)
-            }
+            CoreError::NotRunning { .. } => ApiError::new(ApiCode::ComputerNotRunning, msg),
             CoreError::UnknownProvider(_) => ApiError::bad_request(msg),
-            CoreError::StaleLease { .. } => ApiError::new(StatusCode::CONFLICT, "stale_lease", msg),
-            CoreError::Lease(LeaseError::Held { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "lease_held", msg)
-            }
+            CoreError::StaleLease { .. } => ApiError::new(ApiCode::StaleLease, msg),
+            CoreError::Lease(LeaseError::Held { .. }) => ApiError::new(ApiCode::LeaseHeld, msg),
             CoreError::Lease(LeaseError::Mismatch { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "lease_mismatch", msg)
+                ApiError::new(ApiCode::LeaseMismatch, msg)
             }
             CoreError::Lease(LeaseError::BadOwner { .. }) => ApiError::bad_request(msg),
             CoreError::Tunnel(t) => t.into(),
             CoreError::Lease(LeaseError::FenceExhausted { .. }) => {
-                ApiError::new(StatusCode::CONFLICT, "fence_exhausted", msg)
+                ApiError::new(ApiCode::FenceExhausted, msg)
             }
             CoreError::Lease(other) => ApiError::internal(other),
             CoreError::Computer(c) => computer_error(c, msg),
@@ -477,10 +455,10 @@ fn computer_error(e: crate::computers::ComputerError, msg: String) -> ApiError {
         | E::BadProvider(_)
         | E::BadPlacement(_)
         | E::ReservedBotId(_) => ApiError::bad_request(msg),
-        E::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
-        E::AlreadyExists(_) => ApiError::new(StatusCode::CONFLICT, "computer_exists", msg),
-        E::HomeInUse { .. } => ApiError::new(StatusCode::CONFLICT, "home_in_use", msg),
-        E::Destroyed(_) => ApiError::new(StatusCode::CONFLICT, "computer_destroyed", msg),
+        E::NotFound(_) => ApiError::new(ApiCode::NotFound, msg),
+        E::AlreadyExists(_) => ApiError::new(ApiCode::ComputerExists, msg),
+        E::HomeInUse { .. } => ApiError::new(ApiCode::HomeInUse, msg),
+        E::Destroyed(_) => ApiError::new(ApiCode::ComputerDestroyed, msg),
         E::Db(_) => ApiError::internal(e),
     }
 }
@@ -495,17 +473,11 @@ fn provider_error(p: &providers::ProviderError) -> ApiError {
         None => p.to_string(),
     };
     match p.class() {
-        ErrorClass::Capacity => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_capacity", msg)
-        }
-        ErrorClass::Transient => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", msg)
-        }
-        ErrorClass::Invalid => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "provider_invalid", msg)
-        }
+        ErrorClass::Capacity => ApiError::new(ApiCode::ProviderCapacity, msg),
+        ErrorClass::Transient => ApiError::new(ApiCode::ProviderUnavailable, msg),
+        ErrorClass::Invalid => ApiError::new(ApiCode::ProviderInvalid, msg),
         // A gone machine is replaced by `start`; reaching here means it vanished mid-call.
-        ErrorClass::Gone => ApiError::new(StatusCode::CONFLICT, "machine_gone", msg),
+        ErrorClass::Gone => ApiError::new(ApiCode::MachineGone, msg),
     }
 }
 
@@ -514,35 +486,14 @@ impl From<TunnelError> for ApiError {
         let msg = e.to_string();
         let uncertain = e.is_uncertain();
         let mut err = match e {
-            TunnelError::NotConnected(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "computer_unavailable", msg)
-            }
-            TunnelError::Lost(_) => ApiError::new(StatusCode::BAD_GATEWAY, "tunnel_lost", msg),
-            TunnelError::Suspending(_) => {
-                ApiError::new(StatusCode::CONFLICT, "computer_suspending", msg)
-            }
-            TunnelError::Protocol { .. } => {
-                ApiError::new(StatusCode::BAD_GATEWAY, "guest_protocol_error", msg)
-            }
-            TunnelError::Timeout { .. } => {
-                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "guest_timeout", msg)
-            }
-            TunnelError::Guest(op) => {
-                let status = match op.code {
-                    ErrorCode::BadRequest | ErrorCode::PathRejected => StatusCode::BAD_REQUEST,
-                    ErrorCode::NotFound => StatusCode::NOT_FOUND,
-                    ErrorCode::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorCode::StaleLease => StatusCode::CONFLICT,
-                    // The computer failed at what it was asked (a process that would not
-                    // start, a full disk): the computer's failure, not the control plane's.
-                    ErrorCode::Failed => StatusCode::BAD_GATEWAY,
-                    ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
-                    ErrorCode::ScreenUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::ScreenReleasing => StatusCode::CONFLICT,
-                    ErrorCode::ActionRefused | ErrorCode::Exists => StatusCode::CONFLICT,
-                };
-                ApiError::new(status, op.code.as_str(), op.message)
-            }
+            TunnelError::NotConnected(_) => ApiError::new(ApiCode::ComputerUnavailable, msg),
+            TunnelError::Lost(_) => ApiError::new(ApiCode::TunnelLost, msg),
+            TunnelError::Suspending(_) => ApiError::new(ApiCode::ComputerSuspending, msg),
+            TunnelError::Protocol { .. } => ApiError::new(ApiCode::GuestProtocolError, msg),
+            TunnelError::Timeout { .. } => ApiError::new(ApiCode::GuestTimeout, msg),
+            // The guest's refusal under its own code; `failed` (a process that would not
+            // start, a full disk) is the computer's failure, not the control plane's: 502.
+            TunnelError::Guest(op) => ApiError::new(op.code.into(), op.message),
         };
         err.uncertain = uncertain;
         err
@@ -572,10 +523,9 @@ fn parse_lease(lease: &str) -> Result<LeaseToken, ApiError> {
 /// The start of a bot's request: the bot named in the path, then the JSON body (bounded by
 /// [`read_json`]).
 async fn bot_json<T: DeserializeOwned>(
-    bot: &str,
+    bot: BotId,
     req: Request<Incoming>,
 ) -> Result<(BotId, T), ApiError> {
-    let bot = parse_bot(bot)?;
     let body = read_json(req.into_body()).await?;
     Ok((bot, body))
 }

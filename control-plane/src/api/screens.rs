@@ -8,7 +8,7 @@
 //! lease, checked against the database here and against the fence on the guest.
 
 use super::body::{invalid_json, json_response, read_json_bytes, ApiError, RespBody};
-use super::{bot_json, parse_bot, parse_lease, Api};
+use super::{bot_json, parse_lease, Api};
 use crate::activity::CommandStart;
 use crate::core::CoreError;
 use crate::guest;
@@ -53,7 +53,7 @@ fn screen_view(s: ScreenInfo) -> Screen {
 
 /// The bot named in the path and the lease its body must hold.
 async fn bot_and_lease(
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<(BotId, LeaseToken), ApiError> {
     let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
@@ -63,7 +63,7 @@ async fn bot_and_lease(
 pub async fn ensure(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
@@ -77,7 +77,7 @@ pub async fn ensure(
 pub async fn release(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, body): (_, LeaseBody) = bot_json(bot, req).await?;
@@ -129,7 +129,7 @@ fn observation(o: guest::Observation) -> Observation {
 pub async fn observe(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let (bot, lease) = bot_and_lease(bot, req).await?;
@@ -162,24 +162,85 @@ pub(super) async fn observe_bot(
 pub async fn act(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let result = act_batch(api, id, bot, &read_json_bytes(req.into_body()).await?).await?;
     Ok(json_response(StatusCode::OK, &result))
 }
 
-/// computer_act: a batch body (`{lease, actions, observe?, settle_ms?}`) read, validated, run
-/// and recorded; the operation behind `POST …/act` and MCP's `computer_act`.
-pub(super) async fn act_batch(
+/// computer_act: a batch body (`{lease, actions, observe?, settle_ms?}`) read, then run as
+/// [`Batch::run`] does; `POST …/act`.
+async fn act_batch(
     api: &Arc<Api>,
     id: &str,
     bot: BotId,
     body: &[u8],
 ) -> Result<ActResult, ApiError> {
     let (body, lease, actions) = read_batch(body)?;
-    validate_actions(&actions, body.settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
+    let batch = Batch {
+        lease,
+        actions,
+        observe: body.observe,
+        settle_ms: body.settle_ms,
+    };
+    batch.run(api, id, bot).await
+}
+
+/// A computer_act batch, typed: the operation behind `POST …/act` and MCP's `computer_act`.
+pub(super) struct Batch {
+    pub lease: LeaseToken,
+    pub actions: Vec<Action>,
+    pub observe: bool,
+    pub settle_ms: Option<u32>,
+}
+
+impl Batch {
+    /// MCP's batch: its actions read one by one, each refused in the words `POST …/act` uses
+    /// for it (`action N: …`, the first bad one).
+    pub(super) fn of_values(
+        lease: LeaseToken,
+        actions: &[Value],
+        observe: bool,
+        settle_ms: Option<u32>,
+    ) -> Result<Self, ApiError> {
+        let actions = actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| read_action(a).map_err(|m| numbered(i, m)))
+            .collect::<Result<_, _>>()?;
+        Ok(Batch {
+            lease,
+            actions,
+            observe,
+            settle_ms,
+        })
+    }
+
+    /// Validates, runs and records the batch for `bot` on computer `id`.
+    pub(super) async fn run(
+        self,
+        api: &Arc<Api>,
+        id: &str,
+        bot: BotId,
+    ) -> Result<ActResult, ApiError> {
+        run_batch(api, id, bot, self).await
+    }
+}
+
+async fn run_batch(
+    api: &Arc<Api>,
+    id: &str,
+    bot: BotId,
+    body: Batch,
+) -> Result<ActResult, ApiError> {
+    let Batch {
+        lease,
+        actions,
+        observe,
+        settle_ms,
+    } = body;
+    validate_actions(&actions, settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
     // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
     // keys, typed text, which may be a password) are not.
     let records = feed_lines(id, &bot, &actions);
@@ -187,8 +248,8 @@ pub(super) async fn act_batch(
         bot: bot.clone(),
         lease,
         actions,
-        observe: body.observe,
-        settle_ms: body.settle_ms,
+        observe,
+        settle_ms,
     };
     let acted = api
         .core

@@ -11,8 +11,9 @@
 
 use super::live::{switching_protocols, websocket_key};
 use super::{ApiError, RespBody};
+use crate::schema::code::ApiCode;
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use std::net::SocketAddr;
 use tracing::debug;
 
@@ -27,16 +28,14 @@ pub(super) fn upgrade(
 ) -> Result<Response<RespBody>, ApiError> {
     let Some(carrier) = carrier.cloned() else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "tunnel_unavailable",
+            ApiCode::TunnelUnavailable,
             "this API does not carry the guest tunnel",
         ));
     };
     let key = websocket_key(&req);
     let Some(key) = key else {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
+            ApiCode::BadRequest,
             "GET /v1/tunnel is the guest tunnel's websocket: it needs a websocket upgrade",
         ));
     };
@@ -44,8 +43,7 @@ pub(super) fn upgrade(
     // only so many may wait at once (`carrier::Limits::max_pending_websockets`).
     let Some(reservation) = carrier.reserve_websocket() else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "tunnel_busy",
+            ApiCode::TunnelBusy,
             "too many guest tunnels are logging in through the API at once; try again shortly",
         ));
     };

@@ -5,7 +5,8 @@
 //! is recorded until interrupted. `--json` prints one event per line as the API spells it.
 
 use super::Global;
-use crate::client::{full_body, q, Client};
+use crate::client::{full_body, Client};
+use crate::route::{ComputerId, Route};
 use crate::schema::activity::{ActivityBody, ActivityEvent, ActivityPage};
 use crate::schema::wire_name;
 use anyhow::{anyhow, Result};
@@ -28,14 +29,17 @@ pub struct ActivityArgs {
 
 pub(super) async fn run(g: &Global, a: ActivityArgs) -> Result<i32> {
     let c = g.client()?;
-    let id = q(&a.computer);
+    let id = ComputerId::new(a.computer);
     // The newest events, oldest first; `last_seq` is where following starts, so nothing
     // recorded between the two requests is missed.
     let limit = a.limit.max(1);
     let page: ActivityPage = c
         .fetch(
             Method::GET,
-            &format!("/v1/computers/{id}/activity?order=desc&limit={limit}"),
+            &Route::Activity {
+                computer: id.clone(),
+            }
+            .path_with_query([("order", "desc"), ("limit", &limit.to_string())]),
         )
         .await?;
     if a.limit > 0 {
@@ -49,11 +53,14 @@ pub(super) async fn run(g: &Global, a: ActivityArgs) -> Result<i32> {
     Ok(0)
 }
 
-async fn follow(c: &Client, id: &str, after: u64, json: bool) -> Result<()> {
+async fn follow(c: &Client, id: &ComputerId, after: u64, json: bool) -> Result<()> {
     let resp = c
         .send(
             Method::GET,
-            &format!("/v1/computers/{id}/activity/stream?after={after}"),
+            &Route::ActivityStream {
+                computer: id.clone(),
+            }
+            .path_with_query([("after", after.to_string().as_str())]),
             None,
             None,
             full_body(Bytes::new()),

@@ -1,11 +1,12 @@
 //! `rakazo browser …`: page tools on a bot's browser (`/v1/computers/{id}/browser/{bot}/…`).
 
+use super::ids;
 use super::{print_json, user_array, Global};
-use crate::client::q;
+use crate::route::{ComputerId, Route};
 use crate::schema::browser::{PageRequest, PageResult};
 use anyhow::Result;
 use clap::Subcommand;
-use hyper::Method;
+use gateway_proto::BotId;
 
 #[derive(Subcommand)]
 pub enum BrowserCmd {
@@ -40,7 +41,7 @@ pub enum BrowserCmd {
 
 pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
     let c = g.client()?;
-    let (computer, bot, action, body) = match cmd {
+    let (computer, bot, action, body): (_, _, fn(ComputerId, BotId) -> Route, _) = match cmd {
         BrowserCmd::Navigate {
             computer,
             bot,
@@ -49,7 +50,7 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
         } => (
             computer,
             bot,
-            "navigate",
+            |computer, bot| Route::BrowserNavigate { computer, bot },
             PageRequest {
                 lease,
                 url: Some(page_url),
@@ -63,7 +64,7 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
         } => (
             computer,
             bot,
-            "snapshot",
+            |computer, bot| Route::BrowserSnapshot { computer, bot },
             PageRequest {
                 lease,
                 ..Default::default()
@@ -80,15 +81,13 @@ pub(super) async fn run(g: &Global, cmd: BrowserCmd) -> Result<i32> {
                 url: None,
                 steps: Some(user_array(&steps, "--steps", "step")?),
             };
-            (computer, bot, "act", body)
+            let act = |computer, bot| Route::BrowserAct { computer, bot };
+            (computer, bot, act, body)
         }
     };
-    let path = format!(
-        "/v1/computers/{}/browser/{}/{action}",
-        q(&computer),
-        q(&bot)
-    );
-    let result: PageResult = c.call(Method::POST, &path, &body).await?;
+    let (computer, bot) = ids(&computer, &bot)?;
+    let route: Route = action(computer, bot);
+    let result: PageResult = c.call(route.method(), &route.path(), &body).await?;
     if g.json {
         print_json(&result);
         // A failed page action fails the command in both output modes.

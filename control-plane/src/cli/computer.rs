@@ -3,13 +3,13 @@
 //! (`/v1/computers/{id}/update|recover|jobs`, `/v1/jobs/{id}`).
 
 use super::{print_json, Global};
-use crate::client::q;
+use crate::client::Client;
+use crate::route::{ComputerId, JobId, Route};
 use crate::schema::computer::{Computer, ComputerList, CreateComputer};
 use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::wire_name;
 use anyhow::Result;
 use clap::Subcommand;
-use hyper::Method;
 use serde::Serialize;
 
 #[derive(Subcommand)]
@@ -193,15 +193,29 @@ struct Destroyed {
 pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     let c = g.client()?;
     let computer: Computer = match cmd {
-        ComputerCmd::Update { id, wait } => return start_job(g, &id, "update", wait).await,
-        ComputerCmd::Recover { id, wait } => return start_job(g, &id, "recover", wait).await,
+        ComputerCmd::Update { id, wait } => {
+            let route = Route::UpdateComputer {
+                computer: ComputerId::new(id),
+            };
+            return start_job(g, route, wait).await;
+        }
+        ComputerCmd::Recover { id, wait } => {
+            let route = Route::RecoverComputer {
+                computer: ComputerId::new(id),
+            };
+            return start_job(g, route, wait).await;
+        }
         ComputerCmd::Jobs { id, job } => {
             let jobs = match job {
-                Some(j) => vec![c.fetch(Method::GET, &format!("/v1/jobs/{}", q(&j))).await?],
+                Some(j) => vec![fetch(&c, Route::GetJob { job: JobId::new(j) }).await?],
                 None => {
-                    let list: JobList = c
-                        .fetch(Method::GET, &format!("/v1/computers/{}/jobs", q(&id)))
-                        .await?;
+                    let list: JobList = fetch(
+                        &c,
+                        Route::ListJobs {
+                            computer: ComputerId::new(id),
+                        },
+                    )
+                    .await?;
                     list.jobs
                 }
             };
@@ -216,10 +230,13 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             job,
             workers_stopped,
         } => {
+            let route = Route::ReleaseInterrupted {
+                job: JobId::new(job),
+            };
             let released: Job = c
                 .call(
-                    Method::POST,
-                    &format!("/v1/jobs/{}/release-interrupted", q(&job)),
+                    route.method(),
+                    &route.path(),
                     &ReleaseInterrupted { workers_stopped },
                 )
                 .await?;
@@ -257,10 +274,11 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
                 },
                 placement,
             };
-            c.call(Method::POST, "/v1/computers", &body).await?
+            let route = Route::CreateComputer {};
+            c.call(route.method(), &route.path(), &body).await?
         }
         ComputerCmd::List => {
-            let list: ComputerList = c.fetch(Method::GET, "/v1/computers").await?;
+            let list: ComputerList = fetch(&c, Route::ListComputers {}).await?;
             if g.json {
                 print_json(&list);
             } else {
@@ -269,20 +287,20 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             return Ok(0);
         }
         ComputerCmd::Show { id } => {
-            c.fetch(Method::GET, &format!("/v1/computers/{}", q(&id)))
-                .await?
+            let computer = ComputerId::new(id);
+            fetch(&c, Route::GetComputer { computer }).await?
         }
         ComputerCmd::Start { id } => {
-            c.fetch(Method::POST, &format!("/v1/computers/{}/start", q(&id)))
-                .await?
+            let computer = ComputerId::new(id);
+            fetch(&c, Route::StartComputer { computer }).await?
         }
         ComputerCmd::Stop { id } => {
-            c.fetch(Method::POST, &format!("/v1/computers/{}/stop", q(&id)))
-                .await?
+            let computer = ComputerId::new(id);
+            fetch(&c, Route::StopComputer { computer }).await?
         }
         ComputerCmd::Destroy { id } => {
-            c.fetch::<()>(Method::DELETE, &format!("/v1/computers/{}", q(&id)))
-                .await?;
+            let computer = ComputerId::new(id.clone());
+            fetch::<()>(&c, Route::DestroyComputer { computer }).await?;
             if g.json {
                 print_json(&Destroyed { destroyed: id });
             } else {
@@ -320,16 +338,19 @@ fn print_job(j: &Job) {
     }
 }
 
+/// A route's answer, the route taking no body.
+async fn fetch<R: serde::de::DeserializeOwned>(c: &Client, route: Route) -> Result<R> {
+    Ok(c.fetch(route.method(), &route.path()).await?)
+}
+
 /// How often `--wait` looks at the job.
 const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `computer update|recover`: starts the job; with `wait`, prints each stage as the job reaches
 /// it (from its stored history, so none is missed) until it ends.
-async fn start_job(g: &Global, id: &str, action: &str, wait: bool) -> Result<i32> {
+async fn start_job(g: &Global, route: Route, wait: bool) -> Result<i32> {
     let c = g.client()?;
-    let mut job: Job = c
-        .fetch(Method::POST, &format!("/v1/computers/{}/{action}", q(id)))
-        .await?;
+    let mut job: Job = fetch(&c, route).await?;
     if !g.json {
         println!("job {} {} computer {}", job.id, job.kind, job.computer);
         if let Some(w) = &job.warning {
@@ -356,9 +377,13 @@ async fn start_job(g: &Global, id: &str, action: &str, wait: bool) -> Result<i32
             break;
         }
         tokio::time::sleep(WAIT_POLL).await;
-        job = c
-            .fetch(Method::GET, &format!("/v1/jobs/{}", q(&job.id)))
-            .await?;
+        job = fetch(
+            &c,
+            Route::GetJob {
+                job: JobId::new(job.id),
+            },
+        )
+        .await?;
     }
     if g.json {
         print_json(&job);

@@ -2,7 +2,8 @@
 //! (`/v1/computers/{id}/exec`).
 
 use super::Global;
-use crate::client::{full_body, q};
+use crate::client::full_body;
+use crate::route::{ComputerId, Route};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
@@ -56,7 +57,10 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
         bot: a.bot,
         lease: a.lease,
     };
-    let path = format!("/v1/computers/{}/exec", q(&a.computer));
+    let path = Route::Exec {
+        computer: ComputerId::new(a.computer),
+    }
+    .path();
     let resp = if a.stdin {
         let mut head = serde_json::to_vec(&spec)?;
         head.push(b'\n');

@@ -1,8 +1,10 @@
 //! `rakazo files …`: list, read and write files of a computer's live home
 //! (`/v1/computers/{id}/files…`).
 
+use super::ids;
 use super::{print_entries, print_json, Global};
-use crate::client::{full_body, json_answer, q};
+use crate::client::{full_body, json_answer};
+use crate::route::{ComputerId, Route};
 use crate::schema::files::{AttachRequest, Attached, FileList, Uploaded, Written};
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
@@ -94,7 +96,10 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
             let list: FileList = c
                 .fetch(
                     Method::GET,
-                    &format!("/v1/computers/{}/files?path={}", q(&computer), q(&path)),
+                    &Route::ListFiles {
+                        computer: ComputerId::new(computer),
+                    }
+                    .path_with_query([("path", path.as_str())]),
                 )
                 .await?;
             if g.json {
@@ -108,14 +113,13 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
             path,
             max_bytes,
         } => {
-            let mut url = format!(
-                "/v1/computers/{}/files/content?path={}",
-                q(&computer),
-                q(&path)
-            );
-            if let Some(m) = max_bytes {
-                url.push_str(&format!("&max_bytes={m}"));
+            let max_bytes = max_bytes.map(|m| m.to_string());
+            let mut query = vec![("path", path.as_str())];
+            query.extend(max_bytes.as_deref().map(|m| ("max_bytes", m)));
+            let url = Route::ReadFile {
+                computer: ComputerId::new(computer),
             }
+            .path_with_query(query);
             let resp = c
                 .send(Method::GET, &url, None, None, full_body(Bytes::new()))
                 .await?;
@@ -135,11 +139,11 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
             remote,
             executable,
         } => {
-            let url = format!(
-                "/v1/computers/{}/files/content?path={}&executable={executable}",
-                q(&computer),
-                q(&remote)
-            );
+            let executable = executable.to_string();
+            let url = Route::WriteFile {
+                computer: ComputerId::new(computer),
+            }
+            .path_with_query([("path", remote.as_str()), ("executable", &executable)]);
             let written: Written = put_file(&c, &url, &local).await?;
             if g.json {
                 print_json(&written)
@@ -162,13 +166,9 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
                     .ok_or_else(|| anyhow!("{} has no file name; pass --name", local.display()))?
                     .to_string(),
             };
-            let url = format!(
-                "/v1/computers/{}/uploads/{}?name={}&control={}",
-                q(&computer),
-                q(&bot),
-                q(&name),
-                q(&control)
-            );
+            let (computer, bot) = ids(&computer, &bot)?;
+            let url = Route::UploadToBot { computer, bot }
+                .path_with_query([("name", name.as_str()), ("control", &control)]);
             let up: Uploaded = put_file(&c, &url, &local).await?;
             if g.json {
                 print_json(&up)
@@ -185,7 +185,10 @@ pub(super) async fn run(g: &Global, cmd: FilesCmd) -> Result<i32> {
             let att: Attached = c
                 .call(
                     Method::POST,
-                    &format!("/v1/computers/{}/files/attach", q(&computer)),
+                    &Route::AttachFile {
+                        computer: ComputerId::new(computer),
+                    }
+                    .path(),
                     &AttachRequest { path, bot, lease },
                 )
                 .await?;

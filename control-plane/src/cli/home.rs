@@ -3,7 +3,8 @@
 //! (stderr) and plain progress lines otherwise.
 
 use super::print_json;
-use crate::client::{full_body, q, Client};
+use crate::client::{full_body, Client};
+use crate::route::{ComputerId, Route};
 use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
 use anyhow::{anyhow, bail, Result};
 use bytes::Bytes;
@@ -44,24 +45,24 @@ pub enum HomeCmd {
 pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
     match cmd {
         HomeCmd::Checkpoint { computer, wait_ms } => {
-            let mut path = format!("/v1/computers/{}/home/checkpoint", q(&computer));
-            if let Some(ms) = wait_ms {
-                path.push_str(&format!("?wait_ms={ms}"));
+            let wait_ms = wait_ms.map(|ms| ms.to_string());
+            let path = Route::CheckpointHome {
+                computer: ComputerId::new(computer),
             }
+            .path_with_query(wait_ms.as_deref().map(|ms| ("wait_ms", ms)));
             flow(&c, json, &path).await
         }
         HomeCmd::Restore { computer } => {
-            flow(
-                &c,
-                json,
-                &format!("/v1/computers/{}/home/restore", q(&computer)),
-            )
-            .await
+            let route = Route::RestoreHome {
+                computer: ComputerId::new(computer),
+            };
+            flow(&c, json, &route.path()).await
         }
         HomeCmd::Show { computer } => {
-            let info: HomeInfo = c
-                .fetch(Method::GET, &format!("/v1/computers/{}/home", q(&computer)))
-                .await?;
+            let route = Route::GetHome {
+                computer: ComputerId::new(computer),
+            };
+            let info: HomeInfo = c.fetch(route.method(), &route.path()).await?;
             if json {
                 print_json(&info);
             } else {
@@ -85,13 +86,14 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             prefix,
             limit,
         } => {
-            let mut path = format!("/v1/computers/{}/home/entries?", q(&computer));
-            if let Some(p) = prefix {
-                path.push_str(&format!("prefix={}&", q(&p)));
+            let limit = limit.map(|l| l.to_string());
+            let mut query = Vec::new();
+            query.extend(prefix.as_deref().map(|p| ("prefix", p)));
+            query.extend(limit.as_deref().map(|l| ("limit", l)));
+            let path = Route::HomeEntries {
+                computer: ComputerId::new(computer),
             }
-            if let Some(l) = limit {
-                path.push_str(&format!("limit={l}"));
-            }
+            .path_with_query(query);
             let listed: HomeEntries = c.fetch(Method::GET, &path).await?;
             if json {
                 print_json(&listed);
@@ -107,11 +109,10 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             let resp = c
                 .send(
                     Method::GET,
-                    &format!(
-                        "/v1/computers/{}/home/content?path={}",
-                        q(&computer),
-                        q(&path)
-                    ),
+                    &Route::HomeContent {
+                        computer: ComputerId::new(computer),
+                    }
+                    .path_with_query([("path", path.as_str())]),
                     None,
                     None,
                     full_body(Bytes::new()),
@@ -129,7 +130,8 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             Ok(0)
         }
         HomeCmd::Reconcile => {
-            let done: Reconciled = c.fetch(Method::POST, "/v1/homes/reconcile").await?;
+            let route = Route::ReconcileHomes {};
+            let done: Reconciled = c.fetch(route.method(), &route.path()).await?;
             match done {
                 _ if json => print_json(&done),
                 // Only an object store can hold objects no computer owns.
@@ -144,9 +146,10 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             Ok(0)
         }
         HomeCmd::Purge { home_key } => {
-            let purged: Purged = c
-                .fetch(Method::DELETE, &format!("/v1/homes/{}", q(&home_key)))
-                .await?;
+            let route = Route::PurgeHome {
+                home_key: home_key.clone(),
+            };
+            let purged: Purged = c.fetch(route.method(), &route.path()).await?;
             if json {
                 print_json(&purged);
             } else {

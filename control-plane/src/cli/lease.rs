@@ -1,12 +1,13 @@
 //! `rakazo lease …`: acquire, renew, release and show a bot's execution lease
 //! (`/v1/computers/{id}/leases/{bot}…`).
 
+use super::ids;
 use super::{print_json, Global};
-use crate::client::q;
+use crate::route::{ComputerId, Route};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest, RunCheckpoint};
 use anyhow::Result;
 use clap::Subcommand;
-use hyper::Method;
+use gateway_proto::BotId;
 
 #[derive(Subcommand)]
 pub enum LeaseCmd {
@@ -43,7 +44,7 @@ pub enum LeaseCmd {
 
 pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
     let c = g.client()?;
-    let (computer, bot, action, body) = match cmd {
+    let (computer, bot, action, body): (_, _, fn(ComputerId, BotId) -> Route, _) = match cmd {
         LeaseCmd::Acquire {
             computer,
             bot,
@@ -55,7 +56,8 @@ pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
                 ttl_ms,
                 ..Default::default()
             };
-            (computer, bot, "acquire", body)
+            let acquire = |computer, bot| Route::AcquireLease { computer, bot };
+            (computer, bot, acquire, body)
         }
         LeaseCmd::Renew {
             computer,
@@ -65,7 +67,7 @@ pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
         } => (
             computer,
             bot,
-            "renew",
+            |computer, bot| Route::RenewLease { computer, bot },
             LeaseRequest {
                 lease: Some(lease),
                 ttl_ms,
@@ -80,7 +82,7 @@ pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
         } => (
             computer,
             bot,
-            "release",
+            |computer, bot| Route::ReleaseLease { computer, bot },
             LeaseRequest {
                 lease: Some(lease),
                 outcome,
@@ -88,17 +90,19 @@ pub(super) async fn run(g: &Global, cmd: LeaseCmd) -> Result<i32> {
             },
         ),
         LeaseCmd::Show { computer, bot } => {
-            let path = format!("/v1/computers/{}/leases/{}", q(&computer), q(&bot));
-            print_lease(g, &c.fetch(Method::GET, &path).await?);
+            let (computer, bot) = ids(&computer, &bot)?;
+            let route = Route::GetLease { computer, bot };
+            print_lease(g, &c.fetch(route.method(), &route.path()).await?);
             return Ok(0);
         }
     };
-    let path = format!("/v1/computers/{}/leases/{}/{action}", q(&computer), q(&bot));
-    if action != "release" {
-        print_lease(g, &c.call(Method::POST, &path, &body).await?);
+    let (computer, bot) = ids(&computer, &bot)?;
+    let route: Route = action(computer, bot);
+    if !matches!(route, Route::ReleaseLease { .. }) {
+        print_lease(g, &c.call(route.method(), &route.path(), &body).await?);
         return Ok(0);
     }
-    let released: LeaseReleased = c.call(Method::POST, &path, &body).await?;
+    let released: LeaseReleased = c.call(route.method(), &route.path(), &body).await?;
     if g.json {
         print_json(&released);
     } else {

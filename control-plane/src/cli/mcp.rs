@@ -1,12 +1,12 @@
 //! `rakazo mcp token …`: mint an MCP session token for one computer and bot
 //! (`POST /v1/computers/{id}/mcp-tokens/{bot}`).
 
+use super::ids;
 use super::{print_json, Global};
-use crate::client::q;
+use crate::route::Route;
 use crate::schema::mcp::{McpToken, McpTokenRequest};
 use anyhow::Result;
 use clap::Subcommand;
-use hyper::Method;
 
 #[derive(Subcommand)]
 pub enum McpCmd {
@@ -28,9 +28,10 @@ pub(super) async fn run(g: &Global, cmd: McpCmd) -> Result<i32> {
         bot,
         ttl_secs,
     } = cmd;
-    let path = format!("/v1/computers/{}/mcp-tokens/{}", q(&computer), q(&bot));
+    let (computer, bot) = ids(&computer, &bot)?;
+    let route = Route::MintMcpToken { computer, bot };
     let token: McpToken = c
-        .call(Method::POST, &path, &McpTokenRequest { ttl_secs })
+        .call(route.method(), &route.path(), &McpTokenRequest { ttl_secs })
         .await?;
     if g.json {
         print_json(&token);

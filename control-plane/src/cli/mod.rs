@@ -33,10 +33,12 @@ pub use screen::{ActArgs, ObserveArgs, ScreenCmd, TerminalCmd};
 pub use serve::ServeArgs;
 
 use crate::client::{Client, ClientError, LocalAddresses};
+use crate::route::ComputerId;
 use crate::schema::files::{Entry, EntryKind};
 use crate::serve::{ADDRESSES_FILE, API_TOKEN_FILE};
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use gateway_proto::BotId;
 use gateway_proto::Secret;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -228,6 +230,13 @@ fn user_array<T: DeserializeOwned>(arg: &str, flag: &str, what: &str) -> Result<
         .enumerate()
         .map(|(i, v)| serde_json::from_value(v).map_err(|e| anyhow!("{what} {}: {e}", i + 1)))
         .collect()
+}
+
+/// The computer and bot of a command, as its routes take them (a bad bot id is refused as the
+/// server refuses it).
+fn ids(computer: &str, bot: &str) -> Result<(ComputerId, BotId)> {
+    let bot = crate::route::bot(bot).map_err(ClientError::from)?;
+    Ok((ComputerId::new(computer), bot))
 }
 
 /// Runs a parsed command; returns the process exit code.

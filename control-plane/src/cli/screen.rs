@@ -1,8 +1,10 @@
 //! `rakazo screen …`, `terminal …`, `observe` and `act`: a bot's desktop and its live views
 //! (`/v1/computers/{id}/screens/…` and `/v1/computers/{id}/terminals/…`).
 
+use super::ids;
 use super::{print_json, user_array, Global};
-use crate::client::{q, Client};
+use crate::client::Client;
+use crate::route::{ComputerId, Route};
 use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest,
@@ -10,7 +12,6 @@ use crate::schema::screen::{
 use crate::schema::Empty;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use hyper::Method;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 
@@ -83,29 +84,24 @@ pub struct ActArgs {
 }
 
 /// `POST .../screens/{bot}/takeover` or `.../release-control`, which take an empty object.
-async fn control_action<R: DeserializeOwned>(
-    c: &Client,
-    computer: &str,
-    bot: &str,
-    action: &str,
-) -> Result<R> {
-    let path = format!("/v1/computers/{}/screens/{}/{action}", q(computer), q(bot));
-    Ok(c.call(Method::POST, &path, &Empty {}).await?)
+async fn control_action<R: DeserializeOwned>(c: &Client, route: Route) -> Result<R> {
+    Ok(c.call(route.method(), &route.path(), &Empty {}).await?)
 }
 
 /// Prints a capability URL: on stdout only, so it can be piped and never lands in a log.
 pub(super) async fn live_url(g: &Global, computer: &str, bot: &str, policy: &str) -> Result<i32> {
     let c = g.client()?;
-    let path = if policy == "terminal" {
-        format!("/v1/computers/{}/terminals/{}/url", q(computer), q(bot))
+    let (computer, bot) = ids(computer, bot)?;
+    let route = if policy == "terminal" {
+        Route::TerminalUrl { computer, bot }
     } else {
-        format!("/v1/computers/{}/screens/{}/url", q(computer), q(bot))
+        Route::LiveUrl { computer, bot }
     };
     let body = UrlRequest {
         policy: Some(policy.to_string()),
         ttl_secs: None,
     };
-    let url: LiveUrl = c.call(Method::POST, &path, &body).await?;
+    let url: LiveUrl = c.call(route.method(), &route.path(), &body).await?;
     if g.json {
         print_json(&url);
     } else {
@@ -127,9 +123,10 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             bot,
             lease,
         } => {
-            let path = format!("/v1/computers/{}/screens/{}/ensure", q(&computer), q(&bot));
+            let (computer, bot) = ids(&computer, &bot)?;
+            let route = Route::EnsureScreen { computer, bot };
             let body = LeaseBody { lease: Some(lease) };
-            let screen: Screen = c.call(Method::POST, &path, &body).await?;
+            let screen: Screen = c.call(route.method(), &route.path(), &body).await?;
             if g.json {
                 print_json(&screen);
             } else {
@@ -145,7 +142,12 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             return live_url(g, &computer, &bot, policy).await;
         }
         ScreenCmd::Takeover { computer, bot } => {
-            let taken: ControlTaken = control_action(&c, &computer, &bot, "takeover").await?;
+            let (computer, bot_id) = ids(&computer, &bot)?;
+            let route = Route::Takeover {
+                computer,
+                bot: bot_id,
+            };
+            let taken: ControlTaken = control_action(&c, route).await?;
             if g.json {
                 print_json(&taken);
             } else {
@@ -156,8 +158,12 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             }
         }
         ScreenCmd::Release { computer, bot } => {
-            let released: ControlReleased =
-                control_action(&c, &computer, &bot, "release-control").await?;
+            let (computer, bot_id) = ids(&computer, &bot)?;
+            let route = Route::ReleaseControl {
+                computer,
+                bot: bot_id,
+            };
+            let released: ControlReleased = control_action(&c, route).await?;
             if g.json {
                 print_json(&released);
             } else {
@@ -169,9 +175,11 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             bot,
             lease,
         } => {
-            let path = format!("/v1/computers/{}/screens/{}/release", q(&computer), q(&bot));
-            let released: ScreenReleased =
-                c.call(Method::POST, &path, &LeaseBody { lease }).await?;
+            let (computer, bot) = ids(&computer, &bot)?;
+            let route = Route::ReleaseScreen { computer, bot };
+            let released: ScreenReleased = c
+                .call(route.method(), &route.path(), &LeaseBody { lease })
+                .await?;
             if g.json {
                 print_json(&released);
             } else {
@@ -179,8 +187,10 @@ pub(super) async fn run(g: &Global, cmd: ScreenCmd) -> Result<i32> {
             }
         }
         ScreenCmd::List { computer } => {
-            let path = format!("/v1/computers/{}/screens", q(&computer));
-            let list: ScreenList = c.fetch(Method::GET, &path).await?;
+            let route = Route::ListScreens {
+                computer: ComputerId::new(computer),
+            };
+            let list: ScreenList = c.fetch(route.method(), &route.path()).await?;
             if g.json {
                 print_json(&list);
             } else {
@@ -231,15 +241,12 @@ fn write_image(image: Option<&str>, out: Option<&PathBuf>) -> Result<()> {
 
 pub(super) async fn observe(g: &Global, a: ObserveArgs) -> Result<i32> {
     let c = g.client()?;
-    let path = format!(
-        "/v1/computers/{}/screens/{}/observe",
-        q(&a.computer),
-        q(&a.bot)
-    );
+    let (computer, bot) = ids(&a.computer, &a.bot)?;
+    let route = Route::Observe { computer, bot };
     let body = LeaseBody {
         lease: Some(a.lease),
     };
-    let obs: Observation = c.call(Method::POST, &path, &body).await?;
+    let obs: Observation = c.call(route.method(), &route.path(), &body).await?;
     save_observation(g, obs, a.out.as_ref())?;
     Ok(0)
 }
@@ -252,8 +259,9 @@ pub(super) async fn act(g: &Global, a: ActArgs) -> Result<i32> {
         observe: a.observe,
         settle_ms: a.settle_ms,
     };
-    let path = format!("/v1/computers/{}/screens/{}/act", q(&a.computer), q(&a.bot));
-    let mut result: ActResult = c.call(Method::POST, &path, &body).await?;
+    let (computer, bot) = ids(&a.computer, &a.bot)?;
+    let route = Route::Act { computer, bot };
+    let mut result: ActResult = c.call(route.method(), &route.path(), &body).await?;
     match result.observation.take() {
         Some(mut obs) if g.json => {
             let image = obs.image.take();

@@ -5,7 +5,8 @@
 //! One module per area of the API, as the CLI is split: [`activity`] (the feed), [`computer`],
 //! [`exec`] (the request and its NDJSON event lines), [`files`], [`screen`] (desktops, observe
 //! and act, live and terminal URLs, takeover), [`browser`], [`lease`], [`mcp`] (session
-//! tokens), [`home`], [`job`] (maintenance jobs), and [`error`] (the one error body). Every type
+//! tokens), [`home`], [`job`] (maintenance jobs), [`error`] (the one error body) and [`code`]
+//! (its codes, each with its status: not a body, spelled by `ApiCode::as_str`). Every type
 //! derives both `Serialize` and `Deserialize`; request bodies deny unknown fields, answers do
 //! not (a newer server may add one). An optional field the API leaves out when unset says so
 //! with `skip_serializing_if`; one it sends as `null` has no such attribute.
@@ -16,6 +17,7 @@
 
 pub mod activity;
 pub mod browser;
+pub mod code;
 pub mod computer;
 pub mod error;
 pub mod exec;

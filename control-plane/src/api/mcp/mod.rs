@@ -7,6 +7,7 @@
 //! session (`Mcp-Session-Id`) that was made at another endpoint is answered as an unknown
 //! session (404). rmcp checks the `Host` header against the allowed hosts (`--mcp-allowed-hosts`).
 
+mod shell;
 mod tools;
 
 use crate::api::{json_response, parse_bot, read_json, Api, ApiError, RespBody};
@@ -15,7 +16,9 @@ use crate::core::RunOutcome;
 use crate::live::seal::McpScope;
 use crate::mcp::session::{Binding, Registry};
 use crate::mcp::{McpConfig, DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
+use crate::schema::code::ApiCode;
 use crate::schema::mcp::{McpToken, McpTokenRequest};
+use gateway_proto::BotId;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
@@ -56,8 +59,7 @@ impl Default for Mcp {
 
 fn unauthorized() -> ApiError {
     ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        ApiCode::Unauthorized,
         "missing or wrong API token or MCP session token",
     )
 }
@@ -81,8 +83,7 @@ fn authorize(api: &Api, binding: &Binding, req: &Request<Incoming>) -> Result<()
         .map_err(|_| unauthorized())?;
     if scope.computer != binding.computer || scope.bot != binding.bot {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ApiCode::Forbidden,
             "this MCP session token is for another computer or bot",
         ));
     }
@@ -154,10 +155,9 @@ pub async fn serve(
 pub async fn mint(
     api: &Arc<Api>,
     id: &str,
-    bot: &str,
+    bot: BotId,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let bot = parse_bot(bot)?;
     let host = crate::api::live::request_host(&req);
     let body: McpTokenRequest = read_json(req.into_body()).await?;
     let ttl = match body.ttl_secs {

@@ -1,23 +1,29 @@
 //! The MCP tools of one session: each is a thin translation from its arguments to the operation
-//! the HTTP API runs (`api::screens::observe_bot`/`act_batch`, `api::browser::run`,
+//! the HTTP API runs, with typed values (`api::screens::observe_bot`/`Batch`, `api::browser::run`,
 //! `api::exec::start`, `api::files::{list_entries, open_read, write_file}`,
 //! `live::authority::set_waiting_takeover`), under the session's lease and through the same idle
-//! gate, so limits, error texts and activity-feed lines are the API's. A refusal is a tool
+//! gate (`api::operate`, with the rule of the route the tool stands for), so limits, error texts and
+//! activity-feed lines are the API's. Each call is one operation in the metrics, labelled
+//! `mcp.<tool>`. A refusal is a tool
 //! result with `isError` whose text is the API's message (prefixed with its code), never a
 //! protocol error: the model reads it.
 
 use crate::activity::Tail;
+use crate::api::browser::Tool;
+use crate::api::screens::Batch;
 use crate::api::{self, Api, ApiError};
 use crate::clock::now_ms;
-use crate::guest::{ByteError, Exec};
+use crate::guest::ByteError;
 use crate::mcp::session::{Binding, Held, Registry};
 use crate::mcp::LEASE_HEADER;
-use crate::schema::browser::PageRequest;
+use crate::metrics::Outcome;
+use crate::route::Endpoint;
+use crate::schema::code::ApiCode;
 use crate::schema::exec::ExecSpec;
 use crate::schema::screen::Observation;
 use base64::Engine;
 use bytes::Bytes;
-use gateway_proto::{BotLease, ExecEvent, LeaseToken};
+use gateway_proto::{BotLease, LeaseToken};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -33,8 +39,6 @@ use std::time::Duration;
 
 /// `shell`'s timeout when the call names none.
 pub const DEFAULT_SHELL_TIMEOUT: Duration = Duration::from_secs(120);
-/// Most of each output stream `shell` returns: the last bytes, with a note of what was cut.
-pub const SHELL_OUTPUT_MAX: usize = 64 * 1024;
 /// How long past its own timeout `shell` waits for the guest's exit before giving up.
 const SHELL_GRACE: Duration = Duration::from_secs(30);
 /// `read_file`'s cap when the call names none, and the largest it may name.
@@ -76,39 +80,6 @@ fn observation_content(mut o: Observation) -> Vec<ContentBlock> {
         content.push(ContentBlock::image(png, o.mime_type.clone()));
     }
     content
-}
-
-/// The kept tail `buf` of a stream of `total` bytes as text, saying how many came before.
-fn tail_text(buf: &[u8], total: u64) -> String {
-    let cut = total.saturating_sub(buf.len() as u64);
-    let text = String::from_utf8_lossy(buf);
-    if cut == 0 {
-        text.into_owned()
-    } else {
-        format!("[first {cut} bytes omitted]\n{text}")
-    }
-}
-
-/// Keeps the last [`SHELL_OUTPUT_MAX`] bytes of a stream.
-#[derive(Default)]
-struct Kept {
-    buf: Vec<u8>,
-    total: u64,
-}
-
-impl Kept {
-    fn push(&mut self, b: &[u8]) {
-        self.total += b.len() as u64;
-        self.buf.extend_from_slice(b);
-        if self.buf.len() > SHELL_OUTPUT_MAX {
-            let drop = self.buf.len() - SHELL_OUTPUT_MAX;
-            self.buf.drain(..drop);
-        }
-    }
-
-    fn text(&self) -> String {
-        tail_text(&self.buf, self.total)
-    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -221,16 +192,16 @@ impl Tools {
 
     /// The session's lease, after checking this request came to the session's own endpoint
     /// (a session id is only good at the path it was made at).
-    fn lease(&self, ctx: &RequestContext<RoleServer>) -> Result<LeaseToken, CallToolResult> {
+    fn lease(&self, ctx: &RequestContext<RoleServer>) -> Result<LeaseToken, ApiError> {
         let Some(held) = self.held.get() else {
-            return Err(refused(ApiError::bad_request(
+            return Err(ApiError::bad_request(
                 "no MCP session: connect with the initialize handshake (protocol 2025-11-25 or \
                  earlier) to get a session holding the bot's lease",
-            )));
+            ));
         };
         if let Some(parts) = ctx.extensions.get::<hyper::http::request::Parts>() {
             if parts.uri.path().trim_end_matches('/') != self.binding.endpoint() {
-                return Err(refused(ApiError::not_found("no such MCP session here")));
+                return Err(ApiError::not_found("no such MCP session here"));
             }
             if let Some(sid) = parts
                 .headers
@@ -241,13 +212,12 @@ impl Tools {
             }
         }
         if let Some(why) = held.lost() {
-            return Err(refused(ApiError::new(
-                hyper::StatusCode::CONFLICT,
-                "lease_lost",
+            return Err(ApiError::new(
+                ApiCode::LeaseLost,
                 format!(
                     "this session no longer holds the bot's lease ({why}); start a new session"
                 ),
-            )));
+            ));
         }
         Ok(held.token.clone())
     }
@@ -259,27 +229,40 @@ impl Tools {
         }
     }
 
-    /// Runs `op` as an operation on the session's computer (the API's idle gate) under the
-    /// session's lease.
-    async fn run<F, Fut>(&self, ctx: &RequestContext<RoleServer>, op: F) -> CallToolResult
+    /// Runs tool call `tool` (its metrics label) under the session's lease, as the operation
+    /// `endpoint` on the session's computer: through the API's idle gate with that route's
+    /// rule, recorded in the metrics under the tool's own name.
+    async fn run<F, Fut>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &'static str,
+        endpoint: Endpoint,
+        op: F,
+    ) -> CallToolResult
     where
         F: FnOnce(LeaseToken) -> Fut,
         Fut: std::future::Future<Output = Result<CallToolResult, ApiError>>,
     {
-        let lease = match self.lease(ctx) {
-            Ok(l) => l,
-            Err(refusal) => return refusal,
+        let started = crate::clock::monotonic();
+        let result: Result<CallToolResult, ApiError> = async {
+            let lease = self.lease(ctx)?;
+            let (answer, _operation) =
+                api::operate(&self.api, endpoint, Some(self.id()), op(lease)).await?;
+            Ok(answer)
+        }
+        .await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(e) => Outcome::of_status(e.status().as_u16(), e.uncertain),
         };
-        let _operation = match api::enter_operation(&self.api, self.id(), true) {
-            Ok(op) => op,
-            Err(e) => return refused(e),
-        };
-        op(lease).await.unwrap_or_else(refused)
+        let took = started.elapsed();
+        self.api.core.metrics.operation(tool, outcome, took);
+        result.unwrap_or_else(refused)
     }
 
     async fn page(
         &self,
-        action: &str,
+        tool: Tool,
         lease: LeaseToken,
         url: Option<String>,
         steps: Option<Vec<serde_json::Value>>,
@@ -288,13 +271,8 @@ impl Tools {
             .map(|s| serde_json::from_value(serde_json::Value::Array(s)))
             .transpose()
             .map_err(api::invalid_json)?;
-        let body = PageRequest {
-            lease: lease.to_string(),
-            url,
-            steps,
-        };
-        let result =
-            api::browser::run(&self.api, self.id(), self.binding.bot.clone(), action, body).await?;
+        let bot = self.binding.bot.clone();
+        let result = api::browser::run(&self.api, self.id(), bot, lease, tool, url, steps).await?;
         Ok(CallToolResult::success(vec![json_text(&result)]))
     }
 }
@@ -312,16 +290,21 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let o = api::screens::observe_bot(
-                    &self.api,
-                    self.id(),
-                    self.binding.bot.clone(),
-                    lease,
-                )
-                .await?;
-                Ok(CallToolResult::success(observation_content(o)))
-            })
+            .run(
+                &ctx,
+                "mcp.computer_observe",
+                Endpoint::Observe,
+                |lease| async move {
+                    let o = api::screens::observe_bot(
+                        &self.api,
+                        self.id(),
+                        self.binding.bot.clone(),
+                        lease,
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(observation_content(o)))
+                },
+            )
             .await)
     }
 
@@ -337,26 +320,22 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let mut body = serde_json::json!({
-                    "lease": lease.to_string(),
-                    "actions": p.actions,
-                    "observe": p.observe,
-                });
-                if let Some(ms) = p.settle_ms {
-                    body["settle_ms"] = ms.into();
-                }
-                let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                let mut result =
-                    api::screens::act_batch(&self.api, self.id(), self.binding.bot.clone(), &bytes)
-                        .await?;
-                let observation = result.observation.take();
-                let mut content = vec![json_text(&result)];
-                if let Some(o) = observation {
-                    content.extend(observation_content(o));
-                }
-                Ok(CallToolResult::success(content))
-            })
+            .run(
+                &ctx,
+                "mcp.computer_act",
+                Endpoint::Act,
+                |lease| async move {
+                    let batch = Batch::of_values(lease, &p.actions, p.observe, p.settle_ms)?;
+                    let bot = self.binding.bot.clone();
+                    let mut result = batch.run(&self.api, self.id(), bot).await?;
+                    let observation = result.observation.take();
+                    let mut content = vec![json_text(&result)];
+                    if let Some(o) = observation {
+                        content.extend(observation_content(o));
+                    }
+                    Ok(CallToolResult::success(content))
+                },
+            )
             .await)
     }
 
@@ -370,9 +349,12 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| {
-                self.page("navigate", lease, Some(p.url), None)
-            })
+            .run(
+                &ctx,
+                "mcp.browser_navigate",
+                Endpoint::BrowserNavigate,
+                |lease| self.page(Tool::Navigate, lease, Some(p.url), None),
+            )
             .await)
     }
 
@@ -386,7 +368,12 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| self.page("snapshot", lease, None, None))
+            .run(
+                &ctx,
+                "mcp.browser_snapshot",
+                Endpoint::BrowserSnapshot,
+                |lease| self.page(Tool::Snapshot, lease, None, None),
+            )
             .await)
     }
 
@@ -401,7 +388,9 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| self.page("act", lease, None, Some(p.steps)))
+            .run(&ctx, "mcp.browser_act", Endpoint::BrowserAct, |lease| {
+                self.page(Tool::Act, lease, None, Some(p.steps))
+            })
             .await)
     }
 
@@ -415,7 +404,11 @@ impl Tools {
         Parameters(p): Parameters<ShellParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, |lease| self.shell_run(lease, p)).await)
+        Ok(self
+            .run(&ctx, "mcp.shell", Endpoint::Exec, |lease| {
+                self.shell_run(lease, p)
+            })
+            .await)
     }
 
     #[tool(
@@ -428,7 +421,11 @@ impl Tools {
         Parameters(p): Parameters<ReadParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, |lease| self.read_run(lease, p)).await)
+        Ok(self
+            .run(&ctx, "mcp.read_file", Endpoint::ReadFile, |lease| {
+                self.read_run(lease, p)
+            })
+            .await)
     }
 
     #[tool(
@@ -442,39 +439,44 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let bytes = match p.encoding.as_deref() {
-                    None | Some("utf8") => Bytes::from(p.content.into_bytes()),
-                    Some("base64") => Bytes::from(
-                        base64::engine::general_purpose::STANDARD
-                            .decode(p.content.as_bytes())
-                            .map_err(|e| {
-                                ApiError::bad_request(format!("content is not base64: {e}"))
-                            })?,
-                    ),
-                    Some(other) => {
-                        return Err(ApiError::bad_request(format!(
-                            "encoding must be utf8 or base64, got {:?}",
-                            other.chars().take(32).collect::<String>()
-                        )))
-                    }
-                };
-                let size = bytes.len() as u64;
-                let written = api::files::write_file(
-                    &self.api,
-                    self.id(),
-                    p.path.clone(),
-                    p.executable,
-                    Some(self.bot_lease(lease)),
-                    size,
-                    futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]),
-                )
-                .await?;
-                Ok(CallToolResult::success(vec![ContentBlock::text(format!(
-                    "wrote {written} bytes to {}",
-                    p.path
-                ))]))
-            })
+            .run(
+                &ctx,
+                "mcp.write_file",
+                Endpoint::WriteFile,
+                |lease| async move {
+                    let bytes = match p.encoding.as_deref() {
+                        None | Some("utf8") => Bytes::from(p.content.into_bytes()),
+                        Some("base64") => Bytes::from(
+                            base64::engine::general_purpose::STANDARD
+                                .decode(p.content.as_bytes())
+                                .map_err(|e| {
+                                    ApiError::bad_request(format!("content is not base64: {e}"))
+                                })?,
+                        ),
+                        Some(other) => {
+                            return Err(ApiError::bad_request(format!(
+                                "encoding must be utf8 or base64, got {:?}",
+                                other.chars().take(32).collect::<String>()
+                            )))
+                        }
+                    };
+                    let size = bytes.len() as u64;
+                    let written = api::files::write_file(
+                        &self.api,
+                        self.id(),
+                        p.path.clone(),
+                        p.executable,
+                        Some(self.bot_lease(lease)),
+                        size,
+                        futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]),
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                        "wrote {written} bytes to {}",
+                        p.path
+                    ))]))
+                },
+            )
             .await)
     }
 
@@ -488,16 +490,21 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let listing = api::files::list_entries(
-                    &self.api,
-                    self.id(),
-                    p.path.unwrap_or_default(),
-                    Some(self.bot_lease(lease)),
-                )
-                .await?;
-                Ok(CallToolResult::success(vec![json_text(&listing)]))
-            })
+            .run(
+                &ctx,
+                "mcp.list_files",
+                Endpoint::ListFiles,
+                |lease| async move {
+                    let listing = api::files::list_entries(
+                        &self.api,
+                        self.id(),
+                        p.path.unwrap_or_default(),
+                        Some(self.bot_lease(lease)),
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(vec![json_text(&listing)]))
+                },
+            )
             .await)
     }
 
@@ -512,26 +519,31 @@ impl Tools {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, |lease| async move {
-                let waiting = p.waiting.unwrap_or(true);
-                crate::live::authority::set_waiting_takeover(
-                    &self.api.core,
-                    self.id(),
-                    &self.binding.bot,
-                    &lease,
-                    waiting,
-                    now_ms(),
-                )
-                .await
-                .map_err(ApiError::from)?;
-                let text = if waiting {
-                    "Takeover requested: a person may now take control of this screen. Wait, \
+            .run(
+                &ctx,
+                "mcp.request_takeover",
+                Endpoint::WaitingTakeover,
+                |lease| async move {
+                    let waiting = p.waiting.unwrap_or(true);
+                    crate::live::authority::set_waiting_takeover(
+                        &self.api.core,
+                        self.id(),
+                        &self.binding.bot,
+                        &lease,
+                        waiting,
+                        now_ms(),
+                    )
+                    .await
+                    .map_err(ApiError::from)?;
+                    let text = if waiting {
+                        "Takeover requested: a person may now take control of this screen. Wait, \
                      then observe before continuing."
-                } else {
-                    "Takeover request withdrawn."
-                };
-                Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
-            })
+                    } else {
+                        "Takeover request withdrawn."
+                    };
+                    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+                },
+            )
             .await)
     }
 }
@@ -552,20 +564,23 @@ impl Tools {
             env: Default::default(),
             timeout_ms: Some(timeout_ms),
             stdin: None,
-            bot: Some(self.binding.bot.as_str().to_string()),
-            lease: Some(lease.to_string()),
+            bot: None,
+            lease: None,
         };
-        let (exec, record) = api::exec::start(&self.api, self.id(), spec, stdin.is_some()).await?;
+        api::exec::check(&spec)?;
+        let lease = Some(self.bot_lease(lease));
+        let (exec, record) =
+            api::exec::start(&self.api, self.id(), spec, lease, stdin.is_some()).await?;
         let mut tail = Tail::default();
         let deadline = Duration::from_millis(timeout_ms).saturating_add(SHELL_GRACE);
-        let ran = tokio::time::timeout(deadline, collect(exec, stdin, &mut tail)).await;
+        let ran =
+            tokio::time::timeout(deadline, super::shell::collect(exec, stdin, &mut tail)).await;
         let (outcome, result) = match ran {
             Ok(Ok((outcome, result))) => (outcome, Ok(result)),
             Ok(Err((outcome, e))) => (outcome, Err(e)),
             Err(_) => {
                 let e = ApiError::new(
-                    hyper::StatusCode::GATEWAY_TIMEOUT,
-                    "guest_timeout",
+                    ApiCode::GuestTimeout,
                     format!(
                         "the command did not end within {} ms of its timeout; it was aborted",
                         SHELL_GRACE.as_millis()
@@ -606,8 +621,7 @@ impl Tools {
                 Ok(None) => break,
                 Err(ByteError::Overrun) => {
                     return Err(ApiError::new(
-                        hyper::StatusCode::BAD_GATEWAY,
-                        "guest_protocol_error",
+                        ApiCode::GuestProtocolError,
                         "guest sent more bytes than announced",
                     ))
                 }
@@ -623,84 +637,6 @@ impl Tools {
             )),
         };
         Ok(CallToolResult::success(vec![content]))
-    }
-}
-
-/// Feeds `stdin` to a started command and gathers its output until it exits: the feed's
-/// outcome, and the tool's answer or refusal.
-async fn collect(
-    exec: Exec,
-    stdin: Option<Bytes>,
-    tail: &mut Tail,
-) -> Result<(crate::activity::ExecOutcome, CallToolResult), (crate::activity::ExecOutcome, ApiError)>
-{
-    let Exec {
-        first,
-        stdin: mut stdin_tx,
-        mut events,
-    } = exec;
-    let (mut out, mut err) = (Kept::default(), Kept::default());
-    let mut next = Some(first);
-    if let Some(bytes) = stdin {
-        let _ = stdin_tx.write(&bytes).await;
-        let _ = stdin_tx.close().await;
-    }
-    loop {
-        let ev = match next.take() {
-            Some(ev) => ev,
-            None => match events.next().await {
-                Ok(Some(ev)) => ev,
-                Ok(None) => {
-                    let e = ApiError::new(
-                        hyper::StatusCode::BAD_GATEWAY,
-                        "tunnel_lost",
-                        "the guest ended the command stream without an exit status; the \
-                         outcome is uncertain",
-                    );
-                    let mut e = e;
-                    e.uncertain = true;
-                    return Err((outcome_of_error(&e), e));
-                }
-                Err(t) => {
-                    let e: ApiError = t.into();
-                    return Err((outcome_of_error(&e), e));
-                }
-            },
-        };
-        match &ev {
-            ExecEvent::Stdout(b) => out.push(b),
-            ExecEvent::Stderr(b) => err.push(b),
-            _ => {}
-        }
-        let done = api::exec::outcome_of(&ev, tail);
-        match ev {
-            ExecEvent::Exit { code, message } => {
-                stdin_tx.finish();
-                let mut text = format!("exit code: {code}\n");
-                if let Some(m) = &message {
-                    text.push_str(&format!("message: {m}\n"));
-                }
-                text.push_str(&format!("stdout:\n{}\nstderr:\n{}", out.text(), err.text()));
-                let outcome = done.unwrap_or_else(api::exec::client_gone);
-                return Ok((
-                    outcome,
-                    CallToolResult::success(vec![ContentBlock::text(text)]),
-                ));
-            }
-            ExecEvent::Failed(f) => {
-                let e: ApiError = crate::tunnel::TunnelError::Guest(f).into();
-                return Err((outcome_of_error(&e), e));
-            }
-            _ => {}
-        }
-    }
-}
-
-fn outcome_of_error(e: &ApiError) -> crate::activity::ExecOutcome {
-    crate::activity::ExecOutcome {
-        exit_code: None,
-        error: Some(e.message.clone()),
-        uncertain: e.uncertain,
     }
 }
 
