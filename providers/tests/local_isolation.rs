@@ -86,15 +86,55 @@ fn uids_of(pid: i32) -> Option<Vec<u32>> {
     )
 }
 
-/// Waits until the guest has dropped to `uid`.
-async fn wait_dropped(pid: i32, uid: u32) {
+/// The process started for `r` and everything below it (a contained guest runs under its jail,
+/// `ip netns exec` then bubblewrap, which stay root's).
+fn tree_of(r: &ProviderRef) -> Vec<i32> {
+    let mut tree = vec![pid_of(r)];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')?
+                        .1
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                });
+            if ppid == Some(parent) && !tree.contains(&pid) {
+                tree.push(pid);
+            }
+        }
+        i += 1;
+    }
+    tree
+}
+
+/// The guest process of `r`: the one named `rakazo-guest` in its tree.
+fn guest_of(r: &ProviderRef) -> Option<i32> {
+    tree_of(r).into_iter().find(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "rakazo-guest")
+    })
+}
+
+/// Waits until the guest of `r` has dropped to `uid`.
+async fn wait_dropped(r: &ProviderRef, uid: u32) {
     for _ in 0..500 {
-        if uids_of(pid) == Some(vec![uid; 4]) {
+        if guest_of(r).and_then(uids_of) == Some(vec![uid; 4]) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("guest {pid} never ran as uid {uid}: {:?}", uids_of(pid));
+    panic!(
+        "the guest of {r:?} never ran as uid {uid}: {:?}",
+        guest_of(r).and_then(uids_of)
+    );
 }
 
 fn owner_mode(p: &Path) -> (u32, u32) {
@@ -125,14 +165,19 @@ async fn each_computer_runs_as_its_own_user_until_destroyed() {
     assert!(uid >= 2_000_000, "uid {uid} outside the computers' range");
     assert_eq!(u.gid.as_raw(), uid, "its own group, numbered as the uid");
     assert_eq!(u.dir, local.home_dir(&id));
-    wait_dropped(pid_of(&r), uid).await;
+    wait_dropped(&r, uid).await;
 
     let dir = root.join(&id);
     assert_eq!(owner_mode(&root), (0, 0o711));
     assert_eq!(owner_mode(&dir), (uid, 0o700));
     assert_eq!(owner_mode(&dir.join("home")), (uid, 0o700));
     assert_eq!(owner_mode(&dir.join("guest.log")), (0, 0o600));
-    let runtime = std::env::temp_dir().join(format!("rakazo-guest-{id}"));
+    // The runtime dir is in the computer's own /tmp (seen through the guest's root; `/` when
+    // the computer is not jailed).
+    let guest = guest_of(&r).expect("the guest runs");
+    let runtime = PathBuf::from(format!("/proc/{guest}/root"))
+        .join(std::env::temp_dir().strip_prefix("/").unwrap())
+        .join(format!("rakazo-guest-{id}"));
     assert_eq!(owner_mode(&runtime), (uid, 0o700));
     // The guest read its enrollment token (root's 0600 file) while root and removed it before
     // dropping: it is not on disk for the user's commands to find.
@@ -152,7 +197,7 @@ async fn each_computer_runs_as_its_own_user_until_destroyed() {
     let r2 = restarted.prepare(&r, &spec).await.unwrap();
     assert_ne!(r2, r);
     assert_eq!(user(&name).unwrap().uid.as_raw(), uid);
-    wait_dropped(pid_of(&r2), uid).await;
+    wait_dropped(&r2, uid).await;
 
     restarted.destroy(&r2).await.unwrap();
     assert!(!dir.exists());
