@@ -230,7 +230,9 @@ impl LocalProvider {
 
     async fn gate(&self) -> Result<&gate::Gate, ProviderError> {
         self.gate
-            .get_or_try_init(|| gate::Gate::start(self.gate_config.clone()))
+            .get_or_try_init(|| {
+                gate::Gate::start(self.gate_config.clone(), |id| self.dir(id).is_dir())
+            })
             .await
     }
 

@@ -76,8 +76,12 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProviderError + '_ {
 }
 
 impl Gate {
-    /// Binds the listeners on 127.0.0.1 and starts serving.
-    pub async fn start(config: GateConfig) -> Result<Gate, ProviderError> {
+    /// Binds the listeners on 127.0.0.1 and starts serving; adopts the running computers that
+    /// `ours` says belong to this control plane (another one on this host keeps its own).
+    pub async fn start(
+        config: GateConfig,
+        ours: impl Fn(&str) -> bool,
+    ) -> Result<Gate, ProviderError> {
         let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
         let dns_udp_sock = UdpSocket::bind(loopback)
             .await
@@ -141,7 +145,7 @@ impl Gate {
             feed: Mutex::new(Some(feed)),
             tasks,
         };
-        gate.adopt_running().await;
+        gate.adopt_running(ours).await;
         Ok(gate)
     }
 
@@ -198,8 +202,11 @@ impl Gate {
 
     /// Computers whose network outlived the previous control plane: registered again, their
     /// gate chains pointed at this gateway's listeners.
-    async fn adopt_running(&self) {
+    async fn adopt_running(&self, ours: impl Fn(&str) -> bool) {
         for (computer, net) in super::net::running().await {
+            if !ours(&computer) {
+                continue;
+            }
             self.attach(&computer, net.addr);
             if let Err(e) = super::net::write_gate(&net, Some(&self.ports())).await {
                 warn!(computer_id = %computer, error = %e, "could not point a running computer at the egress gateway");
