@@ -927,8 +927,9 @@ impl Drop for World {
     }
 }
 
-/// A fully contained local computer has a network namespace (its veth goes with it) and an
-/// nftables table; a test's computers are not all destroyed, so the world removes them.
+/// A fully contained local computer has a network namespace (its veth goes with it), an
+/// nftables table and a resolv.conf; a test's computers are not all destroyed, so the world
+/// removes them.
 fn remove_computer_network(dir: &Path) {
     let Some(id) = dir.file_name().and_then(|n| n.to_str()) else {
         return;
@@ -942,6 +943,9 @@ fn remove_computer_network(dir: &Path) {
         .args(["delete", "table", "inet", &table])
         .stderr(Stdio::null())
         .status();
+    if let Some(tag) = netns.strip_prefix("rkz-") {
+        let _ = std::fs::remove_file(format!("/run/rakazo-resolv/{tag}.conf"));
+    }
 }
 
 /// A local computer of a root control plane runs as a user of its own (`rkz-…`, uid ≥
