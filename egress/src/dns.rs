@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use crate::events::{Event, EventKind, Target};
-use crate::gateway::{accept_error_pause, Shared};
+use crate::gateway::{accept, accept_error_pause, Shared};
 use crate::policy::{normalize_name, Decision};
 use crate::registry::{record_lifetime, Computer, Counters};
 use crate::resolve::{Family, ResolveError};
@@ -70,13 +70,7 @@ pub(crate) async fn serve_udp(shared: Arc<Shared>, socket: UdpSocket) -> io::Res
 pub(crate) async fn serve_tcp(shared: Arc<Shared>, listener: TcpListener) -> io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TCP_CONNECTIONS));
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(got) => got,
-            Err(e) => {
-                accept_error_pause(&e).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener).await;
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             continue;
         };

@@ -224,3 +224,13 @@ pub(crate) async fn accept_error_pause(e: &io::Error) {
     tracing::warn!(error = %e, "egress: accept failed");
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
+
+/// The next connection of `listener`, pausing over the errors [`accept_error_pause`] names.
+pub(crate) async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(got) => return got,
+            Err(e) => accept_error_pause(&e).await,
+        }
+    }
+}

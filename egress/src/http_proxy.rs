@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::events::{Event, EventKind, Target};
-use crate::gateway::{accept_error_pause, Shared};
+use crate::gateway::{accept, Shared};
 use crate::meter::Metered;
 use crate::policy::{normalize_name, Decision};
 use crate::proxy::decide_connection;
@@ -47,13 +47,7 @@ const HOP_BY_HOP: [&str; 8] = [
 
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) -> io::Result<()> {
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(got) => got,
-            Err(e) => {
-                accept_error_pause(&e).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener).await;
         let Some(computer) = shared.directory.computer_for(peer.ip()) else {
             Counters::add(&shared.unknown_peers, 1);
             continue;

@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::events::{Event, EventKind, Target};
-use crate::gateway::{accept_error_pause, Shared};
+use crate::gateway::{accept, Shared};
 use crate::policy::{canonical, Decision, Policy};
 use crate::registry::{Computer, Counters};
 use crate::sniff::{sniff, Proto, Sniffed, MAX_PEEK};
@@ -43,13 +43,7 @@ use crate::Reason;
 
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) -> io::Result<()> {
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(got) => got,
-            Err(e) => {
-                accept_error_pause(&e).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener).await;
         let shared = shared.clone();
         tokio::spawn(async move { handle(shared, stream, peer).await });
     }
