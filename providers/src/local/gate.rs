@@ -161,14 +161,13 @@ impl Gate {
 
     /// Registers a computer reached from `addr` under the default policy (or the one it had).
     pub fn attach(&self, computer: &str, addr: Ipv4Addr) {
-        let id = ComputerId::new(computer);
-        let policy = self
-            .registry
-            .get(&id)
-            .map(|c| (*c.policy()).clone())
-            .unwrap_or_else(|| self.config.default_policy.clone());
-        self.registry
-            .add(id, vec![IpAddr::V4(addr)], policy, self.config.limits);
+        let policy = self.policy(computer);
+        self.registry.add(
+            ComputerId::new(computer),
+            vec![IpAddr::V4(addr)],
+            policy,
+            self.config.limits,
+        );
     }
 
     /// Forgets a computer.
