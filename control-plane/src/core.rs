@@ -50,8 +50,10 @@ mod evict;
 mod home;
 mod jobs;
 mod lost;
+mod network;
 
 pub use lost::GUEST_LOSS_GRACE;
+pub use network::{follow_network_policies, NetworkView};
 
 /// How long `create` and `start` wait for a new guest to dial in.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -139,6 +141,8 @@ pub struct Core {
 
     /// Each computer's activity feed: bots' commands and lifecycle changes with their reasons.
     pub activity: Arc<crate::activity::Activity>,
+    /// Network policies: each computer's, each workspace's default (`core::network`).
+    pub network: crate::network::NetworkStore,
 }
 
 impl Core {
@@ -158,6 +162,7 @@ impl Core {
                 crate::activity::ActivityConfig::default(),
             )),
             jobs: crate::jobs::Jobs::new(db.clone()),
+            network: crate::network::NetworkStore::new(db.clone()),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -221,6 +226,13 @@ impl Core {
             },
             limits: c.limits,
             placement: c.placement.clone(),
+            network: match self.network.effective(c).await {
+                Ok((policy, _)) => policy,
+                Err(e) => {
+                    warn!(computer_id = %c.id.as_str(), error = %e, "network policy unreadable: the computer starts with none");
+                    Some(egress::Policy::none())
+                }
+            },
         }
     }
 

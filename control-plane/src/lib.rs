@@ -22,6 +22,7 @@ pub mod lease;
 pub mod live;
 pub mod mcp;
 pub mod metrics;
+pub mod network;
 pub mod provider_set;
 pub mod route;
 pub mod schema;

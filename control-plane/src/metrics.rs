@@ -132,6 +132,14 @@ struct KindLabels {
     kind: &'static str,
 }
 
+/// An egress figure: `what` from a fixed set (a decision, a direction, a DNS answer). Never a
+/// computer's id: per-computer figures are in `GET /v1/computers/{id}/network`, so the
+/// scrape's series stay bounded whatever the number of computers.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    what: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabels {
     kind: &'static str,
@@ -172,6 +180,9 @@ pub struct Sample {
     /// Filled where the scrape samples (`api::metrics::sample`) once the jobs table exists;
     /// a kind or state must come from the jobs module's fixed set, never from stored text.
     pub jobs: Vec<(&'static str, &'static str, u64)>,
+    /// The computers behind this replica's egress gateway, their counters summed (each since
+    /// it was attached: `egress::Computer::counter_snapshot`).
+    pub egress: egress::CounterSnapshot,
 }
 
 /// Every metric of this process, in its own registry.
@@ -186,6 +197,9 @@ pub struct Metrics {
     connected_guests: Gauge,
     live_streams: Family<KindLabels, Gauge>,
     jobs: Family<JobLabels, Gauge>,
+    egress_connections: Family<EgressLabels, Gauge>,
+    egress_bytes: Family<EgressLabels, Gauge>,
+    egress_dns: Family<EgressLabels, Gauge>,
     /// Serialises sampling and encoding, so two scrapes never interleave their gauge updates.
     scrape: std::sync::Mutex<()>,
 }
@@ -255,8 +269,29 @@ impl Metrics {
             "Maintenance jobs (update, recover) by state",
             jobs.clone(),
         );
+        let egress_connections = Family::<EgressLabels, Gauge>::default();
+        registry.register(
+            "egress_connections",
+            "Connections of the computers behind this replica's egress gateway now, since each was attached, by what: allowed, denied, limited (refused at the connection limit, also counted denied), active (open now)",
+            egress_connections.clone(),
+        );
+        let egress_bytes = Family::<EgressLabels, Gauge>::default();
+        registry.register(
+            "egress_bytes",
+            "Bytes the computers behind this replica's egress gateway now sent (what=up) and received (what=down) since each was attached",
+            egress_bytes.clone(),
+        );
+        let egress_dns = Family::<EgressLabels, Gauge>::default();
+        registry.register(
+            "egress_dns_queries",
+            "DNS queries the computers behind this replica's egress gateway now made since each was attached, by what: answered, refused (any reason), rate_limited (also counted refused)",
+            egress_dns.clone(),
+        );
         Self {
             registry,
+            egress_connections,
+            egress_bytes,
+            egress_dns,
             operations,
             operation_seconds,
             http_requests,
@@ -343,6 +378,25 @@ impl Metrics {
                 .get_or_create(&JobLabels { kind, state })
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
+        let set = |family: &Family<EgressLabels, Gauge>, what, n: u64| {
+            family
+                .get_or_create(&EgressLabels { what })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        let e = &sample.egress;
+        set(&self.egress_connections, "allowed", e.connections_allowed);
+        set(&self.egress_connections, "denied", e.connections_denied);
+        set(&self.egress_connections, "limited", e.connections_limited);
+        set(
+            &self.egress_connections,
+            "active",
+            u64::from(e.connections_active),
+        );
+        set(&self.egress_bytes, "up", e.bytes_up);
+        set(&self.egress_bytes, "down", e.bytes_down);
+        set(&self.egress_dns, "answered", e.dns_answered);
+        set(&self.egress_dns, "refused", e.dns_refused);
+        set(&self.egress_dns, "rate_limited", e.dns_rate_limited);
         let mut out = String::new();
         // Writing into a String cannot fail; an encoder error would be a bug in a label.
         if let Err(e) =
@@ -387,6 +441,12 @@ mod tests {
             connected_guests: 3,
             live_streams: vec![("view", 2)],
             jobs: vec![("update", "running", 1)],
+            egress: egress::CounterSnapshot {
+                connections_allowed: 4,
+                bytes_down: 1000,
+                dns_refused: 2,
+                ..Default::default()
+            },
         });
         for line in [
             "rakazo_operations_total{op=\"exec\",outcome=\"ok\"} 2",
@@ -400,6 +460,9 @@ mod tests {
             "rakazo_connected_guests 3",
             "rakazo_live_streams{kind=\"view\"} 2",
             "rakazo_maintenance_jobs{kind=\"update\",state=\"running\"} 1",
+            "rakazo_egress_connections{what=\"allowed\"} 4",
+            "rakazo_egress_bytes{what=\"down\"} 1000",
+            "rakazo_egress_dns_queries{what=\"refused\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
@@ -411,5 +474,6 @@ mod tests {
         let text = m.encode(&Sample::default());
         assert!(text.contains("rakazo_connected_guests 0"));
         assert!(!text.contains("rakazo_live_streams{"));
+        assert!(text.contains("rakazo_egress_bytes{what=\"down\"} 0"));
     }
 }

@@ -26,6 +26,11 @@ pub struct ComputerId(String);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct JobId(String);
 
+/// A workspace's id as a route names it. Not checked here: the handler refuses a malformed one
+/// with a 400.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkspaceId(String);
+
 macro_rules! string_id {
     ($t:ident) => {
         impl $t {
@@ -72,6 +77,7 @@ pub trait Segment: Sized {
 
 string_id!(ComputerId);
 string_id!(JobId);
+string_id!(WorkspaceId);
 
 impl Segment for String {
     fn parse(raw: &str) -> Result<Self, RouteError> {
@@ -366,6 +372,14 @@ routes! {
     /// The MCP endpoint (streamable HTTP); its bot is checked by the endpoint, after its token.
     Mcp { computer: ComputerId, bot: String } = Any "/v1/mcp/{computer}/{bot}", "mcp", McpToken,
         None;
+    GetNetwork { computer: ComputerId } = Get "/v1/computers/{computer}/network",
+        "network.show", Token, None;
+    SetNetwork { computer: ComputerId } = Put "/v1/computers/{computer}/network",
+        "network.set", Token, None;
+    GetWorkspaceNetwork { workspace: WorkspaceId } = Get "/v1/workspaces/{workspace}/network",
+        "workspace.network.show", Token, None;
+    SetWorkspaceNetwork { workspace: WorkspaceId } = Put "/v1/workspaces/{workspace}/network",
+        "workspace.network.set", Token, None;
     Health {} = Get "/v1/health", "health", Public, None;
     OpenApi {} = Get "/v1/openapi.json", "openapi", Public, None;
     Tunnel {} = Get "/v1/tunnel", "tunnel", Guest, None;
@@ -519,6 +533,7 @@ mod tests {
             "job" => "j-3",
             "home_key" => "k-5",
             "token" => "t-9",
+            "workspace" => "w-2",
             other => panic!("no example for {{{other}}}"),
         }
     }

@@ -376,6 +376,14 @@ impl FromStr for DomainPattern {
         if wildcard && !base.contains('.') {
             return Err("a wildcard must be under a domain with at least two labels".into());
         }
+        // A hostname's labels neither start nor end with `-` (so a stray `--flag` is never
+        // taken for a name).
+        if base
+            .split('.')
+            .any(|label| label.starts_with('-') || label.ends_with('-'))
+        {
+            return Err("not a domain name (a label starts or ends with `-`)".into());
+        }
         Ok(DomainPattern { base, wildcard })
     }
 }

@@ -232,6 +232,8 @@ fn bad_input_gets_a_clear_error() {
     assert!(err("open github.com").contains("use `allow`"));
     assert!(err("allow git*hub.com").contains("wildcard"));
     assert!(err("allow *.com").contains("two labels"));
+    assert!(err("allow github.com --json").contains("starts or ends with `-`"));
+    assert!(err("allow a-.example.com").contains("starts or ends with `-`"));
     assert!(err("allow github.com:0").contains("not a port"));
     assert!(err("allow github.com:99999").contains("not a port"));
     assert!(err("allow github.com:90-80").contains("empty"));

@@ -330,6 +330,16 @@ impl Registry {
             .map(|(c, _)| c.clone())
     }
 
+    /// The registered computers.
+    pub fn computers(&self) -> Vec<Arc<Computer>> {
+        self.by_id
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
     /// Sets a registered computer's policy; `false` if there is no such computer.
     pub fn set_policy(&self, id: &ComputerId, policy: Policy) -> bool {
         self.get(id).map(|c| c.set_policy(policy)).is_some()

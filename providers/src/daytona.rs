@@ -682,6 +682,7 @@ mod tests {
                 ..Default::default()
             },
             placement: None,
+            network: None,
         };
         let body = p.create_body(&spec);
         assert_eq!(body["snapshot"], "rakazo-snap");

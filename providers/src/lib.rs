@@ -72,6 +72,10 @@ pub struct SandboxSpec {
     /// notion refuses one with `BadSpec` naming it ([`SandboxProvider::check_placement`]), so a
     /// caller is never silently ignored.
     pub placement: Option<String>,
+    /// The computer's egress policy; `None`: the provider's default. A provider that contains
+    /// computers behind the egress gateway applies it from the first packet; the others map what
+    /// they can (see [`AnyProvider::network_enforcement`]).
+    pub network: Option<egress::Policy>,
 }
 
 /// Per-computer resource limits. `None` leaves the provider's default.
@@ -401,6 +405,74 @@ macro_rules! dispatch {
     };
 }
 
+/// How a provider holds a computer to its network policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkEnforcement {
+    /// Behind the egress gateway: every name, address and port is checked, and a change applies
+    /// to the next connection and query.
+    Gateway,
+    /// Not enforced: the computers of this provider, as configured, are not behind the gateway.
+    /// The policy is stored and applies once they are.
+    NotEnforced(&'static str),
+}
+
+impl AnyProvider {
+    /// How this provider, as configured, enforces network policies.
+    pub fn network_enforcement(&self) -> NetworkEnforcement {
+        match self {
+            AnyProvider::Local(p) if p.containment() == local::Containment::Full => {
+                NetworkEnforcement::Gateway
+            }
+            AnyProvider::Local(_) => NetworkEnforcement::NotEnforced(
+                "local computers are not network-contained here (--local-containment, or the \
+                 control plane is not root)",
+            ),
+            AnyProvider::Docker(_) => NetworkEnforcement::NotEnforced(
+                "docker computers use the engine's network (RAKAZO_DOCKER_NETWORK)",
+            ),
+            AnyProvider::E2b(_) | AnyProvider::Daytona(_) => NetworkEnforcement::NotEnforced(
+                "sandbox services' own network controls are not mapped yet",
+            ),
+            AnyProvider::Fake(_) => {
+                NetworkEnforcement::NotEnforced("fake computers have no network of their own")
+            }
+        }
+    }
+
+    /// The policy of a computer nobody set one for, where this provider enforces policies.
+    pub fn default_network_policy(&self) -> Option<&egress::Policy> {
+        match self {
+            AnyProvider::Local(p) => Some(p.default_network_policy()),
+            _ => None,
+        }
+    }
+
+    /// The computers this provider holds behind the egress gateway now.
+    pub fn contained_computers(&self) -> Vec<String> {
+        match self {
+            AnyProvider::Local(p) => p.contained_computers(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The egress counters of the computers this provider holds behind the gateway.
+    pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
+        match self {
+            AnyProvider::Local(p) => p.network_counters(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Applies `policy` to running computer `computer` now. `false` when it is not running
+    /// here behind the gateway (a stopped one gets it at its next start).
+    pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
+        match self {
+            AnyProvider::Local(p) => p.set_network_policy(computer, policy),
+            _ => false,
+        }
+    }
+}
+
 impl SandboxProvider for AnyProvider {
     fn kind(&self) -> &'static str {
         dispatch!(self, p => p.kind())
@@ -461,6 +533,7 @@ mod tests {
             },
             limits: MachineLimits::default(),
             placement: Some(placement.into()),
+            network: None,
         }
     }
 

@@ -249,6 +249,21 @@ impl LocalProvider {
             .is_some_and(|g| g.set_policy(computer, policy))
     }
 
+    /// The computers behind the egress gateway now.
+    pub fn contained_computers(&self) -> Vec<String> {
+        self.gate.get().map_or_else(Vec::new, |g| g.computers())
+    }
+
+    /// Each computer behind the egress gateway with its counters.
+    pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
+        self.gate.get().map_or_else(Vec::new, |g| g.counters())
+    }
+
+    /// The policy of a computer nobody set one for (`--local-egress`).
+    pub fn default_network_policy(&self) -> &egress::Policy {
+        &self.gate_config.default_policy
+    }
+
     /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.
     pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
         self.gate.get()?.take_events()
@@ -360,7 +375,7 @@ impl LocalProvider {
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
                 let net = net::ensure(&spec.computer_id, &endpoints, Some(&gate.ports())).await?;
-                gate.attach(&spec.computer_id, net.addr);
+                gate.attach(&spec.computer_id, net.addr, spec.network.clone());
                 let inside = |a| net::inside_addr(net.gateway, a);
                 g.control_tcp_addr = Some(inside(g.tcp_addr()));
                 g.control_addr = inside(g.control_addr);

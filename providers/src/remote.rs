@@ -86,6 +86,7 @@ mod tests {
             },
             limits: MachineLimits::default(),
             placement: None,
+            network: None,
         };
         let env = guest_env(
             &spec,

@@ -171,6 +171,7 @@ fn spec(computer_id: &str, token: &str, limits: MachineLimits) -> SandboxSpec {
         },
         limits,
         placement: None,
+        network: None,
     }
 }
 
@@ -940,6 +941,7 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
     // Computer `name`'s spec, placed on `engine`.
     let on = |name: &str, engine: &str| SandboxSpec {
         placement: Some(engine.into()),
+        network: None,
         ..s(name)
     };
 

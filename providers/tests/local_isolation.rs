@@ -59,6 +59,7 @@ fn spec() -> SandboxSpec {
         },
         limits: MachineLimits::default(),
         placement: None,
+        network: None,
     }
 }
 

@@ -16,6 +16,8 @@
 //! | `rakazo computer create --workspace acme`                      | `cli_manages_the_lifecycle_of_computers` |
 //! | `rakazo computer create --private-bot bot-7`                   | `cli_manages_the_lifecycle_of_computers` |
 //! | `rakazo computer list`                                         | `cli_manages_the_lifecycle_of_computers` |
+//! | `rakazo computer network set c-… allow github.com '*.pythonhosted.org:443'` | `cli_sets_network_policies` (enforced: `containment::a_contained_computer_reaches_nothing_of_the_host_or_its_neighbours`) |
+//! | `rakazo workspace network set acme open ; rakazo computer network show c-…` | `cli_sets_network_policies` |
 //! | `rakazo exec c-… -- sh -c 'echo out; echo err >&2; exit 3'`    | `cli_exec_streams_output_stdin_and_exit_codes` |
 //! | `echo hi \| rakazo exec -i c-… -- tr a-z A-Z`                  | `cli_exec_streams_output_stdin_and_exit_codes` |
 //! | `rakazo exec --timeout-ms 1000 c-… -- sleep 10`                | `cli_exec_streams_output_stdin_and_exit_codes` |
@@ -239,6 +241,93 @@ fn png_size(path: &Path) -> Result<(u32, u32)> {
         u32::from_be_bytes(png[16..20].try_into()?),
         u32::from_be_bytes(png[20..24].try_into()?),
     ))
+}
+
+/// `computer network` and `workspace network`: a computer's own policy wins over its
+/// workspace's default, which wins over the server's; `--default` goes back one level; a bad
+/// policy is refused with what is wrong. (This World's computers are not network-contained, so
+/// the policy is stored and shown as not enforced; `containment` proves the enforcement.)
+#[tokio::test]
+async fn cli_sets_network_policies() -> Result<()> {
+    let mut w = World::start().await?;
+    let acme = rakazo_json(&w, &["computer", "create", "--workspace", "acme"]).await?;
+    let id = acme["id"].as_str().context("id")?.to_string();
+    let shown = rakazo_json(&w, &["computer", "network", "show", &id]).await?;
+    assert_eq!(shown["source"], "default", "{shown}");
+    assert_eq!(shown["enforced"], false, "{shown}");
+    assert!(
+        shown["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("contained")),
+        "{shown}"
+    );
+
+    let set = rakazo_json(
+        &w,
+        &[
+            "computer",
+            "network",
+            "set",
+            &id,
+            "allow",
+            "github.com",
+            "*.pythonhosted.org:443",
+        ],
+    )
+    .await?;
+    assert_eq!(
+        set["policy"], "allow github.com *.pythonhosted.org:443",
+        "{set}"
+    );
+    assert_eq!(set["source"], "computer", "{set}");
+    let ws = rakazo_json(&w, &["workspace", "network", "set", "acme", "open"]).await?;
+    assert_eq!(
+        (&ws["workspace"], &ws["policy"]),
+        (&"acme".into(), &"open".into())
+    );
+    // The computer's own still wins; without it, the workspace's default applies.
+    let line = text(&rakazo_ok(&w, &["computer", "network", "show", &id]).await?);
+    assert!(
+        line.starts_with("allow github.com *.pythonhosted.org:443\t(from computer)"),
+        "{line}"
+    );
+    let back = rakazo_json(&w, &["computer", "network", "set", &id, "--default"]).await?;
+    assert_eq!(
+        (&back["policy"], &back["source"]),
+        (&"open".into(), &"workspace".into())
+    );
+    let ws = rakazo_json(&w, &["workspace", "network", "show", "acme"]).await?;
+    assert_eq!(ws["policy"], "open");
+    rakazo_ok(&w, &["workspace", "network", "set", "acme", "--default"]).await?;
+    let shown = rakazo_json(&w, &["computer", "network", "show", &id]).await?;
+    assert_eq!(shown["source"], "default", "{shown}");
+
+    // Refusals say what is wrong, and change nothing.
+    for bad in [
+        vec!["computer", "network", "set", &id, "allow", "bad..name"],
+        vec!["computer", "network", "set", &id, "allow", "10.0.0.0/33"],
+        vec!["computer", "network", "set", &id, "sometimes"],
+        vec!["computer", "network", "set", &id],
+        vec!["workspace", "network", "set", "no/such", "open"],
+    ] {
+        let out = rakazo(&w, &bad).await?;
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("network policy") || err.contains("workspace") || err.contains("policy"),
+            "{bad:?}: {err}"
+        );
+    }
+    let shown = rakazo_json(&w, &["computer", "network", "show", &id]).await?;
+    assert_eq!(shown["source"], "default", "{shown}");
+    let missing = rakazo(&w, &["computer", "network", "show", "c-nosuchcomputer"]).await?;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        text(&missing.stderr).contains("not found"),
+        "{}",
+        text(&missing.stderr)
+    );
+    w.check_log()
 }
 
 #[tokio::test]

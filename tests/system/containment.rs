@@ -145,18 +145,89 @@ async fn allow_list() -> Result<()> {
         assert_ne!(nav["snapshot"]["title"], "test host", "{nav}");
     }
 
-    // A restarted control plane points the running computer at its new gateway: the policy
-    // holds, and the way out works again.
-    w.kill_server();
-    w.spawn_server().await?;
-    let again = w
-        .sh(
-            &c,
-            "curl -s -m 5 http://allowed.test/ | grep -c 'test host'; \
-             curl -s -m 5 http://denied.test/ | grep -c 'test host'; true",
+    // A policy change reaches the running computer's very next connection and DNS query: the
+    // two hosts swap. The computer's own policy wins over the server's default.
+    let both = "curl -s -m 5 http://allowed.test/ | grep -c 'test host'; \
+                curl -s -m 5 http://denied.test/ | grep -c 'test host'; true";
+    let network = format!("/v1/computers/{c}/network");
+    let set = w
+        .client
+        .json(
+            hyper::Method::PUT,
+            &network,
+            Some(&serde_json::json!({ "policy": "allow denied.test" })),
         )
         .await?;
-    assert_eq!(again, "1\n0\n", "after a restart: {again}");
+    assert_eq!(
+        (
+            &set["policy"],
+            &set["source"],
+            &set["enforced"],
+            &set["applied"]
+        ),
+        (
+            &"allow denied.test".into(),
+            &"computer".into(),
+            &true.into(),
+            &true.into()
+        ),
+        "{set}"
+    );
+    assert_eq!(w.sh(&c, both).await?, "0\n1\n", "after the change");
+    // What the gateway counted for this computer, in its network view.
+    let shown = w.client.json(hyper::Method::GET, &network, None).await?;
+    let counters = &shown["counters"];
+    for (what, at_least) in [
+        ("connections_allowed", 2),
+        ("connections_denied", 1),
+        ("dns_answered", 2),
+        ("dns_refused", 1),
+        ("bytes_down", 100),
+    ] {
+        assert!(
+            counters[what].as_u64().is_some_and(|n| n >= at_least),
+            "{what}: {shown}"
+        );
+    }
+    // Its workspace's default applies once it has none of its own.
+    w.client
+        .json(
+            hyper::Method::PUT,
+            "/v1/workspaces/ws-allow/network",
+            Some(&serde_json::json!({ "policy": "none" })),
+        )
+        .await?;
+    let back = w
+        .client
+        .json(
+            hyper::Method::PUT,
+            &network,
+            Some(&serde_json::json!({ "policy": null })),
+        )
+        .await?;
+    assert_eq!(
+        (&back["policy"], &back["source"]),
+        (&"none".into(), &"workspace".into())
+    );
+    assert_eq!(
+        w.sh(&c, both).await?,
+        "0\n0\n",
+        "under the workspace's none"
+    );
+    w.client
+        .json(
+            hyper::Method::PUT,
+            &network,
+            Some(&serde_json::json!({ "policy": "allow denied.test" })),
+        )
+        .await?;
+
+    // A restarted control plane points the running computer at its new gateway and gives it
+    // its stored policy again (not the server's default): the way out works as before.
+    w.kill_server();
+    w.spawn_server().await?;
+    let again = w.sh(&c, both).await?;
+    assert_eq!(again, "0\n1\n", "after a restart: {again}");
 
     // Destroying the computer removes its namespace, link and table.
     let (netns, table) = providers::local::network_names(&c);

@@ -143,6 +143,7 @@ pub async fn sample(core: &Core) -> Sample {
                 Vec::new()
             }
         },
+        egress: core.network_totals(),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod listener;
 mod live;
 mod mcp;
 pub mod metrics;
+mod network;
 mod openapi;
 pub use openapi::document_json as openapi_json;
 mod screens;
@@ -391,6 +392,12 @@ async fn dispatch(
             leases::act(api, &computer, bot, leases::Action::Release, req).await
         }
         Route::MintMcpToken { computer, bot } => mcp::mint(api, &computer, bot, req).await,
+        Route::GetNetwork { computer } => network::show(api, &computer).await,
+        Route::SetNetwork { computer } => network::set(api, &computer, req).await,
+        Route::GetWorkspaceNetwork { workspace } => network::show_workspace(api, &workspace).await,
+        Route::SetWorkspaceNetwork { workspace } => {
+            network::set_workspace(api, &workspace, req).await
+        }
     }
 }
 

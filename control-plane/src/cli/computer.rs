@@ -49,6 +49,9 @@ pub enum ComputerCmd {
     Show {
         id: String,
     },
+    /// Show or set the computer's network policy (what it may reach through the egress gateway).
+    #[command(subcommand)]
+    Network(super::network::NetworkCmd),
     /// Start a stopped computer (or replace a gone machine).
     Start {
         id: String,
@@ -193,6 +196,7 @@ struct Destroyed {
 pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
     let c = g.client()?;
     let computer: Computer = match cmd {
+        ComputerCmd::Network(cmd) => return super::network::run(g, cmd).await,
         ComputerCmd::Update { id, wait } => {
             let route = Route::UpdateComputer {
                 computer: ComputerId::new(id),

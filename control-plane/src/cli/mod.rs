@@ -19,6 +19,7 @@ pub mod files;
 pub mod home;
 pub mod lease;
 pub mod mcp;
+pub mod network;
 pub mod screen;
 pub mod serve;
 
@@ -126,6 +127,9 @@ pub enum Command {
     /// MCP session tokens: one computer and bot's MCP endpoint for an MCP client.
     #[command(subcommand)]
     Mcp(McpCmd),
+    /// Workspaces' defaults: the network policy of their computers without one of their own.
+    #[command(subcommand)]
+    Workspace(network::WorkspaceCmd),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -245,6 +249,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Serve(args) => serve::run(&g, args).await,
         Command::Computer(cmd) => computer::run(&g, cmd).await,
+        Command::Workspace(cmd) => network::run_workspace(&g, cmd).await,
         Command::Exec(args) => exec::run(&g, args).await,
         Command::Files(cmd) => files::run(&g, cmd).await,
         Command::Lease(cmd) => lease::run(&g, cmd).await,

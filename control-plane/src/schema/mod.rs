@@ -26,6 +26,7 @@ pub mod home;
 pub mod job;
 pub mod lease;
 pub mod mcp;
+pub mod network;
 pub mod screen;
 
 #[cfg(test)]

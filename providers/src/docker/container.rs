@@ -269,6 +269,7 @@ mod tests {
             },
             limits: crate::MachineLimits::default(),
             placement: None,
+            network: None,
         };
         let env = |spec: &SandboxSpec| container_body(&config, spec).env.unwrap();
         assert!(!env(&spec)

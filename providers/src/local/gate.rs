@@ -159,9 +159,10 @@ impl Gate {
         }
     }
 
-    /// Registers a computer reached from `addr` under the default policy (or the one it had).
-    pub fn attach(&self, computer: &str, addr: Ipv4Addr) {
-        let policy = self.policy(computer);
+    /// Registers a computer reached from `addr` under `policy` (`None`: the one it had, else
+    /// the default).
+    pub fn attach(&self, computer: &str, addr: Ipv4Addr, policy: Option<Policy>) {
+        let policy = policy.unwrap_or_else(|| self.policy(computer));
         self.registry.add(
             ComputerId::new(computer),
             vec![IpAddr::V4(addr)],
@@ -183,6 +184,24 @@ impl Gate {
             .unwrap_or_else(|| self.config.default_policy.clone())
     }
 
+    /// The computers registered here, by id.
+    pub fn computers(&self) -> Vec<String> {
+        self.registry
+            .computers()
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect()
+    }
+
+    /// Each registered computer's counters.
+    pub fn counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
+        self.registry
+            .computers()
+            .iter()
+            .map(|c| (c.id().to_string(), c.counter_snapshot()))
+            .collect()
+    }
+
     /// Sets a running computer's policy: the next query and connection see it. `false` when
     /// the computer is not running here.
     pub fn set_policy(&self, computer: &str, policy: Policy) -> bool {
@@ -200,13 +219,15 @@ impl Gate {
     }
 
     /// Computers whose network outlived the previous control plane: registered again, their
-    /// gate chains pointed at this gateway's listeners.
+    /// gate chains pointed at this gateway's listeners. Their policy is `none` until the
+    /// control plane, which holds the policies, sets each one (it does at start): a restart
+    /// never opens a computer's way out wider than its policy.
     async fn adopt_running(&self, ours: impl Fn(&str) -> bool) {
         for (computer, net) in super::net::running().await {
             if !ours(&computer) {
                 continue;
             }
-            self.attach(&computer, net.addr);
+            self.attach(&computer, net.addr, Some(Policy::none()));
             if let Err(e) = super::net::write_gate(&net, Some(&self.ports())).await {
                 warn!(computer_id = %computer, error = %e, "could not point a running computer at the egress gateway");
             } else {

@@ -16,6 +16,7 @@ use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
 use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest};
 use crate::schema::mcp::{McpToken, McpTokenRequest};
+use crate::schema::network::{NetworkPolicy, SetNetworkPolicy, WorkspaceNetworkPolicy};
 use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
@@ -644,6 +645,44 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             codes(&[JSON_BODY, &[NotFound]]),
         )
         .body(json_body(doc.of::<McpTokenRequest>(), true)),
+        E::GetNetwork => op(
+            "network",
+            "The network policy in force for the computer, where it comes from, and whether its \
+             provider enforces it.",
+            (200, json_ok("The policy.", doc.of::<NetworkPolicy>())),
+            vec![NotFound],
+        ),
+        E::SetNetwork => op(
+            "network",
+            "Set the computer's own network policy (`null`: follow its workspace's default); a \
+             running computer's next connection and DNS query see it.",
+            (
+                200,
+                json_ok("The policy now in force.", doc.of::<NetworkPolicy>()),
+            ),
+            codes(&[JSON_BODY, &[NotFound]]),
+        )
+        .body(json_body(doc.of::<SetNetworkPolicy>(), true)),
+        E::GetWorkspaceNetwork => op(
+            "network",
+            "A workspace's default network policy (`null`: the server's).",
+            (
+                200,
+                json_ok("The policy.", doc.of::<WorkspaceNetworkPolicy>()),
+            ),
+            vec![BadRequest],
+        ),
+        E::SetWorkspaceNetwork => op(
+            "network",
+            "Set a workspace's default network policy (`null`: the server's); its running \
+             computers without a policy of their own take it at once.",
+            (
+                200,
+                json_ok("The policy.", doc.of::<WorkspaceNetworkPolicy>()),
+            ),
+            codes(&[JSON_BODY]),
+        )
+        .body(json_body(doc.of::<SetNetworkPolicy>(), true)),
         E::Health => op(
             "service",
             "Whether the server answers (no token needed).",
