@@ -50,6 +50,7 @@ mod evict;
 mod home;
 mod jobs;
 mod lost;
+mod secrets;
 
 pub use lost::GUEST_LOSS_GRACE;
 
@@ -139,6 +140,8 @@ pub struct Core {
 
     /// Each computer's activity feed: bots' commands and lifecycle changes with their reasons.
     pub activity: Arc<crate::activity::Activity>,
+    /// Workspaces' secrets, sealed (docs/security.md#secrets; `core::secrets`).
+    pub secrets: crate::secrets::SecretStore,
 }
 
 impl Core {
@@ -158,6 +161,11 @@ impl Core {
                 crate::activity::ActivityConfig::default(),
             )),
             jobs: crate::jobs::Jobs::new(db.clone()),
+            // A key of its own until `with_secrets_key` gives the configured one.
+            secrets: crate::secrets::SecretStore::new(
+                db.clone(),
+                crate::secrets::SecretsKey::new(rand::random()),
+            ),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -172,6 +180,12 @@ impl Core {
     /// Runs as one replica of `cluster`.
     pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
+        self
+    }
+
+    /// Seals secrets with `key` (derived from the capability key, so replicas share it).
+    pub fn with_secrets_key(mut self, db: Db, key: crate::secrets::SecretsKey) -> Self {
+        self.secrets = crate::secrets::SecretStore::new(db, key);
         self
     }
 
@@ -326,6 +340,8 @@ impl Core {
             self.get(c.id.as_str()).await?
         };
         let provider = self.provider_of(&c)?;
+        // Its gateway carries its workspace's secrets before its guest starts.
+        self.push_secrets(&c).await;
         // A machine that runs after all (stopped on our side only) keeps its guest and token.
         let running = match &previous {
             Some(r) => matches!(provider.state(r).await, Ok(MachineState::Running)),

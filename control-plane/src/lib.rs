@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod provider_set;
 pub mod route;
 pub mod schema;
+pub mod secrets;
 pub mod serve;
 pub mod tls;
 pub mod tunnel;

@@ -366,6 +366,15 @@ routes! {
     /// The MCP endpoint (streamable HTTP); its bot is checked by the endpoint, after its token.
     Mcp { computer: ComputerId, bot: String } = Any "/v1/mcp/{computer}/{bot}", "mcp", McpToken,
         None;
+    /// A workspace's secrets (docs/security.md#secrets): names, domains, placeholders; never a
+    /// value.
+    ListSecrets { workspace: String } = Get "/v1/workspaces/{workspace}/secrets",
+        "secret.list", Token, None;
+    /// Sets or rotates a secret (its value in the body, never answered).
+    PutSecret { workspace: String, name: String } =
+        Put "/v1/workspaces/{workspace}/secrets/{name}", "secret.set", Token, None;
+    DeleteSecret { workspace: String, name: String } =
+        Delete "/v1/workspaces/{workspace}/secrets/{name}", "secret.delete", Token, None;
     Health {} = Get "/v1/health", "health", Public, None;
     OpenApi {} = Get "/v1/openapi.json", "openapi", Public, None;
     Tunnel {} = Get "/v1/tunnel", "tunnel", Guest, None;
@@ -519,6 +528,8 @@ mod tests {
             "job" => "j-3",
             "home_key" => "k-5",
             "token" => "t-9",
+            "workspace" => "acme",
+            "name" => "github",
             other => panic!("no example for {{{other}}}"),
         }
     }

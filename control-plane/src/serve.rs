@@ -356,6 +356,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         homes = homes.with_claims(cluster.claims.clone());
     }
     let activity_db = db.clone();
+    let secrets_db = db.clone();
     let mut core = Core::new(
         db,
         registry.clone(),
@@ -365,6 +366,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         cfg.idle,
     );
     core = core.with_activity(activity_db, cfg.activity);
+    // Secrets are sealed under a key derived from the capability key, which replicas share.
+    core = core.with_secrets_key(
+        secrets_db,
+        crate::secrets::SecretsKey::derive(&capability_key),
+    );
     core.jobs.config = cfg.jobs;
     if let Some((cluster, _)) = &cluster {
         core = core.with_cluster(cluster.clone());
@@ -386,6 +392,8 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     if let Some(l) = metrics_listener {
         tokio::spawn(api::metrics::serve_plain(l, core.clone()));
     }
+    // Running computers adopted by the egress gateway get their secrets back.
+    core.push_all_secrets().await;
     // The egress gateway's decisions go to each computer's activity feed (already aggregated
     // per second and destination, so a busy computer cannot flood it).
     if let Some(providers::AnyProvider::Local(local)) = core.providers().get("local") {

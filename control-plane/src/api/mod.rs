@@ -26,6 +26,7 @@ pub mod metrics;
 mod openapi;
 pub use openapi::document_json as openapi_json;
 mod screens;
+mod secrets;
 pub(crate) mod tunnel_ws;
 
 pub(crate) use body::{forward, PUMP_CHUNK};
@@ -391,6 +392,9 @@ async fn dispatch(
             leases::act(api, &computer, bot, leases::Action::Release, req).await
         }
         Route::MintMcpToken { computer, bot } => mcp::mint(api, &computer, bot, req).await,
+        Route::ListSecrets { workspace } => secrets::list(api, &workspace).await,
+        Route::PutSecret { workspace, name } => secrets::put(api, &workspace, &name, req).await,
+        Route::DeleteSecret { workspace, name } => secrets::delete(api, &workspace, &name).await,
     }
 }
 

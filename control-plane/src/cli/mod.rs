@@ -20,6 +20,7 @@ pub mod home;
 pub mod lease;
 pub mod mcp;
 pub mod screen;
+pub mod secret;
 pub mod serve;
 
 pub use browser::BrowserCmd;
@@ -126,6 +127,10 @@ pub enum Command {
     /// MCP session tokens: one computer and bot's MCP endpoint for an MCP client.
     #[command(subcommand)]
     Mcp(McpCmd),
+    /// A workspace's secrets: set (value on stdin), rotate, list, delete. Its contained
+    /// computers hold placeholders; the egress gateway sends the value to its domains only.
+    #[command(subcommand)]
+    Secret(secret::SecretCmd),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -259,6 +264,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
         Command::Activity(a) => activity::run(&g, a).await,
         Command::Mcp(cmd) => mcp::run(&g, cmd).await,
+        Command::Secret(cmd) => secret::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());
             Ok(0)

@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "activity",
         sql: include_str!("../../migrations/0010_activity.sql"),
     },
+    Migration {
+        version: 12,
+        name: "secrets",
+        sql: include_str!("../../migrations/0012_secrets.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

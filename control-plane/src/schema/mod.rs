@@ -27,6 +27,7 @@ pub mod job;
 pub mod lease;
 pub mod mcp;
 pub mod screen;
+pub mod secret;
 
 #[cfg(test)]
 mod tests;
