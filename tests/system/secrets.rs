@@ -517,6 +517,17 @@ async fn scenario(lab: &mut Lab, pki: &Path, echo_log: &Path) -> Result<()> {
         listed.contains(&gh_placeholder) && !listed.contains(&placeholder),
         "{listed}"
     );
+    // A restarted control plane makes a new CA: the running computer's bundle is rewritten in
+    // place (the jail's bind shows it) and its secrets come back to the new gateway.
+    w.kill_server();
+    w.spawn_server().await?;
+    let restarted = w
+        .sh(&c, "curl -sS -m 10 https://api.github.com/after-restart")
+        .await?;
+    assert_eq!(restarted, "echo ok\n");
+    let r = request(echo_log, "/after-restart")?;
+    assert_eq!(r["authorization"], format!("Bearer {rotated}"), "{r}");
+
     // A deleted secret's domain is passed through untouched (the real server's certificate
     // from the test CA, which the computer does not trust: -k), and its variable is gone.
     let after = w
