@@ -584,3 +584,102 @@ fn the_real_value_reaches_its_domain_and_nothing_inside_the_computer() -> Result
         })
     })
 }
+
+/// The API's refusals name the bad field and never echo a value; a computer that is not fully
+/// contained (the World's default, `host-network`) gets no secret, not even a placeholder.
+#[tokio::test]
+async fn refusals_never_echo_a_value_and_uncontained_computers_get_nothing() -> Result<()> {
+    let mut w = World::start().await?;
+    let v = value();
+    w.add_secret(&v);
+    let c = w.create_computer("acme").await?;
+    let put = |ws: &str, name: &str, body: serde_json::Value| {
+        let path = format!("/v1/workspaces/{ws}/secrets/{name}");
+        let client = &w.client;
+        async move { client.json(hyper::Method::PUT, &path, Some(&body)).await }
+    };
+    let refusals = [
+        (
+            "acme",
+            "Bad.Name",
+            serde_json::json!({ "value": v, "domains": ["a.test"] }),
+            "name",
+        ),
+        (
+            "acme",
+            "ok",
+            serde_json::json!({ "value": v, "domains": [] }),
+            "domains",
+        ),
+        (
+            "acme",
+            "ok",
+            serde_json::json!({ "value": v, "domains": ["not a domain"] }),
+            "domain",
+        ),
+        (
+            "acme",
+            "ok",
+            serde_json::json!({ "value": format!("{v}\n"), "domains": ["a.test"] }),
+            "value",
+        ),
+        (
+            "acme",
+            "ok",
+            serde_json::json!({ "value": v, "domains": ["a.test"], "header": "X: none" }),
+            "header",
+        ),
+        (
+            "bad%20ws",
+            "ok",
+            serde_json::json!({ "value": v, "domains": ["a.test"] }),
+            "workspace",
+        ),
+    ];
+    for (ws, name, body, field) in refusals {
+        let e = put(ws, name, body).await.unwrap_err().to_string();
+        assert!(e.contains("bad_request") || e.contains("400"), "{e}");
+        assert!(e.contains(field), "{field}: {e}");
+        assert!(!e.contains(&v), "a refusal echoed the value: {e}");
+    }
+    let ok = put(
+        "acme",
+        "ok",
+        serde_json::json!({ "value": v, "domains": ["a.test"] }),
+    )
+    .await?;
+    assert!(!ok.to_string().contains(&v), "{ok}");
+    assert_eq!(ok["env_var"], "RAKAZO_SECRET_OK");
+    let env = w.sh(&c, "echo ${RAKAZO_SECRET_OK:-none}").await?;
+    assert_eq!(env, "none\n", "an uncontained computer got a placeholder");
+    let e = w
+        .client
+        .json(
+            hyper::Method::DELETE,
+            "/v1/workspaces/acme/secrets/missing",
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not_found") || e.contains("404"), "{e}");
+    // The CLI refuses an empty standard input rather than set an empty value.
+    let empty = rakazo(
+        &w,
+        &[
+            "secret",
+            "set",
+            "--workspace",
+            "acme",
+            "x",
+            "--domain",
+            "a.test",
+        ],
+        Some(""),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(empty.contains("standard input"), "{empty}");
+    w.check_log()
+}
