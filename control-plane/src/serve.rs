@@ -378,6 +378,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         core.jobs
             .set_worker(cluster.me().id.clone(), cluster.claims.clone());
     }
+    let replicated = cluster.is_some();
     let core = Arc::new(core);
     if let Some((cluster, endpoint)) = cluster {
         tokio::spawn(crate::cluster::peer::serve(
@@ -392,8 +393,20 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     if let Some(l) = metrics_listener {
         tokio::spawn(api::metrics::serve_plain(l, core.clone()));
     }
-    // Running computers adopted by the egress gateway get their secrets back.
+    // Running computers adopted by the egress gateway get their secrets back; with replicas,
+    // a change made on another one reaches this one's computers within a refresh.
     core.push_all_secrets().await;
+    if replicated {
+        let core = core.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SECRETS_REFRESH);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                core.push_all_secrets().await;
+            }
+        });
+    }
     // The egress gateway's decisions go to each computer's activity feed (already aggregated
     // per second and destination, so a busy computer cannot flood it).
     if let Some(providers::AnyProvider::Local(local)) = core.providers().get("local") {
@@ -560,6 +573,9 @@ fn advertised_tcp(
 }
 
 /// A 32-byte secret kept in the data dir (0600), created on first use.
+/// How often a replica re-applies every computer's secrets (changes made on another replica).
+const SECRETS_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
     match std::fs::read(path) {
         Ok(bytes) => bytes

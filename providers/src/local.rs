@@ -2,7 +2,8 @@
 //!
 //! Each computer gets `<root>/<computer id>/` holding `home/` (the computer's home), `token`
 //! (the enrollment token, 0600, read by the guest through `RAKAZO_ENROLL_TOKEN_FILE`) and
-//! `guest.log`. The guest runs in its own process group, so it outlives a control-plane restart
+//! `guest.log`; a fully contained one also `ca-certificates.crt`, `egress-ca.pem` and
+//! `secrets.env` (its CA and its secrets' placeholders, root's 0644: `trust`). The guest runs in its own process group, so it outlives a control-plane restart
 //! and simply dials back. A reference is `<computer id>:<pid>:<start time>`; the start time (from
 //! `/proc/<pid>/stat`) tells a live guest from a recycled pid.
 //!
@@ -261,13 +262,18 @@ impl LocalProvider {
         if self.containment() != Containment::Full || !valid_id(computer) {
             return false;
         }
-        let placeholders: Vec<(String, String)> = secrets
-            .iter()
-            .map(|s| (s.name().to_string(), s.placeholder().to_string()))
-            .collect();
+        let placeholders_of = |secrets: &[egress::Secret]| -> Vec<(String, String)> {
+            secrets
+                .iter()
+                .map(|s| (s.name().to_string(), s.placeholder().to_string()))
+                .collect()
+        };
+        let placeholders = placeholders_of(&secrets);
+        let unchanged = placeholders_of(&gate.secrets(computer)) == placeholders;
         gate.set_secrets(computer, secrets);
         let dir = self.dir(computer);
-        if dir.is_dir() {
+        // The file changes only with the placeholders (a rotation keeps them).
+        if dir.is_dir() && !(unchanged && dir.join(trust::ENV_FILE).is_file()) {
             if let Err(e) = trust::write_env(&dir, &placeholders) {
                 warn!(computer_id = %computer, error = %e, "could not write the computer's secret placeholders");
             }
