@@ -7,7 +7,8 @@
 //! with a leaf certificate for the name (issued on demand, cached), a TLS client towards the
 //! real server verifying it against [`SecretSet`]'s roots, and HTTP/1.1 between them, in which
 //! every request header value containing the placeholder of a secret whose domains match the
-//! name gets the real value instead. Only connections whose name is a secret's domain are
+//! name gets the real value instead, and a secret with a header template
+//! ([`Secret::with_header`], `Authorization: Bearer {}`) sets that header. Only connections whose name is a secret's domain are
 //! intercepted (the proxy asks [`SecretSet::intercepts`]); all others are passed through
 //! untouched, so a placeholder sent anywhere else arrives as the placeholder.
 
