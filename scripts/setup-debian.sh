@@ -2,13 +2,14 @@
 # Installs what Rakazo needs on a fresh Debian 12 machine: build tools, the musl target for the
 # static guest, and the computer-image packages used by the tests (TigerVNC's Xvnc, Chromium), with
 # Xvfb and x11vnc for the benchmarks' anchor ("x11vnc on Xvfb").
-# Local computers are contained with iproute2 (network namespaces), nftables and bubblewrap.
+# Local computers are contained with iproute2 (network namespaces), nftables and bubblewrap;
+# libnss3-tools (certutil) puts their egress CA into Chrome's store (secrets).
 # Idempotent and quiet; safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 need_pkgs=()
-for p in build-essential pkg-config musl-tools file iproute2 nftables bubblewrap procps curl tigervnc-standalone-server xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd xclip libnss-wrapper; do
+for p in build-essential pkg-config musl-tools file iproute2 nftables bubblewrap procps curl tigervnc-standalone-server xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd xclip libnss-wrapper libnss3-tools; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

@@ -51,6 +51,7 @@ mod home;
 mod jobs;
 mod lost;
 mod network;
+mod secrets;
 
 pub use lost::GUEST_LOSS_GRACE;
 pub use network::{follow_network_policies, NetworkView};
@@ -143,6 +144,8 @@ pub struct Core {
     pub activity: Arc<crate::activity::Activity>,
     /// Network policies: each computer's, each workspace's default (`core::network`).
     pub network: crate::network::NetworkStore,
+    /// Workspaces' secrets, sealed (docs/security.md#secrets; `core::secrets`).
+    pub secrets: crate::secrets::SecretStore,
 }
 
 impl Core {
@@ -163,6 +166,11 @@ impl Core {
             )),
             jobs: crate::jobs::Jobs::new(db.clone()),
             network: crate::network::NetworkStore::new(db.clone()),
+            // A key of its own until `with_secrets_key` gives the configured one.
+            secrets: crate::secrets::SecretStore::new(
+                db.clone(),
+                crate::secrets::SecretsKey::new(rand::random()),
+            ),
             computers: ComputerStore::new(db.clone()),
             live: crate::live::LiveState::new(db.clone()),
             leases: SqlLeaseStore::new(db),
@@ -177,6 +185,12 @@ impl Core {
     /// Runs as one replica of `cluster`.
     pub fn with_cluster(mut self, cluster: Arc<Cluster>) -> Self {
         self.cluster = Some(cluster);
+        self
+    }
+
+    /// Seals secrets with `key` (derived from the capability key, so replicas share it).
+    pub fn with_secrets_key(mut self, db: Db, key: crate::secrets::SecretsKey) -> Self {
+        self.secrets = crate::secrets::SecretStore::new(db, key);
         self
     }
 
@@ -338,6 +352,8 @@ impl Core {
             self.get(c.id.as_str()).await?
         };
         let provider = self.provider_of(&c)?;
+        // Its gateway carries its workspace's secrets before its guest starts.
+        self.push_secrets(&c).await;
         // A machine that runs after all (stopped on our side only) keeps its guest and token.
         let running = match &previous {
             Some(r) => matches!(provider.state(r).await, Ok(MachineState::Running)),

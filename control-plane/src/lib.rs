@@ -26,6 +26,7 @@ pub mod network;
 pub mod provider_set;
 pub mod route;
 pub mod schema;
+pub mod secrets;
 pub mod serve;
 pub mod tls;
 pub mod tunnel;

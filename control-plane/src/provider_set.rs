@@ -69,6 +69,10 @@ pub struct ProviderArgs {
     /// internal mirror, test hosts); other names are asked of this host's resolvers.
     #[arg(long, env = "RAKAZO_EGRESS_HOSTS", value_delimiter = ',')]
     pub egress_hosts: Vec<String>,
+    /// More CAs (PEM files, comma-separated) the real servers of secrets' domains may chain
+    /// to, besides this host's trust store (an internal PKI, test hosts).
+    #[arg(long, env = "RAKAZO_EGRESS_CA_FILE", value_delimiter = ',')]
+    pub egress_ca_file: Vec<PathBuf>,
     /// More host paths contained local computers see, read-only (absolute, comma-separated;
     /// e.g. tools under /opt). The system directories (/usr, /etc) are always there.
     #[arg(long, env = "RAKAZO_LOCAL_JAIL_RO_BIND", value_delimiter = ',')]
@@ -369,6 +373,7 @@ impl ProviderArgs {
         Ok(GateConfig {
             default_policy,
             hosts,
+            upstream_ca_files: self.egress_ca_file.clone(),
             ..GateConfig::default()
         })
     }

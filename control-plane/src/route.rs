@@ -380,6 +380,15 @@ routes! {
         "workspace.network.show", Token, None;
     SetWorkspaceNetwork { workspace: WorkspaceId } = Put "/v1/workspaces/{workspace}/network",
         "workspace.network.set", Token, None;
+    /// A workspace's secrets (docs/security.md#secrets): names, domains, placeholders; never a
+    /// value.
+    ListSecrets { workspace: WorkspaceId } = Get "/v1/workspaces/{workspace}/secrets",
+        "secret.list", Token, None;
+    /// Sets or rotates a secret (its value in the body, never answered).
+    PutSecret { workspace: WorkspaceId, name: String } =
+        Put "/v1/workspaces/{workspace}/secrets/{name}", "secret.set", Token, None;
+    DeleteSecret { workspace: WorkspaceId, name: String } =
+        Delete "/v1/workspaces/{workspace}/secrets/{name}", "secret.delete", Token, None;
     Health {} = Get "/v1/health", "health", Public, None;
     OpenApi {} = Get "/v1/openapi.json", "openapi", Public, None;
     Tunnel {} = Get "/v1/tunnel", "tunnel", Guest, None;
@@ -533,7 +542,8 @@ mod tests {
             "job" => "j-3",
             "home_key" => "k-5",
             "token" => "t-9",
-            "workspace" => "w-2",
+            "workspace" => "acme",
+            "name" => "github",
             other => panic!("no example for {{{other}}}"),
         }
     }

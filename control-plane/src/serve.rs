@@ -356,6 +356,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         homes = homes.with_claims(cluster.claims.clone());
     }
     let activity_db = db.clone();
+    let secrets_db = db.clone();
     let mut core = Core::new(
         db,
         registry.clone(),
@@ -365,6 +366,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         cfg.idle,
     );
     core = core.with_activity(activity_db, cfg.activity);
+    // Secrets are sealed under a key derived from the capability key, which replicas share.
+    core = core.with_secrets_key(
+        secrets_db,
+        crate::secrets::SecretsKey::derive(&capability_key),
+    );
     core.jobs.config = cfg.jobs;
     if let Some((cluster, _)) = &cluster {
         core = core.with_cluster(cluster.clone());
@@ -372,6 +378,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         core.jobs
             .set_worker(cluster.me().id.clone(), cluster.claims.clone());
     }
+    let replicated = cluster.is_some();
     let core = Arc::new(core);
     if let Some((cluster, endpoint)) = cluster {
         tokio::spawn(crate::cluster::peer::serve(
@@ -385,6 +392,20 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
 
     if let Some(l) = metrics_listener {
         tokio::spawn(api::metrics::serve_plain(l, core.clone()));
+    }
+    // Running computers adopted by the egress gateway get their secrets back; with replicas,
+    // a change made on another one reaches this one's computers within a refresh.
+    core.push_all_secrets().await;
+    if replicated {
+        let core = core.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SECRETS_REFRESH);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                core.push_all_secrets().await;
+            }
+        });
     }
     // The egress gateway's decisions go to each computer's activity feed (already aggregated
     // per second and destination, so a busy computer cannot flood it).
@@ -558,6 +579,9 @@ fn advertised_tcp(
 }
 
 /// A 32-byte secret kept in the data dir (0600), created on first use.
+/// How often a replica re-applies every computer's secrets (changes made on another replica).
+const SECRETS_REFRESH: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
     match std::fs::read(path) {
         Ok(bytes) => bytes

@@ -7,7 +7,8 @@
 //! with a leaf certificate for the name (issued on demand, cached), a TLS client towards the
 //! real server verifying it against [`SecretSet`]'s roots, and HTTP/1.1 between them, in which
 //! every request header value containing the placeholder of a secret whose domains match the
-//! name gets the real value instead. Only connections whose name is a secret's domain are
+//! name gets the real value instead, and a secret with a header template
+//! ([`Secret::with_header`], `Authorization: Bearer {}`) sets that header. Only connections whose name is a secret's domain are
 //! intercepted (the proxy asks [`SecretSet::intercepts`]); all others are passed through
 //! untouched, so a placeholder sent anywhere else arrives as the placeholder.
 
@@ -20,7 +21,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rcgen::{
@@ -54,6 +55,8 @@ pub enum SecretError {
     NoDomain,
     #[error("a secret's value must be a valid header value (no control characters)")]
     Value,
+    #[error("invalid header template {0:?}: `Name: value` with `{{}}` where the value goes")]
+    Header(String),
     #[error("too many secrets (at most {MAX_SECRETS})")]
     TooMany,
     #[error("certificate: {0}")]
@@ -69,6 +72,9 @@ pub struct Secret {
     domains: Vec<DomainPattern>,
     placeholder: String,
     value: HeaderValue,
+    /// `--header "Authorization: Bearer {}"`: this header is set, with the value in place of
+    /// `{}`, on every request to the secret's domains (the client need not send the placeholder).
+    header: Option<(HeaderName, String)>,
 }
 
 impl fmt::Debug for Secret {
@@ -77,6 +83,7 @@ impl fmt::Debug for Secret {
             .field("name", &self.name)
             .field("domains", &self.domains)
             .field("placeholder", &self.placeholder)
+            .field("header", &self.header)
             .field("value", &"<redacted>")
             .finish()
     }
@@ -133,7 +140,33 @@ impl Secret {
             domains,
             placeholder: placeholder.into(),
             value,
+            header: None,
         })
+    }
+
+    /// Sets the header template (`Name: text with {} for the value`): requests to the secret's
+    /// domains get that header, whatever they sent in it.
+    pub fn with_header(mut self, template: &str) -> Result<Secret, SecretError> {
+        let (name, value) = parse_header_template(template)?;
+        // The filled-in value must still be a valid header value.
+        HeaderValue::from_bytes(
+            value
+                .replace(
+                    "{}",
+                    std::str::from_utf8(self.value.as_bytes()).unwrap_or(""),
+                )
+                .as_bytes(),
+        )
+        .map_err(|_| SecretError::Value)?;
+        self.header = Some((name, value));
+        Ok(self)
+    }
+
+    /// The header template as given (`Name: …{}…`), if any.
+    pub fn header_template(&self) -> Option<String> {
+        self.header
+            .as_ref()
+            .map(|(name, value)| format!("{}: {value}", name.as_str()))
     }
 
     pub fn name(&self) -> &str {
@@ -149,6 +182,33 @@ impl Secret {
     pub fn applies_to(&self, name: &str) -> bool {
         self.domains.iter().any(|d| d.matches(name))
     }
+}
+
+/// Checks a header template `Name: value with {}` (exactly one `{}`, at most 1 KiB).
+pub fn parse_header_template(template: &str) -> Result<(HeaderName, String), SecretError> {
+    let bad = || SecretError::Header(template.chars().take(80).collect());
+    if template.len() > 1024 {
+        return Err(bad());
+    }
+    let (name, value) = template.split_once(':').ok_or_else(bad)?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| bad())?;
+    let value = value.trim().to_string();
+    if value.matches("{}").count() != 1 || HeaderValue::from_str(&value).is_err() {
+        return Err(bad());
+    }
+    // Hop-by-hop and framing headers are the gateway's, never a secret's.
+    let reserved = [
+        "host",
+        "connection",
+        "content-length",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+    ];
+    if reserved.contains(&name.as_str()) {
+        return Err(bad());
+    }
+    Ok((name, value))
 }
 
 /// A computer's certificate authority: the computer trusts it, the gateway issues leaves for
@@ -270,6 +330,22 @@ impl SecretSet {
             .filter(|s| s.applies_to(&name))
             .collect();
         let mut changed = 0;
+        // Templated headers are set outright.
+        for secret in &secrets {
+            let Some((name, template)) = &secret.header else {
+                continue;
+            };
+            let mut filled = Vec::with_capacity(template.len() + secret.value.len());
+            let (before, after) = template.split_once("{}").unwrap_or((template, ""));
+            filled.extend_from_slice(before.as_bytes());
+            filled.extend_from_slice(secret.value.as_bytes());
+            filled.extend_from_slice(after.as_bytes());
+            if let Ok(mut v) = HeaderValue::from_bytes(&filled) {
+                v.set_sensitive(true);
+                headers.insert(name.clone(), v);
+                changed += 1;
+            }
+        }
         for value in headers.values_mut() {
             let bytes = value.as_bytes();
             let mut out: Option<Vec<u8>> = None;
@@ -283,7 +359,8 @@ impl SecretSet {
                     out = Some(replaced);
                 }
             }
-            if let Some(new) = out.and_then(|b| HeaderValue::from_bytes(&b).ok()) {
+            if let Some(mut new) = out.and_then(|b| HeaderValue::from_bytes(&b).ok()) {
+                new.set_sensitive(true);
                 *value = new;
                 changed += 1;
             }

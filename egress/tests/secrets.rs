@@ -245,3 +245,57 @@ fn bad_secrets_are_refused() {
         Secret::new("ok", &["a.test"], "v").unwrap().placeholder()
     );
 }
+
+#[tokio::test]
+async fn a_header_template_sets_the_header_without_a_placeholder() {
+    let s = setup(true).await;
+    let templated = Secret::new("gh", &["api.secret.test"], VALUE)
+        .unwrap()
+        .with_header("Authorization: token {}")
+        .unwrap();
+    assert_eq!(
+        templated.header_template().as_deref(),
+        Some("authorization: token {}")
+    );
+    let set = SecretSet::new(s.ca.clone(), vec![templated], s.test_ca.roots()).unwrap();
+    s.h.registry
+        .get(&ComputerId::new("c-1"))
+        .unwrap()
+        .set_secrets(Some(set));
+    // Whatever the client sent in it, the header is the template filled in.
+    let stream = s.h.connect(C1, "203.0.113.30:443").await;
+    let reply = get(
+        stream,
+        "api.secret.test",
+        s.ca.cert_der(),
+        "Authorization: Basic client-sent\r\n",
+    )
+    .await
+    .unwrap();
+    assert!(
+        reply.contains(&format!("authorization: token {VALUE}")),
+        "{reply}"
+    );
+    assert!(!reply.contains("client-sent"), "{reply}");
+    // Another domain gets nothing added.
+    let stream = s.h.connect(C1, "198.51.100.7:443").await;
+    let root = s.test_ca.issuer.der().clone();
+    let reply = get(stream, "other.test", root, "").await.unwrap();
+    assert!(!reply.contains(VALUE), "{reply}");
+}
+
+#[test]
+fn bad_header_templates_are_refused() {
+    let s = || Secret::new("ok", &["a.test"], "v").unwrap();
+    for bad in [
+        "no colon {}",
+        "X-Token: no placeholder",
+        "X-Token: {} twice {}",
+        "Bad Name: {}",
+        "Host: {}",
+        "Content-Length: {}",
+    ] {
+        assert!(s().with_header(bad).is_err(), "{bad}");
+    }
+    assert!(s().with_header("X-Api-Key: {}").is_ok());
+}

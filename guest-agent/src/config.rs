@@ -52,6 +52,8 @@ impl Env {
     /// The kernel's copy of the initial environment (`/proc/<pid>/environ`) is not rewritten by
     /// this; it is readable only by root once the guest is non-dumpable (`privilege`).
     pub fn settle(run_as: Option<&RunAs>, home: &std::path::Path) {
+        // The secrets file's path outlives the variable (`secret_env`).
+        crate::secret_env::remember(std::env::var_os(crate::secret_env::SECRETS_FILE_VAR));
         let guest_vars: Vec<std::ffi::OsString> = std::env::vars_os()
             .map(|(k, _)| k)
             .filter(|k| k.as_encoded_bytes().starts_with(b"RAKAZO_"))

@@ -251,6 +251,8 @@ async fn execute(
         .env_clear()
         .envs(inherited)
         .env("HOME", home.root())
+        // The secrets' placeholders, read afresh (`secret_env`).
+        .envs(crate::secret_env::from_process())
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .env(EXEC_ID_VAR, &exec_id)
         .stdin(if req.stdin {

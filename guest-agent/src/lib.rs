@@ -23,4 +23,5 @@ pub mod orphans;
 pub mod pagebrowser;
 pub mod privilege;
 pub mod screens;
+pub mod secret_env;
 pub mod tunnel;

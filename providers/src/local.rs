@@ -2,7 +2,8 @@
 //!
 //! Each computer gets `<root>/<computer id>/` holding `home/` (the computer's home), `token`
 //! (the enrollment token, 0600, read by the guest through `RAKAZO_ENROLL_TOKEN_FILE`) and
-//! `guest.log`. The guest runs in its own process group, so it outlives a control-plane restart
+//! `guest.log`; a fully contained one also `ca-certificates.crt`, `egress-ca.pem` and
+//! `secrets.env` (its CA and its secrets' placeholders, root's 0644: `trust`). The guest runs in its own process group, so it outlives a control-plane restart
 //! and simply dials back. A reference is `<computer id>:<pid>:<start time>`; the start time (from
 //! `/proc/<pid>/stat`) tells a live guest from a recycled pid.
 //!
@@ -32,10 +33,12 @@
 mod gate;
 mod jail;
 mod net;
+mod trust;
 mod users;
 
 pub use gate::GateConfig;
 pub use net::HTTP_PROXY_PORT;
+pub use trust::{env_name as secret_env_name, SECRETS_FILE_VAR};
 
 /// The network namespace and nftables table (`inet`) of a fully contained computer, for
 /// operators and tests that clean up after a control plane that is gone.
@@ -230,10 +233,52 @@ impl LocalProvider {
 
     async fn gate(&self) -> Result<&gate::Gate, ProviderError> {
         self.gate
-            .get_or_try_init(|| {
-                gate::Gate::start(self.gate_config.clone(), |id| self.dir(id).is_dir())
+            .get_or_try_init(|| async {
+                let gate =
+                    gate::Gate::start(self.gate_config.clone(), |id| self.dir(id).is_dir()).await?;
+                // The CA lives in this process only: adopted computers trust the new one.
+                for computer in &gate.adopted {
+                    let written = gate
+                        .ca(computer)
+                        .and_then(|ca| trust::write_bundle(&self.dir(computer), &ca.cert_pem()));
+                    if let Err(e) = written {
+                        warn!(computer_id = %computer, error = %e, "could not give an adopted computer its new egress CA");
+                    }
+                }
+                Ok(gate)
             })
             .await
+    }
+
+    /// Sets a computer's secrets (docs/security.md#secrets): its egress gateway substitutes
+    /// their values, its processes see their placeholders. Applies at once to a running
+    /// computer and is kept for its next start. `false` when computers here are not fully
+    /// contained: no gateway is on their way out, so they get no secret (not even a
+    /// placeholder).
+    pub fn set_secrets(&self, computer: &str, secrets: Vec<egress::Secret>) -> bool {
+        let Some(gate) = self.gate.get() else {
+            return false;
+        };
+        if self.containment() != Containment::Full || !valid_id(computer) {
+            return false;
+        }
+        let placeholders_of = |secrets: &[egress::Secret]| -> Vec<(String, String)> {
+            secrets
+                .iter()
+                .map(|s| (s.name().to_string(), s.placeholder().to_string()))
+                .collect()
+        };
+        let placeholders = placeholders_of(&secrets);
+        let unchanged = placeholders_of(&gate.secrets(computer)) == placeholders;
+        gate.set_secrets(computer, secrets);
+        let dir = self.dir(computer);
+        // The file changes only with the placeholders (a rotation keeps them).
+        if dir.is_dir() && !(unchanged && dir.join(trust::ENV_FILE).is_file()) {
+            if let Err(e) = trust::write_env(&dir, &placeholders) {
+                warn!(computer_id = %computer, error = %e, "could not write the computer's secret placeholders");
+            }
+        }
+        true
     }
 
     /// A computer's network policy (`None`: computers are not fully contained here).
@@ -333,6 +378,10 @@ impl LocalProvider {
             private_dir(&home, Some(&user))?;
             env.push(("RAKAZO_RUN_AS".into(), user.name.clone()));
             argv = self.jail(&mut spec, &dir, &home).await?;
+            if self.containment == Containment::Full {
+                let file = dir.join(trust::ENV_FILE);
+                env.push((SECRETS_FILE_VAR.into(), file.to_string_lossy().into_owned()));
+            }
             Some(user)
         } else {
             std::fs::DirBuilder::new()
@@ -366,11 +415,21 @@ impl LocalProvider {
         dir: &Path,
         home: &Path,
     ) -> Result<Option<Vec<std::ffi::OsString>>, ProviderError> {
-        let (netns, resolv) = match self.containment {
+        let (netns, resolv, bundle) = match self.containment {
             Containment::Off => return Ok(None),
-            Containment::HostNetwork => (None, None),
+            Containment::HostNetwork => (None, None, None),
             Containment::Full => {
                 let gate = self.gate().await?;
+                let id = &spec.computer_id;
+                // Its trust store holds its CA; its environment file its placeholders.
+                let bundle = trust::write_bundle(dir, &gate.ca(id)?.cert_pem())?;
+                let placeholders: Vec<(String, String)> = gate
+                    .secrets(id)
+                    .iter()
+                    .map(|s| (s.name().to_string(), s.placeholder().to_string()))
+                    .collect();
+                trust::write_env(dir, &placeholders)?;
+                let bundle = Path::new(trust::SYSTEM_BUNDLE).is_file().then_some(bundle);
                 let g = &mut spec.guest;
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
@@ -382,12 +441,13 @@ impl LocalProvider {
                 g.other_replicas = g.other_replicas.iter().map(|a| inside(*a)).collect();
                 // The HTTP API is not reachable from inside; UDP and TCP to this host are.
                 g.control_ws = None;
-                (Some(net.netns()), Some(net.resolv_conf()))
+                (Some(net.netns()), Some(net.resolv_conf()), bundle)
             }
         };
         Ok(Some(jail::command(
             netns.as_deref(),
             resolv.as_deref(),
+            bundle.as_deref(),
             dir,
             home,
             &self.guest_bin,
@@ -546,6 +606,9 @@ impl SandboxProvider for LocalProvider {
             if let Some(g) = self.gate.get() {
                 g.detach(&local.computer);
             }
+        }
+        if let Some(g) = self.gate.get() {
+            g.forget(&local.computer);
         }
         process::remove_dir(&self.dir(&local.computer))?;
         process::remove_dir(&process::runtime_dir(&local.computer))?;

@@ -49,7 +49,9 @@
 //!
 //! The README's file hand-overs after the tour (`files upload … --control`, `files attach …
 //! --bot --lease`) run in `cli_uploads_for_the_user_and_attaches_for_the_bot`; its MCP line
-//! (`mcp token … --ttl-secs`), as written, in `mcp::a_session_token_opens_only_its_own_computer_and_bot`.
+//! (`mcp token … --ttl-secs`), as written, in `mcp::a_session_token_opens_only_its_own_computer_and_bot`;
+//! its Secrets lines (`secret set|list|rotate|delete`, the `exec` lines using them), as written, in
+//! `secrets::the_real_value_reaches_its_domain_and_nothing_inside_the_computer`.
 //!
 //! Beyond the tour: `screen list`, `lease show`/`renew`/`release --outcome`, `home reconcile`,
 //! `files cat --max-bytes`, `exec --cwd/--env/--json`, the global `--url`/`--token-file`/

@@ -30,6 +30,7 @@ mod providers;
 mod replicas;
 mod rfb_client;
 mod sandbox_services;
+mod secrets;
 mod start_checks;
 mod static_guest;
 mod tunnel_abuse;

@@ -27,6 +27,7 @@ mod network;
 mod openapi;
 pub use openapi::document_json as openapi_json;
 mod screens;
+mod secrets;
 pub(crate) mod tunnel_ws;
 
 pub(crate) use body::{forward, PUMP_CHUNK};
@@ -398,6 +399,9 @@ async fn dispatch(
         Route::SetWorkspaceNetwork { workspace } => {
             network::set_workspace(api, &workspace, req).await
         }
+        Route::ListSecrets { workspace } => secrets::list(api, &workspace).await,
+        Route::PutSecret { workspace, name } => secrets::put(api, &workspace, &name, req).await,
+        Route::DeleteSecret { workspace, name } => secrets::delete(api, &workspace, &name).await,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod lease;
 pub mod mcp;
 pub mod network;
 pub mod screen;
+pub mod secret;
 pub mod serve;
 
 pub use browser::BrowserCmd;
@@ -130,6 +131,10 @@ pub enum Command {
     /// Workspaces' defaults: the network policy of their computers without one of their own.
     #[command(subcommand)]
     Workspace(network::WorkspaceCmd),
+    /// A workspace's secrets: set (value on stdin), rotate, list, delete. Its contained
+    /// computers hold placeholders; the egress gateway sends the value to its domains only.
+    #[command(subcommand)]
+    Secret(secret::SecretCmd),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -264,6 +269,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Home(cmd) => home::run(g.client()?, g.json, cmd).await,
         Command::Activity(a) => activity::run(&g, a).await,
         Command::Mcp(cmd) => mcp::run(&g, cmd).await,
+        Command::Secret(cmd) => secret::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());
             Ok(0)

@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "network",
         sql: include_str!("../../migrations/0011_network.sql"),
     },
+    Migration {
+        version: 12,
+        name: "secrets",
+        sql: include_str!("../../migrations/0012_secrets.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

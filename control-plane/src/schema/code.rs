@@ -70,6 +70,7 @@ codes! {
     NoControl = "no_control", 409, "the user does not hold the bot's control";
     ControlRequired = "control_required", 409, "the user must hold the bot's control";
     Exists = "exists", 409, "the name is taken";
+    TooManySecrets = "too_many_secrets", 409, "the workspace holds the most secrets it may";
     AttachmentChanged = "attachment_changed", 409, "the file changed since it was attached";
     ScreenReleasing = "screen_releasing", 409, "the bot's desktop is still being released";
     ActionRefused = "action_refused", 409, "the computer refused the action";

@@ -28,6 +28,7 @@ pub mod lease;
 pub mod mcp;
 pub mod network;
 pub mod screen;
+pub mod secret;
 
 #[cfg(test)]
 mod tests;

@@ -343,6 +343,8 @@ impl Browser {
             source,
         })?;
         let pipes = sys::DevToolsPipes::new().map_err(BrowserError::Pipes)?;
+        // A contained computer's secrets: Chrome trusts the computer's egress CA too.
+        crate::secret_env::trust_in_chrome(&opts.home).await;
 
         let mut command = Command::new(&opts.chromium);
         command

@@ -17,11 +17,16 @@
 
 use crate::ProviderError;
 use egress::{
-    ComputerId, Config, Event, Events, Gateway, Limits, Policy, Registry, StaticResolver,
-    SystemResolver,
+    ComputerCa, ComputerId, Config, Event, Events, Gateway, Limits, Policy, Registry, Secret,
+    SecretSet, StaticResolver, SystemResolver,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use rustls::RootCertStore;
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::{TcpListener, UdpSocket};
 use tracing::{info, warn};
 
@@ -38,6 +43,9 @@ pub struct GateConfig {
     pub hosts: Vec<(String, IpAddr)>,
     /// Per-computer limits (connections, bandwidth, DNS queries per second).
     pub limits: Limits,
+    /// More CAs (PEM files) the real servers of secrets' domains may chain to, besides this
+    /// host's trust store (`--egress-ca-file`: an internal PKI, test hosts).
+    pub upstream_ca_files: Vec<PathBuf>,
 }
 
 impl Default for GateConfig {
@@ -46,6 +54,7 @@ impl Default for GateConfig {
             default_policy: Policy::open(),
             hosts: Vec::new(),
             limits: Limits::default(),
+            upstream_ca_files: Vec::new(),
         }
     }
 }
@@ -61,6 +70,47 @@ pub struct Gate {
     events: Events,
     feed: Mutex<Option<tokio::sync::mpsc::Receiver<Event>>>,
     tasks: Vec<tokio::task::AbortHandle>,
+    /// What the real servers of secrets' domains are verified against.
+    roots: RootCertStore,
+    /// Each computer's CA (made when first needed, kept in memory only: its key never leaves
+    /// this process) and secrets.
+    cas: Mutex<HashMap<String, Arc<ComputerCa>>>,
+    secrets: Mutex<HashMap<String, Vec<Secret>>>,
+    /// The computers [`Gate::start`] adopted (their trust files need the new CA).
+    pub(crate) adopted: Vec<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// This host's trust store plus `extra` PEM files.
+fn upstream_roots(extra: &[PathBuf]) -> Result<RootCertStore, ProviderError> {
+    let mut roots = RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(native.certs);
+    if added == 0 {
+        warn!("no system CA certificates: secrets' real servers cannot be verified");
+    }
+    for path in extra {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<_, _>>())
+            .map_err(|e| {
+                ProviderError::BadSpec(format!("--egress-ca-file {}: {e}", path.display()))
+            })?;
+        if certs.is_empty() {
+            return Err(ProviderError::BadSpec(format!(
+                "--egress-ca-file {}: no certificate",
+                path.display()
+            )));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| {
+                ProviderError::BadSpec(format!("--egress-ca-file {}: {e}", path.display()))
+            })?;
+        }
+    }
+    Ok(roots)
 }
 
 impl Drop for Gate {
@@ -103,6 +153,7 @@ impl Gate {
             .map_err(io("bind the egress HTTP proxy"))?;
         let http_proxy = http_sock.local_addr().map_err(io("egress HTTP proxy"))?;
 
+        let roots = upstream_roots(&config.upstream_ca_files)?;
         let mut resolver = StaticResolver::new();
         for (name, ip) in &config.hosts {
             resolver = resolver.with(name, *ip);
@@ -134,7 +185,11 @@ impl Gate {
         let g = gateway;
         tasks.push(tokio::spawn(async move { g.serve_http_proxy(http_sock).await }).abort_handle());
         info!(%dns_udp, %proxy, %http_proxy, "egress gateway listening");
-        let gate = Gate {
+        let mut gate = Gate {
+            roots,
+            cas: Mutex::new(HashMap::new()),
+            secrets: Mutex::new(HashMap::new()),
+            adopted: Vec::new(),
             registry,
             config,
             dns_udp,
@@ -145,7 +200,7 @@ impl Gate {
             feed: Mutex::new(Some(feed)),
             tasks,
         };
-        gate.adopt_running(ours).await;
+        gate.adopted = gate.adopt_running(ours).await;
         Ok(gate)
     }
 
@@ -169,11 +224,73 @@ impl Gate {
             policy,
             self.config.limits,
         );
+        self.apply_secrets(computer);
     }
 
     /// Forgets a computer.
     pub fn detach(&self, computer: &str) {
         self.registry.remove(&ComputerId::new(computer));
+    }
+
+    /// Forgets a destroyed computer's CA and secrets too.
+    pub fn forget(&self, computer: &str) {
+        self.detach(computer);
+        lock(&self.cas).remove(computer);
+        lock(&self.secrets).remove(computer);
+    }
+
+    /// The computer's CA, made on first use.
+    pub fn ca(&self, computer: &str) -> Result<Arc<ComputerCa>, ProviderError> {
+        let mut cas = lock(&self.cas);
+        if let Some(ca) = cas.get(computer) {
+            return Ok(ca.clone());
+        }
+        let ca = ComputerCa::generate(&ComputerId::new(computer))
+            .map_err(|e| ProviderError::BadSpec(format!("the computer's CA: {e}")))?;
+        let ca = Arc::new(ca);
+        cas.insert(computer.to_string(), ca.clone());
+        Ok(ca)
+    }
+
+    /// Replaces a computer's secrets; a running computer's next connections see them.
+    pub fn set_secrets(&self, computer: &str, secrets: Vec<Secret>) {
+        if secrets.is_empty() {
+            lock(&self.secrets).remove(computer);
+        } else {
+            lock(&self.secrets).insert(computer.to_string(), secrets);
+        }
+        self.apply_secrets(computer);
+    }
+
+    /// The computer's secrets, as set.
+    pub fn secrets(&self, computer: &str) -> Vec<Secret> {
+        lock(&self.secrets)
+            .get(computer)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Hands the computer's secrets to its registration, if it has one.
+    fn apply_secrets(&self, computer: &str) {
+        let Some(c) = self.registry.get(&ComputerId::new(computer)) else {
+            return;
+        };
+        let secrets = self.secrets(computer);
+        if secrets.is_empty() {
+            c.set_secrets(None);
+            return;
+        }
+        let set = self.ca(computer).and_then(|ca| {
+            SecretSet::new(ca, secrets, self.roots.clone())
+                .map_err(|e| ProviderError::BadSpec(e.to_string()))
+        });
+        match set {
+            Ok(set) => c.set_secrets(Some(set)),
+            Err(e) => {
+                warn!(computer_id = %computer, error = %e, "the computer's secrets cannot be applied: none is");
+                c.set_secrets(None);
+            }
+        }
     }
 
     /// A computer's policy (the default when it has none of its own yet).
@@ -222,11 +339,13 @@ impl Gate {
     /// gate chains pointed at this gateway's listeners. Their policy is `none` until the
     /// control plane, which holds the policies, sets each one (it does at start): a restart
     /// never opens a computer's way out wider than its policy.
-    async fn adopt_running(&self, ours: impl Fn(&str) -> bool) {
+    async fn adopt_running(&self, ours: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut adopted = Vec::new();
         for (computer, net) in super::net::running().await {
             if !ours(&computer) {
                 continue;
             }
+            adopted.push(computer.clone());
             self.attach(&computer, net.addr, Some(Policy::none()));
             if let Err(e) = super::net::write_gate(&net, Some(&self.ports())).await {
                 warn!(computer_id = %computer, error = %e, "could not point a running computer at the egress gateway");
@@ -234,5 +353,6 @@ impl Gate {
                 info!(computer_id = %computer, "running computer's network adopted");
             }
         }
+        adopted
     }
 }

@@ -30,6 +30,7 @@ pub(crate) const BWRAP: &str = "bwrap";
 pub(crate) fn command(
     netns: Option<&str>,
     resolv_conf: Option<&Path>,
+    ca_bundle: Option<&Path>,
     dir: &Path,
     home: &Path,
     guest: &Path,
@@ -122,6 +123,14 @@ pub(crate) fn command(
             "/etc/resolv.conf".into(),
         ]);
     }
+    // The computer's CA bundle (the host's plus its egress CA: `trust`) over the system one.
+    if let Some(b) = ca_bundle {
+        argv.extend([
+            "--ro-bind".into(),
+            b.as_os_str().to_owned(),
+            super::trust::SYSTEM_BUNDLE.into(),
+        ]);
+    }
     let extra = extra_ro.iter().map(|p| ("--ro-bind", p.as_path()));
     for (flag, path) in [("--bind", dir), ("--ro-bind", guest)]
         .into_iter()
@@ -147,6 +156,9 @@ mod tests {
         let argv = command(
             Some("rkz-0123456789ab"),
             Some(Path::new("/run/rakazo-resolv/0123456789ab.conf")),
+            Some(Path::new(
+                "/var/lib/rakazo-computers/c-1/ca-certificates.crt",
+            )),
             Path::new("/var/lib/rakazo-computers/c-1"),
             Path::new("/var/lib/rakazo-computers/c-1/home"),
             Path::new("/opt/rakazo/rakazo-guest"),
@@ -173,6 +185,9 @@ mod tests {
             );
         }
         assert!(s.contains(&"--unshare-pid".to_string()));
+        assert!(s.windows(3).any(|w| w[0] == "--ro-bind"
+            && w[1] == "/var/lib/rakazo-computers/c-1/ca-certificates.crt"
+            && w[2] == "/etc/ssl/certs/ca-certificates.crt"));
         assert!(s
             .windows(3)
             .any(|w| w[0] == "--ro-bind" && w[1] == "/opt/tools"));

@@ -143,6 +143,14 @@ fn path_param(name: &str) -> Value {
         ),
         "job" => ("The maintenance job's id.", json!({ "type": "string" })),
         "home_key" => ("A stored home's key.", json!({ "type": "string" })),
+        "workspace" => (
+            "The workspace's id: 1 to 128 of `[A-Za-z0-9._-]`.",
+            json!({ "type": "string", "minLength": 1, "maxLength": 128 }),
+        ),
+        "name" => (
+            "The secret's name: 1 to 64 of `[a-z0-9_-]`.",
+            json!({ "type": "string", "minLength": 1, "maxLength": 64 }),
+        ),
         other => (other, json!({ "type": "string" })),
     };
     json!({ "name": name, "in": "path", "required": true, "description": description,

@@ -21,6 +21,7 @@ use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
 };
+use crate::schema::secret::{PutSecret, SecretDeleted, SecretInfo, SecretList};
 use crate::schema::{Empty, Health};
 use serde_json::{json, Value};
 
@@ -516,6 +517,30 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             "Purge a stored home no live computer holds.",
             (200, json_ok("Purged.", doc.of::<Purged>())),
             vec![BadRequest, NotFound, HomeInUse, HomeStoreFailed],
+        ),
+        E::ListSecrets => op(
+            "secrets",
+            "A workspace's secrets: names, domains, header templates, placeholders (never a \
+             value).",
+            (200, json_ok("Its secrets.", doc.of::<SecretList>())),
+            vec![BadRequest],
+        ),
+        E::PutSecret => op(
+            "secrets",
+            "Set or rotate a secret: its contained computers get its placeholder, their egress \
+             gateway puts the value into requests to its domains only.",
+            (
+                200,
+                json_ok("The secret, without its value.", doc.of::<SecretInfo>()),
+            ),
+            codes(&[JSON_BODY, &[TooManySecrets]]),
+        )
+        .body(json_body(doc.of::<PutSecret>(), true)),
+        E::DeleteSecret => op(
+            "secrets",
+            "Delete a secret; its computers stop substituting it at once.",
+            (200, json_ok("Deleted.", doc.of::<SecretDeleted>())),
+            vec![BadRequest, NotFound],
         ),
         E::ListScreens => op(
             "desktops",

@@ -197,6 +197,12 @@ pub fn plan_shell(
         ("TERM".to_string(), "xterm-256color".into()),
         ("LANG".to_string(), "C.UTF-8".into()),
     ];
+    // The secrets' placeholders and trust variables (`secret_env`), read afresh.
+    env.extend(
+        crate::secret_env::from_process()
+            .into_iter()
+            .map(|(k, v)| (k, v.into())),
+    );
     if !bash {
         // A POSIX sh reads `$ENV` when interactive.
         env.push(("ENV".to_string(), profile_path.into()));
