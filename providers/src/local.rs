@@ -29,12 +29,12 @@
 //! A control plane that is not root runs computers as itself, with no isolation: they can read
 //! its files (data dir, API token). [`LocalProvider::new`] warns once.
 
-mod gate;
+pub(crate) mod gate;
 mod jail;
-mod net;
+pub(crate) mod net;
 mod users;
 
-pub use gate::GateConfig;
+pub use gate::{GateConfig, SharedGate};
 pub use net::HTTP_PROXY_PORT;
 
 /// The network namespace and nftables table (`inet`) of a fully contained computer, for
@@ -69,10 +69,10 @@ pub struct LocalProvider {
     containment: Containment,
     /// More host paths a jailed computer sees, read-only.
     jail_ro: Vec<PathBuf>,
-    /// The egress gateway's settings, and the gateway once the first contained computer starts
-    /// (or [`LocalProvider::start_gate`] is called).
-    gate_config: GateConfig,
-    gate: tokio::sync::OnceCell<gate::Gate>,
+    /// The egress gateway, started when the first contained computer starts (or
+    /// [`LocalProvider::start_gate`] is called); shared with the Docker provider.
+    gate: SharedGate,
+    adopted: tokio::sync::OnceCell<()>,
 }
 
 /// How a local computer of a root control plane is contained (`--local-containment`).
@@ -170,8 +170,8 @@ impl LocalProvider {
             isolated,
             containment: Containment::Full,
             jail_ro: Vec::new(),
-            gate_config: GateConfig::default(),
-            gate: tokio::sync::OnceCell::new(),
+            gate: SharedGate::default(),
+            adopted: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -215,7 +215,13 @@ impl LocalProvider {
 
     /// The egress gateway's settings (default policy, hosts, limits).
     pub fn with_gate_config(mut self, config: GateConfig) -> Self {
-        self.gate_config = config;
+        self.gate = SharedGate::new(config);
+        self
+    }
+
+    /// Uses `gate` (shared with other providers) as the egress gateway.
+    pub fn with_gate(mut self, gate: SharedGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -228,35 +234,37 @@ impl LocalProvider {
         Ok(())
     }
 
+    /// The gateway; the first call also adopts this provider's computers that outlived a
+    /// restart.
     async fn gate(&self) -> Result<&gate::Gate, ProviderError> {
-        self.gate
-            .get_or_try_init(|| {
-                gate::Gate::start(self.gate_config.clone(), |id| self.dir(id).is_dir())
-            })
-            .await
+        let gate = self.gate.get().await?;
+        self.adopted
+            .get_or_init(|| gate.adopt(|id| self.dir(id).is_dir()))
+            .await;
+        Ok(gate)
     }
 
     /// A computer's network policy (`None`: computers are not fully contained here).
     pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
-        Some(self.gate.get()?.policy(computer))
+        Some(self.gate.started()?.policy(computer))
     }
 
     /// Sets a running computer's network policy; new connections and queries see it at once.
     /// `false` when it is not running here or not fully contained.
     pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
         self.gate
-            .get()
+            .started()
             .is_some_and(|g| g.set_policy(computer, policy))
     }
 
     /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.
     pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
-        self.gate.get()?.take_events()
+        self.gate.started()?.take_events()
     }
 
     /// Network decision events lost because nobody took them in time.
     pub fn dropped_network_events(&self) -> u64 {
-        self.gate.get().map_or(0, |g| g.dropped_events())
+        self.gate.started().map_or(0, |g| g.dropped_events())
     }
 
     /// How computers are contained, as configured (`off` when not isolated).
@@ -359,7 +367,13 @@ impl LocalProvider {
                 let g = &mut spec.guest;
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
-                let net = net::ensure(&spec.computer_id, &endpoints, Some(&gate.ports())).await?;
+                let net = net::ensure(
+                    &spec.computer_id,
+                    net::Place::Own,
+                    &endpoints,
+                    Some(&gate.ports()),
+                )
+                .await?;
                 gate.attach(&spec.computer_id, net.addr);
                 let inside = |a| net::inside_addr(net.gateway, a);
                 g.control_tcp_addr = Some(inside(g.tcp_addr()));
@@ -515,7 +529,7 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
-            if let Some(g) = self.gate.get() {
+            if let Some(g) = self.gate.started() {
                 g.detach(&local.computer);
             }
         }
@@ -528,7 +542,7 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
-            if let Some(g) = self.gate.get() {
+            if let Some(g) = self.gate.started() {
                 g.detach(&local.computer);
             }
         }
