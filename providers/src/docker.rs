@@ -306,13 +306,21 @@ impl DockerProvider {
         let g = &spec.guest;
         let mut endpoints = vec![g.control_addr, g.tcp_addr()];
         endpoints.extend(g.other_replicas.iter().copied());
-        let n = net::ensure(
+        let n = match net::ensure(
             &spec.computer_id,
             net::Place::Process(pid),
             &endpoints,
             Some(&gate.ports()),
         )
-        .await?;
+        .await
+        {
+            Ok(n) => n,
+            Err(err) => {
+                // Nothing half-made stays; the container keeps no network but its loopback.
+                self.uncontain(&spec.computer_id).await;
+                return Err(err);
+            }
+        };
         gate.attach(&spec.computer_id, n.addr);
         Ok(())
     }

@@ -10,10 +10,12 @@
 //!   id and probed past slots this host already uses, under a host-wide lock file;
 //! - nftables table `inet rakazo-<tag>`, which matches only its own interface, so tables of
 //!   different computers (and of different control planes on one host) never touch each other:
-//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` (DNAT); then
+//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` and
+//!     [`FIXED_GATEWAY`]`:port` (DNAT); then
 //!     chain `gate_nat` sends DNS, the HTTP proxy port and every other TCP connection to the
 //!     egress gateway's listeners on 127.0.0.1 (`gate`), which apply the computer's policy;
-//!   - input: from the computer, only the DNAT'd tunnel, the gateway's listeners (`gate_in`) and
+//!   - input: from the computer (from its own address only: the gateway tells computers apart
+//!     by it), only the DNAT'd tunnel, the gateway's listeners (`gate_in`) and
 //!     established replies; everything else addressed to this host (its loopback services, the
 //!     control plane's other ports, its other addresses) is dropped;
 //!   - forward: nothing from a computer is forwarded (its way out is the gateway, which dials
@@ -432,6 +434,8 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePor
         s,
         "  chain input {{ type filter hook input priority filter - 5; policy accept;"
     );
+    // The gateway tells computers apart by source address: another one's is never taken.
+    let _ = writeln!(s, "    iifname \"{veth}\" ip saddr != {} drop", net.addr);
     let _ = writeln!(
         s,
         "    iifname \"{veth}\" ct state established,related accept"
@@ -465,6 +469,7 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePor
         "    oifname \"{veth}\" ct state established,related accept"
     );
     let _ = writeln!(s, "    oifname \"{veth}\" drop");
+    let _ = writeln!(s, "    iifname \"{veth}\" ip saddr != {} drop", net.addr);
     for d in &direct {
         let _ = writeln!(
             s,
@@ -640,6 +645,10 @@ mod tests {
             r.contains(
                 "ip daddr { 10.233.7.1, 10.233.0.1 } tcp dport 3128 dnat ip to 127.0.0.1:5303"
             ),
+            "{r}"
+        );
+        assert!(
+            r.contains("iifname \"rkz0123456789ab\" ip saddr != 10.233.7.2 drop"),
             "{r}"
         );
         // Slot 0's gateway is the fixed one, never a computer's.
