@@ -60,8 +60,8 @@ pub struct ProviderArgs {
     /// (a user per computer only). A non-root control plane cannot contain them.
     #[arg(long, env = "RAKAZO_LOCAL_CONTAINMENT", default_value = "full")]
     pub local_containment: String,
-    /// The network policy of a fully contained local computer: `open` (the internet, never
-    /// private, shared, link-local or loopback ranges), `none`, or an allow-list such as
+    /// The network policy of a fully contained computer, local or Docker: `open` (the internet,
+    /// never private, shared, link-local or loopback ranges), `none`, or an allow-list such as
     /// `allow github.com *.pythonhosted.org:443 203.0.113.0/24:22 deny gist.github.com`.
     #[arg(long, env = "RAKAZO_LOCAL_EGRESS", default_value = "open")]
     pub local_egress: String,

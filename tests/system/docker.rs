@@ -272,12 +272,18 @@ async fn docker_team_desktops_keep_bots_apart_and_old_urls_die_with_their_slot()
 /// with limits, which the container really gets; a limit out of range is refused by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_creates_a_docker_computer_with_limits() -> Result<()> {
-    // Contained as `rakazo serve` contains them by default (the world's other tests share this
-    // host's network for their pages): the guest dials the tunnel through its gateway.
+    // Contained as a root `rakazo serve` contains them when not told otherwise (the world's
+    // other tests share this host's network for their pages; an empty setting is no setting):
+    // the guest dials the tunnel through its gateway.
     let mut opts = docker_world(None);
     opts.env
-        .push(("RAKAZO_DOCKER_CONTAINMENT".into(), "full".into()));
+        .push(("RAKAZO_DOCKER_CONTAINMENT".into(), String::new()));
     let mut w = World::start_with(opts).await?;
+    assert!(
+        w.log()
+            .contains("docker computers are contained: no network but the egress gateway"),
+        "a root control plane with an engine on this host contains Docker computers by default"
+    );
     let (url, token) = (w.http.clone(), w.api_token().to_string());
     let run = |args: &[&str]| {
         std::process::Command::new(tests::bin("rakazo"))
