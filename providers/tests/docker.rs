@@ -596,6 +596,40 @@ async fn a_contained_computer_has_one_link_made_at_every_start() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert!(tables().contains(&table));
+    // From inside, the tunnel (127.0.0.1:9 here, where nothing listens) is at the fixed gateway
+    // address: refused at once from the container's own address; another source address (one
+    // a root with NET_RAW could forge) gets no answer at all.
+    let dial = |source: &str| {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &netns, "python3", "-c"])
+            .arg(
+                "import socket, sys\n\
+                 s = socket.socket(); s.settimeout(2)\n\
+                 if sys.argv[1]: s.bind((sys.argv[1], 0))\n\
+                 try:\n    s.connect(('10.233.0.1', 9)); print('open')\n\
+                 except ConnectionRefusedError: print('refused')\n\
+                 except socket.timeout: print('timeout')\n",
+            )
+            .arg(source)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(dial(""), "refused");
+    ip(&[
+        "-n",
+        &netns,
+        "addr",
+        "add",
+        "10.233.255.250/32",
+        "dev",
+        "eth0",
+    ]);
+    // This host would route the answer back through the link: only the table stops it.
+    ip(&["route", "add", "10.233.255.250/32", "dev", &veth]);
+    let forged = dial("10.233.255.250");
+    ip(&["route", "del", "10.233.255.250/32", "dev", &veth]);
+    assert_eq!(forged, "timeout");
 
     p.stop(&r).await.expect("stop");
     assert!(!ns_path.exists(), "{netns} outlived the stop");
