@@ -245,6 +245,28 @@ async fn docker_lifecycle() -> Result<()> {
         .await?;
     assert!(ns_path.exists(), "{netns} missing after a start");
     assert_eq!(w.sh(c, INTERNET).await?.trim(), "True", "after a start");
+    // The shared gateway's decisions reach the computer's activity feed (a control plane with
+    // Docker computers only: the docker provider hands them over).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let feed = w
+            .client
+            .json(
+                hyper::Method::GET,
+                &format!("/v1/computers/{c}/activity"),
+                None,
+            )
+            .await?
+            .to_string();
+        if feed.contains("network.allowed") && feed.contains("203.0.113.10") {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no network.allowed event for 203.0.113.10 in {feed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     w.check_log()
 }
 
