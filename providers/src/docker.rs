@@ -336,6 +336,25 @@ impl DockerProvider {
         }
     }
 
+    /// A computer's network policy (`None`: computers are not fully contained here).
+    pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
+        if self.config.containment != DockerContainment::Full {
+            return None;
+        }
+        Some(self.config.gate.started()?.policy(computer))
+    }
+
+    /// Sets a running computer's network policy; new connections and queries see it at once.
+    /// `false` when it is not running here or not fully contained.
+    pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
+        self.config.containment == DockerContainment::Full
+            && self
+                .config
+                .gate
+                .started()
+                .is_some_and(|g| g.set_policy(computer, policy))
+    }
+
     /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once
     /// (shared with the local provider: whichever asks first).
     pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {

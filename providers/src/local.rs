@@ -246,15 +246,21 @@ impl LocalProvider {
 
     /// A computer's network policy (`None`: computers are not fully contained here).
     pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
+        // The gateway may run for Docker computers while local ones are not contained.
+        if self.containment() != Containment::Full {
+            return None;
+        }
         Some(self.gate.started()?.policy(computer))
     }
 
     /// Sets a running computer's network policy; new connections and queries see it at once.
     /// `false` when it is not running here or not fully contained.
     pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
-        self.gate
-            .started()
-            .is_some_and(|g| g.set_policy(computer, policy))
+        self.containment() == Containment::Full
+            && self
+                .gate
+                .started()
+                .is_some_and(|g| g.set_policy(computer, policy))
     }
 
     /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.

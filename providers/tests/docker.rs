@@ -596,6 +596,11 @@ async fn a_contained_computer_has_one_link_made_at_every_start() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert!(tables().contains(&table));
+    // Its place in the egress gateway: the default policy, which can be changed.
+    assert_eq!(p.network_policy(&id), Some(egress::Policy::open()));
+    let none = egress::Policy::none();
+    assert!(p.set_network_policy(&id, none.clone()));
+    assert_eq!(p.network_policy(&id), Some(none));
     // From inside, the tunnel (127.0.0.1:9 here, where nothing listens) is at the fixed gateway
     // address: refused at once from the container's own address; another source address (one
     // a root with NET_RAW could forge) gets no answer at all.
