@@ -251,7 +251,10 @@ pub(crate) async fn ensure(
         }
     };
     write_table(&net, endpoints, gate).await?;
-    write_resolv_conf(&net)?;
+    if place == Place::Own {
+        // A container's comes with its token (`docker`); this one is bound into the jail.
+        write_resolv_conf(&net)?;
+    }
     Ok(net)
 }
 
