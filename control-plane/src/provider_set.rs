@@ -12,9 +12,9 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use providers::daytona::DaytonaConfig;
-use providers::docker::{Endpoint, EngineConfig, TlsFiles, DEFAULT_ENGINE};
+use providers::docker::{DockerContainment, Endpoint, EngineConfig, TlsFiles, DEFAULT_ENGINE};
 use providers::e2b::E2bConfig;
-use providers::local::{Containment, GateConfig};
+use providers::local::{Containment, GateConfig, SharedGate};
 use providers::{
     AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
     LocalProvider, MachineLimits, SandboxProvider, Secret,
@@ -60,8 +60,8 @@ pub struct ProviderArgs {
     /// (a user per computer only). A non-root control plane cannot contain them.
     #[arg(long, env = "RAKAZO_LOCAL_CONTAINMENT", default_value = "full")]
     pub local_containment: String,
-    /// The network policy of a fully contained local computer: `open` (the internet, never
-    /// private, shared, link-local or loopback ranges), `none`, or an allow-list such as
+    /// The network policy of a fully contained computer, local or Docker: `open` (the internet,
+    /// never private, shared, link-local or loopback ranges), `none`, or an allow-list such as
     /// `allow github.com *.pythonhosted.org:443 203.0.113.0/24:22 deny gist.github.com`.
     #[arg(long, env = "RAKAZO_LOCAL_EGRESS", default_value = "open")]
     pub local_egress: String,
@@ -111,8 +111,15 @@ pub struct ProviderArgs {
     /// from one that has it.
     #[arg(long, env = "RAKAZO_DOCKER_IMAGE")]
     pub docker_image: Option<String>,
-    /// The containers' network mode (`host` puts guests on this host's loopback; default: the
-    /// engine's default bridge).
+    /// How Docker computers are contained: `full` (no network but a link to this host whose
+    /// only way out is the egress gateway, as local computers; a root control plane with engines
+    /// on unix sockets only), `host-network` (this host's network: its loopback services are
+    /// reachable) or `off` (--docker-network). Default: `full` when it can work, else `off`
+    /// with a warning.
+    #[arg(long, env = "RAKAZO_DOCKER_CONTAINMENT")]
+    pub docker_containment: Option<String>,
+    /// The containers' network mode with --docker-containment off (default: the engine's
+    /// default bridge).
     #[arg(long, env = "RAKAZO_DOCKER_NETWORK")]
     pub docker_network: Option<String>,
     /// Default memory limit of a Docker computer, MiB.
@@ -222,6 +229,8 @@ pub struct ProviderConfig {
 pub struct DockerSettings {
     pub engines: Vec<EngineConfig>,
     pub image: String,
+    /// `None`: full when it can work, else off (decided when the provider is built).
+    pub containment: Option<DockerContainment>,
     pub network: Option<String>,
     pub limits: MachineLimits,
     pub engine_gone_after: std::time::Duration,
@@ -316,10 +325,26 @@ impl ProviderArgs {
             limits
                 .validate()
                 .map_err(|e| anyhow::anyhow!("docker default limits: {e}"))?;
+            let containment = match self.docker_containment.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(c) => Some(
+                    DockerContainment::parse(c)
+                        .map_err(|e| anyhow::anyhow!("--docker-containment: {e}"))?,
+                ),
+            };
+            let network = self.docker_network.clone().filter(|n| !n.trim().is_empty());
+            if network.is_some() && containment != Some(DockerContainment::Off) {
+                bail!(
+                    "--docker-network (RAKAZO_DOCKER_NETWORK) is the network of \
+                     --docker-containment off only: set that too, or unset it to contain \
+                     Docker computers"
+                );
+            }
             Some(DockerSettings {
                 engines: self.docker_engines()?,
                 image,
-                network: self.docker_network.clone().filter(|n| !n.is_empty()),
+                containment,
+                network,
                 limits,
                 engine_gone_after: std::time::Duration::from_secs(
                     self.docker_engine_gone_after_secs,
@@ -534,6 +559,8 @@ impl ProviderSet {
         guest: &GuestSettings,
     ) -> anyhow::Result<Self> {
         let mut providers = BTreeMap::new();
+        // One egress gateway for every contained computer, local or Docker.
+        let gate = SharedGate::new(cfg.local_gate.clone());
         for &kind in &cfg.kinds {
             let p = match kind {
                 "local" => {
@@ -543,7 +570,7 @@ impl ProviderSet {
                         .unwrap_or_else(|| LocalProvider::default_root(data_dir));
                     let mut local = LocalProvider::new(root, &guest.bin)
                         .with_containment(cfg.local_containment)
-                        .with_gate_config(cfg.local_gate.clone())
+                        .with_gate(gate.clone())
                         .with_jail_ro_binds(cfg.local_jail_ro_bind.clone())?;
                     for (k, v) in &guest.env {
                         local = local.with_guest_env(k, v);
@@ -573,6 +600,17 @@ impl ProviderSet {
                         d.image.clone(),
                     );
                     config.network_mode = d.network.clone();
+                    config.containment = match d.containment {
+                        Some(c) => c,
+                        None => match DockerContainment::full_refused(&d.engines) {
+                            None => DockerContainment::Full,
+                            Some(why) => {
+                                tracing::warn!("docker computers are not contained: {why}");
+                                DockerContainment::Off
+                            }
+                        },
+                    };
+                    config.gate = gate.clone();
                     config.default_limits = d.limits;
                     config.guest_env = guest.env.clone();
                     config.engine_gone_after = d.engine_gone_after;
@@ -740,6 +778,39 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("memory_mb must be between 16"), "{e}");
+    }
+
+    #[test]
+    fn docker_containment_is_decided_at_build_unless_named() {
+        let docker = |extra: &[&str]| {
+            let mut a = vec!["--providers", "docker", "--docker-image", "i"];
+            a.extend_from_slice(extra);
+            resolve(&a).map(|c| c.docker.unwrap())
+        };
+        assert_eq!(docker(&[]).unwrap().containment, None);
+        assert_eq!(
+            docker(&["--docker-containment", "full"])
+                .unwrap()
+                .containment,
+            Some(DockerContainment::Full)
+        );
+        let d = docker(&["--docker-containment", "off", "--docker-network", "bridge"]).unwrap();
+        assert_eq!(
+            (d.containment, d.network.as_deref()),
+            (Some(DockerContainment::Off), Some("bridge"))
+        );
+        let e = docker(&["--docker-containment", "jail"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected full, host-network or off"), "{e}");
+        // A network of its own is the uncontained setup's: never silently beside containment.
+        for extra in [
+            &["--docker-network", "host"][..],
+            &["--docker-network", "host", "--docker-containment", "full"],
+        ] {
+            let e = docker(extra).unwrap_err().to_string();
+            assert!(e.contains("--docker-containment off only"), "{e}");
+        }
     }
 
     #[test]

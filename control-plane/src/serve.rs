@@ -408,16 +408,23 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         });
     }
     // The egress gateway's decisions go to each computer's activity feed (already aggregated
-    // per second and destination, so a busy computer cannot flood it).
-    if let Some(providers::AnyProvider::Local(local)) = core.providers().get("local") {
-        if let Some(mut events) = local.take_network_events() {
-            let activity = core.activity.clone();
-            tokio::spawn(async move {
-                while let Some(e) = events.recv().await {
-                    activity.network(&e).await;
-                }
-            });
-        }
+    // per second and destination, so a busy computer cannot flood it). One gateway serves local
+    // and Docker computers: whichever provider shares it hands its events over.
+    let events = match core.providers().get("local") {
+        Some(providers::AnyProvider::Local(local)) => local.take_network_events(),
+        _ => None,
+    }
+    .or_else(|| match core.providers().get("docker") {
+        Some(providers::AnyProvider::Docker(docker)) => docker.take_network_events(),
+        _ => None,
+    });
+    if let Some(mut events) = events {
+        let activity = core.activity.clone();
+        tokio::spawn(async move {
+            while let Some(e) = events.recv().await {
+                activity.network(&e).await;
+            }
+        });
     }
     // Computers adopted behind the gateway (policy `none` until now) get their stored policy
     // before the API answers, and every replica follows a change made through another.

@@ -17,6 +17,17 @@
 //! the workspace user itself). The enrollment token is never in the environment: before every
 //! start it is uploaded as `/etc/rakazo/enroll-token` (0600, root) through the archive endpoint.
 //!
+//! Containment ([`DockerContainment`], `--docker-containment`): with `full`, a container has no
+//! network of its engine's (network mode `none`); once it runs, the control plane (root, with the
+//! engine on this host: a unix socket) names its network namespace and plumbs it exactly like a
+//! local computer's (`local::net`: a veth to this host, nftables letting through the tunnel and
+//! sending everything else to the egress gateway shared with local computers, `local::gate`).
+//! The guest dials the tunnel at `local::net::FIXED_GATEWAY` and retries until the link is up.
+//! Stop and destroy remove the link, the table and the namespace's name; a restarted control
+//! plane adopts the running ones (the link's alias names the computer). `host-network` runs
+//! containers on this host's network (`host`; for trusted setups and tests whose pages are on
+//! this host's loopback); `off` uses `DockerConfig::network_mode` as it is.
+//!
 //! Every engine call has a deadline (a computer is untrusted and an engine may hang), and every
 //! failure is sorted into the crate's classes by `engine::Failure`. Building the image the
 //! containers run is `image`'s job; this module only refuses a missing one clearly.
@@ -31,6 +42,8 @@ mod tls;
 pub use engine::{connect_engine, Endpoint, TlsFiles};
 pub use fleet::{engine_ref, valid_engine_name, EngineConfig, DEFAULT_ENGINE};
 
+use crate::local::gate::SharedGate;
+use crate::local::net;
 use crate::{
     MachineExit, MachineLimits, MachineState, ProviderError, ProviderRef, SandboxProvider,
     SandboxSpec,
@@ -80,8 +93,13 @@ pub struct DockerConfig {
     pub engines: Vec<EngineConfig>,
     /// The image every computer runs, e.g. `rakazo-computer:<hash16>` (see [`image`]).
     pub image: String,
-    /// `HostConfig.NetworkMode`; `Some("host")` lets a guest dial a control plane on
-    /// 127.0.0.1. `None` leaves the engine's default network.
+    /// How containers are contained (default here: `off`; `rakazo serve` defaults to `full`
+    /// when it can).
+    pub containment: DockerContainment,
+    /// The egress gateway of fully contained computers (shared with the local provider).
+    pub gate: SharedGate,
+    /// `HostConfig.NetworkMode` with containment `off`. `None` leaves the engine's default
+    /// network.
     pub network_mode: Option<String>,
     /// Limits for a computer whose spec leaves one unset.
     pub default_limits: MachineLimits,
@@ -110,6 +128,8 @@ impl DockerConfig {
         Self {
             engines,
             image: image.into(),
+            containment: DockerContainment::Off,
+            gate: SharedGate::default(),
             network_mode: None,
             default_limits: MachineLimits::default(),
             guest_env: Vec::new(),
@@ -117,6 +137,63 @@ impl DockerConfig {
             call_timeout: Duration::from_secs(60),
             engine_gone_after: Duration::from_secs(120),
         }
+    }
+}
+
+/// How a Docker computer is contained (`--docker-containment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerContainment {
+    /// No network but a link to this host whose only way out is the egress gateway (a root
+    /// control plane, engines on this host only).
+    Full,
+    /// This host's network (network mode `host`).
+    HostNetwork,
+    /// The configured network mode (`DockerConfig::network_mode`).
+    Off,
+}
+
+impl DockerContainment {
+    /// Parses `full`, `host-network` or `off`.
+    pub fn parse(mode: &str) -> Result<Self, String> {
+        match mode {
+            "full" => Ok(Self::Full),
+            "host-network" => Ok(Self::HostNetwork),
+            "off" => Ok(Self::Off),
+            other => Err(format!(
+                "docker containment {other:?}: expected full, host-network or off"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::HostNetwork => "host-network",
+            Self::Off => "off",
+        }
+    }
+
+    /// Why `full` cannot work for these engines from this process, if it cannot: the network
+    /// namespaces are plumbed from this host, as root.
+    pub fn full_refused(engines: &[EngineConfig]) -> Option<String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Some(
+                "full docker containment needs a control plane running as root (it plumbs the \
+                 containers' network namespaces)"
+                    .into(),
+            );
+        }
+        engines
+            .iter()
+            .find(|e| !matches!(e.endpoint, Endpoint::Unix(_)))
+            .map(|e| {
+                format!(
+                    "full docker containment needs every engine on this host (a unix socket): \
+                     engine {} is {}, whose containers' network namespaces are out of reach; \
+                     use --docker-containment off there (its network is --docker-network)",
+                    e.name, e.endpoint
+                )
+            })
     }
 }
 
@@ -156,8 +233,139 @@ impl DockerProvider {
             config.call_timeout,
             config.engine_gone_after,
         )?;
+        if config.containment == DockerContainment::Full {
+            if let Some(why) = DockerContainment::full_refused(&config.engines) {
+                return Err(ProviderError::BadSpec(why));
+            }
+        }
         fleet.connect(config.call_timeout).await?;
-        Ok(Self { fleet, config })
+        let p = Self { fleet, config };
+        match p.config.containment {
+            DockerContainment::Full => {
+                info!("docker computers are contained: no network but the egress gateway");
+                p.adopt().await?;
+            }
+            DockerContainment::HostNetwork => warn!(
+                "docker computers share this host's network (--docker-containment host-network): \
+                 their commands reach its loopback services"
+            ),
+            DockerContainment::Off => warn!(
+                network = p
+                    .config
+                    .network_mode
+                    .as_deref()
+                    .unwrap_or("the engine's default"),
+                "docker computers are not contained (--docker-containment off): their network \
+                 is the engine's"
+            ),
+        }
+        Ok(p)
+    }
+
+    /// Starts the egress gateway and points the contained computers whose network outlived a
+    /// control-plane restart at it: those with a home on an engine that answers.
+    async fn adopt(&self) -> Result<(), ProviderError> {
+        let gate = self.config.gate.get().await?;
+        let mut ours = std::collections::HashSet::new();
+        for e in self.fleet.engines().filter(|e| !e.silent()) {
+            match e.homes(self.config.call_timeout, None).await {
+                Ok(homes) => ours.extend(homes),
+                Err(err) => {
+                    warn!(engine = %e.name, error = %err, "docker engine not asked which computers are its own: their network is adopted on their next start")
+                }
+            }
+        }
+        // Their policy is `none` until the control plane sets each (it does at start); Docker
+        // computers hold no secrets, so their trust files need nothing.
+        gate.adopt(|id| ours.contains(&volume_name(id))).await;
+        Ok(())
+    }
+
+    /// Plumbs the network namespace of the running container `id` (full containment only):
+    /// its link, its table (the tunnel's endpoints open) and its place in the egress gateway.
+    async fn contain(
+        &self,
+        e: &Engine,
+        id: &str,
+        r: &ProviderRef,
+        spec: &SandboxSpec,
+    ) -> Result<(), ProviderError> {
+        if self.config.containment != DockerContainment::Full {
+            return Ok(());
+        }
+        let info = self.inspect(e, id, r).await?;
+        let pid = info
+            .state
+            .as_ref()
+            .and_then(|s| s.pid)
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(|| ProviderError::Unavailable {
+                context: format!("contain container {id}"),
+                message: "the container is not running (its guest exited at once?)".into(),
+            })?;
+        let gate = self.config.gate.get().await?;
+        let g = &spec.guest;
+        let mut endpoints = vec![g.control_addr, g.tcp_addr()];
+        endpoints.extend(g.other_replicas.iter().copied());
+        let n = match net::ensure(
+            &spec.computer_id,
+            net::Place::Process(pid),
+            &endpoints,
+            Some(&gate.ports()),
+        )
+        .await
+        {
+            Ok(n) => n,
+            Err(err) => {
+                // Nothing half-made stays; the container keeps no network but its loopback.
+                self.uncontain(&spec.computer_id).await;
+                return Err(err);
+            }
+        };
+        gate.attach(&spec.computer_id, n.addr, spec.network.clone());
+        Ok(())
+    }
+
+    /// Removes what [`Self::contain`] made for `computer`; what is gone already is fine.
+    async fn uncontain(&self, computer: &str) {
+        if self.config.containment != DockerContainment::Full {
+            return;
+        }
+        net::teardown(computer).await;
+        if let Some(g) = self.config.gate.started() {
+            g.detach(computer);
+        }
+    }
+
+    /// A computer's network policy (`None`: computers are not fully contained here).
+    pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
+        if self.config.containment != DockerContainment::Full {
+            return None;
+        }
+        Some(self.config.gate.started()?.policy(computer))
+    }
+
+    /// Sets a running computer's network policy; new connections and queries see it at once.
+    /// `false` when it is not running here or not fully contained.
+    pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
+        self.config.containment == DockerContainment::Full
+            && self
+                .config
+                .gate
+                .started()
+                .is_some_and(|g| g.set_policy(computer, policy))
+    }
+
+    /// The egress gateway its computers leave through, when they are fully contained.
+    pub fn contained_by(&self) -> Option<&SharedGate> {
+        (self.config.containment == DockerContainment::Full).then_some(&self.config.gate)
+    }
+
+    /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once
+    /// (shared with the local provider: whichever asks first).
+    pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
+        self.config.gate.started()?.take_events()
     }
 
     /// The first engine's client, for image management and tests.
@@ -226,7 +434,14 @@ impl DockerProvider {
         spec: &SandboxSpec,
     ) -> Result<(), ProviderError> {
         let context = format!("upload the enrollment token into container {id}");
-        let body = bollard::body_full(token_archive(&spec.guest.token.0).into());
+        // A contained computer's DNS is its gateway's (the engine writes none for `none`).
+        let resolv = (self.config.containment == DockerContainment::Full).then(|| {
+            format!(
+                "# the egress gateway of this computer\nnameserver {}\n",
+                net::FIXED_GATEWAY
+            )
+        });
+        let body = bollard::body_full(token_archive(&spec.guest.token.0, resolv.as_deref()).into());
         let options = UploadToContainerOptionsBuilder::default().path("/").build();
         e.call(self.config.call_timeout, &context, |d| {
             d.upload_to_container(id, Some(options), body)
@@ -385,6 +600,22 @@ impl DockerProvider {
         Err(self.missing_image())
     }
 
+    /// `spec` with the enrollment's addresses as the guest dials them from its container: with
+    /// full containment, those on this host's loopback at the fixed gateway address (the HTTP
+    /// API is not reachable from inside; the tunnel's UDP and TCP are).
+    fn as_seen_inside(&self, spec: &SandboxSpec) -> SandboxSpec {
+        let mut spec = spec.clone();
+        if self.config.containment == DockerContainment::Full {
+            let g = &mut spec.guest;
+            let inside = |a| net::inside_addr(net::FIXED_GATEWAY, a);
+            g.control_tcp_addr = Some(inside(g.tcp_addr()));
+            g.control_addr = inside(g.control_addr);
+            g.other_replicas = g.other_replicas.iter().map(|a| inside(*a)).collect();
+            g.control_ws = None;
+        }
+        spec
+    }
+
     fn missing_image(&self) -> ProviderError {
         let image = &self.config.image;
         ProviderError::BadSpec(if self.fleet.len() == 1 {
@@ -479,7 +710,7 @@ impl DockerProvider {
 
         let context = format!("create container {name} on engine {}", e.name);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let body = container::container_body(&self.config, spec);
+        let body = container::container_body(&self.config, &self.as_seen_inside(spec));
         let created = e
             .call(self.config.call_timeout, &context, |d| {
                 d.create_container(Some(options), body)
@@ -500,6 +731,7 @@ impl DockerProvider {
         let r = engine_ref(&e.name, &id);
         self.upload_token(e, &id, &r, spec).await?;
         self.start(e, &id, &r).await?;
+        self.contain(e, &id, &r, spec).await?;
         info!(
             computer_id = %spec.computer_id,
             engine = %e.name,
@@ -527,7 +759,9 @@ impl DockerProvider {
         }
         match status(&info) {
             Some(ContainerStateStatusEnum::RUNNING | ContainerStateStatusEnum::RESTARTING) => {
-                return Ok(r.clone())
+                // Its network may predate this control plane (or be gone): made sure of again.
+                self.contain(e, id, r, spec).await?;
+                return Ok(r.clone());
             }
             Some(ContainerStateStatusEnum::REMOVING) => {
                 return Err(ProviderError::NotFound(r.clone()))
@@ -548,12 +782,13 @@ impl DockerProvider {
         // Every boot gets the token of this boot: the previous one was rotated away.
         self.upload_token(e, id, r, spec).await?;
         self.start(e, id, r).await?;
+        self.contain(e, id, r, spec).await?;
         info!(computer_id = %spec.computer_id, engine = %e.name, container = %id, "docker computer started");
         Ok(r.clone())
     }
 
     async fn stop_on(&self, e: &Engine, id: &str, r: &ProviderRef) -> Result<(), ProviderError> {
-        self.inspect(e, id, r).await?;
+        let info = self.inspect(e, id, r).await?;
         let context = format!("stop container {id}");
         let grace = self.config.stop_grace;
         let options = StopContainerOptionsBuilder::default()
@@ -566,7 +801,11 @@ impl DockerProvider {
                 d.stop_container(id, Some(options))
             })
             .await?,
-        )
+        )?;
+        if let Some(computer) = label(&info, LABEL_COMPUTER) {
+            self.uncontain(computer).await;
+        }
+        Ok(())
     }
 
     async fn destroy_on(&self, e: &Engine, id: &str, r: &ProviderRef) -> Result<(), ProviderError> {
@@ -576,6 +815,7 @@ impl DockerProvider {
         let Some(computer) = label(&info, LABEL_COMPUTER) else {
             return Ok(());
         };
+        self.uncontain(computer).await;
         self.remove_volume(e, &volume_name(computer)).await?;
         info!(computer_id = %computer, engine = %e.name, container = %id, "docker computer destroyed");
         self.sweep(computer, e).await;

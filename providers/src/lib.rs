@@ -427,8 +427,9 @@ impl AnyProvider {
                 "local computers are not network-contained here (--local-containment, or the \
                  control plane is not root)",
             ),
+            AnyProvider::Docker(p) if p.contained_by().is_some() => NetworkEnforcement::Gateway,
             AnyProvider::Docker(_) => NetworkEnforcement::NotEnforced(
-                "docker computers use the engine's network (RAKAZO_DOCKER_NETWORK)",
+                "docker computers are not network-contained here (--docker-containment)",
             ),
             AnyProvider::E2b(_) | AnyProvider::Daytona(_) => NetworkEnforcement::NotEnforced(
                 "sandbox services' own network controls are not mapped yet",
@@ -439,28 +440,34 @@ impl AnyProvider {
         }
     }
 
-    /// The policy of a computer nobody set one for, where this provider enforces policies.
-    pub fn default_network_policy(&self) -> Option<&egress::Policy> {
+    /// The egress gateway this provider's computers leave through, when they are contained
+    /// (local and Docker computers share one).
+    pub fn contained_by(&self) -> Option<&local::SharedGate> {
         match self {
-            AnyProvider::Local(p) => Some(p.default_network_policy()),
+            AnyProvider::Local(p) => p.contained_by(),
+            AnyProvider::Docker(p) => p.contained_by(),
             _ => None,
         }
     }
 
-    /// The computers this provider holds behind the egress gateway now.
-    pub fn contained_computers(&self) -> Vec<String> {
-        match self {
-            AnyProvider::Local(p) => p.contained_computers(),
-            _ => Vec::new(),
-        }
+    /// The policy of a computer nobody set one for, where this provider enforces policies.
+    pub fn default_network_policy(&self) -> Option<&egress::Policy> {
+        self.contained_by().map(|g| &g.config().default_policy)
     }
 
-    /// The egress counters of the computers this provider holds behind the gateway.
+    /// The computers behind this provider's egress gateway now (every contained computer of
+    /// the control plane: the gateway is shared).
+    pub fn contained_computers(&self) -> Vec<String> {
+        self.contained_by()
+            .and_then(|g| g.started())
+            .map_or_else(Vec::new, |g| g.computers())
+    }
+
+    /// [`AnyProvider::contained_computers`] with their counters.
     pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
-        match self {
-            AnyProvider::Local(p) => p.network_counters(),
-            _ => Vec::new(),
-        }
+        self.contained_by()
+            .and_then(|g| g.started())
+            .map_or_else(Vec::new, |g| g.counters())
     }
 
     /// Applies `policy` to running computer `computer` now. `false` when it is not running
@@ -468,6 +475,7 @@ impl AnyProvider {
     pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
         match self {
             AnyProvider::Local(p) => p.set_network_policy(computer, policy),
+            AnyProvider::Docker(p) => p.set_network_policy(computer, policy),
             _ => false,
         }
     }

@@ -30,13 +30,13 @@
 //! A control plane that is not root runs computers as itself, with no isolation: they can read
 //! its files (data dir, API token). [`LocalProvider::new`] warns once.
 
-mod gate;
+pub(crate) mod gate;
 mod jail;
-mod net;
+pub(crate) mod net;
 mod trust;
 mod users;
 
-pub use gate::GateConfig;
+pub use gate::{GateConfig, SharedGate};
 pub use net::HTTP_PROXY_PORT;
 pub use trust::{env_name as secret_env_name, SECRETS_FILE_VAR};
 
@@ -72,10 +72,10 @@ pub struct LocalProvider {
     containment: Containment,
     /// More host paths a jailed computer sees, read-only.
     jail_ro: Vec<PathBuf>,
-    /// The egress gateway's settings, and the gateway once the first contained computer starts
-    /// (or [`LocalProvider::start_gate`] is called).
-    gate_config: GateConfig,
-    gate: tokio::sync::OnceCell<gate::Gate>,
+    /// The egress gateway, started when the first contained computer starts (or
+    /// [`LocalProvider::start_gate`] is called); shared with the Docker provider.
+    gate: SharedGate,
+    adopted: tokio::sync::OnceCell<()>,
 }
 
 /// How a local computer of a root control plane is contained (`--local-containment`).
@@ -173,8 +173,8 @@ impl LocalProvider {
             isolated,
             containment: Containment::Full,
             jail_ro: Vec::new(),
-            gate_config: GateConfig::default(),
-            gate: tokio::sync::OnceCell::new(),
+            gate: SharedGate::default(),
+            adopted: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -218,7 +218,13 @@ impl LocalProvider {
 
     /// The egress gateway's settings (default policy, hosts, limits).
     pub fn with_gate_config(mut self, config: GateConfig) -> Self {
-        self.gate_config = config;
+        self.gate = SharedGate::new(config);
+        self
+    }
+
+    /// Uses `gate` (shared with other providers) as the egress gateway.
+    pub fn with_gate(mut self, gate: SharedGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -231,13 +237,15 @@ impl LocalProvider {
         Ok(())
     }
 
+    /// The gateway; the first call also adopts this provider's computers that outlived a
+    /// restart.
     async fn gate(&self) -> Result<&gate::Gate, ProviderError> {
-        self.gate
-            .get_or_try_init(|| async {
-                let gate =
-                    gate::Gate::start(self.gate_config.clone(), |id| self.dir(id).is_dir()).await?;
+        let gate = self.gate.get().await?;
+        self.adopted
+            .get_or_init(|| async {
+                let adopted = gate.adopt(|id| self.dir(id).is_dir()).await;
                 // The CA lives in this process only: adopted computers trust the new one.
-                for computer in &gate.adopted {
+                for computer in &adopted {
                     let written = gate
                         .ca(computer)
                         .and_then(|ca| trust::write_bundle(&self.dir(computer), &ca.cert_pem()));
@@ -245,9 +253,9 @@ impl LocalProvider {
                         warn!(computer_id = %computer, error = %e, "could not give an adopted computer its new egress CA");
                     }
                 }
-                Ok(gate)
             })
-            .await
+            .await;
+        Ok(gate)
     }
 
     /// Sets a computer's secrets (docs/security.md#secrets): its egress gateway substitutes
@@ -256,7 +264,7 @@ impl LocalProvider {
     /// contained: no gateway is on their way out, so they get no secret (not even a
     /// placeholder).
     pub fn set_secrets(&self, computer: &str, secrets: Vec<egress::Secret>) -> bool {
-        let Some(gate) = self.gate.get() else {
+        let Some(gate) = self.gate.started() else {
             return false;
         };
         if self.containment() != Containment::Full || !valid_id(computer) {
@@ -283,40 +291,41 @@ impl LocalProvider {
 
     /// A computer's network policy (`None`: computers are not fully contained here).
     pub fn network_policy(&self, computer: &str) -> Option<egress::Policy> {
-        Some(self.gate.get()?.policy(computer))
+        // The gateway may run for Docker computers while local ones are not contained.
+        if self.containment() != Containment::Full {
+            return None;
+        }
+        Some(self.gate.started()?.policy(computer))
     }
 
     /// Sets a running computer's network policy; new connections and queries see it at once.
     /// `false` when it is not running here or not fully contained.
     pub fn set_network_policy(&self, computer: &str, policy: egress::Policy) -> bool {
-        self.gate
-            .get()
-            .is_some_and(|g| g.set_policy(computer, policy))
+        self.containment() == Containment::Full
+            && self
+                .gate
+                .started()
+                .is_some_and(|g| g.set_policy(computer, policy))
     }
 
-    /// The computers behind the egress gateway now.
-    pub fn contained_computers(&self) -> Vec<String> {
-        self.gate.get().map_or_else(Vec::new, |g| g.computers())
-    }
-
-    /// Each computer behind the egress gateway with its counters.
-    pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
-        self.gate.get().map_or_else(Vec::new, |g| g.counters())
+    /// The egress gateway its computers leave through, when they are fully contained.
+    pub fn contained_by(&self) -> Option<&SharedGate> {
+        (self.containment() == Containment::Full).then_some(&self.gate)
     }
 
     /// The policy of a computer nobody set one for (`--local-egress`).
     pub fn default_network_policy(&self) -> &egress::Policy {
-        &self.gate_config.default_policy
+        &self.gate.config().default_policy
     }
 
     /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.
     pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
-        self.gate.get()?.take_events()
+        self.gate.started()?.take_events()
     }
 
     /// Network decision events lost because nobody took them in time.
     pub fn dropped_network_events(&self) -> u64 {
-        self.gate.get().map_or(0, |g| g.dropped_events())
+        self.gate.started().map_or(0, |g| g.dropped_events())
     }
 
     /// How computers are contained, as configured (`off` when not isolated).
@@ -433,7 +442,13 @@ impl LocalProvider {
                 let g = &mut spec.guest;
                 let mut endpoints = vec![g.control_addr, g.tcp_addr()];
                 endpoints.extend(g.other_replicas.iter().copied());
-                let net = net::ensure(&spec.computer_id, &endpoints, Some(&gate.ports())).await?;
+                let net = net::ensure(
+                    &spec.computer_id,
+                    net::Place::Own,
+                    &endpoints,
+                    Some(&gate.ports()),
+                )
+                .await?;
                 gate.attach(&spec.computer_id, net.addr, spec.network.clone());
                 let inside = |a| net::inside_addr(net.gateway, a);
                 g.control_tcp_addr = Some(inside(g.tcp_addr()));
@@ -590,7 +605,7 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
-            if let Some(g) = self.gate.get() {
+            if let Some(g) = self.gate.started() {
                 g.detach(&local.computer);
             }
         }
@@ -603,11 +618,11 @@ impl SandboxProvider for LocalProvider {
         self.kill_all(&local).await?;
         if self.isolated {
             net::teardown(&local.computer).await;
-            if let Some(g) = self.gate.get() {
+            if let Some(g) = self.gate.started() {
                 g.detach(&local.computer);
             }
         }
-        if let Some(g) = self.gate.get() {
+        if let Some(g) = self.gate.started() {
             g.forget(&local.computer);
         }
         process::remove_dir(&self.dir(&local.computer))?;

@@ -21,7 +21,8 @@ use bollard::Docker;
 use futures_util::TryStreamExt;
 use providers::docker::image::{ensure_image, image_exists, ImageSpec};
 use providers::docker::{
-    container_name, volume_name, DockerConfig, DockerProvider, Endpoint, EngineConfig, TlsFiles,
+    container_name, volume_name, DockerConfig, DockerContainment, DockerProvider, Endpoint,
+    EngineConfig, TlsFiles,
 };
 use providers::{
     ErrorClass, GuestEnrollment, MachineLimits, MachineState, ProviderError, ProviderRef,
@@ -143,7 +144,8 @@ async fn sleeper_image(docker: &Docker) -> String {
 
 fn config(image: &str) -> DockerConfig {
     let mut c = DockerConfig::new(socket(), image);
-    c.network_mode = Some("host".into());
+    // The sleeping guest dials nothing (the contained network is `a_contained_computer_…`'s).
+    c.network_mode = Some("none".into());
     c.guest_env = vec![("RAKAZO_LOG".into(), "info".into())];
     c.stop_grace = Duration::from_secs(5);
     c
@@ -270,6 +272,14 @@ async fn remove_computer(docker: &Docker, computer: &str) {
             None::<bollard::query_parameters::RemoveVolumeOptions>,
         )
         .await;
+    // A contained one's named namespace (its link goes with it) and table.
+    let (netns, table) = providers::local::network_names(computer);
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &netns])
+        .output();
+    let _ = std::process::Command::new("nft")
+        .args(["delete", "table", "inet", &table])
+        .output();
 }
 
 /// Removes a test computer's container and volume when dropped, so a failing test leaves
@@ -437,7 +447,7 @@ async fn lifecycle_provision_prepare_stop_destroy() {
     assert_eq!(config.user.as_deref(), Some("root"));
 
     let host = info.host_config.unwrap();
-    assert_eq!(host.network_mode.as_deref(), Some("host"));
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
     assert_eq!(host.init, Some(true));
     assert_eq!(host.memory, Some(512 * MIB));
     assert_eq!(host.nano_cpus, Some(500_000_000));
@@ -521,6 +531,139 @@ async fn lifecycle_provision_prepare_stop_destroy() {
     );
     let err = p.prepare(&r, &second).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Gone, "{err}");
+}
+
+/// `ip` run with `args`; its stdout.
+fn ip(args: &[&str]) -> String {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Full containment: the container gets no network of the engine's; once it runs, its
+/// namespace is named and given one link to this host (and the gateway's resolv.conf); stop and
+/// destroy remove what was made, and a start makes it anew in the new container's namespace.
+#[tokio::test]
+async fn a_contained_computer_has_one_link_made_at_every_start() {
+    let docker = engine().await;
+    let image = sleeper_image(&docker).await;
+    let mut c = config(&image);
+    c.network_mode = None;
+    c.containment = DockerContainment::Full;
+    let p = DockerProvider::connect(c).await.expect("connect");
+    let id = format!("t-net-{}", nonce());
+    let _cleanup = Cleanup(id.clone());
+    let (netns, table) = providers::local::network_names(&id);
+    let veth = format!("rkz{}", &netns["rkz-".len()..]);
+    let ns_path = Path::new("/run/netns").join(&netns);
+
+    let r = p
+        .provision(&spec(&id, "net-token", MachineLimits::default()))
+        .await
+        .expect("provision");
+    let info = docker.inspect_container(cid(&r), None).await.unwrap();
+    let host = info.host_config.unwrap();
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    let env = info.config.unwrap().env.unwrap();
+    assert!(
+        env.contains(&"RAKAZO_CONTROL_ADDR=10.233.0.1:9".to_string()),
+        "the guest dials the tunnel at its gateway: {env:?}"
+    );
+    let pid = info.state.unwrap().pid.unwrap();
+    let links = ip(&["-n", &netns, "-o", "link"]);
+    assert_eq!(links.lines().count(), 2, "loopback and eth0 only: {links}");
+    assert!(links.contains("eth0"), "{links}");
+    let ns = |p: &str| std::fs::metadata(p).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    assert_eq!(
+        ns(&format!("/proc/{pid}/ns/net")).unwrap(),
+        ns(ns_path.to_str().unwrap()).unwrap(),
+        "{netns} is the container's namespace"
+    );
+    assert!(ip(&["-o", "link", "show", "dev", &veth]).contains(&format!("alias {id}")));
+    let resolv = read_file(&docker, cid(&r), "/etc/resolv.conf")
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&resolv.data).lines().last(),
+        Some("nameserver 10.233.0.1")
+    );
+    let tables = || {
+        let out = std::process::Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(tables().contains(&table));
+    // Its place in the egress gateway: the default policy, which can be changed.
+    assert_eq!(p.network_policy(&id), Some(egress::Policy::open()));
+    let none = egress::Policy::none();
+    assert!(p.set_network_policy(&id, none.clone()));
+    assert_eq!(p.network_policy(&id), Some(none));
+    // From inside, the tunnel (127.0.0.1:9 here, where nothing listens) is at the fixed gateway
+    // address: refused at once from the container's own address; another source address (one
+    // a root with NET_RAW could forge) gets no answer at all.
+    let dial = |source: &str| {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &netns, "python3", "-c"])
+            .arg(
+                "import socket, sys\n\
+                 s = socket.socket(); s.settimeout(2)\n\
+                 if sys.argv[1]: s.bind((sys.argv[1], 0))\n\
+                 try:\n    s.connect(('10.233.0.1', 9)); print('open')\n\
+                 except ConnectionRefusedError: print('refused')\n\
+                 except socket.timeout: print('timeout')\n",
+            )
+            .arg(source)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(dial(""), "refused");
+    ip(&[
+        "-n",
+        &netns,
+        "addr",
+        "add",
+        "10.233.255.250/32",
+        "dev",
+        "eth0",
+    ]);
+    // This host would route the answer back through the link: only the table stops it.
+    ip(&["route", "add", "10.233.255.250/32", "dev", &veth]);
+    let forged = dial("10.233.255.250");
+    ip(&["route", "del", "10.233.255.250/32", "dev", &veth]);
+    assert_eq!(forged, "timeout");
+
+    p.stop(&r).await.expect("stop");
+    assert!(!ns_path.exists(), "{netns} outlived the stop");
+    assert!(!tables().contains(&table));
+    assert!(ip(&["-o", "link", "show", "dev", &veth]).is_empty());
+
+    let again = p
+        .prepare(&r, &spec(&id, "net-token-2", MachineLimits::default()))
+        .await
+        .expect("start again");
+    let pid2 = docker
+        .inspect_container(cid(&again), None)
+        .await
+        .unwrap()
+        .state
+        .unwrap()
+        .pid
+        .unwrap();
+    assert_ne!(pid, pid2);
+    assert_eq!(
+        ns(&format!("/proc/{pid2}/ns/net")).unwrap(),
+        ns(ns_path.to_str().unwrap()).unwrap(),
+        "{netns} is the new container's namespace"
+    );
+
+    p.destroy(&again).await.expect("destroy");
+    assert!(!ns_path.exists(), "{netns} outlived the destroy");
+    assert!(!tables().contains(&table));
 }
 
 #[tokio::test]
@@ -931,7 +1074,7 @@ async fn computers_spread_over_engines_and_survive_one_going_silent() {
         ],
         image.clone(),
     );
-    config.network_mode = Some("host".into());
+    config.network_mode = Some("none".into());
     config.stop_grace = Duration::from_secs(2);
     config.call_timeout = Duration::from_secs(10);
     config.engine_gone_after = Duration::from_secs(1);
@@ -1148,11 +1291,22 @@ async fn a_tls_engine_runs_computers_for_clients_it_trusts() {
             }],
             image.clone(),
         );
-        c.network_mode = Some("host".into());
+        c.network_mode = Some("none".into());
         c.stop_grace = Duration::from_secs(2);
         c.call_timeout = Duration::from_secs(10);
         c
     };
+    // Full containment plumbs namespaces on this host: a remote engine's are out of reach.
+    let mut contained = config_with(files.clone());
+    contained.containment = DockerContainment::Full;
+    let err = DockerProvider::connect(contained)
+        .await
+        .err()
+        .expect("full containment on a tcp engine");
+    assert!(
+        matches!(err, ProviderError::BadSpec(ref m) if m.contains("engine far is tcp://")),
+        "{err}"
+    );
 
     let p = DockerProvider::connect(config_with(files.clone()))
         .await

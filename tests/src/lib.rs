@@ -329,9 +329,11 @@ impl World {
         if let Some(p) = &self.opts.providers {
             cmd.env("RAKAZO_PROVIDERS", p);
             if p.split(',').any(|k| k.trim() == "docker") {
+                // On this host's network, as local computers here: the tests' pages are on its
+                // loopback (tests/system/containment.rs and the CLI's docker test run `full`).
                 cmd.env("RAKAZO_DOCKER_SOCKET", engine::socket())
                     .env("RAKAZO_DOCKER_IMAGE", engine::image()?)
-                    .env("RAKAZO_DOCKER_NETWORK", "host");
+                    .env("RAKAZO_DOCKER_CONTAINMENT", "host-network");
             }
         }
         if let Some(p) = &self.opts.default_provider {
@@ -720,7 +722,8 @@ impl World {
                 bail!("server logged an error: {line}");
             }
             // The world's own choice (its pages are on this host's loopback) is said at start.
-            let ours = line.contains("--local-containment host-network");
+            let ours = line.contains("--local-containment host-network")
+                || line.contains("--docker-containment host-network");
             if level == Some("WARN")
                 && !ours
                 && !self
@@ -914,7 +917,9 @@ impl Drop for World {
                     kill_guest_of(&e.path());
                     if kind == "local" {
                         remove_computer_user(&e.path());
-                        remove_computer_network(&e.path());
+                        if let Some(id) = e.file_name().to_str() {
+                            remove_computer_network(id);
+                        }
                     }
                 }
             }
@@ -923,17 +928,15 @@ impl Drop for World {
         for id in &self.docker_computers {
             let _ = engine::podman(&["rm", "-f", "-t", "0", &engine::container_of(id)]);
             let _ = engine::podman(&["volume", "rm", "-f", &format!("rakazo-home-{id}")]);
+            remove_computer_network(id);
         }
     }
 }
 
-/// A fully contained local computer has a network namespace (its veth goes with it), an
-/// nftables table and a resolv.conf; a test's computers are not all destroyed, so the world
-/// removes them.
-fn remove_computer_network(dir: &Path) {
-    let Some(id) = dir.file_name().and_then(|n| n.to_str()) else {
-        return;
-    };
+/// A fully contained computer has a network namespace (its own, or its container's named; its
+/// veth goes with it), an nftables table and (local) a resolv.conf; a test's computers are not
+/// all destroyed, so the world removes them.
+fn remove_computer_network(id: &str) {
     let (netns, table) = providers::local::network_names(id);
     let _ = Command::new("ip")
         .args(["netns", "del", &netns])

@@ -59,7 +59,8 @@
 //! `rakazo image build` runs through the binary in `tests::engine::image`, which the Docker tests
 //! use (`image::the_image_holds_a_static_guest_and_the_agents_tools` inspects what it built);
 //! `computer create --provider docker --memory-mb …` in
-//! `docker::the_cli_creates_a_docker_computer_with_limits`.
+//! `docker::the_cli_creates_a_docker_computer_with_limits`, whose server runs as the README's
+//! Docker `rakazo serve` does as root: contained by default (no `RAKAZO_DOCKER_CONTAINMENT`).
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::os::unix::fs::PermissionsExt;

@@ -1,4 +1,4 @@
-//! Containment of local computers (issue 29), attacked from inside a computer.
+//! Containment of local and Docker computers (issue 29), attacked from inside a computer.
 //!
 //! Everything runs inside network namespaces this test makes, with no route off this machine:
 //! a "world" namespace (the control plane, its PostgreSQL on the world's 127.0.0.1:5432, the
@@ -10,19 +10,42 @@
 //! The same attack script runs in a computer of a control plane with `--local-containment
 //! full` (every attack refused; the internet host reached) and of one with `off` (every attack
 //! succeeds), so the first half cannot pass vacuously.
+//!
+//! Then in a Docker computer (the test engine, podman, runs outside the lab): with
+//! `--docker-containment full` its container has no network of the engine's, and the world's
+//! control plane links its namespace into the world (the only link it has), so nothing it sends
+//! leaves the lab either. With `off` the containers share the world's network (network mode
+//! `ns:` the world's namespace, podman's), which reaches every network target. The file and
+//! process targets (another computer's `/tmp` and processes, the host's marker file, the
+//! engine's socket) are out of a container's sight in both modes, by the engine's own isolation,
+//! not ours: the local `off` run shows the script finds them when they are there.
 
 use anyhow::{Context, Result};
 use std::process::Command;
 use tests::netlab::{run, Lab};
-use tests::{World, WorldOptions};
+use tests::{engine, World, WorldOptions};
 
 /// Prints `REACHED <what>` for every attack that works. `$1` the other computer's address,
 /// `$2` the control plane's HTTP port, `$3` its tunnel port, `$4` the host's marker file,
 /// `$5` the container engine's socket.
 const ATTACKS: &str = r#"
 other="$1"; http="$2"; tunnel="$3"; marker="$4"; engine="$5"
-gw="$(ip -4 route show default 2>/dev/null | awk '{print $3}')"
+# The default route's gateway (the computer image has no iproute2), and the address every
+# contained computer may reach its gateway at whatever its slot.
+gw="$(python3 -c '
+import socket, struct
+for l in open("/proc/net/route").readlines()[1:]:
+    f = l.split()
+    if f[1] == "00000000":
+        print(socket.inet_ntoa(struct.pack("<L", int(f[2], 16)))); break
+' 2>/dev/null)"
 [ -n "$gw" ] || gw=127.0.0.1
+fixed=10.233.0.1
+get() { python3 - "$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+assert b"test host" in urllib.request.urlopen(sys.argv[1], timeout=3).read()
+PY
+}
 # A service counts as reached when it answers in its own protocol: a connection alone proves
 # nothing, since the egress gateway accepts every TCP connection before it decides.
 tcp() { python3 - "$1" "$2" "$3" <<'PY' 2>/dev/null
@@ -40,10 +63,10 @@ PY
 }
 PGCONNECT_TIMEOUT=3 psql -h 127.0.0.1 -U postgres -d postgres -Atc '\dt' 2>/dev/null | grep -q leases && echo "REACHED postgres tables on 127.0.0.1"
 PGCONNECT_TIMEOUT=3 psql -h "$gw" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && echo "REACHED postgres on the gateway"
-for t in "127.0.0.1 5432 pg" "$gw 5432 pg" "127.0.0.1 $http http" "$gw $http http" "10.99.0.2 80 http" "169.254.169.254 80 http" "$other 8000 http"; do
+for t in "127.0.0.1 5432 pg" "$gw 5432 pg" "$fixed 5432 pg" "127.0.0.1 $http http" "$gw $http http" "$fixed $http http" "10.99.0.2 80 http" "169.254.169.254 80 http" "$other 8000 http"; do
   tcp $t && echo "REACHED tcp $t"
 done
-curl -s -m 3 http://169.254.169.254/ | grep -q 'test host' && echo "REACHED metadata over http"
+get http://169.254.169.254/ && echo "REACHED metadata over http"
 [ -e "$engine" ] && echo "REACHED the container engine's socket"
 [ -e /tmp/other-computer-marker ] && echo "REACHED the other computer's /tmp"
 ps -eo args | grep -v grep | grep -q 'http.server 8000' && echo "REACHED the other computer's processes"
@@ -60,7 +83,7 @@ with open(f"/proc/{pid}/mem", "rb") as m:
     m.seek(start); m.read(1)
 PY
 done
-curl -s -m 3 http://203.0.113.10/ | grep -q 'test host' && echo "INTERNET ok"
+get http://203.0.113.10/ && echo "INTERNET ok"
 true
 "#;
 
@@ -247,12 +270,16 @@ async fn allow_list() -> Result<()> {
     w.check_log()
 }
 
-/// The address the other computer's listener is reached at from the attacking one.
+/// The address the other computer's listener is reached at from the attacking one: its
+/// `eth0`'s, else (sharing the world's network) 127.0.0.1.
 async fn address_of(w: &World, c: &str) -> Result<String> {
     let out = w
         .sh(
             c,
-            "ip -4 -o addr show eth0 2>/dev/null | awk '{print $4}' | cut -d/ -f1",
+            "python3 -c 'import fcntl, socket, struct; \
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+             print(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, \
+             struct.pack(\"256s\", b\"eth0\"))[20:24]))' 2>/dev/null; true",
         )
         .await?;
     Ok(match out.trim() {
@@ -261,9 +288,74 @@ async fn address_of(w: &World, c: &str) -> Result<String> {
     })
 }
 
-/// One control plane with `containment`, its two computers, the attack; returns what was
-/// reached.
-async fn attack(lab: &Lab, containment: &str, database_url: &str) -> Result<Vec<String>> {
+/// A contained Docker computer's network through a control-plane restart (adopted: the gateway
+/// listens on new ports) and a stop and start (removed, then made anew in the new container's
+/// namespace).
+async fn docker_lifecycle() -> Result<()> {
+    // A database of the world's own: one replica at a time on it, whatever the restart.
+    let mut w = World::start_with(WorldOptions {
+        providers: Some("docker".into()),
+        env: vec![("RAKAZO_DOCKER_CONTAINMENT".into(), "full".into())],
+        ..Default::default()
+    })
+    .await?;
+    let c = &w.create_computer_on("ws-lifecycle", Some("docker")).await?;
+    const INTERNET: &str = "python3 -c 'import urllib.request; \
+        print(b\"test host\" in urllib.request.urlopen(\"http://203.0.113.10/\", timeout=5).read())'";
+    let (netns, table) = providers::local::network_names(c);
+    let ns_path = std::path::Path::new("/run/netns").join(&netns);
+    w.kill_server();
+    w.spawn_server().await?;
+    assert_eq!(w.sh(c, INTERNET).await?.trim(), "True", "after a restart");
+    w.post(&format!("/v1/computers/{c}/stop"), serde_json::json!({}))
+        .await?;
+    assert!(!ns_path.exists(), "{netns} outlived its container");
+    let tables = run(Command::new("nft").args(["list", "tables"]))?;
+    assert!(!tables.contains(&table), "{table} outlived its container");
+    w.post(&format!("/v1/computers/{c}/start"), serde_json::json!({}))
+        .await?;
+    assert!(ns_path.exists(), "{netns} missing after a start");
+    assert_eq!(w.sh(c, INTERNET).await?.trim(), "True", "after a start");
+    // The shared gateway's decisions reach the computer's activity feed (a control plane with
+    // Docker computers only: the docker provider hands them over).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let feed = w
+            .client
+            .json(
+                hyper::Method::GET,
+                &format!("/v1/computers/{c}/activity"),
+                None,
+            )
+            .await?
+            .to_string();
+        if feed.contains("network.allowed") && feed.contains("203.0.113.10") {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no network.allowed event for 203.0.113.10 in {feed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    w.check_log()
+}
+
+/// Which provider's computers are attacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Local,
+    Docker,
+}
+
+/// One control plane with `containment` of `kind`'s computers, two of them, the attack;
+/// returns what was reached.
+async fn attack(
+    lab: &Lab,
+    kind: Kind,
+    containment: &str,
+    database_url: &str,
+) -> Result<Vec<String>> {
     let marker = tempfile::Builder::new()
         .prefix("rakazo-host-marker-")
         .tempfile_in("/var/tmp")?;
@@ -272,22 +364,45 @@ async fn attack(lab: &Lab, containment: &str, database_url: &str) -> Result<Vec<
         marker.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
     )?;
-    let engine = tempfile::tempdir()?;
-    let engine_sock = engine.path().join("engine.sock");
+    // A local computer is shown a stand-in socket; a Docker one is asked for the real engine's.
+    let engine_dir = tempfile::tempdir()?;
+    let mut engine_sock = engine_dir.path().join("engine.sock");
     let _engine = std::os::unix::net::UnixListener::bind(&engine_sock)?;
     std::fs::set_permissions(
-        engine.path(),
+        engine_dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )?;
+    let (providers, mut env) = match kind {
+        Kind::Local => (
+            None,
+            vec![("RAKAZO_LOCAL_CONTAINMENT".into(), containment.into())],
+        ),
+        Kind::Docker => {
+            engine_sock = engine::socket();
+            (
+                Some("docker".to_string()),
+                vec![("RAKAZO_DOCKER_CONTAINMENT".into(), containment.into())],
+            )
+        }
+    };
+    if kind == Kind::Docker && containment == "off" {
+        // The world's network, as `host` is outside the lab.
+        env.push((
+            "RAKAZO_DOCKER_NETWORK".into(),
+            format!("ns:/run/netns/{}", lab.world),
+        ));
+    }
     let mut w = World::start_with(WorldOptions {
         database_url: Some(database_url.to_string()),
-        env: vec![("RAKAZO_LOCAL_CONTAINMENT".into(), containment.into())],
+        providers: providers.clone(),
+        env,
         allow_warn: vec!["are not contained".into()],
         ..Default::default()
     })
     .await?;
-    let a = w.create_computer("ws-attacker").await?;
-    let b = w.create_computer("ws-neighbour").await?;
+    let on = providers.as_deref();
+    let a = w.create_computer_on("ws-attacker", on).await?;
+    let b = w.create_computer_on("ws-neighbour", on).await?;
     w.sh(
         &b,
         "touch /tmp/other-computer-marker; \
@@ -310,7 +425,6 @@ async fn attack(lab: &Lab, containment: &str, database_url: &str) -> Result<Vec<
         )
         .await?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let _ = lab;
     w.check_log()?;
     Ok(stdout.lines().map(str::to_string).collect())
 }
@@ -320,7 +434,7 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
     let pg = tempfile::tempdir()?;
     let url = lab.postgres(pg.path())?;
     let result = async {
-        let contained = attack(lab, "full", &url).await?;
+        let contained = attack(lab, Kind::Local, "full", &url).await?;
         allow_list().await?;
         // A second control plane on a database of its own (replicas of one database share
         // their secrets).
@@ -332,7 +446,13 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
             "-c",
             "create database uncontained",
         ]))?;
-        let open = attack(lab, "off", "postgres://postgres@127.0.0.1:5432/uncontained").await?;
+        let open = attack(
+            lab,
+            Kind::Local,
+            "off",
+            "postgres://postgres@127.0.0.1:5432/uncontained",
+        )
+        .await?;
         Ok::<_, anyhow::Error>((contained, open))
     }
     .await;
@@ -387,4 +507,74 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
 fn a_contained_computer_reaches_nothing_of_the_host_or_its_neighbours() -> Result<()> {
     let mut lab = Lab::new()?;
     lab.inside(|lab| Box::pin(scenario(lab)))
+}
+
+/// The Docker half: the same attack from a Docker computer, contained and not.
+async fn docker_scenario(lab: &mut Lab) -> Result<()> {
+    engine::require_engine()?;
+    let pg = tempfile::tempdir()?;
+    let url = lab.postgres(pg.path())?;
+    let result = async {
+        let contained = attack(lab, Kind::Docker, "full", &url).await?;
+        docker_lifecycle().await?;
+        run(Command::new("psql").args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-c",
+            "create database uncontained",
+        ]))?;
+        let open = attack(
+            lab,
+            Kind::Docker,
+            "off",
+            "postgres://postgres@127.0.0.1:5432/uncontained",
+        )
+        .await?;
+        Ok::<_, anyhow::Error>((contained, open))
+    }
+    .await;
+    lab.stop_postgres(pg.path());
+    let (contained, open) = result?;
+    eprintln!("docker contained: {contained:#?}\ndocker not contained: {open:#?}");
+    let reached: Vec<&String> = contained
+        .iter()
+        .filter(|l| l.starts_with("REACHED"))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "a contained Docker computer reached: {reached:#?}"
+    );
+    assert!(
+        contained.iter().any(|l| l == "INTERNET ok"),
+        "a contained Docker computer with egress open reaches a public address: {contained:?}"
+    );
+    // On the world's network the same script reaches every network target (the image has no
+    // psql: its probe speaks PostgreSQL's protocol itself).
+    for expected in [
+        "REACHED tcp 127.0.0.1 5432 pg",
+        "REACHED tcp 10.99.0.2 80 http",
+        "REACHED tcp 169.254.169.254 80 http",
+        "REACHED metadata over http",
+        "REACHED tcp 127.0.0.1 8000 http",
+    ] {
+        assert!(
+            open.iter().any(|l| l == expected),
+            "without containment, {expected:?} is missing, so the attack proves nothing: {open:#?}"
+        );
+    }
+    assert!(
+        open.iter().any(|l| l.starts_with("REACHED tcp 127.0.0.1 ")
+            && l.ends_with(" http")
+            && !l.contains(" 8000 ")),
+        "without containment the control plane's ports are reached: {open:#?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_contained_docker_computer_reaches_nothing_of_the_host_or_its_neighbours() -> Result<()> {
+    let mut lab = Lab::new()?;
+    lab.inside(|lab| Box::pin(docker_scenario(lab)))
 }

@@ -272,7 +272,18 @@ async fn docker_team_desktops_keep_bots_apart_and_old_urls_die_with_their_slot()
 /// with limits, which the container really gets; a limit out of range is refused by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_creates_a_docker_computer_with_limits() -> Result<()> {
-    let mut w = World::start_with(docker_world(None)).await?;
+    // Contained as a root `rakazo serve` contains them when not told otherwise (the world's
+    // other tests share this host's network for their pages; an empty setting is no setting):
+    // the guest dials the tunnel through its gateway.
+    let mut opts = docker_world(None);
+    opts.env
+        .push(("RAKAZO_DOCKER_CONTAINMENT".into(), String::new()));
+    let mut w = World::start_with(opts).await?;
+    assert!(
+        w.log()
+            .contains("docker computers are contained: no network but the egress gateway"),
+        "a root control plane with an engine on this host contains Docker computers by default"
+    );
     let (url, token) = (w.http.clone(), w.api_token().to_string());
     let run = |args: &[&str]| {
         std::process::Command::new(tests::bin("rakazo"))
@@ -326,11 +337,25 @@ async fn the_cli_creates_a_docker_computer_with_limits() -> Result<()> {
     );
     let out = run(&["exec", &c, "--", "id", "-un"])?;
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "rakazo");
+    // Its network is a namespace of its own, named and plumbed by the control plane; the
+    // container's only link is the one to this host.
+    let (netns, table) = providers::local::network_names(&c);
+    let ns_path = std::path::Path::new("/run/netns").join(&netns);
+    assert!(ns_path.exists(), "{netns} missing");
+    let links =
+        tests::netlab::run(std::process::Command::new("ip").args(["-n", &netns, "-o", "link"]))?;
+    assert_eq!(links.lines().count(), 2, "{links}");
     let out = run(&["computer", "destroy", &c])?;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!ns_path.exists(), "{netns} outlived its computer");
+    let tables = tests::netlab::run(std::process::Command::new("nft").args(["list", "tables"]))?;
+    assert!(
+        !tables.contains(&table),
+        "{table} outlived its computer: {tables}"
     );
     let out = run(&[
         "computer",

@@ -125,18 +125,20 @@ impl Core {
     /// Re-applies the stored policies to every computer this replica's providers hold behind
     /// the gateway (at start, and whenever the table changed).
     pub async fn sync_network_policies(&self) -> Result<(), CoreError> {
-        for kind in self.providers.kinds().collect::<Vec<_>>() {
-            let Some(provider) = self.providers.get(kind) else {
-                continue;
-            };
-            for id in provider.contained_computers() {
-                match self.get(&id).await {
-                    Ok(c) => {
-                        self.apply_network_policy(&c).await?;
-                    }
-                    Err(CoreError::NotFound(_)) => {}
-                    Err(e) => warn!(computer_id = %id, error = %e, "network policy not synced"),
+        // Providers may share one gateway (local and Docker): each computer once.
+        let ids: std::collections::BTreeSet<String> = self
+            .providers
+            .kinds()
+            .filter_map(|k| self.providers.get(k))
+            .flat_map(|p| p.contained_computers())
+            .collect();
+        for id in ids {
+            match self.get(&id).await {
+                Ok(c) => {
+                    self.apply_network_policy(&c).await?;
                 }
+                Err(CoreError::NotFound(_)) => {}
+                Err(e) => warn!(computer_id = %id, error = %e, "network policy not synced"),
             }
         }
         Ok(())
@@ -144,11 +146,14 @@ impl Core {
 
     /// The egress counters of every computer this replica's providers hold behind the gateway.
     pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
-        self.providers
+        // Providers may share one gateway (local and Docker): each computer once.
+        let by_id: std::collections::BTreeMap<String, egress::CounterSnapshot> = self
+            .providers
             .kinds()
             .filter_map(|k| self.providers.get(k))
             .flat_map(|p| p.network_counters())
-            .collect()
+            .collect();
+        by_id.into_iter().collect()
     }
 
     /// [`Core::network_counters`] summed, for the scrape.

@@ -3,8 +3,8 @@
 //! token archive uploaded before every start. No engine calls: those are the provider's.
 
 use super::{
-    volume_name, DockerConfig, DEFAULT_SHM_MB, GUEST_PATH, HOME_DIR, LABEL_COMPUTER,
-    LABEL_HOME_KEY, LABEL_MANAGED, MIB, PATH_ENV, RUN_AS, TOKEN_PATH,
+    volume_name, DockerConfig, DockerContainment, DEFAULT_SHM_MB, GUEST_PATH, HOME_DIR,
+    LABEL_COMPUTER, LABEL_HOME_KEY, LABEL_MANAGED, MIB, PATH_ENV, RUN_AS, TOKEN_PATH,
 };
 use crate::{MachineExit, SandboxSpec};
 use bollard::models::{
@@ -77,10 +77,11 @@ pub(super) fn exit_of(info: &ContainerInspectResponse) -> MachineExit {
 }
 
 /// The tar uploaded at `/` before every start: `/etc/rakazo/` (0700) and the token (0600), both
-/// root's.
-pub(super) fn token_archive(token: &str) -> Vec<u8> {
+/// root's; and, given one, `/etc/resolv.conf` (0644).
+pub(super) fn token_archive(token: &str, resolv_conf: Option<&str>) -> Vec<u8> {
     use super::tar::{archive, Header, Kind};
-    archive(&[
+    let resolv = resolv_conf.unwrap_or_default();
+    let mut entries: Vec<(Header<'_>, &[u8])> = vec![
         (
             Header {
                 path: "etc/rakazo/",
@@ -99,7 +100,19 @@ pub(super) fn token_archive(token: &str) -> Vec<u8> {
             },
             token.as_bytes(),
         ),
-    ])
+    ];
+    if resolv_conf.is_some() {
+        entries.push((
+            Header {
+                path: "etc/resolv.conf",
+                mode: 0o644,
+                size: resolv.len() as u64,
+                kind: Kind::File,
+            },
+            resolv.as_bytes(),
+        ));
+    }
+    archive(&entries)
 }
 
 /// The limits a computer's container gets: the spec's over the provider's defaults.
@@ -112,11 +125,18 @@ pub(super) fn host_config(config: &DockerConfig, spec: &SandboxSpec) -> HostConf
         soft: Some(n),
         hard: Some(n),
     };
+    let network_mode = match config.containment {
+        // The control plane plumbs its namespace once it runs. (An engine writes no
+        // resolv.conf for `none`, and podman refuses `Dns` with it: `token_archive` brings one.)
+        DockerContainment::Full => Some("none".to_string()),
+        DockerContainment::HostNetwork => Some("host".to_string()),
+        DockerContainment::Off => config.network_mode.clone(),
+    };
     HostConfig {
         // An init reaps the zombies of everything the guest starts and forwards SIGTERM, so
         // a stop takes as long as the guest needs and no longer.
         init: Some(true),
-        network_mode: config.network_mode.clone(),
+        network_mode,
         memory: l.memory_mb.or(d.memory_mb).map(mib),
         nano_cpus: l
             .cpu_millis
@@ -247,7 +267,7 @@ mod tests {
 
     #[test]
     fn token_archive_holds_the_token_file_only_under_etc_rakazo() {
-        let a = token_archive("s3cret");
+        let a = token_archive("s3cret", None);
         assert_eq!(&a[..12], b"etc/rakazo/\0");
         assert_eq!(&a[512..535], b"etc/rakazo/enroll-token");
         assert_eq!(&a[1024..1030], b"s3cret");

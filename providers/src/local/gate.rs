@@ -1,5 +1,6 @@
-//! The egress gateway of fully contained local computers: one [`egress::Gateway`] for all of
-//! them, embedded in the control plane, listening on this host's loopback only.
+//! The egress gateway of fully contained computers, local and Docker: one [`egress::Gateway`]
+//! for all of them ([`SharedGate`], handed to both providers), embedded in the control plane,
+//! listening on this host's loopback only.
 //!
 //! Each computer's nftables table (`net`) DNATs its DNS (UDP and TCP port 53, whatever the
 //! address asked) to [`Gate::dns_udp`]/[`Gate::dns_tcp`], its HTTP proxy port
@@ -11,9 +12,10 @@
 //! the name resolved to for that computer, or an address the policy names, never an internal
 //! range (see the `egress` crate).
 //!
-//! The listeners' ports change with every start of the control plane; [`Gate::start`] rewrites
-//! the gate chains of computers that were already running and registers them again (their
-//! veth's alias names the computer), so a restart leaves their network working.
+//! The listeners' ports change with every start of the control plane; each provider calls
+//! [`Gate::adopt`] with the computers that are its own, which rewrites the gate chains of those
+//! that were already running and registers them again (their veth's alias names the computer),
+//! so a restart leaves their network working.
 
 use crate::ProviderError;
 use egress::{
@@ -59,6 +61,59 @@ impl Default for GateConfig {
     }
 }
 
+/// The gateway of every contained computer of a control plane, started on first use; cloning
+/// shares it.
+#[derive(Clone)]
+pub struct SharedGate(Arc<SharedInner>);
+
+struct SharedInner {
+    config: GateConfig,
+    cell: tokio::sync::OnceCell<Gate>,
+}
+
+impl std::fmt::Debug for SharedGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedGate")
+            .field("config", &self.0.config)
+            .field("started", &self.0.cell.initialized())
+            .finish()
+    }
+}
+
+impl SharedGate {
+    /// A gateway with these settings, not started yet.
+    pub fn new(config: GateConfig) -> Self {
+        Self(Arc::new(SharedInner {
+            config,
+            cell: tokio::sync::OnceCell::new(),
+        }))
+    }
+
+    /// The gateway, started now unless it runs already.
+    pub async fn get(&self) -> Result<&Gate, ProviderError> {
+        self.0
+            .cell
+            .get_or_try_init(|| Gate::start(self.0.config.clone()))
+            .await
+    }
+
+    /// The gateway, if it has been started.
+    pub fn started(&self) -> Option<&Gate> {
+        self.0.cell.get()
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &GateConfig {
+        &self.0.config
+    }
+}
+
+impl Default for SharedGate {
+    fn default() -> Self {
+        Self::new(GateConfig::default())
+    }
+}
+
 /// The running gateway.
 pub struct Gate {
     registry: Arc<Registry>,
@@ -76,8 +131,6 @@ pub struct Gate {
     /// this process) and secrets.
     cas: Mutex<HashMap<String, Arc<ComputerCa>>>,
     secrets: Mutex<HashMap<String, Vec<Secret>>>,
-    /// The computers [`Gate::start`] adopted (their trust files need the new CA).
-    pub(crate) adopted: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -126,12 +179,8 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProviderError + '_ {
 }
 
 impl Gate {
-    /// Binds the listeners on 127.0.0.1 and starts serving; adopts the running computers that
-    /// `ours` says belong to this control plane (another one on this host keeps its own).
-    pub async fn start(
-        config: GateConfig,
-        ours: impl Fn(&str) -> bool,
-    ) -> Result<Gate, ProviderError> {
+    /// Binds the listeners on 127.0.0.1 and starts serving.
+    pub async fn start(config: GateConfig) -> Result<Gate, ProviderError> {
         let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
         let dns_udp_sock = UdpSocket::bind(loopback)
             .await
@@ -185,11 +234,10 @@ impl Gate {
         let g = gateway;
         tasks.push(tokio::spawn(async move { g.serve_http_proxy(http_sock).await }).abort_handle());
         info!(%dns_udp, %proxy, %http_proxy, "egress gateway listening");
-        let mut gate = Gate {
+        Ok(Gate {
             roots,
             cas: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
-            adopted: Vec::new(),
             registry,
             config,
             dns_udp,
@@ -199,9 +247,7 @@ impl Gate {
             events,
             feed: Mutex::new(Some(feed)),
             tasks,
-        };
-        gate.adopted = gate.adopt_running(ours).await;
-        Ok(gate)
+        })
     }
 
     /// Where it listens, for a computer's nftables table.
@@ -335,11 +381,13 @@ impl Gate {
         self.events.dropped()
     }
 
-    /// Computers whose network outlived the previous control plane: registered again, their
-    /// gate chains pointed at this gateway's listeners. Their policy is `none` until the
-    /// control plane, which holds the policies, sets each one (it does at start): a restart
-    /// never opens a computer's way out wider than its policy.
-    async fn adopt_running(&self, ours: impl Fn(&str) -> bool) -> Vec<String> {
+    /// Computers whose network outlived the previous control plane and that `ours` says belong
+    /// to the caller (another control plane on this host keeps its own): registered again, their
+    /// gate chains pointed at this gateway's listeners. Their policy is `none` until the control
+    /// plane, which holds the policies, sets each one (it does at start): a restart never opens
+    /// a computer's way out wider than its policy. Returns the adopted computers (their trust
+    /// files need this process's new CA).
+    pub(crate) async fn adopt(&self, ours: impl Fn(&str) -> bool) -> Vec<String> {
         let mut adopted = Vec::new();
         for (computer, net) in super::net::running().await {
             if !ours(&computer) {

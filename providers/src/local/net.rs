@@ -10,10 +10,12 @@
 //!   id and probed past slots this host already uses, under a host-wide lock file;
 //! - nftables table `inet rakazo-<tag>`, which matches only its own interface, so tables of
 //!   different computers (and of different control planes on one host) never touch each other:
-//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` (DNAT); then
+//!   - prerouting: each tunnel endpoint on loopback is reachable at `gateway:port` and
+//!     [`FIXED_GATEWAY`]`:port` (DNAT); then
 //!     chain `gate_nat` sends DNS, the HTTP proxy port and every other TCP connection to the
 //!     egress gateway's listeners on 127.0.0.1 (`gate`), which apply the computer's policy;
-//!   - input: from the computer, only the DNAT'd tunnel, the gateway's listeners (`gate_in`) and
+//!   - input: from the computer (from its own address only: the gateway tells computers apart
+//!     by it), only the DNAT'd tunnel, the gateway's listeners (`gate_in`) and
 //!     established replies; everything else addressed to this host (its loopback services, the
 //!     control plane's other ports, its other addresses) is dropped;
 //!   - forward: nothing from a computer is forwarded (its way out is the gateway, which dials
@@ -23,6 +25,12 @@
 //!
 //! The link's alias is the computer's id, so a restarted control plane finds the computers whose
 //! network outlived it ([`running`]) and points their `gate_*` chains at its new listeners.
+//!
+//! A Docker computer's namespace is its container's ([`Place::Process`]): the engine makes it
+//! (network mode `none`), and once the container runs it is named `rkz-<tag>` (`ip netns attach`)
+//! and plumbed exactly like a local computer's. Its environment is fixed when the container is
+//! created, while its slot is picked at every start, so its guest dials [`FIXED_GATEWAY`], which
+//! every computer's table treats as its gateway address too (slot 0 is never given out).
 //!
 //! Everything is done with iproute2 (`ip`) and nftables (`nft -f -`), the kernel's own tools,
 //! run with a deadline; nothing here parses their output but `ip -o -4 addr`.
@@ -40,6 +48,10 @@ pub(crate) const SUBNET: Ipv4Addr = Ipv4Addr::new(10, 233, 0, 0);
 const SLOTS: u32 = 1 << 14;
 /// Where the slot lock lives (host-wide: several control planes may share a host).
 const LOCK_FILE: &str = "/run/rakazo-local-net.lock";
+/// An address every contained computer reaches its gateway at as well as at its slot's (the
+/// tunnel, DNS, the HTTP proxy), whatever its slot: the gateway of slot 0, which is never given
+/// out. Docker computers dial it (their environment outlives their slot).
+pub(crate) const FIXED_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 233, 0, 1);
 /// How long one `ip` or `nft` call may take.
 const TOOL_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -73,6 +85,10 @@ impl Net {
     }
     fn table(&self) -> String {
         table_name(&self.tag)
+    }
+    /// The addresses the computer reaches its gateway at, as an nftables set.
+    fn gateways(&self) -> String {
+        format!("{{ {}, {FIXED_GATEWAY} }}", self.gateway)
     }
     /// The computer's `/etc/resolv.conf` (root's, bound read-only into its jail): its gateway.
     pub fn resolv_conf(&self) -> std::path::PathBuf {
@@ -194,28 +210,55 @@ async fn existing(tag: &str) -> Option<Net> {
     })
 }
 
+/// Where a computer's network namespace comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A namespace of its own, made here (a local computer).
+    Own,
+    /// The namespace process `pid` (of this host's pid namespace) is in: a container's, made by
+    /// its engine with no link but loopback.
+    Process(u32),
+}
+
+/// Whether the namespace named `rkz-<tag>` is the one `place` means.
+fn same_namespace(tag: &str, place: Place) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let named = std::fs::metadata(Path::new("/run/netns").join(netns_name(tag)));
+    match (place, named) {
+        (_, Err(_)) => false,
+        (Place::Own, Ok(_)) => true,
+        (Place::Process(pid), Ok(named)) => std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .is_ok_and(|ns| (ns.dev(), ns.ino()) == (named.dev(), named.ino())),
+    }
+}
+
 /// Creates (or finds again) the computer's namespace and link, and (re)writes its table with
 /// the tunnel's `endpoints` open and the rest sent to `gate` (dropped without one).
 pub(crate) async fn ensure(
     computer: &str,
+    place: Place,
     endpoints: &[SocketAddr],
     gate: Option<&GatePorts>,
 ) -> Result<Net, ProviderError> {
     let tag = tag(computer);
     let net = match existing(&tag).await {
-        Some(net) if Path::new("/run/netns").join(netns_name(&tag)).exists() => net,
+        Some(net) if same_namespace(&tag, place) => net,
         _ => {
-            // A half-made one (a crash between steps) is removed first.
+            // A half-made one (a crash between steps), or the namespace of a container that has
+            // since stopped, is removed first.
             teardown_links(&tag).await;
-            create(computer, &tag).await?
+            create(computer, &tag, place).await?
         }
     };
     write_table(&net, endpoints, gate).await?;
-    write_resolv_conf(&net)?;
+    if place == Place::Own {
+        // A container's comes with its token (`docker`); this one is bound into the jail.
+        write_resolv_conf(&net)?;
+    }
     Ok(net)
 }
 
-async fn create(computer: &str, tag: &str) -> Result<Net, ProviderError> {
+async fn create(computer: &str, tag: &str, place: Place) -> Result<Net, ProviderError> {
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -234,7 +277,7 @@ async fn create(computer: &str, tag: &str) -> Result<Net, ProviderError> {
     let start = u32::from_be_bytes([h[6], h[7], h[8], h[9]]) % SLOTS;
     let slot = (0..SLOTS)
         .map(|i| (start + i) % SLOTS)
-        .find(|s| !used.contains(s))
+        .find(|s| *s != 0 && !used.contains(s))
         .ok_or_else(|| ProviderError::BadSpec("no free network slot for a computer".into()))?;
     let (gateway, addr) = slot_addrs(slot);
     let net = Net {
@@ -247,7 +290,10 @@ async fn create(computer: &str, tag: &str) -> Result<Net, ProviderError> {
     let me = format!("{addr}/30");
     let gw_plain = gateway.to_string();
     let sysctl = tool("sysctl").display().to_string();
-    run("ip", &["netns", "add", &ns], None).await?;
+    match place {
+        Place::Own => run("ip", &["netns", "add", &ns], None).await?,
+        Place::Process(pid) => run("ip", &["netns", "attach", &ns, &pid.to_string()], None).await?,
+    };
     let steps: [&[&str]; 10] = [
         &[
             "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
@@ -318,7 +364,7 @@ fn gate_rules(net: &Net, gate: Option<&GatePorts>) -> (Vec<String>, Vec<String>)
     let Some(g) = gate else {
         return (Vec::new(), Vec::new());
     };
-    let gw = net.gateway;
+    let gw = net.gateways();
     let to = |a: SocketAddr| format!("dnat ip to {a}");
     let nat = vec![
         format!("udp dport 53 {}", to(g.dns_udp)),
@@ -348,7 +394,7 @@ fn gate_rules(net: &Net, gate: Option<&GatePorts>) -> (Vec<String>, Vec<String>)
 
 /// The nftables script replacing the computer's table.
 pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePorts>) -> String {
-    let (table, veth, gw) = (net.table(), net.veth(), net.gateway);
+    let (table, veth, gw) = (net.table(), net.veth(), net.gateways());
     let mut s = String::new();
     // Declaring then deleting makes the replacement one transaction that works whether or not
     // the table exists.
@@ -391,6 +437,8 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePor
         s,
         "  chain input {{ type filter hook input priority filter - 5; policy accept;"
     );
+    // The gateway tells computers apart by source address: another one's is never taken.
+    let _ = writeln!(s, "    iifname \"{veth}\" ip saddr != {} drop", net.addr);
     let _ = writeln!(
         s,
         "    iifname \"{veth}\" ct state established,related accept"
@@ -424,6 +472,7 @@ pub(crate) fn ruleset(net: &Net, endpoints: &[SocketAddr], gate: Option<&GatePor
         "    oifname \"{veth}\" ct state established,related accept"
     );
     let _ = writeln!(s, "    oifname \"{veth}\" drop");
+    let _ = writeln!(s, "    iifname \"{veth}\" ip saddr != {} drop", net.addr);
     for d in &direct {
         let _ = writeln!(
             s,
@@ -575,5 +624,37 @@ mod tests {
         assert!(r.contains("iifname \"rkz0123456789ab\" drop"), "{r}");
         assert!(r.contains("chain gate_nat {\n  }"), "{r}");
         assert!(!r.contains("accept\n  }\n  chain postrouting"), "{r}");
+    }
+
+    #[test]
+    fn the_fixed_gateway_is_every_computers_gateway_too() {
+        let net = Net {
+            tag: "0123456789ab".into(),
+            gateway: Ipv4Addr::new(10, 233, 7, 1),
+            addr: Ipv4Addr::new(10, 233, 7, 2),
+        };
+        let gate = GatePorts {
+            dns_udp: "127.0.0.1:5301".parse().unwrap(),
+            dns_tcp: "127.0.0.1:5301".parse().unwrap(),
+            proxy: "127.0.0.1:5302".parse().unwrap(),
+            http_proxy: "127.0.0.1:5303".parse().unwrap(),
+        };
+        let r = ruleset(&net, &["127.0.0.1:7443".parse().unwrap()], Some(&gate));
+        assert!(
+            r.contains("ip daddr { 10.233.7.1, 10.233.0.1 } meta l4proto { tcp, udp } th dport 7443 dnat ip to 127.0.0.1:7443"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "ip daddr { 10.233.7.1, 10.233.0.1 } tcp dport 3128 dnat ip to 127.0.0.1:5303"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains("iifname \"rkz0123456789ab\" ip saddr != 10.233.7.2 drop"),
+            "{r}"
+        );
+        // Slot 0's gateway is the fixed one, never a computer's.
+        assert_eq!(slot_addrs(0).0, FIXED_GATEWAY);
     }
 }
