@@ -3,7 +3,7 @@
 //!
 //! Hostile archives (`..`, absolute paths, symlinks, devices and FIFOs, too many entries or
 //! bytes) are covered at crate level against the same reader the guest runs:
-//! `homes/src/archive/tests.rs` and `homes/tests/store_conformance.rs`. Here tampered objects are
+//! `homes/src/archive/tests.rs` and `homes/tests/store_conformance/`. Here tampered objects are
 //! refused before the guest sees a byte, and correctly sealed archives that only a reader with
 //! the tree can tell are hostile (an entry before its parent, a duplicate) reach the guest's
 //! import, which refuses them.
