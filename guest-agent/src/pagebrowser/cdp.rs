@@ -26,6 +26,15 @@ use tokio::sync::mpsc;
 
 use crate::browser::cdp::{self as transport, CdpClient, CdpEvent, NoParams, SessionId};
 
+mod commands;
+pub use commands::KeyEvent;
+use commands::{
+    CallArgument, CallFunctionOn, Command, CreateIsolatedWorld, DispatchMouseEvent, Evaluate,
+    FrameEvent, GetFrameTree, GetTargets, InsertText, Lenient, Navigate, PageEnable, RawException,
+    RawTarget, SetDiscoverTargets, TargetDestroyedEvent, TargetInfoEvent, NAVIGATION_EVENTS, PAGES,
+    TARGET_EVENTS,
+};
+
 /// The longest one command may take unless the caller gives its own bound.
 pub const COMMAND_TIMEOUT: Duration = transport::COMMAND_TIMEOUT;
 
@@ -91,263 +100,6 @@ fn classify_protocol(what: &'static str, message: String) -> CdpError {
         CdpError::Protocol { what, message }
     }
 }
-
-/// A raw command: its parameters are the type itself, its method name and result type are
-/// declared with it.
-trait Command: Serialize {
-    const METHOD: &'static str;
-    type Returns: DeserializeOwned;
-}
-
-/// Declares a raw command: its method name and the serde type of its result.
-macro_rules! command {
-    ($params:ty, $method:literal, $returns:ty) => {
-        impl Command for $params {
-            const METHOD: &'static str = $method;
-            type Returns = $returns;
-        }
-    };
-}
-
-#[derive(Debug, Serialize)]
-struct GetTargets {
-    filter: [TargetFilter; 1],
-}
-/// Every page target (the default filter leaves out nothing we need, but say so).
-#[derive(Debug, Serialize)]
-struct TargetFilter {
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct GetTargetsReturns {
-    target_infos: Vec<RawTarget>,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawTarget {
-    target_id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    url: String,
-    #[serde(default)]
-    subtype: Option<String>,
-}
-command!(GetTargets, "Target.getTargets", GetTargetsReturns);
-
-/// Page targets only, like [`GetTargets`]'s filter.
-const PAGES: [TargetFilter; 1] = [TargetFilter { kind: "page" }];
-
-#[derive(Debug, Serialize)]
-struct SetDiscoverTargets {
-    discover: bool,
-    filter: [TargetFilter; 1],
-}
-command!(SetDiscoverTargets, "Target.setDiscoverTargets", Empty);
-
-/// The discovery events [`TargetWatch`] follows (`Target.targetCrashed` is not one: a crashed
-/// tab stays a target, as `Target.getTargets` lists it).
-const TARGET_EVENTS: &[&str] = &[
-    "Target.targetCreated",
-    "Target.targetInfoChanged",
-    "Target.targetDestroyed",
-];
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TargetInfoEvent {
-    target_info: RawTarget,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TargetDestroyedEvent {
-    target_id: String,
-}
-
-#[derive(Debug, Serialize)]
-struct GetFrameTree {}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct GetFrameTreeReturns {
-    frame_tree: RawFrameTree,
-}
-#[derive(Debug, Deserialize)]
-struct RawFrameTree {
-    frame: RawFrame,
-    #[serde(default, rename = "childFrames")]
-    child_frames: Vec<IgnoredAny>,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawFrame {
-    id: String,
-    #[serde(default)]
-    loader_id: String,
-}
-command!(GetFrameTree, "Page.getFrameTree", GetFrameTreeReturns);
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateIsolatedWorld {
-    frame_id: String,
-    world_name: String,
-    grant_univeral_access: bool,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateIsolatedWorldReturns {
-    execution_context_id: i64,
-}
-command!(
-    CreateIsolatedWorld,
-    "Page.createIsolatedWorld",
-    CreateIsolatedWorldReturns
-);
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Evaluate {
-    expression: &'static str,
-    context_id: i64,
-    return_by_value: bool,
-    silent: bool,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EvaluateReturns {
-    result: RawRemoteObject,
-    #[serde(default)]
-    exception_details: Option<RawException>,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawRemoteObject {
-    #[serde(default)]
-    object_id: Option<String>,
-    #[serde(default)]
-    class_name: Option<String>,
-}
-#[derive(Debug, Deserialize)]
-struct RawException {
-    #[serde(default)]
-    exception: Option<RawRemoteObject>,
-}
-command!(Evaluate, "Runtime.evaluate", EvaluateReturns);
-
-/// `Runtime.callFunctionOn` on the helper object with one JSON argument, result by value.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CallFunctionOn<A, R> {
-    function_declaration: String,
-    object_id: String,
-    arguments: [CallArgument<A>; 1],
-    return_by_value: bool,
-    await_promise: bool,
-    silent: bool,
-    #[serde(skip)]
-    returns: PhantomData<fn() -> R>,
-}
-#[derive(Serialize)]
-struct CallArgument<A> {
-    value: A,
-}
-/// The helper's result: a value of type `R`, or (after an exception) something else.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[serde(bound = "R: DeserializeOwned")]
-pub struct CallReturns<R> {
-    result: CallValue<R>,
-    #[serde(default)]
-    exception_details: Option<RawException>,
-}
-#[derive(Debug, Deserialize)]
-#[serde(bound = "R: DeserializeOwned")]
-struct CallValue<R> {
-    #[serde(default = "none")]
-    value: Option<Lenient<R>>,
-}
-fn none<T>() -> Option<T> {
-    None
-}
-/// A value that is either the expected shape or anything else (an exception's value).
-#[derive(Debug, Deserialize)]
-#[serde(untagged, bound = "R: DeserializeOwned")]
-enum Lenient<R> {
-    Expected(R),
-    Other(IgnoredAny),
-}
-impl<A: Serialize, R: DeserializeOwned> Command for CallFunctionOn<A, R> {
-    const METHOD: &'static str = "Runtime.callFunctionOn";
-    type Returns = CallReturns<R>;
-}
-
-#[derive(Debug, Serialize)]
-struct Navigate<'a> {
-    url: &'a str,
-}
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NavigateReturns {
-    #[serde(default)]
-    loader_id: Option<String>,
-    #[serde(default)]
-    error_text: Option<String>,
-    #[serde(default)]
-    is_download: Option<bool>,
-}
-command!(Navigate<'_>, "Page.navigate", NavigateReturns);
-
-/// A result with nothing in it.
-#[derive(Debug, Deserialize)]
-pub struct Empty {}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DispatchMouseEvent {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    x: f64,
-    y: f64,
-    button: &'static str,
-    buttons: u8,
-    click_count: u8,
-}
-command!(DispatchMouseEvent, "Input.dispatchMouseEvent", Empty);
-
-/// One `Input.dispatchKeyEvent`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyEvent {
-    /// `keyDown` (produces text), `rawKeyDown` (no text) or `keyUp`.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub key: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub code: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub text: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub unmodified_text: String,
-    pub windows_virtual_key_code: u32,
-    pub native_virtual_key_code: u32,
-    /// Alt=1, Ctrl=2, Meta=4, Shift=8.
-    pub modifiers: u8,
-}
-command!(KeyEvent, "Input.dispatchKeyEvent", Empty);
-
-#[derive(Serialize)]
-struct InsertText {
-    text: String,
-}
-// No Debug on InsertText: its text is whatever the agent typed.
-impl Debug for InsertText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InsertText(***)")
-    }
-}
-command!(InsertText, "Input.insertText", Empty);
 
 /// A page target (a tab) as the browser lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -713,18 +465,6 @@ impl Tab {
     }
 }
 
-/// `Page.enable`.
-#[derive(Debug, Serialize)]
-struct PageEnable(NoParams);
-command!(PageEnable, "Page.enable", Empty);
-
-const NAVIGATION_EVENTS: &[&str] = &[
-    "Page.frameRequestedNavigation",
-    "Page.frameStartedLoading",
-    "Page.frameNavigated",
-    "Page.frameStoppedLoading",
-];
-
 /// Navigation events of one tab since [`Tab::watch_navigation`].
 pub struct NavigationWatch {
     events: mpsc::UnboundedReceiver<CdpEvent>,
@@ -745,19 +485,6 @@ pub struct FrameActivity {
     pub committed: bool,
     /// Loading stopped (finished, failed, or turned into a download).
     pub stopped: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FrameEvent {
-    #[serde(default)]
-    frame_id: Option<String>,
-    #[serde(default)]
-    frame: Option<FrameOfEvent>,
-}
-#[derive(Debug, Deserialize)]
-struct FrameOfEvent {
-    id: String,
 }
 
 impl NavigationWatch {
