@@ -428,10 +428,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     }
     // Computers adopted behind the gateway (policy `none` until now) get their stored policy
     // before the API answers, and every replica follows a change made through another.
-    if let Err(e) = core.sync_network_policies().await {
+    let mut synced = None;
+    if let Err(e) = core.sync_network_policies_since(&mut synced).await {
         warn!(error = %e, "network policies not applied to adopted computers yet: retried");
     }
-    tokio::spawn(crate::core::follow_network_policies(core.clone()));
+    tokio::spawn(crate::core::follow_network_policies(core.clone(), synced));
     tokio::spawn(tunnel::serve(
         listening,
         registry,

@@ -197,6 +197,21 @@ pub struct CounterSnapshot {
     pub dns_rate_limited: u64,
 }
 
+impl std::ops::AddAssign for CounterSnapshot {
+    /// Sums two computers' counters (a gateway's totals).
+    fn add_assign(&mut self, o: CounterSnapshot) {
+        self.connections_allowed += o.connections_allowed;
+        self.connections_denied += o.connections_denied;
+        self.connections_active += o.connections_active;
+        self.connections_limited += o.connections_limited;
+        self.bytes_up += o.bytes_up;
+        self.bytes_down += o.bytes_down;
+        self.dns_answered += o.dns_answered;
+        self.dns_refused += o.dns_refused;
+        self.dns_rate_limited += o.dns_rate_limited;
+    }
+}
+
 /// Address → names that resolved to it, each with its expiry.
 #[derive(Default)]
 struct Records {

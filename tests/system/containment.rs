@@ -429,15 +429,20 @@ async fn attack(
     Ok(stdout.lines().map(str::to_string).collect())
 }
 
-/// The whole scenario, run on a thread inside the world namespace.
-async fn scenario(lab: &mut Lab) -> Result<()> {
+/// The attack from `kind`'s computers of a contained control plane, then `between` (the
+/// scenario's own checks), then from those of an uncontained one on a database of its own
+/// (replicas of one database share their secrets); the contained side must reach nothing but
+/// the internet. Returns what the uncontained side reached.
+async fn both_ways(
+    lab: &mut Lab,
+    kind: Kind,
+    between: impl std::future::Future<Output = Result<()>>,
+) -> Result<Vec<String>> {
     let pg = tempfile::tempdir()?;
     let url = lab.postgres(pg.path())?;
     let result = async {
-        let contained = attack(lab, Kind::Local, "full", &url).await?;
-        allow_list().await?;
-        // A second control plane on a database of its own (replicas of one database share
-        // their secrets).
+        let contained = attack(lab, kind, "full", &url).await?;
+        between.await?;
         run(Command::new("psql").args([
             "-h",
             "127.0.0.1",
@@ -448,7 +453,7 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
         ]))?;
         let open = attack(
             lab,
-            Kind::Local,
+            kind,
             "off",
             "postgres://postgres@127.0.0.1:5432/uncontained",
         )
@@ -458,19 +463,25 @@ async fn scenario(lab: &mut Lab) -> Result<()> {
     .await;
     lab.stop_postgres(pg.path());
     let (contained, open) = result?;
-    eprintln!("contained: {contained:#?}\nnot contained: {open:#?}");
+    eprintln!("{kind:?} contained: {contained:#?}\n{kind:?} not contained: {open:#?}");
     let reached: Vec<&String> = contained
         .iter()
         .filter(|l| l.starts_with("REACHED"))
         .collect();
     assert!(
         reached.is_empty(),
-        "a contained computer reached: {reached:#?}"
+        "a contained {kind:?} computer reached: {reached:#?}"
     );
     assert!(
         contained.iter().any(|l| l == "INTERNET ok"),
-        "a contained computer with egress open reaches a public address: {contained:?}"
+        "a contained {kind:?} computer with egress open reaches a public address: {contained:?}"
     );
+    Ok(open)
+}
+
+/// The whole scenario, run on a thread inside the world namespace.
+async fn scenario(lab: &mut Lab) -> Result<()> {
+    let open = both_ways(lab, Kind::Local, allow_list()).await?;
     // Without containment the same script reaches every one of them (the guest's memory and
     // environment excepted: the guest is non-dumpable either way).
     for expected in [
@@ -512,44 +523,7 @@ fn a_contained_computer_reaches_nothing_of_the_host_or_its_neighbours() -> Resul
 /// The Docker half: the same attack from a Docker computer, contained and not.
 async fn docker_scenario(lab: &mut Lab) -> Result<()> {
     engine::require_engine()?;
-    let pg = tempfile::tempdir()?;
-    let url = lab.postgres(pg.path())?;
-    let result = async {
-        let contained = attack(lab, Kind::Docker, "full", &url).await?;
-        docker_lifecycle().await?;
-        run(Command::new("psql").args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-c",
-            "create database uncontained",
-        ]))?;
-        let open = attack(
-            lab,
-            Kind::Docker,
-            "off",
-            "postgres://postgres@127.0.0.1:5432/uncontained",
-        )
-        .await?;
-        Ok::<_, anyhow::Error>((contained, open))
-    }
-    .await;
-    lab.stop_postgres(pg.path());
-    let (contained, open) = result?;
-    eprintln!("docker contained: {contained:#?}\ndocker not contained: {open:#?}");
-    let reached: Vec<&String> = contained
-        .iter()
-        .filter(|l| l.starts_with("REACHED"))
-        .collect();
-    assert!(
-        reached.is_empty(),
-        "a contained Docker computer reached: {reached:#?}"
-    );
-    assert!(
-        contained.iter().any(|l| l == "INTERNET ok"),
-        "a contained Docker computer with egress open reaches a public address: {contained:?}"
-    );
+    let open = both_ways(lab, Kind::Docker, docker_lifecycle()).await?;
     // On the world's network the same script reaches every network target (the image has no
     // psql: its probe speaks PostgreSQL's protocol itself).
     for expected in [

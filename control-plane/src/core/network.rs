@@ -160,22 +160,23 @@ impl Core {
     pub fn network_totals(&self) -> egress::CounterSnapshot {
         let mut t = egress::CounterSnapshot::default();
         for (_, c) in self.network_counters() {
-            t.connections_allowed += c.connections_allowed;
-            t.connections_denied += c.connections_denied;
-            t.connections_active += c.connections_active;
-            t.connections_limited += c.connections_limited;
-            t.bytes_up += c.bytes_up;
-            t.bytes_down += c.bytes_down;
-            t.dns_answered += c.dns_answered;
-            t.dns_refused += c.dns_refused;
-            t.dns_rate_limited += c.dns_rate_limited;
+            t += c;
         }
         t
     }
 
-    /// A fingerprint of the stored policies: when it changes, [`Core::sync_network_policies`].
-    pub async fn network_policies_version(&self) -> Result<(i64, i64), CoreError> {
-        self.network.version().await.map_err(db)
+    /// [`Core::sync_network_policies`] when the stored policies changed since `seen` (a
+    /// fingerprint of the table; `None`: always), remembering what it synced.
+    pub async fn sync_network_policies_since(
+        &self,
+        seen: &mut Option<(i64, i64)>,
+    ) -> Result<(), CoreError> {
+        let version = self.network.version().await.map_err(db)?;
+        if *seen != Some(version) {
+            self.sync_network_policies().await?;
+            *seen = Some(version);
+        }
+        Ok(())
     }
 }
 
@@ -184,25 +185,13 @@ const NETWORK_POLICY_POLL: std::time::Duration = std::time::Duration::from_milli
 
 /// Re-applies the stored network policies whenever the table changes (a change made through
 /// another replica, or one this replica could not apply at once), within a second.
-pub async fn follow_network_policies(core: std::sync::Arc<Core>) {
-    let mut seen = None;
+pub async fn follow_network_policies(core: std::sync::Arc<Core>, mut seen: Option<(i64, i64)>) {
     let mut tick = tokio::time::interval(NETWORK_POLICY_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let version = match core.network_policies_version().await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::debug!(error = %e, "network policies unreadable");
-                continue;
-            }
-        };
-        if seen == Some(version) {
-            continue;
-        }
-        match core.sync_network_policies().await {
-            Ok(()) => seen = Some(version),
-            Err(e) => tracing::debug!(error = %e, "network policies not synced"),
+        if let Err(e) = core.sync_network_policies_since(&mut seen).await {
+            tracing::debug!(error = %e, "network policies not synced");
         }
     }
 }
