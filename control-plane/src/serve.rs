@@ -410,14 +410,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     // The egress gateway's decisions go to each computer's activity feed (already aggregated
     // per second and destination, so a busy computer cannot flood it). One gateway serves local
     // and Docker computers: whichever provider shares it hands its events over.
-    let events = match core.providers().get("local") {
-        Some(providers::AnyProvider::Local(local)) => local.take_network_events(),
-        _ => None,
-    }
-    .or_else(|| match core.providers().get("docker") {
-        Some(providers::AnyProvider::Docker(docker)) => docker.take_network_events(),
-        _ => None,
-    });
+    let providers = core.providers();
+    let events = providers
+        .kinds()
+        .filter_map(|k| providers.get(k))
+        .find_map(|p| p.take_network_events());
     if let Some(mut events) = events {
         let activity = core.activity.clone();
         tokio::spawn(async move {

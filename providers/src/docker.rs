@@ -362,12 +362,6 @@ impl DockerProvider {
         (self.config.containment == DockerContainment::Full).then_some(&self.config.gate)
     }
 
-    /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once
-    /// (shared with the local provider: whichever asks first).
-    pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
-        self.config.gate.started()?.take_events()
-    }
-
     /// The first engine's client, for image management and tests.
     pub fn engine(&self) -> &Docker {
         self.fleet.first().client_now()

@@ -463,6 +463,12 @@ impl AnyProvider {
             .map_or_else(Vec::new, |g| g.computers())
     }
 
+    /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once:
+    /// providers that share the gateway share its events, and the first to ask takes them.
+    pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
+        self.contained_by()?.started()?.take_events()
+    }
+
     /// [`AnyProvider::contained_computers`] with their counters.
     pub fn network_counters(&self) -> Vec<(String, egress::CounterSnapshot)> {
         self.contained_by()

@@ -318,16 +318,6 @@ impl LocalProvider {
         &self.gate.config().default_policy
     }
 
-    /// The egress gateway's aggregated decisions (`network.allowed` / `network.denied`), once.
-    pub fn take_network_events(&self) -> Option<tokio::sync::mpsc::Receiver<egress::Event>> {
-        self.gate.started()?.take_events()
-    }
-
-    /// Network decision events lost because nobody took them in time.
-    pub fn dropped_network_events(&self) -> u64 {
-        self.gate.started().map_or(0, |g| g.dropped_events())
-    }
-
     /// How computers are contained, as configured (`off` when not isolated).
     pub fn containment(&self) -> Containment {
         if self.isolated {
