@@ -30,6 +30,8 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "object")]
+pub use blobs::ObjectBlobs;
 pub use blobs::{BlobStore, LocalBlobs};
 pub use repo::{Cause, Repo, RevisionInfo, Snapshot};
 
