@@ -392,3 +392,37 @@ async fn a_detached_shell_ends_after_the_grace_period() -> Result<()> {
     w.check_log()?;
     Ok(())
 }
+
+/// A URL that expires closes its terminal's websocket, and the shell ends then, without waiting
+/// for a reattachment that could never come (the control plane resets the guest's stream as
+/// revoked).
+#[tokio::test]
+async fn an_expired_terminal_url_ends_its_shell_at_once() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-live-term-expiry").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    a.takeover(&w).await?;
+    let v = w
+        .post(
+            &format!("/v1/computers/{c}/terminals/bot-a/url"),
+            serde_json::json!({ "ttl_secs": 3 }),
+        )
+        .await?;
+    let term = v["path"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no path in {v}"))?
+        .to_string();
+    w.add_secret(term.trim_start_matches("/cap/"));
+    let mut ws = connect_page(&w, &term, "page-expiry-0123456789", false).await?;
+    let mut seen = Vec::new();
+    let pid = shell_pid(&mut ws, &mut seen, "E1").await?;
+    assert_eq!(
+        close_reason(&mut ws, Duration::from_secs(10)).await?,
+        "expired"
+    );
+    // Well within the 60 s grace period a dropped connection would have.
+    until_gone(&w, &c, pid, Duration::from_secs(10)).await?;
+    w.check_log()?;
+    Ok(())
+}
