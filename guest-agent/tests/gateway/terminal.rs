@@ -324,3 +324,40 @@ async fn a_kept_terminal_returns_only_to_its_key_and_ends_after_its_grace() -> R
     guest.shutdown().await;
     Ok(())
 }
+
+/// At most `MAX_DETACHED_PER_BOT` shells of a bot wait for their pages: the one that has waited
+/// longest is stopped for the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_keeps_a_bounded_number_of_waiting_shells() -> Result<()> {
+    use guest_agent::gateway::MAX_DETACHED_PER_BOT;
+    let guest = Guest::start_with(None, |c| c.terminal_grace = Duration::from_secs(120)).await?;
+    guest.ensure_screen("bot-w").await?;
+    let mut pids = Vec::new();
+    let mut terms = Vec::new();
+    for i in 0..=MAX_DETACHED_PER_BOT {
+        let mut term = guest
+            .open_keyed("bot-w", "lease-1", &format!("key-{i}"), false)
+            .await?;
+        let (_, _, pid, _) = probe_shell(&mut term).await?;
+        pids.push(pid);
+        terms.push(term);
+    }
+    // Dropped in order; each detachment is in before the next drop.
+    for mut term in terms {
+        term.send.reset(0u32.into())?;
+        drop(term);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eventually("the longest waiting shell to end", || {
+        Ok(!process_alive(pids[0]))
+    })
+    .await?;
+    assert!(pids[1..].iter().all(|p| process_alive(*p)), "{pids:?}");
+    let bot = BotId::new("bot-w")?;
+    assert_eq!(
+        guest.ops.gateway().capability_count(&bot).await,
+        MAX_DETACHED_PER_BOT
+    );
+    guest.shutdown().await;
+    Ok(())
+}
