@@ -13,7 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use std::process::Output;
-use tests::{bin, World};
+use tests::World;
 
 /// One request as a browser or an attacker would send it.
 struct Raw<'a> {
@@ -80,16 +80,9 @@ impl<'a> Raw<'a> {
     }
 }
 
+/// The real CLI with `token` (the CLI suite's runner: a cleared environment, a deadline).
 async fn cli(w: &World, token: &str, args: &[&str]) -> Result<Output> {
-    let out = tokio::process::Command::new(bin("rakazo"))
-        .args(args)
-        .env("RAKAZO_URL", &w.http)
-        .env("RAKAZO_TOKEN", token)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .context("run rakazo")?;
-    Ok(out)
+    crate::cli::rakazo_with(w, token, args, None).await
 }
 
 /// `rakazo token create …` with the server's token: the new token (stdout holds only it).
