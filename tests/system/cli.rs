@@ -121,7 +121,7 @@ async fn run(envs: &[(&str, &str)], args: &[&str], stdin: Option<&[u8]>) -> Resu
 }
 
 /// Runs `rakazo <args>` against `w` with `token`, feeding `stdin` if given (else /dev/null).
-async fn rakazo_with(
+pub(crate) async fn rakazo_with(
     w: &World,
     token: &str,
     args: &[&str],
