@@ -149,6 +149,8 @@ pub struct Core {
     pub network: crate::network::NetworkStore,
     /// Workspaces' secrets, sealed (docs/security.md#secrets; `core::secrets`).
     pub secrets: crate::secrets::SecretStore,
+    /// Scoped API tokens and console sessions (docs/security.md#api-tokens).
+    pub tokens: crate::tokens::TokenStore,
 }
 
 impl Core {
@@ -169,6 +171,7 @@ impl Core {
             )),
             jobs: crate::jobs::Jobs::new(db.clone()),
             network: crate::network::NetworkStore::new(db.clone()),
+            tokens: crate::tokens::TokenStore::new(db.clone()),
             // A key of its own until `with_secrets_key` gives the configured one.
             secrets: crate::secrets::SecretStore::new(
                 db.clone(),

@@ -29,4 +29,5 @@ pub mod schema;
 pub mod secrets;
 pub mod serve;
 pub mod tls;
+pub mod tokens;
 pub mod tunnel;

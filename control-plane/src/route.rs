@@ -171,17 +171,41 @@ impl Verb {
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
-    /// Anyone (health, the API's description).
+    /// Anyone (health, the API's description, the console's sign-in, which checks the token
+    /// it is given itself).
     Public,
-    /// `Authorization: Bearer <api token>`.
-    Token,
-    /// The API token or an MCP session token scoped to the path's computer and bot, checked by
-    /// the MCP endpoint.
+    /// An API token (`Authorization: Bearer`) or a console session's cookie, of a viewer or
+    /// more (docs/security.md#api-tokens).
+    Viewer,
+    /// An API token or console session of an operator or admin.
+    Operator,
+    /// An API token or console session of an admin.
+    Admin,
+    /// An operator's API token, or an MCP session token scoped to the path's computer and bot,
+    /// checked by the MCP endpoint.
     McpToken,
     /// The path is the credential (an attachment link).
     Capability,
     /// The guests' tunnel: a guest authenticates inside it.
     Guest,
+}
+
+impl Auth {
+    /// The least role a token needs for the route, where a token is what it takes.
+    pub fn role(self) -> Option<crate::tokens::Role> {
+        use crate::tokens::Role;
+        match self {
+            Auth::Viewer => Some(Role::Viewer),
+            Auth::Operator | Auth::McpToken => Some(Role::Operator),
+            Auth::Admin => Some(Role::Admin),
+            Auth::Public | Auth::Capability | Auth::Guest => None,
+        }
+    }
+
+    /// Whether the route takes an API token or a console session (and nothing else).
+    pub fn token(self) -> bool {
+        matches!(self, Auth::Viewer | Auth::Operator | Auth::Admin)
+    }
 }
 
 /// Whether a route is an operation on its computer for idle suspension (`crate::idle`).
@@ -277,122 +301,134 @@ macro_rules! routes {
 }
 
 routes! {
-    CreateComputer {} = Post "/v1/computers", "computer.create", Token, None;
-    ListComputers {} = Get "/v1/computers", "computer.list", Token, None;
+    CreateComputer {} = Post "/v1/computers", "computer.create", Operator, None;
+    ListComputers {} = Get "/v1/computers", "computer.list", Viewer, None;
     GetComputer { computer: ComputerId } = Get "/v1/computers/{computer}", "computer.show",
-        Token, None;
+        Viewer, None;
     DestroyComputer { computer: ComputerId } = Delete "/v1/computers/{computer}",
-        "computer.destroy", Token, Refusable;
+        "computer.destroy", Admin, Refusable;
     StopComputer { computer: ComputerId } = Post "/v1/computers/{computer}/stop",
-        "computer.stop", Token, Refusable;
+        "computer.stop", Operator, Refusable;
     StartComputer { computer: ComputerId } = Post "/v1/computers/{computer}/start",
-        "computer.start", Token, Refusable;
+        "computer.start", Operator, Refusable;
     UpdateComputer { computer: ComputerId } = Post "/v1/computers/{computer}/update",
-        "job.update", Token, Refusable;
+        "job.update", Operator, Refusable;
     RecoverComputer { computer: ComputerId } = Post "/v1/computers/{computer}/recover",
-        "job.recover", Token, Refusable;
+        "job.recover", Operator, Refusable;
     ListJobs { computer: ComputerId } = Get "/v1/computers/{computer}/jobs", "job.list",
-        Token, None;
-    GetJob { job: JobId } = Get "/v1/jobs/{job}", "job.show", Token, None;
+        Viewer, None;
+    GetJob { job: JobId } = Get "/v1/jobs/{job}", "job.show", Viewer, None;
     ReleaseInterrupted { job: JobId } = Post "/v1/jobs/{job}/release-interrupted",
-        "job.release_interrupted", Token, None;
-    Exec { computer: ComputerId } = Post "/v1/computers/{computer}/exec", "exec", Token,
+        "job.release_interrupted", Operator, None;
+    Exec { computer: ComputerId } = Post "/v1/computers/{computer}/exec", "exec", Operator,
         Refusable;
     Activity { computer: ComputerId } = Get "/v1/computers/{computer}/activity",
-        "activity.history", Token, None;
+        "activity.history", Viewer, None;
     ActivityStream { computer: ComputerId } = Get "/v1/computers/{computer}/activity/stream",
-        "activity.stream", Token, None;
+        "activity.stream", Viewer, None;
     ListFiles { computer: ComputerId } = Get "/v1/computers/{computer}/files", "files.list",
-        Token, Refusable;
+        Viewer, Refusable;
     ReadFile { computer: ComputerId } = Get "/v1/computers/{computer}/files/content",
-        "files.read", Token, Refusable;
+        "files.read", Viewer, Refusable;
     WriteFile { computer: ComputerId } = Put "/v1/computers/{computer}/files/content",
-        "files.write", Token, Refusable;
+        "files.write", Operator, Refusable;
     AttachFile { computer: ComputerId } = Post "/v1/computers/{computer}/files/attach",
-        "files.attach", Token, Refusable;
+        "files.attach", Operator, Refusable;
     UploadToBot { computer: ComputerId, bot: BotId } =
-        Put "/v1/computers/{computer}/uploads/{bot}", "files.upload", Token, Refusable;
+        Put "/v1/computers/{computer}/uploads/{bot}", "files.upload", Operator, Refusable;
     /// An attachment's download link: its path is its credential.
     Download { token: String } = Get "/att/{token}", "files.download", Capability, None;
-    GetHome { computer: ComputerId } = Get "/v1/computers/{computer}/home", "home.show", Token,
+    GetHome { computer: ComputerId } = Get "/v1/computers/{computer}/home", "home.show", Viewer,
         None;
     CheckpointHome { computer: ComputerId } = Post "/v1/computers/{computer}/home/checkpoint",
-        "home.checkpoint", Token, Refusable;
+        "home.checkpoint", Operator, Refusable;
     RestoreHome { computer: ComputerId } = Post "/v1/computers/{computer}/home/restore",
-        "home.restore", Token, Refusable;
+        "home.restore", Operator, Refusable;
     HomeEntries { computer: ComputerId } = Get "/v1/computers/{computer}/home/entries",
-        "home.entries", Token, None;
+        "home.entries", Viewer, None;
     HomeContent { computer: ComputerId } = Get "/v1/computers/{computer}/home/content",
-        "home.content", Token, None;
-    ReconcileHomes {} = Post "/v1/homes/reconcile", "homes.reconcile", Token, None;
-    PurgeHome { home_key: String } = Delete "/v1/homes/{home_key}", "homes.purge", Token, None;
+        "home.content", Viewer, None;
+    ReconcileHomes {} = Post "/v1/homes/reconcile", "homes.reconcile", Admin, None;
+    PurgeHome { home_key: String } = Delete "/v1/homes/{home_key}", "homes.purge", Admin, None;
     ListScreens { computer: ComputerId } = Get "/v1/computers/{computer}/screens",
-        "screen.list", Token, Refusable;
+        "screen.list", Viewer, Refusable;
     EnsureScreen { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/ensure", "screen.ensure", Token, Refusable;
+        Post "/v1/computers/{computer}/screens/{bot}/ensure", "screen.ensure", Operator, Refusable;
     ReleaseScreen { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/release", "screen.release", Token,
+        Post "/v1/computers/{computer}/screens/{bot}/release", "screen.release", Operator,
         Refusable;
     Observe { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/observe", "screen.observe", Token,
+        Post "/v1/computers/{computer}/screens/{bot}/observe", "screen.observe", Operator,
         Refusable;
     Act { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/act", "screen.act", Token, Refusable;
+        Post "/v1/computers/{computer}/screens/{bot}/act", "screen.act", Operator, Refusable;
     LiveUrl { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/url", "screen.url", Token, Refusable;
+        Post "/v1/computers/{computer}/screens/{bot}/url", "screen.url", Viewer, Refusable;
     Takeover { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/screens/{bot}/takeover", "screen.takeover", Token,
+        Post "/v1/computers/{computer}/screens/{bot}/takeover", "screen.takeover", Operator,
         Refusable;
     ReleaseControl { computer: ComputerId, bot: BotId } =
         Post "/v1/computers/{computer}/screens/{bot}/release-control", "screen.release_control",
-        Token, Use;
+        Operator, Use;
     TerminalUrl { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/terminals/{bot}/url", "terminal.url", Token, Refusable;
+        Post "/v1/computers/{computer}/terminals/{bot}/url", "terminal.url", Operator, Refusable;
     WaitingTakeover { computer: ComputerId, bot: BotId } =
         Post "/v1/computers/{computer}/leases/{bot}/waiting_takeover", "lease.waiting_takeover",
-        Token, Refusable;
+        Operator, Refusable;
     BrowserNavigate { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/browser/{bot}/navigate", "browser.navigate", Token,
+        Post "/v1/computers/{computer}/browser/{bot}/navigate", "browser.navigate", Operator,
         Refusable;
     BrowserSnapshot { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/browser/{bot}/snapshot", "browser.snapshot", Token,
+        Post "/v1/computers/{computer}/browser/{bot}/snapshot", "browser.snapshot", Operator,
         Refusable;
     BrowserAct { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/browser/{bot}/act", "browser.act", Token, Refusable;
+        Post "/v1/computers/{computer}/browser/{bot}/act", "browser.act", Operator, Refusable;
     GetLease { computer: ComputerId, bot: BotId } =
-        Get "/v1/computers/{computer}/leases/{bot}", "lease.show", Token, None;
+        Get "/v1/computers/{computer}/leases/{bot}", "lease.show", Viewer, None;
     AcquireLease { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/leases/{bot}/acquire", "lease.acquire", Token, Refusable;
+        Post "/v1/computers/{computer}/leases/{bot}/acquire", "lease.acquire", Operator, Refusable;
     RenewLease { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/leases/{bot}/renew", "lease.renew", Token, None;
+        Post "/v1/computers/{computer}/leases/{bot}/renew", "lease.renew", Operator, None;
     ReleaseLease { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/leases/{bot}/release", "lease.release", Token, Use;
+        Post "/v1/computers/{computer}/leases/{bot}/release", "lease.release", Operator, Use;
     MintMcpToken { computer: ComputerId, bot: BotId } =
-        Post "/v1/computers/{computer}/mcp-tokens/{bot}", "mcp.token", Token, Refusable;
+        Post "/v1/computers/{computer}/mcp-tokens/{bot}", "mcp.token", Operator, Refusable;
     /// The MCP endpoint (streamable HTTP); its bot is checked by the endpoint, after its token.
     Mcp { computer: ComputerId, bot: String } = Any "/v1/mcp/{computer}/{bot}", "mcp", McpToken,
         None;
     GetNetwork { computer: ComputerId } = Get "/v1/computers/{computer}/network",
-        "network.show", Token, None;
+        "network.show", Viewer, None;
     SetNetwork { computer: ComputerId } = Put "/v1/computers/{computer}/network",
-        "network.set", Token, None;
+        "network.set", Admin, None;
     GetWorkspaceNetwork { workspace: WorkspaceId } = Get "/v1/workspaces/{workspace}/network",
-        "workspace.network.show", Token, None;
+        "workspace.network.show", Viewer, None;
     SetWorkspaceNetwork { workspace: WorkspaceId } = Put "/v1/workspaces/{workspace}/network",
-        "workspace.network.set", Token, None;
+        "workspace.network.set", Admin, None;
     /// A workspace's secrets (docs/security.md#secrets): names, domains, placeholders; never a
     /// value.
     ListSecrets { workspace: WorkspaceId } = Get "/v1/workspaces/{workspace}/secrets",
-        "secret.list", Token, None;
+        "secret.list", Operator, None;
     /// Sets or rotates a secret (its value in the body, never answered).
     PutSecret { workspace: WorkspaceId, name: String } =
-        Put "/v1/workspaces/{workspace}/secrets/{name}", "secret.set", Token, None;
+        Put "/v1/workspaces/{workspace}/secrets/{name}", "secret.set", Admin, None;
     DeleteSecret { workspace: WorkspaceId, name: String } =
-        Delete "/v1/workspaces/{workspace}/secrets/{name}", "secret.delete", Token, None;
+        Delete "/v1/workspaces/{workspace}/secrets/{name}", "secret.delete", Admin, None;
+    /// Makes a scoped API token (shown once).
+    CreateToken {} = Post "/v1/tokens", "token.create", Admin, None;
+    /// Lists the scoped tokens (never their values).
+    ListTokens {} = Get "/v1/tokens", "token.list", Admin, None;
+    /// Revokes a token and ends its console sessions.
+    RevokeToken { token: String } = Delete "/v1/tokens/{token}", "token.revoke", Admin, None;
+    /// Signs the console in with an API token: a session cookie and its CSRF token.
+    OpenSession {} = Post "/console/session", "console.session.open", Public, None;
+    /// The console session of the request's cookie.
+    ShowSession {} = Get "/console/session", "console.session.show", Public, None;
+    /// Signs the console out: the session ends everywhere.
+    CloseSession {} = Delete "/console/session", "console.session.close", Public, None;
     Health {} = Get "/v1/health", "health", Public, None;
     OpenApi {} = Get "/v1/openapi.json", "openapi", Public, None;
     Tunnel {} = Get "/v1/tunnel", "tunnel", Guest, None;
-    Metrics {} = Get "/metrics", "metrics", Token, None;
+    Metrics {} = Get "/metrics", "metrics", Admin, None;
 }
 
 impl Endpoint {

@@ -34,6 +34,7 @@ mod sandbox_services;
 mod secrets;
 mod start_checks;
 mod static_guest;
+mod tokens;
 mod tunnel_abuse;
 mod tunnel_quic;
 mod tunnel_tcp;

@@ -174,13 +174,7 @@ fn request(log: &Path, path: &str) -> Result<serde_json::Value> {
 /// README.md's Secrets block: each `rakazo …` line's arguments, and the variable whose value
 /// `printf %s "$VAR" |` feeds it.
 fn readme_secret_lines() -> Result<Vec<(Option<String>, Vec<String>)>> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))?;
-    let block = readme
-        .split_once("\n## Secrets")
-        .and_then(|(_, rest)| rest.split_once("```sh\n"))
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(block, _)| block)
-        .context("README.md has no Secrets block")?;
+    let block = tests::readme_block("## Secrets")?;
     let mut out = Vec::new();
     let mut joined = String::new();
     for raw in block.lines() {

@@ -4,6 +4,7 @@ use super::body::{empty, json_response, read_json, ApiError, RespBody};
 use super::{parse_bot, Api};
 use crate::computers::{Computer, ComputerKind, ComputerState, WorkspaceId};
 use crate::schema::computer::{self as schema, ComputerList, CreateComputer, IdleReport};
+use crate::tokens::Principal;
 use gateway_proto::op::StatusRequest;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -64,9 +65,22 @@ fn with_idle(api: &Api, c: &Computer) -> schema::Computer {
 
 pub async fn create(
     api: &Arc<Api>,
+    who: &Principal,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let body: CreateComputer = read_json(req.into_body()).await?;
+    // A token limited to workspaces makes their team computers only.
+    let allowed = match (&body.workspace, &body.private_bot) {
+        (Some(ws), _) => who.sees_workspace(ws),
+        (None, _) => who.unlimited(),
+    };
+    if !allowed {
+        return Err(ApiError::new(
+            crate::schema::code::ApiCode::Forbidden,
+            "this token is limited to other workspaces: it makes team computers of its own \
+             workspaces only",
+        ));
+    }
     let kind = match (body.workspace, body.private_bot) {
         (Some(ws), None) => ComputerKind::Team {
             workspace: WorkspaceId::new(ws).map_err(|e| ApiError::bad_request(e.to_string()))?,
@@ -87,9 +101,13 @@ pub async fn create(
     Ok(json_response(StatusCode::CREATED, &view(&c)))
 }
 
-pub async fn list(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
+pub async fn list(api: &Arc<Api>, who: &Principal) -> Result<Response<RespBody>, ApiError> {
     let all = api.core.list().await?;
-    let computers = all.iter().map(|c| with_idle(api, c)).collect();
+    let computers = all
+        .iter()
+        .filter(|c| who.sees(c))
+        .map(|c| with_idle(api, c))
+        .collect();
     Ok(json_response(StatusCode::OK, &ComputerList { computers }))
 }
 

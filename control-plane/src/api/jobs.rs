@@ -82,6 +82,22 @@ pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
     Ok(json_response(StatusCode::OK, &view(&job)))
 }
 
+/// Whether `who` sees job `id`'s computer: a job of a computer it does not see is missing.
+pub async fn check_scope(
+    api: &Api,
+    who: &crate::tokens::Principal,
+    id: &str,
+) -> Result<(), ApiError> {
+    let missing = || job_error(JobError::NotFound(id.to_owned()));
+    let job = api.core.jobs.store.get(id).await.map_err(job_error)?;
+    let job = job.ok_or_else(missing)?;
+    match api.core.get(job.computer.as_str()).await {
+        Ok(c) if who.sees(&c) => Ok(()),
+        Ok(_) | Err(crate::core::CoreError::NotFound(_)) => Err(missing()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `POST /v1/jobs/{id}/release-interrupted` with `{"workers_stopped": true}`.
 pub async fn release_interrupted(
     api: &Arc<Api>,

@@ -92,6 +92,7 @@ pub async fn url(
     id: &str,
     bot: BotId,
     fixed: Option<CapabilityKind>,
+    view_only: bool,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let host = request_host(&req);
@@ -107,6 +108,12 @@ pub async fn url(
         (None, Some(s)) => parse_policy(s)?,
         (None, None) => CapabilityKind::View,
     };
+    if view_only && policy != CapabilityKind::View {
+        return Err(ApiError::new(
+            ApiCode::Forbidden,
+            "a viewer's token gets view URLs only: taking control needs an operator token",
+        ));
+    }
     let ttl = match body.ttl_secs {
         None => CAPABILITY_TTL,
         Some(s) if (1..=CAPABILITY_TTL.as_secs()).contains(&s) => Duration::from_secs(s),

@@ -14,6 +14,7 @@ pub use attachments::{DEFAULT_ATTACHMENT_MAX_BYTES, DEFAULT_ATTACHMENT_URL_TTL};
 mod body;
 mod browser;
 mod computers;
+mod console;
 mod exec;
 mod files;
 mod homes;
@@ -28,6 +29,7 @@ mod openapi;
 pub use openapi::document_json as openapi_json;
 mod screens;
 mod secrets;
+mod tokens;
 pub(crate) mod tunnel_ws;
 
 pub(crate) use body::{forward, PUMP_CHUNK};
@@ -35,9 +37,11 @@ pub use body::{ApiError, RespBody};
 pub use exec::EXEC_STREAM_CONTENT_TYPE;
 pub use listener::{serve, HttpArgs, HttpConfig};
 
+use crate::clock::now_ms;
 use crate::core::{Core, CoreError};
 use crate::route::{Auth, Endpoint, IdleUse, Route, RouteError};
 use crate::schema::code::ApiCode;
+use crate::tokens::Principal;
 use crate::tunnel::TunnelError;
 use body::{invalid_json, json_response, read_json};
 use gateway_proto::{BotId, BotLease, LeaseToken, Secret};
@@ -135,7 +139,13 @@ impl Api {
         }
     }
 
-    /// Whether the request carries the API token.
+    /// Whether `presented` is the server's own token.
+    fn is_server_token(&self, presented: &[u8]) -> bool {
+        let presented: [u8; 32] = Sha256::digest(presented).into();
+        presented.ct_eq(&self.token_sha256).into()
+    }
+
+    /// Whether the request carries the server's own API token.
     fn authorized(&self, req: &Request<Incoming>) -> bool {
         let Some(value) = req.headers().get(header::AUTHORIZATION) else {
             return false;
@@ -165,6 +175,12 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
             "/cap/<redacted>"
         };
         info!(%method, path = logged, status = resp.status().as_u16(), "http request");
+        return metrics::record(&api.core.metrics, None, started, None, resp);
+    }
+    // The console's page and files (docs/console.md): files, not operations.
+    if console::is_page(&path) {
+        let resp = console::page(&api, &method, &path).await;
+        info!(%method, path = %path, status = resp.status().as_u16(), "http request");
         return metrics::record(&api.core.metrics, None, started, None, resp);
     }
     let route = Route::parse(&method, &path);
@@ -198,8 +214,8 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
     metrics::record(&api.core.metrics, op, started, head, resp)
 }
 
-/// The concerns around every route, in order: authentication, then idle suspension's gate,
-/// then the route's handler.
+/// The concerns around every route, in order: authentication and authorization, then idle
+/// suspension's gate, then the route's handler.
 async fn serve_route(
     api: &Arc<Api>,
     route: Result<Route, RouteError>,
@@ -208,13 +224,32 @@ async fn serve_route(
     let route = match route {
         Ok(route) => route,
         // A path that is no route is refused as any path under the token is: 401 first.
-        Err(e) if !e.public && !api.authorized(&req) => return Err(unauthorized()),
+        Err(e) if !e.public && authenticate(api, &req).await?.is_none() => {
+            return Err(unauthorized())
+        }
         Err(e) => return Err(ApiError::new(e.code, e.message)),
     };
     let endpoint = route.endpoint();
-    if endpoint.auth() == Auth::Token && !api.authorized(&req) {
-        return Err(unauthorized());
-    }
+    let who = match endpoint.auth() {
+        auth if auth.token() => {
+            let who = authenticate(api, &req).await?.ok_or_else(unauthorized)?;
+            who.check_csrf(&req)?;
+            let who = who.into_principal();
+            authorize(api, &who, &route).await?;
+            Some(who)
+        }
+        // The MCP endpoint also takes its own session tokens, which it checks itself.
+        Auth::McpToken => match authenticate(api, &req).await? {
+            Some(who) => {
+                who.check_csrf(&req)?;
+                let who = who.into_principal();
+                authorize(api, &who, &route).await?;
+                Some(who)
+            }
+            None => None,
+        },
+        _ => None,
+    };
     // Operations on a computer pass idle suspension's gate: refused while it holds its claim,
     // counted while they run (until their response is sent), and recorded as a use.
     let computer = route.computer().map(str::to_owned);
@@ -222,7 +257,7 @@ async fn serve_route(
         api,
         endpoint,
         computer.as_deref(),
-        dispatch(api, route, req),
+        dispatch(api, who.as_ref(), route, req),
     )
     .await?;
     Ok(match operation {
@@ -233,6 +268,154 @@ async fn serve_route(
 
 fn unauthorized() -> ApiError {
     ApiError::new(ApiCode::Unauthorized, "missing or wrong API token")
+}
+
+/// How a request proved who it is.
+enum Credential {
+    /// `Authorization: Bearer`: the server's token or a scoped one.
+    Bearer(Principal),
+    /// The console's session cookie.
+    Session(crate::tokens::Session),
+}
+
+impl Credential {
+    /// A state-changing request under a session cookie must carry the session's CSRF token
+    /// (`X-CSRF-Token`): a page of another site can make a browser send the cookie (a form
+    /// post), never the header.
+    fn check_csrf(&self, req: &Request<Incoming>) -> Result<(), ApiError> {
+        let Credential::Session(s) = self else {
+            return Ok(());
+        };
+        if matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD) {
+            return Ok(());
+        }
+        let presented = req
+            .headers()
+            .get(console::CSRF_HEADER)
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        if !same_secret(presented, s.csrf.as_bytes()) {
+            return Err(ApiError::new(
+                ApiCode::Csrf,
+                format!(
+                    "a request signed in by the console's cookie must carry its {} header",
+                    console::CSRF_HEADER
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn into_principal(self) -> Principal {
+        match self {
+            Credential::Bearer(p) => p,
+            Credential::Session(s) => s.principal,
+        }
+    }
+}
+
+/// Whether a presented secret is `expected` (non-empty), compared in constant time.
+fn same_secret(presented: &[u8], expected: &[u8]) -> bool {
+    let a: [u8; 32] = Sha256::digest(presented).into();
+    let b: [u8; 32] = Sha256::digest(expected).into();
+    !presented.is_empty() && bool::from(a.ct_eq(&b))
+}
+
+/// Who the request is: a bearer token (the server's, or a live scoped one; any other bearer is
+/// a 401 even beside a cookie), else a live console session's cookie, else nobody.
+async fn authenticate(api: &Api, req: &Request<Incoming>) -> Result<Option<Credential>, ApiError> {
+    if let Some(value) = req.headers().get(header::AUTHORIZATION) {
+        if api.authorized(req) {
+            return Ok(Some(Credential::Bearer(Principal::server())));
+        }
+        let presented = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        return match api.core.tokens.verify(presented, now_ms()).await {
+            Ok(Some(p)) => Ok(Some(Credential::Bearer(p))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(ApiError::internal(e)),
+        };
+    }
+    let Some(cookie) = console::session_cookie(req) else {
+        return Ok(None);
+    };
+    match api.core.tokens.session(&cookie, now_ms()).await {
+        Ok(s) => Ok(s.map(Credential::Session)),
+        Err(e) => Err(ApiError::internal(e)),
+    }
+}
+
+/// Whether `who` may take `route`: a computer, job or workspace it does not see answers as a
+/// missing one does (404), whatever its role; then a role below the route's is a 403.
+async fn authorize(api: &Api, who: &Principal, route: &Route) -> Result<(), ApiError> {
+    if !who.unlimited() {
+        if let Some(id) = route.computer() {
+            let c = api.core.get(id).await?;
+            if !who.sees(&c) {
+                return Err(CoreError::NotFound(id.to_owned()).into());
+            }
+        }
+        match route {
+            Route::GetJob { job } | Route::ReleaseInterrupted { job } => {
+                jobs::check_scope(api, who, job).await?
+            }
+            Route::GetWorkspaceNetwork { workspace }
+            | Route::SetWorkspaceNetwork { workspace }
+            | Route::ListSecrets { workspace }
+            | Route::PutSecret { workspace, .. }
+            | Route::DeleteSecret { workspace, .. }
+                if !who.sees_workspace(workspace) =>
+            {
+                return Err(ApiError::new(
+                    ApiCode::NotFound,
+                    format!("no workspace {workspace}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let Some(need) = route.endpoint().auth().role() else {
+        return Ok(());
+    };
+    if who.role < need {
+        return Err(ApiError::new(
+            ApiCode::Forbidden,
+            format!(
+                "{} needs an {} token; this one is a {}'s",
+                route.endpoint().name(),
+                need.as_str(),
+                who.role.as_str()
+            ),
+        ));
+    }
+    // What is on no computer or workspace (tokens, homes' maintenance, metrics) is for a token
+    // that sees everything.
+    let scoped = route.computer().is_some()
+        || matches!(
+            route,
+            Route::GetJob { .. }
+                | Route::ReleaseInterrupted { .. }
+                | Route::GetWorkspaceNetwork { .. }
+                | Route::SetWorkspaceNetwork { .. }
+                | Route::ListSecrets { .. }
+                | Route::PutSecret { .. }
+                | Route::DeleteSecret { .. }
+                | Route::ListComputers {}
+                | Route::CreateComputer {}
+        );
+    if !scoped && !who.unlimited() {
+        return Err(ApiError::new(
+            ApiCode::Forbidden,
+            format!(
+                "{} needs a token that is not limited to workspaces",
+                route.endpoint().name()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `op`, the operation `e` on computer `id`, inside idle suspension's gate: the one call
@@ -306,6 +489,7 @@ impl hyper::body::Body for Operating {
 /// Each route to its handler: the one match over [`Route`].
 async fn dispatch(
     api: &Arc<Api>,
+    who: Option<&Principal>,
     route: Route,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
@@ -322,10 +506,10 @@ async fn dispatch(
         Route::OpenApi {} => Ok(openapi::response()),
         Route::Tunnel {} => tunnel_ws::upgrade(api.tunnel_carrier.as_ref(), req),
         Route::Metrics {} => Ok(metrics::scrape(&api.core).await),
-        Route::Mcp { computer, bot } => mcp::serve(api, &computer, &bot, req).await,
+        Route::Mcp { computer, bot } => mcp::serve(api, who, &computer, &bot, req).await,
         Route::Download { token } => attachments::download(api, &token).await,
-        Route::CreateComputer {} => computers::create(api, req).await,
-        Route::ListComputers {} => computers::list(api).await,
+        Route::CreateComputer {} => computers::create(api, principal(who)?, req).await,
+        Route::ListComputers {} => computers::list(api, principal(who)?).await,
         Route::GetComputer { computer } => computers::show(api, &computer).await,
         Route::DestroyComputer { computer } => computers::destroy(api, &computer).await,
         Route::StopComputer { computer } => computers::stop(api, &computer).await,
@@ -361,10 +545,14 @@ async fn dispatch(
         }
         Route::Observe { computer, bot } => screens::observe(api, &computer, bot, req).await,
         Route::Act { computer, bot } => screens::act(api, &computer, bot, req).await,
-        Route::LiveUrl { computer, bot } => live::url(api, &computer, bot, None, req).await,
+        Route::LiveUrl { computer, bot } => {
+            // A viewer watches: it gets view capabilities only.
+            let viewer = principal(who)?.role < crate::tokens::Role::Operator;
+            live::url(api, &computer, bot, None, viewer, req).await
+        }
         Route::TerminalUrl { computer, bot } => {
             let kind = Some(CapabilityKind::Terminal);
-            live::url(api, &computer, bot, kind, req).await
+            live::url(api, &computer, bot, kind, false, req).await
         }
         Route::Takeover { computer, bot } => live::takeover(api, &computer, bot, req).await,
         Route::ReleaseControl { computer, bot } => {
@@ -402,7 +590,18 @@ async fn dispatch(
         Route::ListSecrets { workspace } => secrets::list(api, &workspace).await,
         Route::PutSecret { workspace, name } => secrets::put(api, &workspace, &name, req).await,
         Route::DeleteSecret { workspace, name } => secrets::delete(api, &workspace, &name).await,
+        Route::CreateToken {} => tokens::create(api, req).await,
+        Route::ListTokens {} => tokens::list(api).await,
+        Route::RevokeToken { token } => tokens::revoke(api, &token).await,
+        Route::OpenSession {} => console::open(api, req).await,
+        Route::ShowSession {} => console::show(api, &req).await,
+        Route::CloseSession {} => console::close(api, &req).await,
     }
+}
+
+/// The principal of a route that takes a token (always set for one: `serve_route` checked it).
+fn principal(who: Option<&Principal>) -> Result<&Principal, ApiError> {
+    who.ok_or_else(unauthorized)
 }
 
 /// One query parameter of a request.

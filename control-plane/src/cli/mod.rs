@@ -23,6 +23,7 @@ pub mod network;
 pub mod screen;
 pub mod secret;
 pub mod serve;
+pub mod token;
 
 pub use browser::BrowserCmd;
 pub use computer::ComputerCmd;
@@ -135,6 +136,10 @@ pub enum Command {
     /// computers hold placeholders; the egress gateway sends the value to its domains only.
     #[command(subcommand)]
     Secret(secret::SecretCmd),
+    /// Scoped API tokens: create (admin, operator or viewer; limited to workspaces;
+    /// expiring), list, revoke.
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// Build the computer image for the docker provider.
     #[command(subcommand)]
     Image(crate::image::ImageCmd),
@@ -270,6 +275,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Activity(a) => activity::run(&g, a).await,
         Command::Mcp(cmd) => mcp::run(&g, cmd).await,
         Command::Secret(cmd) => secret::run(&g, cmd).await,
+        Command::Token(cmd) => token::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());
             Ok(0)

@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "secrets",
         sql: include_str!("../../migrations/0012_secrets.sql"),
     },
+    Migration {
+        version: 13,
+        name: "tokens",
+        sql: include_str!("../../migrations/0013_tokens.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -155,11 +155,19 @@ async fn read_file(path: &Path, name: &str) -> Served {
 /// (docs/screens.md#live-views), no Referer (the URL is the credential), no sniffing, and a content
 /// security policy that allows this origin only.
 pub fn cap_headers<B>(resp: &mut Response<B>) {
-    let h = resp.headers_mut();
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store, no-transform"),
+    strict_headers(
+        resp,
+        "no-store, no-transform",
+        "default-src 'self'; script-src 'self'; connect-src 'self'; \
+         img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; base-uri 'none'; \
+         form-action 'none'; frame-ancestors 'self'",
     );
+}
+
+/// The headers of a page of ours: `cache` and `csp` as given, no Referer, no sniffing.
+pub fn strict_headers<B>(resp: &mut Response<B>, cache: &'static str, csp: &'static str) {
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     h.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
@@ -170,11 +178,7 @@ pub fn cap_headers<B>(resp: &mut Response<B>) {
     );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; script-src 'self'; connect-src 'self'; \
-             img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; base-uri 'none'; \
-             form-action 'none'",
-        ),
+        HeaderValue::from_static(csp),
     );
 }
 

@@ -41,12 +41,17 @@ codes! {
     PathRejected = "path_rejected", 400, "a path outside the home (absolute, `..`, or through a \
         symlink)";
     Unauthorized = "unauthorized", 401, "no `Authorization: Bearer <api token>`, or a wrong one";
-    Forbidden = "forbidden", 403, "the session token is for another computer or bot";
+    Forbidden = "forbidden", 403, "the token's role is below the route's (a viewer's cannot take \
+        control), or an MCP session token is for another computer or bot";
+    Csrf = "csrf", 403, "a state-changing request signed in by the console's cookie without its \
+        `X-CSRF-Token`";
     NotFound = "not_found", 404, "no such computer, bot lease, stored home or path";
     JobNotFound = "job_not_found", 404, "no such maintenance job";
     NoRoute = "no_route", 404, "no route for that method and path";
     MethodNotAllowed = "method_not_allowed", 405, "the path takes another method";
     BodyTimeout = "body_timeout", 408, "the request body did not arrive in time";
+    UnsupportedMediaType = "unsupported_media_type", 415, "the body is not of the type the \
+        route takes (JSON)";
     LengthRequired = "length_required", 411, "uploads stream and need a `Content-Length`";
     PayloadTooLarge = "payload_too_large", 413, "a request body over its limit (1 MiB for JSON)";
     TooLarge = "too_large", 413, "a file over the size asked for";

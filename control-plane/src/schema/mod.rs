@@ -29,6 +29,7 @@ pub mod mcp;
 pub mod network;
 pub mod screen;
 pub mod secret;
+pub mod token;
 
 #[cfg(test)]
 mod tests;

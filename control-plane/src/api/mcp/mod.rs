@@ -66,8 +66,14 @@ fn unauthorized() -> ApiError {
 
 /// Whether the request may use the endpoint of `binding`: the API token, or a session token
 /// for exactly this computer and bot.
-fn authorize(api: &Api, binding: &Binding, req: &Request<Incoming>) -> Result<(), ApiError> {
-    if api.authorized(req) {
+fn authorize(
+    api: &Api,
+    who: Option<&crate::tokens::Principal>,
+    binding: &Binding,
+    req: &Request<Incoming>,
+) -> Result<(), ApiError> {
+    // An API token the router already authorized for this computer.
+    if who.is_some() {
         return Ok(());
     }
     let presented = req
@@ -93,6 +99,7 @@ fn authorize(api: &Api, binding: &Binding, req: &Request<Incoming>) -> Result<()
 /// `… /v1/mcp/{computer}/{bot}`.
 pub async fn serve(
     api: &Arc<Api>,
+    who: Option<&crate::tokens::Principal>,
     id: &str,
     bot: &str,
     req: Request<Incoming>,
@@ -101,7 +108,7 @@ pub async fn serve(
         computer: id.to_string(),
         bot: parse_bot(bot)?,
     };
-    authorize(api, &binding, &req)?;
+    authorize(api, who, &binding, &req)?;
     // The computer must exist (the session's tools would all fail otherwise).
     api.core.get(id).await?;
     let session = req

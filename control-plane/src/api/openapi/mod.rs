@@ -82,8 +82,10 @@ impl Doc {
             .collect();
         params.extend(op.query);
         let mut codes = op.codes;
-        if e.auth() == Auth::Token {
-            codes.push(ApiCode::Unauthorized);
+        if e.auth().token() {
+            // Any token route refuses a role below its own, and a cookie-signed change
+            // without its CSRF token.
+            codes.extend([ApiCode::Unauthorized, ApiCode::Forbidden, ApiCode::Csrf]);
         }
         let mut by_status: BTreeMap<u16, Vec<ApiCode>> = BTreeMap::new();
         for code in codes {
@@ -115,6 +117,9 @@ impl Doc {
         }
         if matches!(e.auth(), Auth::Public | Auth::Guest) {
             spec.insert("security".into(), json!([]));
+        }
+        if let Some(role) = e.auth().role() {
+            spec.insert("x-rakazo-role".into(), json!(role.as_str()));
         }
         if !params.is_empty() {
             spec.insert("parameters".into(), Value::Array(params));
@@ -228,7 +233,8 @@ pub fn document() -> Value {
                 "bearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "The API token (`rakazo serve` prints where it is).",
+                    "description": "The API token (`rakazo serve` prints where it is), or a \
+                        scoped one from `rakazo token create`.",
                 },
             },
         },

@@ -22,6 +22,9 @@ use crate::schema::screen::{
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
 };
 use crate::schema::secret::{PutSecret, SecretDeleted, SecretInfo, SecretList};
+use crate::schema::token::{
+    CreateToken, CreatedToken, OpenSession, SessionInfo, TokenInfo, TokenList,
+};
 use crate::schema::{Empty, Health};
 use serde_json::{json, Value};
 
@@ -708,6 +711,52 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             codes(&[JSON_BODY]),
         )
         .body(json_body(doc.of::<SetNetworkPolicy>(), true)),
+        E::CreateToken => op(
+            "tokens",
+            "Make a scoped API token: admin, operator or viewer, optionally limited to \
+             workspaces and expiring. Its value is answered this once.",
+            (
+                201,
+                json_ok("The token, with its value.", doc.of::<CreatedToken>()),
+            ),
+            codes(&[JSON_BODY, &[Exists]]),
+        )
+        .body(json_body(doc.of::<CreateToken>(), true)),
+        E::ListTokens => op(
+            "tokens",
+            "The scoped tokens (never their values).",
+            (200, json_ok("The tokens.", doc.of::<TokenList>())),
+            vec![],
+        ),
+        E::RevokeToken => op(
+            "tokens",
+            "Revoke a token: it and its console sessions stop working at once.",
+            (200, json_ok("The token, revoked.", doc.of::<TokenInfo>())),
+            vec![NotFound],
+        ),
+        E::OpenSession => op(
+            "console",
+            "Sign the console in with an API token: sets the HttpOnly session cookie and answers \
+             the session's CSRF token.",
+            (200, json_ok("The session.", doc.of::<SessionInfo>())),
+            codes(&[JSON_BODY, &[Unauthorized, Csrf, UnsupportedMediaType]]),
+        )
+        .body(json_body(doc.of::<OpenSession>(), true)),
+        E::ShowSession => op(
+            "console",
+            "The console session of the request's cookie.",
+            (200, json_ok("The session.", doc.of::<SessionInfo>())),
+            vec![Unauthorized],
+        ),
+        E::CloseSession => op(
+            "console",
+            "Sign the console out (with the session's `X-CSRF-Token`): the session ends.",
+            (
+                204,
+                json!({ "description": "Signed out; the cookie is cleared." }),
+            ),
+            vec![Unauthorized, Csrf],
+        ),
         E::Health => op(
             "service",
             "Whether the server answers (no token needed).",
