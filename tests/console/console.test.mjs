@@ -12,8 +12,9 @@
 //                                   revoked here with the real CLI (RAKAZO_BIN, RAKAZO_CONSOLE_ADMIN_TOKEN)
 //   RAKAZO_CONSOLE_UPLOAD_LIMIT     the server's --attachment-max-bytes (small, to meet a 413)
 //   RAKAZO_CONSOLE_SCREENSHOTS      where to write a screenshot of every view
-//   RAKAZO_CONSOLE_SECRETS_OUT      a file this script writes the session cookies it saw to (one a
-//                                   line), for the caller to check the server log against
+//   RAKAZO_CONSOLE_SECRETS_OUT      a file this script writes the session cookies and capability
+//                                   tokens it saw to (one a line), for the caller to check the
+//                                   server log against
 //
 // It exits 0 only when every step passed, printing `N passed, 0 failed`, and prints the
 // measurements as `console-bench: name=value` lines (printed, never asserted).
@@ -76,6 +77,15 @@ async function step(name, fn) {
     }
     throw e;
   }
+}
+
+/** Records the sealed token of every capability URL a context's pages open (for the log check). */
+function track(ctx) {
+  ctx.on("request", (r) => {
+    const m = /\/cap\/([^/?#]+)/.exec(new URL(r.url()).pathname);
+    if (m) cookiesSeen.add(m[1]);
+  });
+  return ctx;
 }
 
 const shot = (page, name, opts = {}) => page.screenshot(Object.assign({ path: path.join(SHOTS, name + ".png") }, opts));
@@ -251,7 +261,7 @@ async function main() {
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
   });
   browser.on("disconnected", () => console.log("the browser went away"));
-  const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const ctx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
   const page = await ctx.newPage();
   page.on("crash", () => console.log("the console page crashed"));
   watch(page, "operator page");
@@ -448,7 +458,7 @@ async function main() {
   });
 
   await step("a viewer sees the screen but no take-control, shell or upload; the API refuses them", async () => {
-    const vctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const vctx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
     const vpage = await vctx.newPage();
     watch(vpage, "viewer page");
     await signIn(vpage, VIEWER);
@@ -493,7 +503,7 @@ async function main() {
   });
 
   await step("a viewer of another workspace sees no computer and gets 404 for this one", async () => {
-    const octx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const octx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
     const opage = await octx.newPage();
     watch(opage, "other viewer page");
     await signIn(opage, OTHER);
@@ -527,6 +537,26 @@ async function main() {
     check(r.status === 403, "a cookie without X-CSRF-Token is refused, got " + r.status);
     check((await r.json()).error.code === "csrf", "with code csrf");
     check((await state(OPERATOR)) === "running", "the computer still runs");
+  });
+
+  await step("phone width: the list and the computer stay usable", async () => {
+    const pctx = track(await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true }));
+    const ppage = await pctx.newPage();
+    watch(ppage, "phone page");
+    await signIn(ppage, OPERATOR);
+    cookiesSeen.add((await pctx.cookies(BASE)).find((k) => k.name === "rakazo_session").value);
+    await ppage.getByRole("link", { name: COMPUTER }).waitFor({ timeout: LONG });
+    await shot(ppage, "phone-list", { fullPage: true });
+    const overflow = await ppage.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    check(overflow <= 1, "no sideways scrolling at phone width: " + overflow + " px");
+    await ppage.getByRole("link", { name: COMPUTER }).click();
+    const frame = await frameOf(ppage.locator(`iframe.screen-frame[data-bot="${BOT}"]`));
+    await until("the screen at phone width", async () => (await canvasColours(frame)) >= 3);
+    check((await ppage.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)) <= 1, "no sideways scrolling in the computer view");
+    await ppage.getByRole("tab", { name: "Files" }).waitFor();
+    await shot(ppage, "phone-computer", { fullPage: true });
+    await ppage.getByRole("button", { name: "Sign out" }).click();
+    await pctx.close();
   });
 
   await step("release control closes the shell", async () => {
@@ -563,26 +593,8 @@ async function main() {
     await page.locator(".events li", { hasText: "stopped" }).first().waitFor({ timeout: LONG });
   });
 
-  await step("phone width: the list and the computer stay usable", async () => {
-    const pctx = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
-    const ppage = await pctx.newPage();
-    watch(ppage, "phone page");
-    await signIn(ppage, OPERATOR);
-    cookiesSeen.add((await pctx.cookies(BASE)).find((k) => k.name === "rakazo_session").value);
-    await ppage.getByRole("link", { name: COMPUTER }).waitFor({ timeout: LONG });
-    await shot(ppage, "phone-list", { fullPage: true });
-    const overflow = await ppage.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-    check(overflow <= 1, "no sideways scrolling at phone width: " + overflow + " px");
-    await ppage.getByRole("link", { name: COMPUTER }).click();
-    await ppage.getByRole("tab", { name: "Files" }).waitFor();
-    await ppage.waitForTimeout(800);
-    await shot(ppage, "phone-computer", { fullPage: true });
-    await ppage.getByRole("button", { name: "Sign out" }).click();
-    await pctx.close();
-  });
-
   await step("keyboard: the sign-in form and the list work without a mouse", async () => {
-    const kctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const kctx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
     const kpage = await kctx.newPage();
     await kpage.goto(BASE + "/console");
     await kpage.getByLabel("API token").waitFor();

@@ -222,18 +222,24 @@ async fn the_console_in_chromium_signs_in_watches_controls_and_keeps_secrets_out
     );
 
     // Nothing secret reached the server's log: tokens (the world checks every added secret),
-    // session cookies, capability paths.
-    let cookies = std::fs::read_to_string(secrets.path())?;
-    let cookies: Vec<&str> = cookies.lines().filter(|l| l.len() >= 16).collect();
-    assert!(!cookies.is_empty(), "the browser run reported its cookies");
-    for cookie in &cookies {
-        w.add_secret(cookie);
+    // session cookies and capability tokens the browser saw; a capability path is logged
+    // redacted only.
+    let seen = std::fs::read_to_string(secrets.path())?;
+    let seen: Vec<&str> = seen.lines().filter(|l| l.len() >= 16).collect();
+    assert!(
+        seen.len() >= 4,
+        "the browser run reported its cookies and capability tokens"
+    );
+    for secret in &seen {
+        w.add_secret(secret);
     }
     let log = w.log();
-    assert!(
-        !log.contains("/cap/"),
-        "a capability path in the server log"
-    );
+    let caps: Vec<&str> = log
+        .match_indices("/cap/")
+        .map(|(i, _)| &log[i..(i + 20).min(log.len())])
+        .filter(|at| !at.starts_with("/cap/<redacted>"))
+        .collect();
+    assert!(caps.is_empty(), "capability paths in the server log");
     assert!(
         !log.contains("rakazo_session="),
         "a session cookie in the server log"

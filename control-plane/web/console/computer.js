@@ -79,6 +79,7 @@ export function ComputerView({ id, bot: routeBot }) {
   const [win, setWin] = useState("files");
   const [hidden, setHidden] = useState(false);
   const [commandTick, setCommandTick] = useState(0);
+  const [maintaining, setMaintaining] = useState(false);
   const now = useNow(1000);
   usePoll(
     async (signal) => {
@@ -160,7 +161,7 @@ export function ComputerView({ id, bot: routeBot }) {
         <div><dt>Up</dt><dd>${duration(m.uptime_secs * 1000)}</dd></div>`}
     </dl>
     ${error && html`<p class="error" role="alert">${error}</p>`}
-    <${Maintenance} computer=${c} />
+    <${Maintenance} computer=${c} onActive=${setMaintaining} />
     <div class=${"stage" + (hidden ? " windows-hidden" : "")}>
       <div class="screen-area">
         ${running
@@ -172,7 +173,9 @@ export function ComputerView({ id, bot: routeBot }) {
             ${server.can("operator") && html`<${AddBot} computer=${id} />`}
             ${bot && html`<div role="tabpanel" aria-label=${"Screen of " + bot}>
               <${ControlBar} bot=${bot} control=${control} onTake=${take} onRelease=${release} />
-              <${Screen} key=${bot + (control ? ":control:" + control.lease : ":view")} computer=${id} bot=${bot} policy=${control ? "control" : "view"} />
+              ${maintaining
+                ? html`<div class="screen-off" role="status"><p>A maintenance job holds this computer: its screen comes back when the job is done.</p></div>`
+                : html`<${Screen} key=${bot + (control ? ":control:" + control.lease : ":view")} computer=${id} bot=${bot} policy=${control ? "control" : "view"} />`}
             </div>`}`
           : html`<div class="screen-off"><p>${c.state === "stopped" ? "This computer is stopped: its screens are off. Files shows its stored home." : c.state === "running" ? "This computer's guest is not connected." : "This computer is " + c.state + "."}</p></div>`}
       </div>

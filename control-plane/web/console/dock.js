@@ -181,7 +181,7 @@ export function Files({ computer, running, bot, control, visible, commandTick })
       <span class="muted">or drop a file here</span>
       ${upload && html`<div class="progress" role="status">
         <span>${upload.name}</span>
-        <progress max=${upload.total || 1} value=${upload.sent} aria-label=${"Upload of " + upload.name}></progress>
+        ${!upload.error && html`<progress max=${upload.total || 1} value=${upload.sent} aria-label=${"Upload of " + upload.name}></progress>`}
         <span>${upload.error ? "" : upload.done ? "uploaded to " + upload.done : bytes(upload.sent) + " / " + bytes(upload.total)}</span>
         ${upload.error && html`<span class="error" role="alert">${upload.error}</span>`}
       </div>`}

@@ -48,7 +48,8 @@ function Interrupted({ job, onDone }) {
   </div>`;
 }
 
-export function Maintenance({ computer }) {
+/** The computer's maintenance section; `onActive(bool)` hears whether a job reserves it. */
+export function Maintenance({ computer, onActive }) {
   const [jobs, setJobs] = useState(null);
   const [busy, setBusy] = useState(null);
   const [confirmRecover, setConfirmRecover] = useState(false);
@@ -59,6 +60,7 @@ export function Maintenance({ computer }) {
   // A running job opens the section; only the person closes it.
   useEffect(() => {
     if (active) setOpen(true);
+    if (onActive) onActive(active);
   }, [active]);
   usePoll(
     async (signal) => {
