@@ -11,6 +11,10 @@ bin="${CARGO_TARGET_DIR:-target}/debug"
 if [ ! -f tests/bench/page/node_modules/playwright-core/package.json ]; then
   (cd tests/bench/page && npm ci --no-audit --no-fund --silent)
 fi
+# bench_console drives the console with the console test's packages (playwright-core, axe-core).
+if [ ! -f tests/console/node_modules/playwright-core/package.json ]; then
+  (cd tests/console && npm ci --no-audit --no-fund --silent)
+fi
 failed=()
 for b in "$bin"/bench_*; do
   name="$(basename "$b")"

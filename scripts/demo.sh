@@ -42,6 +42,11 @@ set -e
 echo
 echo "The control plane is running: try  RAKAZO_DATA_DIR=$RAKAZO_DATA_DIR $BIN/rakazo exec $ID -- ls -la"
 [ -n "$VIEW" ] && echo "Watch bot-1's desktop in a browser (a view-only link, valid 60 minutes): $VIEW"
+# A token for a person, limited to the demo's workspace, kept in a 0600 file (never argv or a URL).
+( umask 077; "$BIN/rakazo" token create --role operator --workspace demo --expires 1d --name demo \
+    > "$RAKAZO_DATA_DIR/console-token" 2>/dev/null )
+echo "The console: open http://$RAKAZO_HTTP_ADDR/console and sign in with the operator token in"
+echo "  $RAKAZO_DATA_DIR/console-token   (or the server's admin token, $RAKAZO_DATA_DIR/api-token)"
 if [ "${RAKAZO_DEMO_EXIT:-0}" = 1 ]; then exit 0; fi
 echo "Ctrl-C stops it."
 wait $SERVER

@@ -208,6 +208,21 @@ async fn scoped_tokens_see_their_workspaces_only_through_api_cli_and_mcp() -> Re
         .filter_map(|c| c["id"].as_str())
         .collect();
     ensure!(ids == [alpha.as_str()], "{ids:?}");
+    // The console's list asks for each running computer's machine report too.
+    let (s, _, list) = Raw::new(Method::GET, "/v1/computers?machine=true")
+        .bearer(&viewer)
+        .send(&w)
+        .await?;
+    ensure!(s == StatusCode::OK, "{s}");
+    ensure!(
+        list["computers"][0]["machine"]["memory_total_bytes"].as_u64() > Some(0),
+        "{list}"
+    );
+    let (s, _, _) = Raw::new(Method::GET, "/v1/computers?machine=maybe")
+        .bearer(&viewer)
+        .send(&w)
+        .await?;
+    ensure!(s == StatusCode::BAD_REQUEST);
     let path = format!("/v1/computers/{beta}");
     let (s, _, hidden) = Raw::new(Method::GET, &path)
         .bearer(&viewer)

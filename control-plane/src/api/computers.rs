@@ -8,6 +8,7 @@ use crate::tokens::Principal;
 use gateway_proto::op::StatusRequest;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,13 +102,40 @@ pub async fn create(
     Ok(json_response(StatusCode::CREATED, &view(&c)))
 }
 
-pub async fn list(api: &Arc<Api>, who: &Principal) -> Result<Response<RespBody>, ApiError> {
+/// `GET /v1/computers[?machine=true]`: the computers `who` sees; with `machine`, each running
+/// one's machine report too (a report younger than [`MACHINE_REPORT_REUSE`] is reused; the
+/// guests are asked [`MACHINE_LIST_CONCURRENCY`] at a time, each within [`MACHINE_LIST_WAIT`],
+/// so a list never waits on a silent guest for long).
+pub async fn list(
+    api: &Arc<Api>,
+    who: &Principal,
+    query: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let with_machine = match query.get("machine").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad_request("machine must be true or false")),
+    };
     let all = api.core.list().await?;
-    let computers = all
-        .iter()
-        .filter(|c| who.sees(c))
-        .map(|c| with_idle(api, c))
-        .collect();
+    let seen: Vec<&Computer> = all.iter().filter(|c| who.sees(c)).collect();
+    let mut computers: Vec<schema::Computer> = seen.iter().map(|c| with_idle(api, c)).collect();
+    if with_machine {
+        use futures_util::StreamExt;
+        // Owned futures: the stream's closure borrows nothing (which `Send` across the
+        // listener's spawn needs).
+        let owned: Vec<Computer> = seen.iter().map(|c| (*c).clone()).collect();
+        let reports: Vec<Option<schema::Machine>> = futures_util::stream::iter(owned)
+            .map(|c| {
+                let api = api.clone();
+                async move { machine_cached(&api, &c).await }
+            })
+            .buffered(MACHINE_LIST_CONCURRENCY)
+            .collect()
+            .await;
+        for (c, m) in computers.iter_mut().zip(reports) {
+            c.machine = m;
+        }
+    }
     Ok(json_response(StatusCode::OK, &ComputerList { computers }))
 }
 
@@ -119,6 +147,37 @@ pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
         ..with_idle(api, &c)
     };
     Ok(json_response(StatusCode::OK, &shown))
+}
+
+/// How long a machine report is reused by the list.
+const MACHINE_REPORT_REUSE: Duration = Duration::from_secs(3);
+/// How long the list waits for one guest's report.
+const MACHINE_LIST_WAIT: Duration = Duration::from_secs(1);
+/// How many guests the list asks at once.
+const MACHINE_LIST_CONCURRENCY: usize = 16;
+
+/// [`machine`] for the list: a recent report is reused, and a guest gets [`MACHINE_LIST_WAIT`].
+async fn machine_cached(api: &Api, c: &Computer) -> Option<schema::Machine> {
+    if c.state != ComputerState::Running {
+        return None;
+    }
+    let now = crate::clock::monotonic();
+    if let Some((at, m)) = api.machines.lock().ok()?.get(c.id.as_str()) {
+        if now.duration_since(*at) < MACHINE_REPORT_REUSE {
+            return Some(m.clone());
+        }
+    }
+    let m = tokio::time::timeout(MACHINE_LIST_WAIT, machine(api, c))
+        .await
+        .ok()
+        .flatten()?;
+    if let Ok(mut cache) = api.machines.lock() {
+        // Forget what is long gone (destroyed computers' reports), so the cache stays the size of
+        // the fleet.
+        cache.retain(|_, (at, _)| now.duration_since(*at) < 20 * MACHINE_REPORT_REUSE);
+        cache.insert(c.id.as_str().to_string(), (now, m.clone()));
+    }
+    Some(m)
 }
 
 /// The guest's report on a running computer's machine; `None` when it is not connected, or

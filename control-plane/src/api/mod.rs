@@ -92,6 +92,9 @@ pub struct Api {
     tunnel_carrier: Option<carrier::Carrier>,
     /// The MCP endpoint's sessions (`crate::mcp`).
     mcp: mcp::Mcp,
+    /// The machine reports the computer list reuses (`computers::list`), by computer.
+    machines:
+        std::sync::Mutex<HashMap<String, (std::time::Instant, crate::schema::computer::Machine)>>,
 }
 
 impl Api {
@@ -109,6 +112,7 @@ impl Api {
             https: false,
             tunnel_carrier: None,
             mcp: mcp::Mcp::default(),
+            machines: Default::default(),
         }
     }
 
@@ -509,7 +513,7 @@ async fn dispatch(
         Route::Mcp { computer, bot } => mcp::serve(api, who, &computer, &bot, req).await,
         Route::Download { token } => attachments::download(api, &token).await,
         Route::CreateComputer {} => computers::create(api, principal(who)?, req).await,
-        Route::ListComputers {} => computers::list(api, principal(who)?).await,
+        Route::ListComputers {} => computers::list(api, principal(who)?, &query).await,
         Route::GetComputer { computer } => computers::show(api, &computer).await,
         Route::DestroyComputer { computer } => computers::destroy(api, &computer).await,
         Route::StopComputer { computer } => computers::stop(api, &computer).await,

@@ -216,10 +216,20 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
         .body(json_body(doc.of::<CreateComputer>(), true)),
         E::ListComputers => op(
             "computers",
-            "List computers.",
-            (200, json_ok("Every computer.", doc.of::<ComputerList>())),
-            vec![],
-        ),
+            "List the computers the token sees.",
+            (
+                200,
+                json_ok("Every computer it sees.", doc.of::<ComputerList>()),
+            ),
+            vec![BadRequest],
+        )
+        .query([query(
+            "machine",
+            false,
+            "`true`: each running computer's machine report too (reused for 3 s; a guest \
+             that does not answer within 1 s is shown without one).",
+            json!({ "type": "string", "enum": ["true", "false"] }),
+        )]),
         E::GetComputer => op(
             "computers",
             "Show a computer, with its machine's figures when its guest is connected.",
