@@ -5,7 +5,7 @@ import * as server from "./api.js";
 import { bytes, duration, messageOf, useNow, usePoll } from "./util.js";
 import { JobPill, isActive } from "./maintenance.js";
 
-/** Details of running computers (show, screens, jobs) refreshed at most this often, for this many. */
+/** Bots (screens) and jobs of computers refreshed at most this often, for this many. */
 const DETAIL_EVERY_MS = 10000;
 const DETAIL_MAX = 50;
 
@@ -110,7 +110,8 @@ export function ComputerList({ session }) {
   const now = useNow(1000);
   const refresh = async (signal) => {
     try {
-      const v = await server.api("GET", "/v1/computers");
+      // With each running computer's machine report (load, memory, home, desktops).
+      const v = await server.api("GET", "/v1/computers?machine=true");
       if (signal && signal.aborted) return;
       setList(v.computers.filter((c) => c.state !== "destroyed"));
       setError(null);
@@ -119,18 +120,17 @@ export function ComputerList({ session }) {
     }
   };
   usePoll(refresh, 2000, []);
-  // Bots with desktops, machine figures and jobs: a few requests per computer, less often.
+  // Bots with desktops and jobs: two requests per computer, less often.
   const ids = (list || []).filter((c) => c.state === "running" && c.connected).slice(0, DETAIL_MAX).map((c) => c.id);
   usePoll(
     async (signal) => {
       const all = (list || []).slice(0, DETAIL_MAX).map(async (c) => {
         const running = c.state === "running" && c.connected;
-        const [show, screens, jobs] = await Promise.all([
-          running ? server.get(server.c(c.id)).catch(() => null) : null,
+        const [screens, jobs] = await Promise.all([
           running ? server.get(server.c(c.id, "screens")).catch(() => null) : null,
           server.get(server.c(c.id, "jobs")).catch(() => null),
         ]);
-        return [c.id, { machine: show && show.machine, bots: screens ? screens.screens.map((s) => s.bot) : null, job: jobs && jobs.jobs[0] }];
+        return [c.id, { bots: screens ? screens.screens.map((s) => s.bot) : null, job: jobs && jobs.jobs[0] }];
       });
       const got = Object.fromEntries(await Promise.all(all));
       if (!signal.aborted) setDetails(got);
@@ -160,7 +160,7 @@ export function ComputerList({ session }) {
           <tbody>
             ${rows.map((c) => {
               const d = details[c.id] || {};
-              const m = d.machine;
+              const m = c.machine;
               return html`<tr key=${c.id}>
                 <td data-label="Computer"><a href=${"#/c/" + encodeURIComponent(c.id)} class="computer-link">${c.id}</a>${c.kind === "private" && html` <span class="muted">private</span>`}</td>
                 <td data-label="State"><${StateBadge} c=${c} /></td>
