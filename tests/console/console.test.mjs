@@ -308,6 +308,10 @@ async function main() {
     }
     bench.first_page_js_css_gzip_bytes = js + css;
     bench.first_page_html_gzip_bytes = html;
+    await page.getByLabel("API token").fill("rkz_" + "0".repeat(64));
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").filter({ hasText: "not accepted" }).waitFor({ timeout: LONG });
+    check((await page.getByLabel("API token").inputValue()) === "", "the field is cleared after sending");
     await page.getByLabel("API token").fill(OPERATOR);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByRole("button", { name: "Sign out" }).waitFor({ timeout: LONG });
@@ -364,7 +368,7 @@ async function main() {
     await until("the control screen connected", async () => (await statusOf(frame)) === "connected");
     await until("its canvas shows the desktop", async () => (await canvasColours(frame)) >= 3);
     await shot(page, "control");
-    await ctx.routeWebSocket(/\/cap\/[^/]+\/ws$/, (ws) => {
+    await ctx.routeWebSocket(/\/cap\/[^/]+\/ws(\?|$)/, (ws) => {
       const server = ws.connectToServer();
       routed.push({ ws, server });
     });
@@ -397,7 +401,11 @@ async function main() {
     const same = after === "back-" + pid.slice(4);
     bench.shell_reattached_same_shell = same ? 1 : 0;
     console.log(`shell after the drop: ${same ? "the same shell" : "a new shell"} (${pid} then ${after})`);
-    if (process.env.RAKAZO_CONSOLE_EXPECT_REATTACH === "1") check(same, "the same shell came back");
+    // A terminal page that resumes its shell (docs/screens.md#reconnecting) must get the same
+    // one back; one that does not yet gets a fresh, working shell.
+    const resumes = (await (await fetch(BASE + "/assets/live/terminal.js")).text()).includes("resume=1");
+    console.log(`the terminal page ${resumes ? "resumes its shell" : "opens a fresh shell"} after a drop`);
+    if (resumes) check(same, "the same shell came back after the drop");
     await shot(page, "shell-reconnected");
   });
 
