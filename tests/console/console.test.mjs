@@ -575,6 +575,17 @@ async function main() {
     check((await page.locator("iframe.shell-frame").count()) === 0, "no shell frame without control");
   });
 
+  await step("Open shell takes control and opens a shell; releasing closes it again", async () => {
+    await page.getByRole("button", { name: "Open shell" }).click();
+    await page.getByText(/You have control of .* left/).waitFor({ timeout: LONG });
+    const frame = await frameOf(page.locator("iframe.shell-frame"));
+    await until("the new shell connected", async () => (await statusOf(frame)) === "connected");
+    check(/^opened-\d+$/.test(await shellRun(page, frame, "echo opened-$$", /^opened-\d+$/)), "the shell answers");
+    await page.getByRole("button", { name: "Release control" }).click();
+    await page.getByRole("button", { name: "Open shell" }).waitFor({ timeout: LONG });
+    check((await page.locator("iframe.shell-frame").count()) === 0, "the shell is closed with control");
+  });
+
   await step("maintenance: an update runs as a job whose progress the pill shows", async () => {
     await page.locator("summary", { hasText: "Maintenance" }).click();
     await page.getByRole("button", { name: "Update", exact: true }).click();
