@@ -1,4 +1,4 @@
-// Maintenance (docs/console.md#maintenance): update and recover jobs with their progress pill,
+// Maintenance (docs/console.md#a-computer): update and recover jobs with their progress pill,
 // and releasing an interrupted job once a person confirms its workers are stopped.
 import { html, useEffect, useState } from "./lib/preact.js";
 import * as server from "./api.js";
