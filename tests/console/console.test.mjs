@@ -289,6 +289,7 @@ async function main() {
     await page.getByLabel("API token").waitFor();
     page.off("response", collect);
     await shot(page, "signin");
+    await axe(page, "the sign-in page");
     // The first page: everything it loaded to show the sign-in form, as gzip would send it.
     let js = 0;
     let css = 0;
@@ -492,6 +493,7 @@ async function main() {
     check((await vpage.locator("#upload-file").count()) === 0, "no upload");
     check((await vpage.getByRole("button", { name: /^(Stop|Destroy)/ }).count()) === 0, "no lifecycle buttons");
     await shot(vpage, "viewer");
+    await axe(vpage, "the viewer's computer view");
     // The API refuses what the UI hides, with the viewer's own session.
     const statuses = await vpage.evaluate(async ({ c, bot }) => {
       const s = await (await fetch("/console/session")).json();
@@ -610,6 +612,7 @@ async function main() {
     await page.getByRole("button", { name: "File " + upName }).click({ timeout: LONG });
     await page.locator(".preview pre").getByText(`uploaded from the console ${uniq}`).waitFor({ timeout: LONG });
     await shot(page, "stopped-files");
+    await axe(page, "a stopped computer's files");
     await page.getByRole("tab", { name: "Activity" }).click();
     await page.locator(".events li", { hasText: "stopped" }).first().waitFor({ timeout: LONG });
   });
