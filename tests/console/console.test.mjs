@@ -590,6 +590,40 @@ async function main() {
     check((await page.locator("iframe.shell-frame").count()) === 0, "the shell is closed with control");
   });
 
+  await step("a run waiting for a person: a banner takes over its screen", async () => {
+    const lease = await acquire("run-waiting");
+    try {
+      const r = await raw("POST", computerPath("leases", BOT, "waiting_takeover"), { token: OPERATOR, body: { lease } });
+      check(r.ok, "waiting_takeover answered " + r.status);
+      const screens = await (await raw("GET", computerPath("screens"), { token: OPERATOR })).json();
+      const reported = screens.screens.some((x) => "waiting_takeover" in x);
+      console.log(`the screens list ${reported ? "reports" : "does not report yet"} waiting_takeover`);
+      // Until the server reports the mark, the page is shown it through a route that adds it to
+      // the real answer; the takeover itself is real (allowed because the run is waiting).
+      const screensRoute = /\/v1\/computers\/[^/]+\/screens$/;
+      if (!reported)
+        await page.route(screensRoute, async (route) => {
+          const real = await route.fetch();
+          const body = await real.json();
+          for (const x of body.screens) if (x.bot === BOT) x.waiting_takeover = true;
+          await route.fulfill({ response: real, json: body });
+        });
+      try {
+        await page.getByRole("button", { name: "Take over " + BOT }).waitFor({ timeout: LONG });
+        await shot(page, "waiting-takeover");
+        await page.getByRole("button", { name: "Take over " + BOT }).click();
+        await page.getByText(/You have control of .* left/).waitFor({ timeout: LONG });
+        check((await page.getByRole("button", { name: "Take over " + BOT }).count()) === 0, "the banner goes once under control");
+        await page.getByRole("button", { name: "Release control" }).click();
+        await page.getByRole("button", { name: "Take control" }).waitFor({ timeout: LONG });
+      } finally {
+        if (!reported) await page.unroute(screensRoute);
+      }
+    } finally {
+      await releaseLease(lease);
+    }
+  });
+
   await step("maintenance: an update runs as a job whose progress the pill shows", async () => {
     await page.locator("summary", { hasText: "Maintenance" }).click();
     await page.getByRole("button", { name: "Update", exact: true }).click();

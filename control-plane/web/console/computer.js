@@ -80,6 +80,9 @@ export function ComputerView({ id, bot: routeBot }) {
   const [hidden, setHidden] = useState(false);
   const [commandTick, setCommandTick] = useState(0);
   const [maintaining, setMaintaining] = useState(false);
+  // Bots whose run asked for a person (`waiting_takeover`), when the server reports it per screen.
+  const [waiting, setWaiting] = useState([]);
+  const [takeError, setTakeError] = useState(null);
   const now = useNow(1000);
   usePoll(
     async (signal) => {
@@ -100,7 +103,10 @@ export function ComputerView({ id, bot: routeBot }) {
   usePoll(
     async (signal) => {
       const v = await server.get(server.c(id, "screens"));
-      if (!signal.aborted) setBots(v.screens.map((s) => s.bot));
+      if (!signal.aborted) {
+        setBots(v.screens.map((s) => s.bot));
+        setWaiting(v.screens.filter((s) => s.waiting_takeover).map((s) => s.bot));
+      }
     },
     5000,
     [id],
@@ -119,10 +125,11 @@ export function ComputerView({ id, bot: routeBot }) {
   const all = [...new Set([...bots, ...(c && c.bot ? [c.bot] : []), ...(routeBot ? [routeBot] : [])])];
   const bot = routeBot || all[0] || null;
   const control = bot ? controls[bot] : null;
-  const take = async () => {
-    const v = await server.post(server.c(id, "screens", bot, "takeover"), {});
-    setControls((cs) => Object.assign({}, cs, { [bot]: { lease: v.control_lease, expires: v.expires_at_ms } }));
+  const takeOf = async (b) => {
+    const v = await server.post(server.c(id, "screens", b, "takeover"), {});
+    setControls((cs) => Object.assign({}, cs, { [b]: { lease: v.control_lease, expires: v.expires_at_ms } }));
   };
+  const take = () => takeOf(bot);
   const release = async () => {
     try {
       await server.post(server.c(id, "screens", bot, "release-control"), {});
@@ -161,6 +168,19 @@ export function ComputerView({ id, bot: routeBot }) {
         <div><dt>Up</dt><dd>${duration(m.uptime_secs * 1000)}</dd></div>`}
     </dl>
     ${error && html`<p class="error" role="alert">${error}</p>`}
+    ${server.can("operator") && waiting.filter((b) => !controls[b]).map((b) => html`<div class="banner" role="alert" key=${b}>
+      <span><strong>${b}</strong> is waiting for a person to take over its screen.</span>
+      <button type="button" class="primary" onClick=${async () => {
+        location.hash = botHash(id, b);
+        setTakeError(null);
+        try {
+          await takeOf(b);
+        } catch (e) {
+          setTakeError(messageOf(e));
+        }
+      }}>Take over ${b}</button>
+    </div>`)}
+    ${takeError && html`<p class="error" role="alert">${takeError}</p>`}
     <${Maintenance} computer=${c} onActive=${setMaintaining} />
     <div class=${"stage" + (hidden ? " windows-hidden" : "")}>
       <div class="screen-area">
