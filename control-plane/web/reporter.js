@@ -1,5 +1,6 @@
 // The page reporter (docs/screens.md#live-views): tells the embedding app how the live
-// connection goes, with `loading`, `connecting`, `connected`, `failed` and `disconnected`, and
+// connection goes, with `loading`, `connecting`, `connected`, `failed`, `disconnected` and (a
+// terminal finding its shell again) `reconnecting`, and
 // keeps every state on the page (data-rakazo-status, window.rakazoStatus) for whoever inspects
 // it. It also removes VideoDecoder before noVNC loads, so noVNC never picks the WebCodecs path.
 (function () {

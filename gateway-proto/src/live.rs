@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 /// Longest control-lease id accepted on the wire.
 pub const MAX_CONTROL_LEASE_ID_LEN: usize = 64;
+/// Longest terminal session key accepted on the wire.
+pub const MAX_TERMINAL_KEY_LEN: usize = 64;
 
 /// What a capability allows (the policy sealed into its URL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -20,7 +22,8 @@ pub enum CapabilityKind {
     View,
     /// Watch and drive the bot's desktop (only under the user's control lease).
     Control,
-    /// A fresh shell under the user's control lease.
+    /// A shell under the user's control lease: a fresh one, or the one a dropped connection
+    /// left (see [`TerminalResume`]).
     Terminal,
 }
 
@@ -45,6 +48,24 @@ pub struct ConnectRequest {
     pub control_lease: Option<String>,
     /// Where a terminal's shell starts (ignored for `View` and `Control`).
     pub start: StartDir,
+    /// How a terminal's shell is found again after a dropped connection (`Terminal` only;
+    /// `None`: a fresh shell that ends with its connection).
+    pub terminal: Option<TerminalResume>,
+}
+
+/// The key a terminal's shell is kept under while its connection is away
+/// (docs/screens.md#reconnecting), and whether this connection asks for it back.
+///
+/// The control plane derives the key from the capability URL and the page's own session id, so
+/// only the page that opened a shell, through the same URL, finds it again; the guest looks it up
+/// only among the terminals of the same bot and control lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalResume {
+    /// 1 to [`MAX_TERMINAL_KEY_LEN`] characters of `[A-Za-z0-9_-]`.
+    pub key: String,
+    /// The page lost its connection and asks for its shell again: when it is gone (the grace
+    /// period passed, the guest restarted) the fresh shell says so.
+    pub resume: bool,
 }
 
 /// Which of a bot's capabilities to revoke.
@@ -66,8 +87,17 @@ pub struct RevokeRequest {
 
 /// Checks a control-lease id as the guest and control plane both require it.
 pub fn valid_control_lease_id(id: &str) -> bool {
+    valid_id(id, MAX_CONTROL_LEASE_ID_LEN)
+}
+
+/// Checks a terminal session key ([`TerminalResume::key`]).
+pub fn valid_terminal_key(key: &str) -> bool {
+    valid_id(key, MAX_TERMINAL_KEY_LEN)
+}
+
+fn valid_id(id: &str, max: usize) -> bool {
     !id.is_empty()
-        && id.len() <= MAX_CONTROL_LEASE_ID_LEN
+        && id.len() <= max
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')

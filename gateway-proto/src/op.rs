@@ -50,7 +50,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   memory, home use and live desktops; `ScreenInfo.idle_ms` (screen eviction picks the
 ///   oldest idle screen).
 /// - 9: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// - 10: `ConnectRequest.terminal` (`TerminalResume`): a terminal's shell outlives a dropped
+///   connection for a grace period and the same page gets it back.
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

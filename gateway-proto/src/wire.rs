@@ -22,4 +22,7 @@ pub const RESET_ABORTED: u32 = 4;
 /// The capability was revoked. Sent by the guest on a live view, control or terminal stream when
 /// a `Revoke` (or the end of the control lease) removed the capability: the control plane
 /// concludes the stream ended by policy, not by failure, and closes its client's connection.
+/// Sent by the control plane on a live stream whose capability no longer holds (revoked,
+/// expired, control released or lapsed): the guest ends what serves it at once (a terminal's
+/// shell does not wait for its page to reconnect).
 pub const RESET_REVOKED: u32 = 5;

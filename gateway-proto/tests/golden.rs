@@ -17,7 +17,9 @@ use gateway_proto::home::{
     ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
-use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::live::{
+    CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
+};
 use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
@@ -92,7 +94,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 9);
+    assert_eq!(PROTOCOL_VERSION, 10);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -413,9 +415,10 @@ fn request_connect_and_revoke() {
             kind: CapabilityKind::Control,
             control_lease: Some("cl-1".into()),
             start: StartDir::Home,
+            terminal: None,
         }),
-        // variant 13, bot, Control, Some("cl-1"), start Home
-        "0000000f 0d 05626f742d31 01 01 04636c2d31 00",
+        // variant 13, bot, Control, Some("cl-1"), start Home, no terminal session
+        "00000010 0d 05626f742d31 01 01 04636c2d31 00 00",
     );
     golden(
         &Request::Connect(ConnectRequest {
@@ -423,8 +426,9 @@ fn request_connect_and_revoke() {
             kind: CapabilityKind::View,
             control_lease: None,
             start: StartDir::Home,
+            terminal: None,
         }),
-        "0000000a 0d 05626f742d31 00 00 00",
+        "0000000b 0d 05626f742d31 00 00 00 00",
     );
     golden(
         &Request::Connect(ConnectRequest {
@@ -432,8 +436,23 @@ fn request_connect_and_revoke() {
             kind: CapabilityKind::Terminal,
             control_lease: None,
             start: StartDir::BotDir,
+            terminal: None,
         }),
-        "0000000a 0d 05626f742d31 02 00 01", // a terminal in bots/<bot>/
+        "0000000b 0d 05626f742d31 02 00 01 00", // a terminal in bots/<bot>/
+    );
+    golden(
+        &Request::Connect(ConnectRequest {
+            bot: bot(),
+            kind: CapabilityKind::Terminal,
+            control_lease: Some("cl-1".into()),
+            start: StartDir::Home,
+            terminal: Some(TerminalResume {
+                key: "k-1".into(),
+                resume: true,
+            }),
+        }),
+        // ..., Some(TerminalResume { key "k-1", resume true })
+        "00000015 0d 05626f742d31 02 01 04636c2d31 00 01 036b2d31 01",
     );
     golden(
         &Request::Revoke(RevokeRequest {

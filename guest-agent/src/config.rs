@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where the configuration comes from: the process environment in `main`, a map in tests.
 pub trait ConfigSource {
@@ -129,6 +130,10 @@ pub struct Config {
     /// `RAKAZO_RUN_AS`: the user a root guest drops to for good at start (`privilege`); a
     /// non-root guest must already be it. Never root.
     pub run_as: Option<RunAs>,
+    /// `RAKAZO_TERMINAL_GRACE_SECS` (0 to 3600, default 60): how long a terminal whose
+    /// connection dropped keeps its shell for the page to reattach (docs/screens.md#reconnecting);
+    /// 0 ends it with its connection.
+    pub terminal_grace: Duration,
 }
 
 /// Where the tunnel's websocket carrier is: `http(s)://host[:port]/path` (or `ws(s)://`).
@@ -302,6 +307,7 @@ impl Config {
                 .unwrap_or_else(|| "/usr/bin/chromium".into()),
         );
         let workspace_user = workspace_user(src)?;
+        let terminal_grace = terminal_grace(src)?;
         let run_as = src
             .get(RUN_AS)
             .map(|v| parse_run_as(&v).map_err(|reason| invalid(RUN_AS, reason)))
@@ -329,6 +335,7 @@ impl Config {
             home,
             runtime_dir,
             screen_limit,
+            terminal_grace,
             chromium,
             workspace_user,
             run_as,
@@ -454,6 +461,21 @@ pub fn ensure_private_dir(dir: &std::path::Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `RAKAZO_TERMINAL_GRACE_SECS`: whole seconds, at most an hour.
+fn terminal_grace(src: &dyn ConfigSource) -> Result<Duration, ConfigError> {
+    const KEY: &str = "RAKAZO_TERMINAL_GRACE_SECS";
+    let Some(v) = src.get(KEY) else {
+        return Ok(crate::gateway::TERMINAL_GRACE);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(secs) if secs <= 3600 => Ok(Duration::from_secs(secs)),
+        _ => Err(invalid(
+            KEY,
+            format!("expected whole seconds from 0 to 3600, got {v:?}"),
+        )),
+    }
+}
+
 fn read_token_file(path: &str) -> Result<String, ConfigError> {
     const KEY: &str = "RAKAZO_ENROLL_TOKEN_FILE";
     let meta = std::fs::metadata(path).map_err(|e| invalid(KEY, format!("{path}: {e}")))?;
@@ -519,6 +541,25 @@ mod tests {
         env.remove("RAKAZO_WORKSPACE_UID");
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("needs RAKAZO_WORKSPACE_UID"), "{err}");
+    }
+
+    #[test]
+    fn the_terminal_grace_is_whole_seconds_up_to_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        let grace =
+            |env: &HashMap<String, String>| Config::from_source(env).map(|c| c.terminal_grace);
+        assert_eq!(grace(&env).unwrap(), Duration::from_secs(60));
+        for (v, secs) in [("0", 0), ("5", 5), ("3600", 3600)] {
+            env.insert("RAKAZO_TERMINAL_GRACE_SECS".into(), v.into());
+            assert_eq!(grace(&env).unwrap(), Duration::from_secs(secs));
+        }
+        for bad in ["3601", "-1", "1.5", "x", ""] {
+            env.insert("RAKAZO_TERMINAL_GRACE_SECS".into(), bad.into());
+            let err = grace(&env).unwrap_err().to_string();
+            assert!(err.contains("RAKAZO_TERMINAL_GRACE_SECS"), "{err}");
+        }
     }
 
     #[test]

@@ -88,6 +88,7 @@ fn main() {
     let mut gateway =
         guest_agent::gateway::GatewayConfig::new(config.runtime_dir.clone(), config.home.clone());
     gateway.workspace_user = config.workspace_user;
+    gateway.terminal_grace = config.terminal_grace;
     let ops = Arc::new(Ops::with_gateway(home, screens.clone(), gateway));
     runtime.block_on(async move {
         tokio::select! {

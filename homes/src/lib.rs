@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod cas;
 pub mod seal;
 pub mod store;
 pub mod testing;

@@ -116,6 +116,9 @@ pub struct WorldOptions {
     pub default_provider: Option<String>,
     /// More `rakazo serve` environment (the HTTP listener's settings, TLS files).
     pub env: Vec<(String, String)>,
+    /// More environment for the guests of local computers, set by the test's guest wrapper
+    /// (e.g. `RAKAZO_TERMINAL_GRACE_SECS`).
+    pub guest_env: Vec<(String, String)>,
     /// Another replica's data dir: its shared secrets (API token, capability key, tunnel
     /// certificate and key) are copied into this world's before its server starts, as an
     /// operator does for a second replica on the same PostgreSQL.
@@ -517,10 +520,17 @@ impl World {
             .unwrap_or_else(|| bin("rakazo-guest"));
         let dir = self.tokens_dir.path();
         let script = dir.join("guest.sh");
+        let quote = |v: &str| format!("'{}'", v.replace('\'', "'\\''"));
+        let exports: String = self
+            .opts
+            .guest_env
+            .iter()
+            .map(|(k, v)| format!("export {k}={}\n", quote(v)))
+            .collect();
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\n\
+                "#!/bin/sh\n{exports}\
                  if [ -n \"$RAKAZO_ENROLL_TOKEN_FILE\" ]; then\n\
                  \x20 cp \"$RAKAZO_ENROLL_TOKEN_FILE\" '{}'/\"$RAKAZO_COMPUTER_ID\" 2>/dev/null \
                  || cp \"$RAKAZO_ENROLL_TOKEN_FILE\" \"$RAKAZO_ENROLL_TOKEN_FILE.copy\" 2>/dev/null\n\

@@ -22,7 +22,7 @@ use crate::schema::screen::{
     ControlReleased, ControlTaken, LiveUrl, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
 };
 use crate::tunnel::TunnelError;
-use gateway_proto::live::{CapabilityKind, ConnectRequest};
+use gateway_proto::live::{CapabilityKind, ConnectRequest, TerminalResume};
 use gateway_proto::BotId;
 use gateway_proto::{LeaseToken, StartDir};
 use hyper::body::Incoming;
@@ -350,6 +350,46 @@ pub(super) fn switching_protocols(key: &[u8]) -> Response<RespBody> {
     resp
 }
 
+/// Shortest and longest page session id (`?session=`) of a terminal websocket.
+const TERMINAL_SESSION_ID_LEN: std::ops::RangeInclusive<usize> = 16..=64;
+
+/// The session key of a terminal websocket (docs/screens.md#reconnecting): `?session=<id>` is
+/// the page's own random id (16 to 64 characters of `[A-Za-z0-9_-]`), `&resume=1` asks for the
+/// shell that id had. The key the guest gets is a SHA-256 of the URL's token and the id: only
+/// the same page through the same URL finds its shell again, and the guest never sees either.
+/// Without `session` the shell ends with its connection.
+fn terminal_resume(
+    token: &str,
+    req: &hyper::Request<Incoming>,
+) -> Result<Option<TerminalResume>, &'static str> {
+    use sha2::Digest;
+    let query = |key: &str| {
+        let q = req.uri().query()?;
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
+    };
+    let Some(session) = query("session") else {
+        return Ok(None);
+    };
+    let valid = TERMINAL_SESSION_ID_LEN.contains(&session.len())
+        && session
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        return Err("the terminal session id must be 16 to 64 characters of [A-Za-z0-9_-]");
+    }
+    let mut h = sha2::Sha256::new();
+    h.update(b"rakazo terminal session\0");
+    h.update(token.as_bytes());
+    h.update(b"\0");
+    h.update(session.as_bytes());
+    Ok(Some(TerminalResume {
+        key: hex::encode(h.finalize()),
+        resume: query("resume").as_deref() == Some("1"),
+    }))
+}
+
 async fn websocket(
     api: &Arc<Api>,
     token: &str,
@@ -365,6 +405,16 @@ async fn websocket(
         Err(status) => return refusal(status),
     };
     let policy = cap.policy;
+    let terminal = match policy {
+        CapabilityKind::Terminal => match terminal_resume(token, &req) {
+            Ok(t) => t,
+            Err(why) => {
+                handshake_failed(&cid, Some(policy), "bad_terminal_session");
+                return refusal_with(StatusCode::BAD_REQUEST, why);
+            }
+        },
+        CapabilityKind::View | CapabilityKind::Control => None,
+    };
     // A place among the URL's streams is taken before the guest is asked, so a refused upgrade
     // costs the guest nothing; the guard gives it back however the stream ends.
     let guard = match api.core.live.streams.register(
@@ -396,6 +446,7 @@ async fn websocket(
         kind: policy,
         control_lease: cap.scope.control_lease.clone(),
         start,
+        terminal,
     };
     let opened = match api.core.guest_for(&cap.scope.computer, &connect).await {
         Ok(guest) => guest.connect(connect).await,

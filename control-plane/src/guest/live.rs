@@ -25,7 +25,8 @@ pub struct LiveStream {
 }
 
 impl Guest {
-    /// Opens a live connection to the bot's desktop or a new terminal.
+    /// Opens a live connection to the bot's desktop or a terminal (a new shell, or the one the
+    /// request's session key finds again).
     pub async fn connect(&self, req: ConnectRequest) -> Result<LiveStream, ConnectError> {
         let mut op = self.open(req).await.map_err(ConnectError::Open)?;
         match self.answer::<ConnectRequest>(&mut op.rx).await {
@@ -61,9 +62,16 @@ impl LiveStream {
         self.rx.abort();
     }
 
-    /// Resets both directions (revoked, or the guest's side failed).
+    /// Resets both directions (the guest's side failed, or the browser's upgrade did).
     pub fn abort(&mut self) {
         self.tx.abort();
+        self.rx.abort();
+    }
+
+    /// Resets both directions because the capability was revoked or expired: the guest stops
+    /// what serves it at once (a terminal's shell does not wait for a reattachment).
+    pub fn revoke(&mut self) {
+        self.tx.revoke();
         self.rx.abort();
     }
 }

@@ -82,6 +82,24 @@ where
     let mut frames = (policy == CapabilityKind::Terminal).then(FrameCheck::new);
     let mut recheck = tokio::time::interval_at(started + RECHECK_EVERY, RECHECK_EVERY);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The guest's side ended: a revocation decided here (whose `Revoke` to the guest ends that
+    // side too, maybe before this task sees its guard) is still told as one, so that a terminal
+    // page stops instead of reconnecting.
+    let upstream_end = |guard: &StreamGuard| -> (Initiator, &'static str, Option<CloseFrame>) {
+        if guard.cancel.is_cancelled() {
+            (
+                Initiator::Revoked,
+                "revoked",
+                Some(close_frame(CloseCode::Policy, "revoked")),
+            )
+        } else {
+            (
+                Initiator::Upstream,
+                "upstream_closed",
+                Some(close_frame(CloseCode::Away, "upstream closed")),
+            )
+        }
+    };
     // Who ended the stream, why (the event's `reason`), and the close frame the browser gets.
     let (initiator, reason, close): (Initiator, &'static str, Option<CloseFrame>) = loop {
         tokio::select! {
@@ -94,7 +112,7 @@ where
                         }
                     }
                     if op.write(bytes).await.is_err() {
-                        break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
+                        break upstream_end(&ctx.guard);
                     }
                 }
                 // Pings are answered by the websocket layer; text has no meaning here.
@@ -108,12 +126,10 @@ where
                         break (Initiator::Client, "client_closed", None);
                     }
                     if ended {
-                        break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
+                        break upstream_end(&ctx.guard);
                     }
                 }
-                Ok(None) | Err(_) => {
-                    break (Initiator::Upstream, "upstream_closed", Some(close_frame(CloseCode::Away, "upstream closed")));
-                }
+                Ok(None) | Err(_) => break upstream_end(&ctx.guard),
             },
             _ = recheck.tick() => {
                 if let Err(r) = check(&ctx.core, &ctx.cap, now_ms()).await {
@@ -132,9 +148,12 @@ where
         }
     };
     match initiator {
-        // The browser is gone: end the guest's side cleanly so it can tidy up.
+        // The browser is gone: end the guest's side cleanly so it can tidy up (a terminal's
+        // shell then waits for the page to reconnect, docs/screens.md#reconnecting).
         Initiator::Client => op.end(),
-        Initiator::Upstream | Initiator::Revoked => op.abort(),
+        Initiator::Upstream => op.abort(),
+        // Revoked or expired: the guest ends a terminal's shell at once.
+        Initiator::Revoked => op.revoke(),
     }
     if let Some(frame) = close {
         // Bounded: a browser that does not read cannot hold the task.

@@ -2,7 +2,7 @@
 
 use super::deadlines::{within, Deadlines};
 use super::TunnelError;
-use gateway_proto::wire::{RESET_ABORTED, RESET_PROTOCOL};
+use gateway_proto::wire::{RESET_ABORTED, RESET_PROTOCOL, RESET_REVOKED};
 use gateway_proto::{encode, FrameDecoder, FrameError};
 use serde::{de::DeserializeOwned, Serialize};
 use std::time::Duration;
@@ -138,6 +138,12 @@ impl OpSender {
     /// Resets our side so the guest sees the abort at once.
     pub fn abort(&mut self) {
         let _ = self.send.reset(RESET_ABORTED.into());
+    }
+
+    /// Resets our side as revoked: the capability of this live stream no longer holds, and the
+    /// guest ends what serves it at once (a terminal's shell does not wait for a reattachment).
+    pub fn revoke(&mut self) {
+        let _ = self.send.reset(RESET_REVOKED.into());
     }
 }
 

@@ -266,6 +266,10 @@ pub(super) static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             kind: CapabilityKind::Terminal,
             control_lease: Some("cl-1".into()),
             start: StartDir::BotDir,
+            terminal: Some(TerminalResume {
+                key: "k-1".into(),
+                resume: false,
+            }),
         })),
         sample(Request::HomeImport(HomeImportRequest {
             size: 1 << 30,

@@ -17,7 +17,9 @@ use gateway_proto::home::{
     ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
-use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::live::{
+    CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
+};
 use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,

@@ -200,8 +200,14 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
                 })
             }),
         Just(Request::Ping),
-        (bot_id(), 0u8..3, option::of(text()), any::<bool>()).prop_map(
-            |(bot, kind, control_lease, bot_dir)| {
+        (
+            bot_id(),
+            0u8..3,
+            option::of(text()),
+            any::<bool>(),
+            option::of((text(), any::<bool>())),
+        )
+            .prop_map(|(bot, kind, control_lease, bot_dir, terminal)| {
                 Request::Connect(ConnectRequest {
                     bot,
                     kind: [
@@ -215,9 +221,9 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
                     } else {
                         StartDir::Home
                     },
+                    terminal: terminal.map(|(key, resume)| TerminalResume { key, resume }),
                 })
-            }
-        ),
+            }),
         (bot_id(), any::<bool>()).prop_map(|(bot, all)| {
             Request::Revoke(RevokeRequest {
                 bot,

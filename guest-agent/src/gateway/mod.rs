@@ -5,7 +5,15 @@
 //! A `Connect` finds the bot's live desktop in [`Screens`] (the control plane ensures it first),
 //! then the capability in the [`table`]: the RFB server of (bot, view|control), a socket of its
 //! own joined to the desktop's Xvnc, is started lazily and shared by that policy's clients
-//! ([`rfb`]); each terminal connection gets a fresh shell with its own socket ([`terminal`]).
+//! ([`rfb`]); a terminal connection gets a fresh shell with its own socket ([`terminal`]), or,
+//! when it carries the session key of a shell its page had before, that shell again.
+//! A terminal opened with a key outlives its connection for [`GatewayConfig::terminal_grace`]
+//! (docs/screens.md#reconnecting): a connection with the same bot, control lease and key within
+//! that time takes it over (the previous connection, if any, is closed); after it, or at once
+//! when the control plane resets the stream as revoked, the shell is stopped. At most
+//! [`MAX_DETACHED_PER_BOT`] shells of a bot wait at once; beyond that the longest waiting is
+//! stopped, and a bot at [`MAX_TERMINALS_PER_BOT`] makes room by stopping its longest waiting
+//! one before a new shell is refused.
 //! After `Opened` the bytes are relayed ([`relay`]), through the RFB filter that makes a view
 //! view-only. Revocation follows docs/screens.md#teardown: the mappings leave the
 //! table, the clients are disconnected, the servers and shells are stopped and their sockets
@@ -24,13 +32,14 @@ pub mod terminal;
 
 use crate::screens::{CapabilityRevoker, Screens};
 use gateway_proto::live::{
-    valid_control_lease_id, CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope,
+    valid_control_lease_id, valid_terminal_key, CapabilityKind, ConnectRequest, RevokeRequest,
+    RevokeScope,
 };
 use gateway_proto::{BotId, ErrorCode, Op, OpError, StartDir};
 use rfb::{ClientFilter, Policy, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use table::{CapTable, Capability, ClientGuard};
 use terminal::user::{plan_shell, shell_user, ShellPlace, WorkspaceUser};
@@ -45,8 +54,17 @@ const DISCONNECT_LIMIT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most clients one view or control server serves at once.
 const MAX_CLIENTS_PER_SERVER: usize = 32;
-/// Most terminals one bot may have open at once (each is a shell and two threads).
-const MAX_TERMINALS_PER_BOT: usize = 16;
+/// Most terminals one bot may have open at once (each is a shell and two threads), waiting for
+/// a reattachment or not.
+pub const MAX_TERMINALS_PER_BOT: usize = 16;
+/// Most terminals of one bot that wait for a reattachment at once.
+pub const MAX_DETACHED_PER_BOT: usize = 4;
+/// How long a terminal opened with a session key waits for its page to reconnect
+/// (`RAKAZO_TERMINAL_GRACE_SECS`).
+pub const TERMINAL_GRACE: Duration = Duration::from_secs(60);
+/// What a fresh shell says first when its page asked for the previous one.
+const PREVIOUS_SHELL_GONE: &str =
+    "\r\nrakazo: the previous shell is gone (it ended, or waited too long); this is a new shell\r\n";
 /// Longest socket path a `sockaddr_un` holds (108 bytes with the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -61,6 +79,9 @@ pub struct GatewayConfig {
     pub workspace_user: Option<WorkspaceUser>,
     /// Stamped whenever a terminal's shell prints (the guest's activity report).
     pub terminal_output: crate::activity::LastOutput,
+    /// How long a terminal whose connection dropped waits for its page (zero: it ends with its
+    /// connection).
+    pub terminal_grace: Duration,
 }
 
 impl GatewayConfig {
@@ -71,6 +92,7 @@ impl GatewayConfig {
             home,
             workspace_user: None,
             terminal_output: Default::default(),
+            terminal_grace: TERMINAL_GRACE,
         }
     }
 }
@@ -113,12 +135,15 @@ struct Opened {
     cancel: CancellationToken,
     guard: ClientGuard,
     filter: Option<ClientFilter>,
-    /// The terminal session's id, ended with the connection.
+    /// The terminal session's id: when the connection ends, it waits for a reattachment or
+    /// is stopped ([`Gateway::terminal_ended`]).
     terminal: Option<u64>,
 }
 
 /// The capability table of this guest and the servers behind it.
 pub struct Gateway {
+    /// Itself, for the timers of terminals waiting for a reattachment.
+    me: Weak<Gateway>,
     cfg: GatewayConfig,
     screens: Arc<Screens>,
     table: tokio::sync::Mutex<CapTable<Serving>>,
@@ -132,7 +157,8 @@ impl Gateway {
     /// A gateway over `screens`, registered with it so a desktop's teardown revokes first.
     pub fn new(cfg: GatewayConfig, screens: Arc<Screens>) -> Arc<Self> {
         let dir = cfg.runtime_dir.join("gateway");
-        let gateway = Arc::new(Self {
+        let gateway = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             cfg,
             screens: screens.clone(),
             table: tokio::sync::Mutex::new(CapTable::new(dir)),
@@ -181,11 +207,75 @@ impl Gateway {
         info!(bot = %bot, kind = kind.as_str(), end = ?end, "capability connection closed");
         drop(guard);
         if let Some(id) = terminal {
-            // A terminal lives as long as its connection: a reconnect gets a fresh shell.
-            let taken = self.table.lock().await.take_terminal(&bot, id);
-            if let Some(mut cap) = taken {
-                end_capability(&mut cap).await;
+            let revoked = matches!(
+                end,
+                relay::RelayEnd::Revoked | relay::RelayEnd::ClientRevoked
+            );
+            self.terminal_ended(&bot, id, revoked).await;
+        }
+    }
+
+    /// A terminal's connection ended: the shell waits for a reattachment when it was opened with
+    /// a session key, still runs, and was not revoked; otherwise it is stopped now. A shell that
+    /// another connection has taken over meanwhile is left to it.
+    async fn terminal_ended(&self, bot: &BotId, id: u64, revoked: bool) {
+        let grace = self.cfg.terminal_grace;
+        let mut table = self.table.lock().await;
+        // Gone already: revoked, or ended by a later connection's failure.
+        let Some(cap) = table.terminal(bot, id) else {
+            return;
+        };
+        let keep = !revoked && !grace.is_zero() && cap.reattach.is_some() && cap.serving.is_alive();
+        let mut ended = Vec::new();
+        if keep {
+            if cap.connected() > 0 {
+                return;
             }
+            let Some(generation) = table.detach(bot, id) else {
+                return;
+            };
+            for old in table.detached_beyond(bot, MAX_DETACHED_PER_BOT) {
+                ended.extend(table.take_terminal(bot, old));
+            }
+            let me = self.me.clone();
+            let waiting = bot.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                if let Some(gateway) = me.upgrade() {
+                    gateway.terminal_grace_over(&waiting, id, generation).await;
+                }
+            });
+            info!(bot = %bot, ?grace, "terminal detached; its shell waits for a reattachment");
+        } else {
+            ended.extend(table.take_terminal(bot, id));
+        }
+        drop(table);
+        for mut cap in ended {
+            end_capability(&mut cap).await;
+        }
+    }
+
+    /// The grace period of terminal `id` that began after its `generation`-th connection is
+    /// over: stopped unless a connection came since.
+    async fn terminal_grace_over(&self, bot: &BotId, id: u64, generation: u64) {
+        let taken = {
+            let mut table = self.table.lock().await;
+            let waiting = table.terminal(bot, id).is_some_and(|cap| {
+                cap.connected() == 0
+                    && cap
+                        .reattach
+                        .as_ref()
+                        .is_some_and(|r| r.attachments == generation)
+            });
+            if waiting {
+                table.take_terminal(bot, id)
+            } else {
+                None
+            }
+        };
+        if let Some(mut cap) = taken {
+            info!(bot = %bot, "terminal stopped: nobody reattached within the grace period");
+            end_capability(&mut cap).await;
         }
     }
 
@@ -265,41 +355,10 @@ impl Gateway {
                 }
             }
             CapabilityKind::Terminal => {
-                if table.terminals(&req.bot) >= MAX_TERMINALS_PER_BOT {
-                    return Err(OpError::new(
-                        ErrorCode::BadRequest,
-                        format!(
-                            "bot {} already has {MAX_TERMINALS_PER_BOT} open terminals",
-                            req.bot
-                        ),
-                    ));
-                }
-                let (id, socket) = table.allocate(req.kind);
-                check_socket_path(&socket)?;
-                let euid = nix::unistd::geteuid().as_raw();
-                let start = self.terminal_start(&req.bot, req.start, euid)?;
-                let private_session_dir = table.dir().join(format!("{id}-terminal.d"));
-                let place = ShellPlace {
-                    home: &self.cfg.home,
-                    start: &start,
-                    private_session_dir: &private_session_dir,
-                };
-                let plan = plan_shell(place, euid, self.cfg.workspace_user).map_err(failed)?;
-                let session =
-                    TerminalSession::start(plan, &socket, self.cfg.terminal_output.clone())
-                        .map_err(failed)?;
-                let cap = Capability::new(
-                    id,
-                    req.kind,
-                    lease,
-                    live.epoch(),
-                    socket.clone(),
-                    Serving::Terminal(session),
-                );
-                let cancel = cap.cancel.clone();
-                let guard = cap.client().ok_or_else(|| failed("terminal revoked"))?;
-                table.insert(&req.bot, cap);
-                (socket, cancel, guard, Some(id))
+                let opened = self
+                    .terminal_capability(&mut table, req, lease, live.epoch())
+                    .await?;
+                (opened.0, opened.1, opened.2, Some(opened.3))
             }
         };
         // From here on a revocation finds the capability in the table; the desktop may go.
@@ -334,6 +393,98 @@ impl Gateway {
             filter,
             terminal,
         })
+    }
+
+    /// The terminal a connection gets: the bot's shell kept under the request's session key (same
+    /// lease), or a fresh one. Returns its socket, cancel token, a client guard and its id.
+    async fn terminal_capability(
+        &self,
+        table: &mut CapTable<Serving>,
+        req: &ConnectRequest,
+        lease: Option<String>,
+        epoch: u64,
+    ) -> Result<(PathBuf, CancellationToken, ClientGuard, u64), OpError> {
+        let resume = req.terminal.as_ref();
+        if resume.is_some_and(|r| !valid_terminal_key(&r.key)) {
+            return Err(OpError::new(
+                ErrorCode::BadRequest,
+                "the terminal session key must be 1 to 64 characters of [A-Za-z0-9_-]",
+            ));
+        }
+        let mut notice = None;
+        if let Some(r) = resume {
+            let found = table
+                .terminal_by_key(&req.bot, lease.as_deref(), &r.key)
+                .map(|cap| (cap.id, cap.serving.is_alive()));
+            match found {
+                Some((id, true)) => {
+                    let cap = table.terminal(&req.bot, id).ok_or_else(|| failed("lost"))?;
+                    let guard = cap.client().ok_or_else(|| failed("terminal revoked"))?;
+                    if let Some(re) = cap.reattach.as_mut() {
+                        re.attachments += 1;
+                        re.detached = None;
+                    }
+                    info!(bot = %req.bot, "terminal reattached to its shell");
+                    return Ok((cap.socket.clone(), cap.cancel.clone(), guard, id));
+                }
+                Some((id, false)) => {
+                    if let Some(mut dead) = table.take_terminal(&req.bot, id) {
+                        end_capability(&mut dead).await;
+                    }
+                }
+                None => {}
+            }
+            if r.resume {
+                notice = Some(PREVIOUS_SHELL_GONE);
+            }
+        }
+        if table.terminals(&req.bot) >= MAX_TERMINALS_PER_BOT {
+            // Room is made by the shell that has waited longest for its page, if any.
+            let oldest = table.detached_beyond(&req.bot, 0).first().copied();
+            match oldest.and_then(|id| table.take_terminal(&req.bot, id)) {
+                Some(mut cap) => end_capability(&mut cap).await,
+                None => {
+                    return Err(OpError::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "bot {} already has {MAX_TERMINALS_PER_BOT} open terminals",
+                            req.bot
+                        ),
+                    ))
+                }
+            }
+        }
+        let (id, socket) = table.allocate(req.kind);
+        check_socket_path(&socket)?;
+        let euid = nix::unistd::geteuid().as_raw();
+        let start = self.terminal_start(&req.bot, req.start, euid)?;
+        let private_session_dir = table.dir().join(format!("{id}-terminal.d"));
+        let place = ShellPlace {
+            home: &self.cfg.home,
+            start: &start,
+            private_session_dir: &private_session_dir,
+        };
+        let mut plan = plan_shell(place, euid, self.cfg.workspace_user).map_err(failed)?;
+        if let Some(n) = notice {
+            plan.notice = Some(format!("{n}{}", plan.notice.unwrap_or_default()));
+        }
+        let session = TerminalSession::start(plan, &socket, self.cfg.terminal_output.clone())
+            .map_err(failed)?;
+        let mut cap = Capability::new(
+            id,
+            req.kind,
+            lease,
+            epoch,
+            socket.clone(),
+            Serving::Terminal(session),
+        );
+        if let Some(r) = resume {
+            cap = cap.with_reattach(r.key.clone());
+        }
+        let cancel = cap.cancel.clone();
+        let guard = cap.client().ok_or_else(|| failed("terminal revoked"))?;
+        table.insert(&req.bot, cap);
+        Ok((socket, cancel, guard, id))
     }
 
     /// The bot's RFB server of `kind`, started if missing, dead or made for an older desktop.

@@ -5,7 +5,9 @@
 //! input); terminal bytes pass untouched (the session decodes its frames). When the client
 //! finishes or resets its stream, the unix connection is dropped; when the unix side closes,
 //! the QUIC stream is finished; a revocation resets it with [`RESET_REVOKED`], a filter error
-//! with [`RESET_PROTOCOL`].
+//! with [`RESET_PROTOCOL`]. A client that resets with [`RESET_REVOKED`] (the control plane found
+//! the capability revoked or expired) is told apart: its terminal ends at once rather than
+//! waiting for a reattachment.
 
 use super::rfb::{ClientFilter, FilterError};
 use gateway_proto::wire::{RESET_PROTOCOL, RESET_REVOKED};
@@ -23,6 +25,8 @@ pub enum RelayEnd {
     ClientFinished,
     /// The client reset its stream or the connection to the control plane was lost.
     ClientGone,
+    /// The control plane reset the stream with [`RESET_REVOKED`]: the capability no longer holds.
+    ClientRevoked,
     /// The capability's server closed the connection.
     ServerClosed,
     /// The capability was revoked.
@@ -50,6 +54,11 @@ pub async fn relay(
                 None => match recv.read_chunk(CHUNK, true).await {
                     Ok(Some(chunk)) => chunk.bytes,
                     Ok(None) => return RelayEnd::ClientFinished,
+                    Err(quinn::ReadError::Reset(code))
+                        if code.into_inner() == u64::from(RESET_REVOKED) =>
+                    {
+                        return RelayEnd::ClientRevoked
+                    }
                     Err(_) => return RelayEnd::ClientGone,
                 },
             };
@@ -103,7 +112,7 @@ pub fn close(send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, end: &R
             let _ = send.reset(0u32.into());
             let _ = recv.stop(0u32.into());
         }
-        RelayEnd::Revoked => {
+        RelayEnd::Revoked | RelayEnd::ClientRevoked => {
             let _ = send.reset(RESET_REVOKED.into());
             let _ = recv.stop(RESET_REVOKED.into());
         }

@@ -1,8 +1,10 @@
 //! The capability table: which unix socket each live capability of each bot targets.
 //!
 //! A capability is found only by (bot, kind) for the RFB servers, or by its own id for terminal
-//! sessions; its socket path is chosen here from a counter, never from anything the control plane
-//! sent (docs/screens.md#live-views: never a path built from a token). Removing an entry is the
+//! sessions, or (a terminal a dropped connection left, docs/screens.md#reconnecting) by its bot,
+//! control lease and session key together; its socket path is chosen here from a counter, never
+//! from anything the control plane sent (docs/screens.md#live-views: never a path built from a
+//! token). Removing an entry is the
 //! first step of every revocation (docs/screens.md#teardown): once it is out of the table no new
 //! connection can reach it. What runs behind an entry (`T`) is the gateway's business; this module
 //! is plain data.
@@ -29,7 +31,22 @@ pub struct Capability<T> {
     /// Each relay holds a clone of the sender; `clients_gone` waits until all are dropped.
     clients: Option<mpsc::Sender<()>>,
     clients_rx: mpsc::Receiver<()>,
+    /// A terminal that outlives its connection: how it is found again.
+    pub reattach: Option<Reattach>,
     pub serving: T,
+}
+
+/// How a terminal session is found again after its connection dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reattach {
+    /// The session key the control plane derived for the page and URL that opened it.
+    pub key: String,
+    /// Counts the connections given to it: a grace period that began before the latest one
+    /// does not end the session.
+    pub attachments: u64,
+    /// While nobody is connected, when its connection ended, in the order of
+    /// [`CapTable::detach`] (`None` while a connection is).
+    pub detached: Option<u64>,
 }
 
 /// Held by a relay for as long as its client is connected.
@@ -55,8 +72,19 @@ impl<T> Capability<T> {
             cancel: CancellationToken::new(),
             clients: Some(tx),
             clients_rx: rx,
+            reattach: None,
             serving,
         }
+    }
+
+    /// The same capability, found again by `key` after a dropped connection.
+    pub fn with_reattach(mut self, key: String) -> Self {
+        self.reattach = Some(Reattach {
+            key,
+            attachments: 1,
+            detached: None,
+        });
+        self
     }
 
     /// A guard for one more connected client, or `None` once the capability is being revoked.
@@ -111,6 +139,8 @@ impl<T> BotCaps<T> {
 pub struct CapTable<T> {
     dir: PathBuf,
     next: u64,
+    /// Orders the detachments of terminals (which waited longest).
+    detachments: u64,
     bots: HashMap<BotId, BotCaps<T>>,
 }
 
@@ -120,6 +150,7 @@ impl<T> CapTable<T> {
         Self {
             dir,
             next: 0,
+            detachments: 0,
             bots: HashMap::new(),
         }
     }
@@ -177,6 +208,53 @@ impl<T> CapTable<T> {
         let taken = caps.terminals.remove(at);
         self.forget_if_empty(bot);
         Some(taken)
+    }
+
+    /// The terminal of `bot` kept under `key` for `lease`: never one of another bot, another
+    /// lease, or one made without a key.
+    pub fn terminal_by_key(
+        &mut self,
+        bot: &BotId,
+        lease: Option<&str>,
+        key: &str,
+    ) -> Option<&mut Capability<T>> {
+        let caps = self.bots.get_mut(bot)?;
+        caps.terminals.iter_mut().find(|c| {
+            c.lease.as_deref() == lease && c.reattach.as_ref().is_some_and(|r| r.key == key)
+        })
+    }
+
+    /// The terminal session `id` of `bot`.
+    pub fn terminal(&mut self, bot: &BotId, id: u64) -> Option<&mut Capability<T>> {
+        let caps = self.bots.get_mut(bot)?;
+        caps.terminals.iter_mut().find(|c| c.id == id)
+    }
+
+    /// Marks the kept terminal `id` of `bot` as waiting for a reattachment (its connection
+    /// ended) and returns how many connections it has had, or `None` if it is not a kept
+    /// terminal of the bot.
+    pub fn detach(&mut self, bot: &BotId, id: u64) -> Option<u64> {
+        self.detachments += 1;
+        let order = self.detachments;
+        let re = self.terminal(bot, id)?.reattach.as_mut()?;
+        re.detached = Some(order);
+        Some(re.attachments)
+    }
+
+    /// The ids of the bot's detached terminals beyond the `keep` detached most recently,
+    /// longest detached first (the ones to end to stay within a bound).
+    pub fn detached_beyond(&self, bot: &BotId, keep: usize) -> Vec<u64> {
+        let Some(caps) = self.bots.get(bot) else {
+            return Vec::new();
+        };
+        let mut detached: Vec<(u64, u64)> = caps
+            .terminals
+            .iter()
+            .filter_map(|c| Some((c.reattach.as_ref()?.detached?, c.id)))
+            .collect();
+        detached.sort_unstable();
+        let over = detached.len().saturating_sub(keep);
+        detached.into_iter().take(over).map(|(_, id)| id).collect()
     }
 
     /// Takes out every capability of `bot` that `scope` revokes: control and terminals for
@@ -273,6 +351,80 @@ mod tests {
         assert!(t.take_terminal(&a, first).is_some());
         assert!(t.take_terminal(&a, first).is_none());
         assert_eq!(t.count(&a), 1);
+    }
+
+    fn add_keyed(t: &mut CapTable<()>, b: &BotId, lease: &str, key: &str) -> u64 {
+        let (id, socket) = t.allocate(CapabilityKind::Terminal);
+        let cap = Capability::new(
+            id,
+            CapabilityKind::Terminal,
+            Some(lease.into()),
+            1,
+            socket,
+            (),
+        );
+        t.insert(b, cap.with_reattach(key.into()));
+        id
+    }
+
+    #[test]
+    fn a_kept_terminal_is_found_only_by_its_own_bot_lease_and_key() {
+        let mut t: CapTable<()> = CapTable::new("/run/g".into());
+        let (a, b) = (bot("a"), bot("b"));
+        let mine = add_keyed(&mut t, &a, "l1", "k1");
+        add(&mut t, &a, CapabilityKind::Terminal, Some("l1"));
+        let found = t.terminal_by_key(&a, Some("l1"), "k1").map(|c| c.id);
+        assert_eq!(found, Some(mine));
+        // Another bot with the same lease id and key, another lease, another key, no lease.
+        assert!(t.terminal_by_key(&b, Some("l1"), "k1").is_none());
+        assert!(t.terminal_by_key(&a, Some("l2"), "k1").is_none());
+        assert!(t.terminal_by_key(&a, Some("l1"), "k2").is_none());
+        assert!(t.terminal_by_key(&a, None, "k1").is_none());
+        // Bot b's own terminal under the same key is its own, never a's.
+        let theirs = add_keyed(&mut t, &b, "l1", "k1");
+        assert_eq!(
+            t.terminal_by_key(&b, Some("l1"), "k1").map(|c| c.id),
+            Some(theirs)
+        );
+        assert_eq!(
+            t.terminal_by_key(&a, Some("l1"), "k1").map(|c| c.id),
+            Some(mine)
+        );
+        // A terminal without a key is never found by one (not even an empty one).
+        assert!(t.terminal_by_key(&a, Some("l1"), "").is_none());
+        // Revoking a's control takes its kept terminal too; b's stays.
+        assert_eq!(t.take_scope(&a, RevokeScope::Control).len(), 2);
+        assert!(t.terminal_by_key(&a, Some("l1"), "k1").is_none());
+        assert!(t.terminal_by_key(&b, Some("l1"), "k1").is_some());
+    }
+
+    #[test]
+    fn the_longest_detached_terminals_are_the_ones_beyond_the_bound() {
+        let mut t: CapTable<()> = CapTable::new("/run/g".into());
+        let a = bot("a");
+        let ids: Vec<u64> = (0..4)
+            .map(|i| add_keyed(&mut t, &a, "l1", &format!("k{i}")))
+            .collect();
+        let attached = add_keyed(&mut t, &a, "l1", "attached");
+        let plain = add(&mut t, &a, CapabilityKind::Terminal, Some("l1"));
+        // Detached in the order 2, 0, 3, 1; `attached` is not detached, `plain` cannot be.
+        for id in [ids[2], ids[0], ids[3], ids[1]] {
+            assert_eq!(t.detach(&a, id), Some(1), "one connection so far");
+        }
+        assert_eq!(t.detach(&a, plain), None);
+        assert_eq!(t.detach(&bot("b"), ids[0]), None, "not b's");
+        assert_eq!(t.detached_beyond(&a, 4), Vec::<u64>::new());
+        assert_eq!(t.detached_beyond(&a, 2), vec![ids[2], ids[0]]);
+        assert_eq!(
+            t.detached_beyond(&a, 0),
+            vec![ids[2], ids[0], ids[3], ids[1]]
+        );
+        assert!(!t.detached_beyond(&a, 0).contains(&attached));
+        assert!(!t.detached_beyond(&a, 0).contains(&plain));
+        assert!(t.detached_beyond(&bot("b"), 0).is_empty());
+        // Detached again later, 2 is now the most recent.
+        assert_eq!(t.detach(&a, ids[2]), Some(1));
+        assert_eq!(t.detached_beyond(&a, 3), vec![ids[0]]);
     }
 
     #[tokio::test]

@@ -177,8 +177,34 @@ impl Guest {
             kind,
             control_lease: lease.map(String::from),
             start,
+            terminal: None,
         });
         self.request(&req).await
+    }
+
+    /// Opens a terminal kept under `key` (docs/screens.md#reconnecting), or found again by it
+    /// when `resume`, and expects `Opened`.
+    pub(super) async fn open_keyed(
+        &self,
+        bot: &str,
+        lease: &str,
+        key: &str,
+        resume: bool,
+    ) -> Result<Stream> {
+        let req = Request::Connect(ConnectRequest {
+            bot: BotId::new(bot)?,
+            kind: CapabilityKind::Terminal,
+            control_lease: Some(lease.into()),
+            start: StartDir::Home,
+            terminal: Some(TerminalResume {
+                key: key.into(),
+                resume,
+            }),
+        });
+        match self.request(&req).await? {
+            (Reply::Opened, stream) => Ok(stream),
+            (other, _) => bail!("connect terminal {key} for {bot} answered {other:?}"),
+        }
     }
 
     /// Opens a capability and expects `Opened`.

@@ -9,7 +9,9 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use gateway_proto::desktop::{ScreenInfo, ScreenRelease, ScreenRequest};
-use gateway_proto::live::{CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope};
+use gateway_proto::live::{
+    CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
+};
 use gateway_proto::termframe::{encode_input, encode_resize};
 use gateway_proto::wire::{RESET_PROTOCOL, RESET_REVOKED};
 use gateway_proto::{BotId, ErrorCode, LeaseToken, Reply, Request, StartDir};

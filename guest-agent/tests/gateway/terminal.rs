@@ -227,3 +227,137 @@ async fn a_team_bots_terminal_starts_in_its_directory_as_a_named_user_with_a_pro
     guest.shutdown().await;
     Ok(())
 }
+
+/// Terminals opened with a session key (docs/screens.md#reconnecting): a dropped connection
+/// leaves the shell waiting; the same bot, lease and key get it back with its output replayed
+/// after a reset; another bot, another lease or no key never do. A client reset as revoked ends
+/// the shell at once; a shell nobody comes back to ends when its grace period is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_terminal_returns_only_to_its_key_and_ends_after_its_grace() -> Result<()> {
+    let grace = Duration::from_secs(10);
+    let guest = Guest::start_with(None, |c| c.terminal_grace = grace).await?;
+    guest.ensure_screen("bot-k").await?;
+    guest.ensure_screen("bot-other").await?;
+    let mut first = guest.open_keyed("bot-k", "lease-1", "key-1", false).await?;
+    let (_, _, pid, _) = probe_shell(&mut first).await?;
+    let mut seen = Vec::new();
+    first
+        .send
+        .write_all(&encode_input(b"KEPT=x$((6*7)); echo KEEP-$((3+4))\r"))
+        .await?;
+    read_until(&mut first, &mut seen, |t| t.contains("KEEP-7")).await?;
+    first.send.reset(0u32.into())?;
+    drop(first);
+
+    let mut again = guest.open_keyed("bot-k", "lease-1", "key-1", true).await?;
+    let mut redraw = Vec::new();
+    let text = read_until(&mut again, &mut redraw, |t| t.contains("KEEP-7")).await?;
+    assert!(text.starts_with("\x1bc"), "{text:?}");
+    assert!(
+        text.contains("MARK-"),
+        "the earlier output is replayed: {text:?}"
+    );
+    let (_, _, same, _) = probe_shell(&mut again).await?;
+    assert_eq!(same, pid, "the same shell");
+
+    // Never another bot's, another lease's, or a keyless connection's.
+    let mut strangers = Vec::new();
+    for (bot, lease, key) in [
+        ("bot-other", "lease-1", Some("key-1")),
+        ("bot-k", "lease-2", Some("key-1")),
+        ("bot-k", "lease-1", Some("key-2")),
+        ("bot-k", "lease-1", None),
+    ] {
+        let mut term = match key {
+            Some(k) => guest.open_keyed(bot, lease, k, true).await?,
+            None => {
+                guest
+                    .open(bot, CapabilityKind::Terminal, Some(lease))
+                    .await?
+            }
+        };
+        let (_, _, theirs, text) = probe_shell(&mut term).await?;
+        assert_ne!(theirs, pid, "{bot} {lease} {key:?} reached the kept shell");
+        if key.is_some() {
+            assert!(text.contains("the previous shell is gone"), "{text:?}");
+        }
+        strangers.push((theirs, term));
+    }
+    let mut probe = Vec::new();
+    again
+        .send
+        .write_all(&encode_input(b"echo V-$KEPT-V\r"))
+        .await?;
+    read_until(&mut again, &mut probe, |t| t.contains("V-x42-V")).await?;
+
+    // Reset as revoked by the control plane: the shell ends now, not after the grace period.
+    let started = tokio::time::Instant::now();
+    again.send.reset(RESET_REVOKED.into())?;
+    eventually("the revoked shell to end", || Ok(!process_alive(pid))).await?;
+    assert!(
+        started.elapsed() < grace,
+        "ended only after {:?}",
+        started.elapsed()
+    );
+
+    // The strangers' kept shells wait while nobody comes, then end; the keyless one ends with
+    // its connection.
+    let dropped = tokio::time::Instant::now();
+    let pids: Vec<u32> = strangers.iter().map(|(p, _)| *p).collect();
+    for (_, mut term) in strangers {
+        term.send.reset(0u32.into())?;
+    }
+    eventually("the keyless shell to end", || Ok(!process_alive(pids[3]))).await?;
+    assert!(
+        pids[..3].iter().all(|p| process_alive(*p)),
+        "kept shells wait"
+    );
+    within("the grace period to end the kept shells", async {
+        while pids[..3].iter().any(|p| process_alive(*p)) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await?;
+    assert!(dropped.elapsed() >= grace - Duration::from_secs(1));
+    let bot = BotId::new("bot-k")?;
+    assert_eq!(guest.ops.gateway().capability_count(&bot).await, 0);
+    guest.shutdown().await;
+    Ok(())
+}
+
+/// At most `MAX_DETACHED_PER_BOT` shells of a bot wait for their pages: the one that has waited
+/// longest is stopped for the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_keeps_a_bounded_number_of_waiting_shells() -> Result<()> {
+    use guest_agent::gateway::MAX_DETACHED_PER_BOT;
+    let guest = Guest::start_with(None, |c| c.terminal_grace = Duration::from_secs(120)).await?;
+    guest.ensure_screen("bot-w").await?;
+    let mut pids = Vec::new();
+    let mut terms = Vec::new();
+    for i in 0..=MAX_DETACHED_PER_BOT {
+        let mut term = guest
+            .open_keyed("bot-w", "lease-1", &format!("key-{i}"), false)
+            .await?;
+        let (_, _, pid, _) = probe_shell(&mut term).await?;
+        pids.push(pid);
+        terms.push(term);
+    }
+    // Dropped in order; each detachment is in before the next drop.
+    for mut term in terms {
+        term.send.reset(0u32.into())?;
+        drop(term);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eventually("the longest waiting shell to end", || {
+        Ok(!process_alive(pids[0]))
+    })
+    .await?;
+    assert!(pids[1..].iter().all(|p| process_alive(*p)), "{pids:?}");
+    let bot = BotId::new("bot-w")?;
+    assert_eq!(
+        guest.ops.gateway().capability_count(&bot).await,
+        MAX_DETACHED_PER_BOT
+    );
+    guest.shutdown().await;
+    Ok(())
+}

@@ -17,7 +17,7 @@ mod ledger;
 mod local;
 mod locks;
 #[cfg(feature = "object")]
-mod object;
+pub(crate) mod object;
 
 #[cfg(feature = "object")]
 pub use keys::object_key;

@@ -117,6 +117,37 @@ pub struct ReconcileStats {
     pub abort_failed: u64,
 }
 
+/// The S3 client of `config`: rustls on ring, path style when asked, checksums only where
+/// required (everything stored is sealed).
+pub(crate) fn s3_client(config: &ObjectStoreConfig) -> Client {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let credentials = Credentials::new(
+        config.access_key_id.clone(),
+        config.secret_access_key.clone(),
+        None,
+        None,
+        "rakazo-config",
+    );
+    let mut builder = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(config.region.clone()))
+        .credentials_provider(credentials)
+        .force_path_style(config.force_path_style)
+        // Checkpoints are sealed: AES-GCM authenticates every byte end to end, which a SigV4
+        // payload hash and a CRC per part would only repeat at full-body cost (each a pass
+        // over every byte on both ends). Requests are still signed.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .http_client(http);
+    if let Some(endpoint) = &config.endpoint {
+        builder = builder.endpoint_url(endpoint.clone());
+    }
+    Client::from_conf(builder.build())
+}
+
 /// Keeps each home's latest checkpoint sealed in an S3-compatible bucket.
 pub struct ObjectHomeStore<L> {
     client: Client,
@@ -144,33 +175,8 @@ impl<L: RevisionLedger> ObjectHomeStore<L> {
     /// A store on the bucket `config` names. `content_key` wraps every home's data key; `ledger`
     /// records revisions and wrapped keys.
     pub fn new(config: &ObjectStoreConfig, content_key: ContentKey, ledger: L) -> Self {
-        use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .build_https();
-        let credentials = Credentials::new(
-            config.access_key_id.clone(),
-            config.secret_access_key.clone(),
-            None,
-            None,
-            "rakazo-config",
-        );
-        let mut builder = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .credentials_provider(credentials)
-            .force_path_style(config.force_path_style)
-            // Checkpoints are sealed: AES-GCM authenticates every byte end to end, which a SigV4
-            // payload hash and a CRC per part would only repeat at full-body cost (each a pass
-            // over every byte on both ends). Requests are still signed.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .http_client(http);
-        if let Some(endpoint) = &config.endpoint {
-            builder = builder.endpoint_url(endpoint.clone());
-        }
         Self {
-            client: Client::from_conf(builder.build()),
+            client: s3_client(config),
             bucket: config.bucket.clone(),
             content_key,
             ledger,

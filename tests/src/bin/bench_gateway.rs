@@ -182,6 +182,7 @@ impl Bench {
             kind,
             control_lease: Some("bench-lease".into()),
             start: Default::default(),
+            terminal: None,
         });
         match self.request(&req).await? {
             (Reply::Opened, s) => Ok(s),

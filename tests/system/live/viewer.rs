@@ -194,8 +194,46 @@ async fn wait_history(
     }
 }
 
+/// What the terminal page's screen shows (xterm.js's rows).
+async fn screen_text(tab: &chromiumoxide::Page) -> Result<String> {
+    Ok(tab
+        .evaluate("(document.querySelector('.xterm-rows') || {}).innerText || ''")
+        .await?
+        .into_value()
+        .unwrap_or_default())
+}
+
+/// Waits until the terminal page's screen shows `text`.
+async fn wait_screen(tab: &chromiumoxide::Page, text: &str) -> Result<String> {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let screen = screen_text(tab).await?;
+        if screen.contains(text) {
+            return Ok(screen);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {text:?} on the terminal page: {screen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Types a line into the terminal page.
+async fn type_line(tab: &chromiumoxide::Page, line: &str) -> Result<()> {
+    tab.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
+        .await?;
+    let input = tab.find_element(".xterm-helper-textarea").await?;
+    input.type_str(line).await?;
+    input.press_key("Enter").await?;
+    Ok(())
+}
+
+/// The terminal page (docs/screens.md#reconnecting): a restarted control plane drops its
+/// websocket, and the page reconnects by itself to the same shell, its screen redrawn; a shell
+/// that exits comes back as a fresh one that says so; releasing control closes the page's
+/// terminal for good.
 #[tokio::test]
-async fn the_terminal_page_runs_a_shell_and_reconnects_to_a_fresh_one() -> Result<()> {
+async fn the_terminal_page_reattaches_after_a_drop_and_stops_when_control_ends() -> Result<()> {
     let mut w = World::start().await?;
     let c = w.create_computer("ws-live-10").await?;
     let a = Bot::new(&c, "bot-a");
@@ -212,20 +250,36 @@ async fn the_terminal_page_runs_a_shell_and_reconnects_to_a_fresh_one() -> Resul
         .context("open the terminal page")?;
     let count = |h: &[String], s: &str| h.iter().filter(|x| x.as_str() == s).count();
     wait_history(&tab, "connected", |h| count(h, "connected") >= 1).await?;
+    type_line(&tab, "KEPT=page-$((6*7)); echo READY-$KEPT").await?;
+    wait_screen(&tab, "READY-page-42").await?;
 
-    // The shell exits: the page reconnects to a fresh shell by itself (docs/screens.md#terminal).
-    tab.evaluate("document.querySelector('.xterm-helper-textarea').focus()")
-        .await?;
-    let input = tab.find_element(".xterm-helper-textarea").await?;
-    input.type_str("exit").await?;
-    input.press_key("Enter").await?;
+    // Every websocket drops with the control plane; the page finds its shell again.
+    w.kill_server();
+    w.spawn_server().await?;
     let h = wait_history(&tab, "a second connection", |h| count(h, "connected") >= 2).await?;
-    assert!(h.contains(&"disconnected".to_string()), "{h:?}");
+    assert!(h.contains(&"reconnecting".to_string()), "{h:?}");
+    // The same shell: its variable is still set.
+    type_line(&tab, "echo AGAIN-$KEPT-END").await?;
+    wait_screen(&tab, "AGAIN-page-42-END").await?;
 
-    // Releasing control ends the shell, and the page's retry is refused: it reports failure.
+    // The shell exits: the page reconnects to a fresh shell, which says so.
+    type_line(&tab, "exit").await?;
+    wait_history(&tab, "a third connection", |h| count(h, "connected") >= 3).await?;
+    wait_screen(&tab, "the previous shell is gone").await?;
+    type_line(&tab, "echo FRESH-${KEPT:-none}-END").await?;
+    wait_screen(&tab, "FRESH-none-END").await?;
+
+    // Releasing control ends the shell and the page stops: no retry.
     a.release_control(&w).await?;
-    let h = wait_history(&tab, "failed", |h| h.last().is_some_and(|s| s == "failed")).await?;
-    assert_eq!(count(&h, "connected"), 2, "{h:?}");
+    let h = wait_history(&tab, "disconnected", |h| {
+        h.last().is_some_and(|s| s == "disconnected")
+    })
+    .await?;
+    wait_screen(&tab, "[terminal closed: ").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = reporter_history(&tab).await?;
+    assert_eq!(after, h, "the page retried after a revocation");
+    assert_eq!(count(&h, "connected"), 3, "{h:?}");
     drop(browser);
     w.check_log()?;
     Ok(())

@@ -1,26 +1,35 @@
-//! Terminal sessions (docs/screens.md#terminal): one fresh shell on its own PTY per connection,
-//! served in-process on the session's own unix socket so the gateway relays it like the RFB
-//! sockets.
+//! Terminal sessions (docs/screens.md#terminal): a shell on its own PTY, served in-process on
+//! the session's own unix socket so the gateway relays it like the RFB sockets.
 //!
-//! The session's socket accepts one connection. Bytes from it are terminal frames
-//! ([`gateway_proto::termframe`]): input
-//! goes to the PTY, resizes to the PTY's window size; the PTY's output goes back raw. A bad or
-//! oversized frame ends the session. Stopping a session hangs up the shell's process group,
-//! kills it, kills anything else still holding the PTY, and removes the socket. Who the shell
-//! runs as is decided by [`user`].
+//! A session serves one connection at a time on its socket. Bytes from it are terminal frames
+//! ([`gateway_proto::termframe`]): input goes to the PTY, resizes to the PTY's window size; the
+//! PTY's output goes back raw. A bad or oversized frame ends that connection. The shell does not
+//! end with its connection: the PTY's output is read all along and its newest
+//! [`ring::RING_CAPACITY`] bytes kept ([`ring`]), and the next connection to the socket takes
+//! the session over (the previous one, if still there, is closed): it gets the kept output first,
+//! after a full terminal reset when it is not the first, and the PTY's foreground process group
+//! gets a SIGWINCH so that full-screen programs repaint. How long a shell waits for a connection,
+//! and which connection may have it, is the gateway's business (docs/screens.md#reconnecting).
+//! The session ends when the shell's PTY closes or the gateway stops it: stopping hangs up the
+//! shell's process group, kills it, kills anything else still holding the PTY, and removes the
+//! socket. Who the shell runs as is decided by [`user`].
 
+pub mod ring;
 pub mod user;
 
 use gateway_proto::termframe::{FrameDecoder, TermFrame};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use portable_pty::{CommandBuilder, MasterPty, PtySize};
+use ring::OutputRing;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixListener;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use user::ShellPlan;
@@ -32,8 +41,6 @@ const INITIAL_SIZE: PtySize = PtySize {
     pixel_width: 0,
     pixel_height: 0,
 };
-/// How long a session waits for its one connection.
-const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a shell has to exit after SIGHUP before its group is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(1);
 /// Largest read from the client or the PTY.
@@ -41,6 +48,10 @@ const CHUNK: usize = 64 * 1024;
 /// Largest write of PTY output to the connection: what the PTY reader already queued is written
 /// together (a PTY read returns at most about 4 KiB), never waiting for more.
 const OUT_BATCH: usize = 256 * 1024;
+/// How long the last output of a shell that exited may take to reach its connection.
+const FLUSH_LIMIT: Duration = Duration::from_secs(5);
+/// How long a failing accept waits before the next try (a full descriptor table).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Why a terminal session could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +76,7 @@ pub enum TerminalError {
     },
 }
 
-/// One shell and the server task that connects it to its socket.
+/// One shell and the server task that connects it to its socket, one connection at a time.
 pub struct TerminalSession {
     pid: Option<u32>,
     tty: Option<PathBuf>,
@@ -87,9 +98,9 @@ impl std::fmt::Debug for TerminalSession {
 }
 
 impl TerminalSession {
-    /// Starts the shell of `plan` on a new PTY and listens on `socket` (mode 0600) for the one
-    /// connection that drives it, stamping `output` whenever the shell prints. Must run inside
-    /// the tokio runtime.
+    /// Starts the shell of `plan` on a new PTY and listens on `socket` (mode 0600) for the
+    /// connections that drive it, one at a time, stamping `output` whenever the shell prints.
+    /// Must run inside the tokio runtime.
     pub fn start(
         plan: ShellPlan,
         socket: &Path,
@@ -158,14 +169,23 @@ impl TerminalSession {
         })();
         match io {
             Ok((reader, writer, listener)) => {
-                session.server = tokio::spawn(serve(
+                // The PTY is blocking: a thread each way, with bounded channels for backpressure.
+                let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(8);
+                std::thread::spawn(move || pump_output(reader, &out_tx));
+                let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(8);
+                std::thread::spawn(move || pump_input(writer, in_rx));
+                let mut ring = OutputRing::default();
+                if let Some(n) = &plan.notice {
+                    ring.push(n.as_bytes());
+                }
+                session.server = tokio::spawn(serve(Hub {
                     listener,
-                    pair.master,
-                    reader,
-                    writer,
-                    plan.notice,
-                    output,
-                ));
+                    master: Arc::new(Mutex::new(pair.master)),
+                    out_rx,
+                    in_tx,
+                    ring,
+                    printed: output,
+                }));
                 Ok(session)
             }
             Err(e) => {
@@ -306,89 +326,211 @@ fn holders_of(tty: &Path) -> Vec<i32> {
     out
 }
 
-/// Serves the session's one connection: frames in, PTY output out, until either ends.
-async fn serve(
+/// What serves a session's socket: the PTY's two channels, its recent output, and the socket.
+struct Hub {
     listener: UnixListener,
-    master: Box<dyn MasterPty + Send>,
-    reader: Box<dyn Read + Send>,
-    writer: Box<dyn Write + Send>,
-    notice: Option<String>,
+    master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    out_rx: mpsc::Receiver<Vec<u8>>,
+    in_tx: mpsc::Sender<Vec<u8>>,
+    ring: OutputRing,
     printed: crate::activity::LastOutput,
-) {
-    let conn = match tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept()).await {
-        Ok(Ok((conn, _))) => conn,
-        _ => return,
-    };
-    drop(listener);
-    let (mut conn_rx, mut conn_tx) = conn.into_split();
-    // The PTY is blocking: a thread each way, with bounded channels for backpressure.
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(8);
-    std::thread::spawn(move || pump_output(reader, &out_tx));
-    let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(8);
-    std::thread::spawn(move || pump_input(writer, in_rx));
-    let output = async move {
-        if let Some(n) = notice {
-            if conn_tx.write_all(n.as_bytes()).await.is_err() {
-                return;
-            }
+}
+
+/// The connection a session serves now: a task each way. Dropping it closes the connection.
+struct Attached {
+    out: mpsc::Sender<Vec<u8>>,
+    writer: JoinHandle<()>,
+    reader: JoinHandle<()>,
+}
+
+impl Attached {
+    /// Starts serving `conn`: `replay` first, then the output the hub sends.
+    fn start(conn: UnixStream, replay: Vec<u8>, hub: &Hub) -> Self {
+        let (conn_rx, conn_tx) = conn.into_split();
+        let (out, out_rx) = mpsc::channel::<Vec<u8>>(8);
+        Self {
+            out,
+            writer: tokio::spawn(write_output(conn_tx, replay, out_rx)),
+            reader: tokio::spawn(read_frames(conn_rx, hub.master.clone(), hub.in_tx.clone())),
         }
-        while let Some(mut bytes) = out_rx.recv().await {
-            printed.stamp();
-            while bytes.len() < OUT_BATCH {
-                match out_rx.try_recv() {
-                    Ok(more) => bytes.extend_from_slice(&more),
-                    Err(_) => break,
+    }
+
+    /// Resolves when either direction ended (the client went, or broke a frame).
+    async fn ended(&mut self) {
+        tokio::select! {
+            _ = &mut self.writer => {}
+            _ = &mut self.reader => {}
+        }
+    }
+
+    /// The shell is gone: delivers what is queued (bounded by [`FLUSH_LIMIT`]) and closes.
+    async fn finish(mut self) {
+        // The writer ends once it has written everything and its channel is closed.
+        drop(std::mem::replace(&mut self.out, mpsc::channel(1).0));
+        let _ = tokio::time::timeout(FLUSH_LIMIT, &mut self.writer).await;
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.writer.abort();
+        self.reader.abort();
+    }
+}
+
+/// Serves the session until its PTY closes: keeps the PTY's output in the ring and passes it to
+/// the attached connection; a new connection takes over from the previous one.
+async fn serve(mut hub: Hub) {
+    let mut attached: Option<Attached> = None;
+    // Output read from the PTY and kept, not yet handed to the attached connection.
+    let mut pending: Option<Vec<u8>> = None;
+    let mut attachments = 0u64;
+    loop {
+        // The attached connection's channel, apart: the select below also waits for its end.
+        let out = attached.as_ref().map(|a| a.out.clone());
+        tokio::select! {
+            accepted = hub.listener.accept() => {
+                let conn = match accepted {
+                    Ok((conn, _)) => conn,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "terminal accept failed");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                // The previous connection, if any, is closed: its output is in the ring.
+                drop(attached.take());
+                pending = None;
+                let again = attachments > 0;
+                attachments += 1;
+                attached = Some(Attached::start(conn, hub.ring.replay(again), &hub));
+                if again {
+                    hub.repaint();
                 }
             }
-            if conn_tx.write_all(&bytes).await.is_err() {
-                return;
+            () = async { attached.as_mut().expect("guarded").ended().await }, if attached.is_some() => {
+                // The shell stays, for the gateway to keep or stop.
+                attached = None;
+                pending = None;
+            }
+            chunk = hub.out_rx.recv(), if pending.is_none() => {
+                let Some(mut bytes) = chunk else {
+                    // The PTY closed: every holder of its other end (the shell first) is gone.
+                    drop(out);
+                    if let Some(a) = attached.take() {
+                        a.finish().await;
+                    }
+                    return;
+                };
+                while bytes.len() < OUT_BATCH {
+                    match hub.out_rx.try_recv() {
+                        Ok(more) => bytes.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+                hub.printed.stamp();
+                hub.ring.push(&bytes);
+                if attached.is_some() {
+                    pending = Some(bytes);
+                }
+            }
+            permit = async { out.clone().expect("guarded").reserve_owned().await },
+                if pending.is_some() && out.is_some() =>
+            {
+                match permit {
+                    Ok(p) => {
+                        p.send(pending.take().expect("guarded"));
+                    }
+                    Err(_) => {
+                        attached = None;
+                        pending = None;
+                    }
+                }
             }
         }
-    };
-    let input = async move {
-        let mut decoder = FrameDecoder::new();
-        let mut buf = vec![0u8; CHUNK];
+    }
+}
+
+impl Hub {
+    /// A SIGWINCH to the PTY's foreground process group, so that a full-screen program redraws
+    /// its screen for the connection that just attached (the size it reports next may be the
+    /// same, and an unchanged size signals nothing).
+    fn repaint(&self) {
+        let group = self
+            .master
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .process_group_leader();
+        if let Some(pgid) = group.filter(|&p| p > 1) {
+            if let Err(e) = nix::sys::signal::killpg(Pid::from_raw(pgid), Signal::SIGWINCH) {
+                tracing::debug!(error = %e, "cannot signal the terminal's foreground group");
+            }
+        }
+    }
+}
+
+/// Writes `replay`, then the output the hub sends, to the connection.
+async fn write_output(mut conn: OwnedWriteHalf, replay: Vec<u8>, mut out: mpsc::Receiver<Vec<u8>>) {
+    if !replay.is_empty() && conn.write_all(&replay).await.is_err() {
+        return;
+    }
+    while let Some(mut bytes) = out.recv().await {
+        while bytes.len() < OUT_BATCH {
+            match out.try_recv() {
+                Ok(more) => bytes.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if conn.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Decodes the connection's frames: input to the PTY, resizes to its window size; returns when
+/// the connection ends or breaks a frame.
+async fn read_frames(
+    mut conn: OwnedReadHalf,
+    master: Arc<Mutex<Box<dyn MasterPty + Send>>>,
+    input: mpsc::Sender<Vec<u8>>,
+) {
+    let mut decoder = FrameDecoder::new();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        decoder.push(&buf[..n]);
         loop {
-            let n = match conn_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            decoder.push(&buf[..n]);
-            loop {
-                match decoder.next_frame() {
-                    Ok(Some(TermFrame::Input(bytes))) => {
-                        if in_tx.send(bytes).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(Some(TermFrame::Resize { cols, rows })) => {
-                        // A hidden terminal may report 0; a PTY cannot be that small.
-                        if cols > 0 && rows > 0 {
-                            let size = PtySize {
-                                rows,
-                                cols,
-                                pixel_width: 0,
-                                pixel_height: 0,
-                            };
-                            if let Err(e) = master.resize(size) {
-                                tracing::debug!(error = %e, "terminal resize failed");
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::info!(error = %e, "closing a terminal on a bad frame");
+            match decoder.next_frame() {
+                Ok(Some(TermFrame::Input(bytes))) => {
+                    if input.send(bytes).await.is_err() {
                         return;
                     }
                 }
+                Ok(Some(TermFrame::Resize { cols, rows })) => {
+                    // A hidden terminal may report 0; a PTY cannot be that small.
+                    if cols > 0 && rows > 0 {
+                        let size = PtySize {
+                            rows,
+                            cols,
+                            pixel_width: 0,
+                            pixel_height: 0,
+                        };
+                        let master = master.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Err(e) = master.resize(size) {
+                            tracing::debug!(error = %e, "terminal resize failed");
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::info!(error = %e, "closing a terminal connection on a bad frame");
+                    return;
+                }
             }
         }
-    };
-    // Whichever side ends first ends the session: the connection closes, and the gateway
-    // stops the shell.
-    tokio::select! {
-        () = output => {}
-        () = input => {}
     }
 }
 

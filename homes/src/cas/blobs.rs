@@ -1,0 +1,299 @@
+//! Where a repository's objects live: a flat namespace of names (`packs/<hex>`,
+//! `index/<hex>`, `revisions/<n>`) holding immutable bytes. [`LocalBlobs`] keeps them in a
+//! directory; a bucket backend implements the same trait.
+
+use super::CasError;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// An object store for one repository. Objects are written once and never changed; `put` of an
+/// existing name replaces it atomically (a retried write of the same bytes).
+pub trait BlobStore: Send + Sync {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), CasError>;
+    fn get(&self, name: &str) -> Result<Vec<u8>, CasError>;
+    /// The names under `prefix` (`packs/`), in no order.
+    fn list(&self, prefix: &str) -> Result<Vec<String>, CasError>;
+    fn delete(&self, name: &str) -> Result<(), CasError>;
+    /// Bytes written by `put` so far (what a checkpoint uploaded).
+    fn written(&self) -> u64;
+}
+
+/// Objects as files under one directory: written to a temporary file, synced, then renamed
+/// into place, so a reader never sees half an object.
+#[derive(Debug)]
+pub struct LocalBlobs {
+    root: PathBuf,
+    written: std::sync::atomic::AtomicU64,
+}
+
+fn check_name(name: &str) -> Result<(), CasError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name.split('/').all(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(CasError::BadPath(name.to_string()))
+    }
+}
+
+impl LocalBlobs {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            written: Default::default(),
+        }
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf, CasError> {
+        check_name(name)?;
+        Ok(self.root.join(name))
+    }
+}
+
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> CasError + '_ {
+    move |source| CasError::Path {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl BlobStore for LocalBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), CasError> {
+        let path = self.path(name)?;
+        let dir = path.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(dir).map_err(at(dir))?;
+        let tmp = dir.join(format!(".tmp-{}", hex::encode(rand::random::<[u8; 8]>())));
+        let mut f = std::fs::File::create(&tmp).map_err(at(&tmp))?;
+        f.write_all(bytes).map_err(at(&tmp))?;
+        f.sync_all().map_err(at(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(at(&path))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(at(dir))?;
+        self.written
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>, CasError> {
+        let path = self.path(name)?;
+        std::fs::read(&path).map_err(at(&path))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, CasError> {
+        let dir = self.root.join(prefix.trim_end_matches('/'));
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(at(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in rd {
+            let name = entry.map_err(at(&dir))?.file_name();
+            let name = name.to_string_lossy();
+            if !name.starts_with('.') {
+                out.push(format!("{}/{name}", prefix.trim_end_matches('/')));
+            }
+        }
+        Ok(out)
+    }
+
+    fn delete(&self, name: &str) -> Result<(), CasError> {
+        let path = self.path(name)?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(at(&path)(e)),
+        }
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Objects in an S3-compatible bucket under `<prefix>/` (the home's storage id). The trait is
+/// synchronous, so this store drives the S3 client on a runtime of its own: call it from a
+/// blocking thread (`spawn_blocking`), never from inside an async task. Every request is retried
+/// ([`ATTEMPTS`] in all, backing off from [`BACKOFF`]), each attempt within [`ATTEMPT_DEADLINE`]:
+/// a store that fails or stalls costs a bounded time, then a clear error.
+#[cfg(feature = "object")]
+pub struct ObjectBlobs {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    prefix: String,
+    rt: tokio::runtime::Runtime,
+    written: std::sync::atomic::AtomicU64,
+}
+
+/// Attempts of each request.
+#[cfg(feature = "object")]
+pub const ATTEMPTS: u32 = 4;
+/// The first retry's wait; each next one doubles it.
+#[cfg(feature = "object")]
+pub const BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long one attempt may take.
+#[cfg(feature = "object")]
+pub const ATTEMPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[cfg(feature = "object")]
+impl ObjectBlobs {
+    /// The objects of `prefix` (a home's storage id: `[A-Za-z0-9._-]`) in `config`'s bucket.
+    pub fn new(config: &crate::ObjectStoreConfig, prefix: &str) -> Result<Self, CasError> {
+        check_name(prefix)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            client: crate::store::object::s3_client(config),
+            bucket: config.bucket.clone(),
+            prefix: format!("cas/{prefix}"),
+            rt,
+            written: Default::default(),
+        })
+    }
+
+    fn key(&self, name: &str) -> Result<String, CasError> {
+        check_name(name)?;
+        Ok(format!("{}/{name}", self.prefix))
+    }
+
+    /// Runs `op` with retries and deadlines; `what` names it in the error.
+    fn retry<T, F, Fut>(&self, what: &str, op: F) -> Result<T, CasError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Retry>>,
+    {
+        self.rt.block_on(async {
+            let mut wait = BACKOFF;
+            let mut last = String::new();
+            for attempt in 1..=ATTEMPTS {
+                match tokio::time::timeout(ATTEMPT_DEADLINE, op()).await {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(Retry::Final(e))) => return Err(e),
+                    Ok(Err(Retry::Again(e))) => last = e,
+                    Err(_) => last = format!("no answer within {ATTEMPT_DEADLINE:?}"),
+                }
+                if attempt < ATTEMPTS {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+            Err(CasError::Io(std::io::Error::other(format!(
+                "{what}: failed {ATTEMPTS} times, last: {last}"
+            ))))
+        })
+    }
+}
+
+/// A failed attempt: worth another, or final.
+#[cfg(feature = "object")]
+enum Retry {
+    Again(String),
+    Final(CasError),
+}
+
+#[cfg(feature = "object")]
+fn again(e: impl std::error::Error + 'static) -> Retry {
+    Retry::Again(crate::error_chain(&e))
+}
+
+#[cfg(feature = "object")]
+impl BlobStore for ObjectBlobs {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), CasError> {
+        let key = self.key(name)?;
+        let body = bytes::Bytes::copy_from_slice(bytes);
+        self.retry(&format!("put {name}"), || async {
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .body(aws_sdk_s3::primitives::ByteStream::from(body.clone()))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(again)
+        })?;
+        self.written
+            .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Result<Vec<u8>, CasError> {
+        let key = self.key(name)?;
+        self.retry(&format!("get {name}"), || async {
+            let out = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await;
+            let out = match out {
+                Ok(o) => o,
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                    return Err(Retry::Final(CasError::Path {
+                        path: name.to_string(),
+                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    }))
+                }
+                Err(e) => return Err(again(e)),
+            };
+            let body = out.body.collect().await.map_err(again)?;
+            Ok(body.into_bytes().to_vec())
+        })
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, CasError> {
+        let full = format!("{}/{}", self.prefix, prefix);
+        let strip = format!("{}/", self.prefix);
+        self.retry(&format!("list {prefix}"), || async {
+            let mut out = Vec::new();
+            let mut token = None;
+            loop {
+                let page = self
+                    .client
+                    .list_objects_v2()
+                    .bucket(&self.bucket)
+                    .prefix(&full)
+                    .set_continuation_token(token.clone())
+                    .send()
+                    .await
+                    .map_err(again)?;
+                for o in page.contents() {
+                    if let Some(k) = o.key().and_then(|k| k.strip_prefix(&strip)) {
+                        out.push(k.to_string());
+                    }
+                }
+                match page.next_continuation_token() {
+                    Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                    _ => return Ok(out),
+                }
+            }
+        })
+    }
+
+    fn delete(&self, name: &str) -> Result<(), CasError> {
+        let key = self.key(name)?;
+        self.retry(&format!("delete {name}"), || async {
+            self.client
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(again)
+        })
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

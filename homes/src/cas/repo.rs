@@ -1,0 +1,474 @@
+//! A home's repository: its revisions, and the snapshot and restore of a directory.
+//!
+//! A snapshot walks the directory without following symlinks. A regular file whose size, mtime
+//! and mode equal its entry in the parent revision keeps that entry's chunks without being read
+//! (the parent's tree is the metadata cache); any other file is chunked and each chunk whose id
+//! the repository lacks is sealed into the pack being written. Trees are written bottom-up, so
+//! an unchanged directory is its old tree blob again. Packs, then one index file of them, then
+//! the revision: a snapshot that fails midway leaves every earlier revision whole.
+
+use super::blobs::BlobStore;
+use super::pack::{self, Loc, Pack, PackWriter};
+use super::tree::{plain_name, Entry, Node, Tree};
+use super::{chunk, BlobId, BlobKind, CasError, CasKeys};
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// Why a revision was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    RunEnd,
+    Stop,
+    Idle,
+    Manual,
+    Fork,
+    Restore,
+}
+
+/// A revision as stored in `revisions/<n>` (sealed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevisionInfo {
+    pub revision: u64,
+    pub parent: Option<u64>,
+    /// The root directory's tree id (hex).
+    pub root: String,
+    pub at_ms: i64,
+    pub cause: Cause,
+    /// Regular files, and their bytes in all.
+    pub files: u64,
+    pub size: u64,
+    /// New blobs this revision stored, their plaintext bytes, and the bytes of packs and
+    /// index written for it (what it uploaded).
+    pub new_blobs: u64,
+    pub new_bytes: u64,
+    pub stored_bytes: u64,
+    /// Files whose content was read (not found unchanged in the parent).
+    pub files_read: u64,
+}
+
+/// What a snapshot is asked to do.
+pub struct Snapshot<'a> {
+    pub dir: &'a Path,
+    pub cause: Cause,
+    pub at_ms: i64,
+}
+
+pub struct Repo<S: BlobStore> {
+    store: S,
+    keys: CasKeys,
+    index: HashMap<BlobId, Loc>,
+    /// The last pack read: a file's chunks are mostly in one pack, one after another.
+    last_pack: std::sync::Mutex<Option<CachedPack>>,
+}
+
+/// A pack's name and bytes.
+type CachedPack = ([u8; 32], std::sync::Arc<Vec<u8>>);
+
+fn revision_name(n: u64) -> String {
+    format!("revisions/{n:020}")
+}
+
+/// The id a revision's seal is bound to: its number.
+fn revision_aad(n: u64) -> [u8; 32] {
+    let mut id = [0; 32];
+    id[24..].copy_from_slice(&n.to_be_bytes());
+    id
+}
+
+fn mtime_ns(m: &std::fs::Metadata) -> i64 {
+    m.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.mtime_nsec())
+}
+
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> CasError + '_ {
+    move |source| CasError::Path {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// A snapshot in progress: the pack being filled and what it added.
+struct Writing<'r, S: BlobStore> {
+    repo: &'r mut Repo<S>,
+    packer: PackWriter,
+    packs: Vec<Pack>,
+    written: u64,
+    info: RevisionInfo,
+}
+
+impl<S: BlobStore> Writing<'_, S> {
+    /// Stores `plain` as a blob unless the repository (or this snapshot) has it.
+    fn blob(&mut self, kind: BlobKind, plain: &[u8]) -> Result<BlobId, CasError> {
+        let id = self.repo.keys.blob_id(plain);
+        if self.repo.index.contains_key(&id) {
+            return Ok(id);
+        }
+        self.info.new_blobs += 1;
+        self.info.new_bytes += plain.len() as u64;
+        if let Some(p) = self.packer.add(id, kind, plain) {
+            self.flush(p)?;
+        }
+        // Known from now on, so a repeat within this snapshot is not stored twice; its
+        // location is the pack's once the pack is cut.
+        self.repo.index.entry(id).or_insert(Loc {
+            pack: [0; 32],
+            kind,
+            offset: 0,
+            len: 0,
+        });
+        Ok(id)
+    }
+
+    fn flush(&mut self, p: Pack) -> Result<(), CasError> {
+        self.repo
+            .store
+            .put(&format!("packs/{}", hex::encode(p.name)), &p.bytes)?;
+        self.written += p.bytes.len() as u64;
+        for (id, loc) in &p.blobs {
+            self.repo.index.insert(*id, *loc);
+        }
+        self.packs.push(Pack {
+            name: p.name,
+            bytes: Vec::new(),
+            blobs: p.blobs,
+        });
+        Ok(())
+    }
+
+    /// The tree of `dir`, given its entry in the parent revision (the metadata cache). Under the
+    /// browser profiles (`in_profiles`), the archive's skip lists apply: caches and locks are
+    /// no part of a home.
+    fn dir(
+        &mut self,
+        dir: &Path,
+        parent: Option<&Tree>,
+        root: bool,
+        in_profiles: bool,
+    ) -> Result<BlobId, CasError> {
+        use crate::archive::{BROWSER_PROFILES_DIR, EXCLUDED_PROFILE_DIRS, EXCLUDED_PROFILE_FILES};
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(at(dir))? {
+            let e = e.map_err(at(dir))?;
+            let name = e.file_name().into_string().map_err(|n| {
+                CasError::BadPath(format!(
+                    "{}: a name that is not UTF-8: {n:?}",
+                    dir.display()
+                ))
+            })?;
+            names.push(name);
+        }
+        names.sort();
+        let old: HashMap<&str, &Entry> = parent
+            .map(|t| t.entries.iter().map(|e| (e.name.as_str(), e)).collect())
+            .unwrap_or_default();
+        let mut entries = Vec::with_capacity(names.len());
+        for name in names {
+            if !plain_name(&name) {
+                return Err(CasError::BadPath(name));
+            }
+            let path = dir.join(&name);
+            let m = std::fs::symlink_metadata(&path).map_err(at(&path))?;
+            let mode = m.permissions().mode() & 0o7777;
+            let mtime = mtime_ns(&m);
+            let ft = m.file_type();
+            if in_profiles
+                && ((ft.is_dir() && EXCLUDED_PROFILE_DIRS.contains(&name.as_str()))
+                    || (!ft.is_dir() && EXCLUDED_PROFILE_FILES.contains(&name.as_str())))
+            {
+                continue;
+            }
+            let node = if ft.is_dir() {
+                let sub = match old.get(name.as_str()).map(|e| &e.node) {
+                    Some(Node::Dir { tree }) => Some(self.repo.tree(BlobId::from_hex(tree)?)?),
+                    _ => None,
+                };
+                let profiles = in_profiles || (root && name == BROWSER_PROFILES_DIR);
+                Node::Dir {
+                    tree: self.dir(&path, sub.as_ref(), false, profiles)?.to_hex(),
+                }
+            } else if ft.is_symlink() {
+                let target = std::fs::read_link(&path).map_err(at(&path))?;
+                let target = target.into_os_string().into_string().map_err(|t| {
+                    CasError::BadPath(format!(
+                        "{}: a target that is not UTF-8: {t:?}",
+                        path.display()
+                    ))
+                })?;
+                Node::Symlink { target }
+            } else if ft.is_file() {
+                self.info.files += 1;
+                self.info.size += m.len();
+                match old.get(name.as_str()) {
+                    Some(Entry {
+                        mode: om,
+                        mtime_ns: ot,
+                        node: Node::File { size, chunks },
+                        ..
+                    }) if *om == mode && *ot == mtime && *size == m.len() => Node::File {
+                        size: *size,
+                        chunks: chunks.clone(),
+                    },
+                    _ => self.file(&path, m.len())?,
+                }
+            } else {
+                // Sockets, FIFOs and devices are not part of a home.
+                continue;
+            };
+            entries.push(Entry {
+                name,
+                mode,
+                mtime_ns: mtime,
+                node,
+            });
+        }
+        let tree = Tree { entries }.encode();
+        self.blob(BlobKind::Tree, &tree)
+    }
+
+    fn file(&mut self, path: &Path, expected: u64) -> Result<Node, CasError> {
+        self.info.files_read += 1;
+        let f = std::fs::File::open(path).map_err(at(path))?;
+        let mut chunks = Vec::new();
+        let mut size = 0u64;
+        chunk::chunks(f.take(expected), |c| {
+            size += c.len() as u64;
+            chunks.push(self.blob(BlobKind::Data, c)?.to_hex());
+            Ok(())
+        })?;
+        Ok(Node::File { size, chunks })
+    }
+}
+
+impl<S: BlobStore> Repo<S> {
+    /// Opens the repository in `store`: reads every index file.
+    pub fn open(store: S, keys: CasKeys) -> Result<Self, CasError> {
+        let mut index = HashMap::new();
+        for name in store.list("index/")? {
+            let hexname = name.trim_start_matches("index/");
+            let id = BlobId::from_hex(hexname)?;
+            let sealed = store.get(&name)?;
+            for (blob, loc) in pack::open_index(&keys.seal, &id.0, &sealed)? {
+                index.insert(blob, loc);
+            }
+        }
+        Ok(Self {
+            store,
+            keys,
+            index,
+            last_pack: Default::default(),
+        })
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Every revision, oldest first.
+    pub fn revisions(&self) -> Result<Vec<RevisionInfo>, CasError> {
+        let mut names = self.store.list("revisions/")?;
+        names.sort();
+        names
+            .iter()
+            .map(|n| {
+                let num: u64 = n
+                    .trim_start_matches("revisions/")
+                    .parse()
+                    .map_err(|_| CasError::Corrupt(format!("a revision named {n:?}")))?;
+                self.revision(num)
+            })
+            .collect()
+    }
+
+    pub fn revision(&self, n: u64) -> Result<RevisionInfo, CasError> {
+        let sealed = match self.store.get(&revision_name(n)) {
+            Ok(s) => s,
+            Err(CasError::Path { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CasError::NoRevision(n))
+            }
+            Err(e) => return Err(e),
+        };
+        let plain = pack::open(&self.keys.seal, 3, &revision_aad(n), &sealed)?;
+        let info: RevisionInfo = serde_json::from_slice(&plain)
+            .map_err(|e| CasError::Corrupt(format!("revision {n}: {e}")))?;
+        if info.revision != n {
+            return Err(CasError::Tampered(format!(
+                "revision {n} says it is {}",
+                info.revision
+            )));
+        }
+        Ok(info)
+    }
+
+    /// The blob `id`, opened and checked.
+    pub fn blob(&self, id: BlobId) -> Result<Vec<u8>, CasError> {
+        let loc = self
+            .index
+            .get(&id)
+            .ok_or_else(|| CasError::Corrupt(format!("no blob {}", id.to_hex())))?;
+        let cached = self.last_pack.lock().ok().and_then(|c| {
+            c.as_ref()
+                .filter(|(p, _)| *p == loc.pack)
+                .map(|(_, b)| b.clone())
+        });
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                let b = self
+                    .store
+                    .get(&format!("packs/{}", hex::encode(loc.pack)))?;
+                // A pack is named by its SHA-256: any change anywhere in it is refused, its
+                // own index at the end included.
+                let sum: [u8; 32] = sha2::Sha256::digest(&b).into();
+                if sum != loc.pack {
+                    return Err(CasError::Tampered(format!(
+                        "pack {} does not hash to its name",
+                        hex::encode(loc.pack)
+                    )));
+                }
+                let b = std::sync::Arc::new(b);
+                if let Ok(mut c) = self.last_pack.lock() {
+                    *c = Some((loc.pack, b.clone()));
+                }
+                b
+            }
+        };
+        pack::read_blob(&self.keys, id, loc, &bytes)
+    }
+
+    pub fn tree(&self, id: BlobId) -> Result<Tree, CasError> {
+        Tree::decode(&self.blob(id)?)
+    }
+
+    /// Takes a snapshot of `s.dir` as the next revision, its parent the latest one.
+    pub fn snapshot(&mut self, s: Snapshot<'_>) -> Result<RevisionInfo, CasError> {
+        let latest = self.revisions()?.pop();
+        let parent_tree = match &latest {
+            Some(r) => Some(self.tree(BlobId::from_hex(&r.root)?)?),
+            None => None,
+        };
+        let number = latest.as_ref().map_or(1, |r| r.revision + 1);
+        let seal = self.keys.seal;
+        let mut w = Writing {
+            repo: self,
+            packer: PackWriter::new(seal),
+            packs: Vec::new(),
+            written: 0,
+            info: RevisionInfo {
+                revision: number,
+                parent: latest.as_ref().map(|r| r.revision),
+                root: String::new(),
+                at_ms: s.at_ms,
+                cause: s.cause,
+                files: 0,
+                size: 0,
+                new_blobs: 0,
+                new_bytes: 0,
+                stored_bytes: 0,
+                files_read: 0,
+            },
+        };
+        let result = w
+            .dir(s.dir, parent_tree.as_ref(), true, false)
+            .and_then(|root| {
+                if let Some(p) = w.packer.finish() {
+                    w.flush(p)?;
+                }
+                Ok(root)
+            });
+        let root = match result {
+            Ok(root) => root,
+            Err(e) => {
+                // What this snapshot only reserved in the index is forgotten.
+                w.repo.index.retain(|_, l| l.pack != [0; 32]);
+                return Err(e);
+            }
+        };
+        let mut info = w.info;
+        let packs = w.packs;
+        let mut written = w.written;
+        info.root = root.to_hex();
+        if !packs.is_empty() {
+            let (sealed, name) = pack::seal_index(&self.keys.seal, &packs);
+            self.store
+                .put(&format!("index/{}", hex::encode(name)), &sealed)?;
+            written += sealed.len() as u64;
+        }
+        let mut plain_info = info.clone();
+        plain_info.stored_bytes = written;
+        let plain = serde_json::to_vec(&plain_info).expect("a revision serializes");
+        let sealed = pack::seal(&self.keys.seal, 3, &revision_aad(number), &plain);
+        self.store.put(&revision_name(number), &sealed)?;
+        Ok(plain_info)
+    }
+
+    /// Writes revision `n` into `dest` (an empty or missing directory): files byte-exact with
+    /// their modes and mtimes, symlinks, empty directories, holes for all-zero chunks.
+    pub fn restore(&self, n: u64, dest: &Path) -> Result<(), CasError> {
+        let info = self.revision(n)?;
+        std::fs::create_dir_all(dest).map_err(at(dest))?;
+        self.restore_dir(BlobId::from_hex(&info.root)?, dest)
+    }
+
+    fn restore_dir(&self, tree: BlobId, dir: &Path) -> Result<(), CasError> {
+        let tree = self.tree(tree)?;
+        for e in &tree.entries {
+            let path = dir.join(&e.name);
+            match &e.node {
+                Node::Dir { tree } => {
+                    std::fs::create_dir(&path).map_err(at(&path))?;
+                    self.restore_dir(BlobId::from_hex(tree)?, &path)?;
+                }
+                Node::Symlink { target } => {
+                    std::os::unix::fs::symlink(target, &path).map_err(at(&path))?;
+                    continue;
+                }
+                Node::File { size, chunks } => {
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .map_err(at(&path))?;
+                    let mut written = 0u64;
+                    for c in chunks {
+                        let data = self.blob(BlobId::from_hex(c)?)?;
+                        written += data.len() as u64;
+                        if data.iter().all(|&b| b == 0) {
+                            f.seek(SeekFrom::Current(data.len() as i64))
+                                .map_err(at(&path))?;
+                        } else {
+                            f.write_all(&data).map_err(at(&path))?;
+                        }
+                    }
+                    if written != *size {
+                        return Err(CasError::Corrupt(format!(
+                            "{}: chunks of {written} bytes for a file of {size}",
+                            path.display()
+                        )));
+                    }
+                    f.set_len(*size).map_err(at(&path))?;
+                }
+            }
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(e.mode))
+                .map_err(at(&path))?;
+            let t = nix::sys::time::TimeSpec::new(
+                e.mtime_ns.div_euclid(1_000_000_000),
+                e.mtime_ns.rem_euclid(1_000_000_000),
+            );
+            nix::sys::stat::utimensat(
+                nix::fcntl::AT_FDCWD,
+                &path,
+                &t,
+                &t,
+                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| at(&path)(std::io::Error::from(e)))?;
+        }
+        Ok(())
+    }
+}
