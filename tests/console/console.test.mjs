@@ -262,7 +262,7 @@ async function main() {
   });
   browser.on("disconnected", () => console.log("the browser went away"));
   const ctx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
-  const page = await ctx.newPage();
+  let page = await ctx.newPage();
   page.on("crash", () => console.log("the console page crashed"));
   watch(page, "operator page");
   const uniq = String(Math.floor(Math.random() * 1e9));
@@ -353,7 +353,7 @@ async function main() {
     await axe(page, "the computer view");
   });
 
-  // From here on, the terminal's websocket goes through a route this test can cut.
+  // The shell's websocket goes through a route of this page that the test can cut.
   const routed = [];
   await step("take control: refused while a run holds the bot, then under control with its time left", async () => {
     const lease = await acquire("run-busy");
@@ -367,15 +367,16 @@ async function main() {
     await until("the control screen connected", async () => (await statusOf(frame)) === "connected");
     await until("its canvas shows the desktop", async () => (await canvasColours(frame)) >= 3);
     await shot(page, "control");
-    await ctx.routeWebSocket(/\/cap\/[^/]+\/ws(\?|$)/, (ws) => {
-      const server = ws.connectToServer();
-      routed.push({ ws, server });
-    });
   });
 
   let pid = null;
   let shellFrame = null;
   await step("the Shell opens under control; typed input comes back as output", async () => {
+    // Only this page's frames opened from now on (the shell's) go through Playwright's relay.
+    await page.routeWebSocket(/\/cap\/[^/]+\/ws(\?|$)/, (ws) => {
+      const server = ws.connectToServer();
+      routed.push({ ws, server });
+    });
     await page.getByRole("tab", { name: "Terminal" }).click();
     shellFrame = await frameOf(page.locator("iframe.shell-frame"));
     await until("the terminal connected", async () => (await statusOf(shellFrame)) === "connected");
@@ -410,6 +411,18 @@ async function main() {
     console.log(`the terminal page ${resumes ? "resumes its shell" : "opens a fresh shell"} after a drop`);
     if (resumes) check(same, "the same shell came back after the drop");
     await shot(page, "shell-reconnected");
+    // The rest runs in a page without the relay (its websocket stand-in does not carry noVNC
+    // well): the same session, control taken again (a renewal: the same lease).
+    const fresh = await ctx.newPage();
+    fresh.on("crash", () => console.log("the console page crashed"));
+    watch(fresh, "operator page");
+    await fresh.goto(`${BASE}/console#/c/${COMPUTER}/${BOT}`);
+    await fresh.getByRole("button", { name: "Take control" }).click({ timeout: LONG });
+    await fresh.getByText(/You have control of .* left/).waitFor({ timeout: LONG });
+    await page.close();
+    page = fresh;
+    const frame = await frameOf(page.locator(`iframe.screen-frame[data-policy="control"]`));
+    await until("the control screen connected", async () => (await statusOf(frame)) === "connected");
   });
 
   const upName = `console-upload-${uniq}.txt`;
@@ -577,6 +590,9 @@ async function main() {
     await page.getByRole("tab", { name: "Terminal" }).click();
     await page.getByRole("button", { name: "Open shell" }).waitFor();
     check((await page.locator("iframe.shell-frame").count()) === 0, "no shell frame without control");
+    // The screen goes back to watching, never to a blank frame.
+    const frame = await frameOf(page.locator(`iframe.screen-frame[data-policy="view"]`));
+    await until("the view screen after release", async () => (await statusOf(frame)) === "connected" && (await canvasColours(frame)) >= 3);
   });
 
   await step("Open shell takes control and opens a shell; releasing closes it again", async () => {
