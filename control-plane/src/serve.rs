@@ -450,6 +450,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         &serde_json::to_vec_pretty(&addresses)?,
     )?;
     info!(%http_addr, %tunnel_addr, %tunnel_tcp_addr, tls = api_tls.is_some(), database = ?core_db_kind(&cfg), "control plane listening");
+    info!(console = %format!("{scheme}://{http_addr}/console"), "the console: sign in with an API token (`rakazo token create`)");
 
     let recover = core.clone();
     tokio::spawn(async move {

@@ -11,7 +11,7 @@
 mod support;
 
 use homes::cas::{
-    chunk, BlobStore, CasError, CasKeys, Cause, LocalBlobs, ObjectBlobs, Repo, RevisionInfo,
+    chunk, BlobStore, CasError, CasKeys, Cause, Keep, LocalBlobs, ObjectBlobs, Repo, RevisionInfo,
     Snapshot,
 };
 use homes::testing::noise;
@@ -79,6 +79,7 @@ macro_rules! conformance {
 
 conformance!(
     a_failure_midway_leaves_the_previous_revision_whole,
+    forget_and_prune_keep_what_they_promise_through_a_crash_at_every_step,
     incremental_snapshots_store_what_changed_and_restore_byte_exact,
     equal_content_is_stored_once_and_ids_differ_across_homes,
     tampering_with_any_stored_object_is_refused,
@@ -262,10 +263,12 @@ fn tampering_with_any_stored_object_is_refused<B: Backend>() {
     assert!(Repo::open(backend.store(), wrong).is_err());
 }
 
-/// A store whose `put`s fail after the first `ok` of them, as a bucket that goes away midway.
+/// A store whose `put`s fail after the first `ok` of them, as a bucket that goes away midway;
+/// with `deletes`, its deletes count too (a prune crashing at any of its steps).
 struct FailingAfter<S> {
     inner: S,
     ok: std::sync::atomic::AtomicUsize,
+    deletes: bool,
 }
 
 impl<S: BlobStore> BlobStore for FailingAfter<S> {
@@ -284,6 +287,13 @@ impl<S: BlobStore> BlobStore for FailingAfter<S> {
         self.inner.list(prefix)
     }
     fn delete(&self, name: &str) -> Result<(), CasError> {
+        if self.deletes {
+            let left = self.ok.load(std::sync::atomic::Ordering::SeqCst);
+            if left == 0 {
+                return Err(CasError::Io(std::io::Error::other("the store went away")));
+            }
+            self.ok.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.delete(name)
     }
     fn written(&self) -> u64 {
@@ -306,6 +316,7 @@ fn a_failure_midway_leaves_the_previous_revision_whole<B: Backend>() {
         let failing = FailingAfter {
             inner: backend.store(),
             ok: ok.into(),
+            deletes: false,
         };
         let mut broken = Repo::open(failing, keys()).unwrap();
         let e = broken
@@ -347,4 +358,104 @@ fn an_unreachable_bucket_fails_after_its_retries() {
     let e = blobs.put("packs/x", b"bytes").unwrap_err().to_string();
     assert!(e.contains("failed 4 times"), "{e}");
     assert_eq!(blobs.written(), 0);
+}
+
+/// Everything stored, by name, with its size.
+fn stored<S: BlobStore>(s: &S) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for prefix in ["packs/", "index/", "revisions/"] {
+        for n in s.list(prefix).unwrap() {
+            let len = s.get(&n).unwrap().len();
+            out.push((n, len));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn forget_and_prune_keep_what_they_promise_through_a_crash_at_every_step<B: Backend>() {
+    let backend = B::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("home");
+    home(&src);
+    let mut repo = Repo::open(backend.store(), keys()).unwrap();
+    // Four revisions an hour apart: a file that comes and goes, one that is rewritten.
+    let hour = 3_600_000;
+    let mut wanted = Vec::new();
+    for i in 0..4i64 {
+        std::fs::write(src.join("big.bin"), random_bytes(3 << 20, 100 + i as u64)).unwrap();
+        if i == 1 {
+            std::fs::write(src.join("gone.bin"), random_bytes(2 << 20, 7)).unwrap();
+        } else {
+            let _ = std::fs::remove_file(src.join("gone.bin"));
+        }
+        snap(&mut repo, &src, i * hour);
+        wanted.push(listing(&src));
+    }
+    // Keep the last one and the newest of the two newest hours: revisions 3 and 4.
+    let keep = Keep {
+        last: 1,
+        hourly: 2,
+        daily: 0,
+    };
+    let gone = repo.forget(&keep).unwrap();
+    assert_eq!(gone, [1, 2]);
+    let before = stored(repo.store());
+    // A prune that crashes after k writes and deletes, for every k until one finishes: after
+    // each, the kept revisions restore whole.
+    let mut k = 0;
+    let stats = loop {
+        let failing = FailingAfter {
+            inner: backend.store(),
+            ok: k.into(),
+            deletes: true,
+        };
+        let mut crashing = Repo::open(failing, keys()).unwrap();
+        let done = crashing.prune();
+        let repo = Repo::open(backend.store(), keys()).unwrap();
+        for (n, want) in [(3u64, &wanted[2]), (4, &wanted[3])] {
+            let out = tmp.path().join(format!("prune-{k}-{n}"));
+            repo.restore(n, &out)
+                .unwrap_or_else(|e| panic!("revision {n} after a crash at step {k}: {e}"));
+            assert_eq!(
+                &listing(&out),
+                want,
+                "revision {n} after a crash at step {k}"
+            );
+        }
+        match done {
+            Ok(stats) => break stats,
+            Err(e) => assert!(e.to_string().contains("went away"), "{e}"),
+        }
+        k += 1;
+        assert!(k < 100, "prune never finished");
+    };
+    assert!(
+        k >= 3,
+        "prune finished after {k} steps: the crash points were not exercised"
+    );
+    // It was the first prune to finish that did the work; a second finds nothing to do.
+    let mut repo = Repo::open(backend.store(), keys()).unwrap();
+    let again = repo.prune().unwrap();
+    assert_eq!(
+        (again.packs_deleted, again.packs_written),
+        (0, 0),
+        "{again:?}"
+    );
+    let after = stored(repo.store());
+    let size = |v: &[(String, usize)]| v.iter().map(|(_, n)| n).sum::<usize>();
+    // The forgotten revisions' data (about 8 MiB) is gone.
+    assert!(
+        size(&after) + (7 << 20) < size(&before),
+        "{} bytes before, {} after ({stats:?})",
+        size(&before),
+        size(&after)
+    );
+    let revs: Vec<u64> = repo
+        .revisions()
+        .unwrap()
+        .iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(revs, [3, 4]);
 }

@@ -33,7 +33,7 @@ mod tests;
 #[cfg(feature = "object")]
 pub use blobs::ObjectBlobs;
 pub use blobs::{BlobStore, LocalBlobs};
-pub use repo::{Cause, Repo, RevisionInfo, Snapshot};
+pub use repo::{Cause, Keep, PruneStats, Repo, RevisionInfo, Snapshot};
 
 use hkdf::Hkdf;
 use sha2::Sha256;

@@ -472,3 +472,172 @@ impl<S: BlobStore> Repo<S> {
         Ok(())
     }
 }
+
+/// Which revisions [`Repo::forget`] keeps: the `last` newest, and the newest of each of the
+/// `hourly` newest hours and `daily` newest days that have one. The latest revision is always
+/// kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Keep {
+    pub last: usize,
+    pub hourly: usize,
+    pub daily: usize,
+}
+
+/// What [`Repo::prune`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PruneStats {
+    pub packs_deleted: u64,
+    pub packs_written: u64,
+    pub blobs_kept: u64,
+    pub blobs_dropped: u64,
+    /// Bytes of the packs deleted, and of the packs written for the blobs they still held.
+    pub bytes_deleted: u64,
+    pub bytes_written: u64,
+}
+
+/// The revision numbers `keep` keeps of `revs` (any order).
+pub fn kept(revs: &[RevisionInfo], keep: &Keep) -> std::collections::BTreeSet<u64> {
+    let mut newest: Vec<&RevisionInfo> = revs.iter().collect();
+    newest.sort_by_key(|r| std::cmp::Reverse((r.at_ms, r.revision)));
+    let mut out = std::collections::BTreeSet::new();
+    if let Some(latest) = revs.iter().map(|r| r.revision).max() {
+        out.insert(latest);
+    }
+    out.extend(newest.iter().take(keep.last).map(|r| r.revision));
+    for (period, count) in [(3_600_000i64, keep.hourly), (86_400_000, keep.daily)] {
+        let mut seen = std::collections::HashSet::new();
+        for r in &newest {
+            if seen.len() == count {
+                break;
+            }
+            if seen.insert(r.at_ms.div_euclid(period)) {
+                out.insert(r.revision);
+            }
+        }
+    }
+    out
+}
+
+impl<S: BlobStore> Repo<S> {
+    /// Deletes the revisions `keep` does not keep (their objects only: [`Repo::prune`] frees
+    /// their data). Answers the revisions deleted.
+    pub fn forget(&self, keep: &Keep) -> Result<Vec<u64>, CasError> {
+        let revs = self.revisions()?;
+        let kept = kept(&revs, keep);
+        let mut gone = Vec::new();
+        for r in revs.iter().filter(|r| !kept.contains(&r.revision)) {
+            self.store.delete(&revision_name(r.revision))?;
+            gone.push(r.revision);
+        }
+        Ok(gone)
+    }
+
+    /// Every blob the revisions reference: their trees and their files' chunks.
+    fn reachable(&self) -> Result<std::collections::HashSet<BlobId>, CasError> {
+        let mut seen = std::collections::HashSet::new();
+        let mut todo: Vec<BlobId> = Vec::new();
+        for r in self.revisions()? {
+            todo.push(BlobId::from_hex(&r.root)?);
+        }
+        while let Some(t) = todo.pop() {
+            if !seen.insert(t) {
+                continue;
+            }
+            for e in self.tree(t)?.entries {
+                match e.node {
+                    Node::Dir { tree } => todo.push(BlobId::from_hex(&tree)?),
+                    Node::File { chunks, .. } => {
+                        for c in chunks {
+                            seen.insert(BlobId::from_hex(&c)?);
+                        }
+                    }
+                    Node::Symlink { .. } => {}
+                }
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Frees what no revision references. Safe against a crash at any point, the order being:
+    /// new packs with the still-referenced blobs of packs that also hold garbage; one new index
+    /// of every pack that stays; then the old index files; then the old packs. A crash leaves
+    /// either the old indexes (the new packs unreferenced, removed by the next prune) or the new
+    /// one, and every referenced blob always in an indexed pack. A checkpoint must not run at
+    /// the same time (the caller holds the home's lock): it could reuse a blob being dropped.
+    pub fn prune(&mut self) -> Result<PruneStats, CasError> {
+        let reachable = self.reachable()?;
+        let mut stats = PruneStats::default();
+        let mut by_pack: HashMap<[u8; 32], Vec<(BlobId, Loc)>> = HashMap::new();
+        for (id, loc) in &self.index {
+            by_pack.entry(loc.pack).or_default().push((*id, *loc));
+        }
+        let old_indexes = self.store.list("index/")?;
+        let mut keep_packs: Vec<Pack> = Vec::new();
+        let mut drop_packs: Vec<[u8; 32]> = Vec::new(); // emptied or rewritten
+        let mut packer = PackWriter::new(self.keys.seal);
+        let mut written: Vec<Pack> = Vec::new();
+        for (pack_name, mut blobs) in by_pack {
+            blobs.sort_by_key(|(_, l)| l.offset);
+            let used = blobs
+                .iter()
+                .filter(|(id, _)| reachable.contains(id))
+                .count();
+            if used == blobs.len() {
+                keep_packs.push(Pack {
+                    name: pack_name,
+                    bytes: Vec::new(),
+                    blobs,
+                });
+                continue;
+            }
+            stats.blobs_dropped += (blobs.len() - used) as u64;
+            for (id, loc) in blobs.iter().filter(|(id, _)| reachable.contains(id)) {
+                let plain = self.blob(*id)?;
+                if let Some(p) = packer.add(*id, loc.kind, &plain) {
+                    self.put_pack(&p, &mut stats)?;
+                    written.push(p);
+                }
+            }
+            drop_packs.push(pack_name);
+        }
+        if let Some(p) = packer.finish() {
+            self.put_pack(&p, &mut stats)?;
+            written.push(p);
+        }
+        if !drop_packs.is_empty() {
+            let all: Vec<Pack> = keep_packs.into_iter().chain(written).collect();
+            let (sealed, name) = pack::seal_index(&self.keys.seal, &all);
+            let new_index = format!("index/{}", hex::encode(name));
+            self.store.put(&new_index, &sealed)?;
+            for old in old_indexes.iter().filter(|o| **o != new_index) {
+                self.store.delete(old)?;
+            }
+            self.index = all.iter().flat_map(|p| p.blobs.iter().copied()).collect();
+        }
+        // Last, every pack no index names: those just emptied or rewritten, and what a crashed
+        // checkpoint or prune left (no checkpoint runs meanwhile: its packs are unindexed until
+        // its end).
+        let indexed: std::collections::HashSet<String> = self
+            .index
+            .values()
+            .map(|l| format!("packs/{}", hex::encode(l.pack)))
+            .collect();
+        for name in self.store.list("packs/")? {
+            if !indexed.contains(&name) {
+                stats.bytes_deleted += self.store.get(&name).map(|b| b.len() as u64).unwrap_or(0);
+                self.store.delete(&name)?;
+                stats.packs_deleted += 1;
+            }
+        }
+        stats.blobs_kept = self.index.len() as u64;
+        Ok(stats)
+    }
+
+    fn put_pack(&self, p: &Pack, stats: &mut PruneStats) -> Result<(), CasError> {
+        self.store
+            .put(&format!("packs/{}", hex::encode(p.name)), &p.bytes)?;
+        stats.packs_written += 1;
+        stats.bytes_written += p.bytes.len() as u64;
+        Ok(())
+    }
+}
