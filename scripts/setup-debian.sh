@@ -23,16 +23,28 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup target list --installed 2>/dev/null | grep -q x86_64-unknown-linux-musl \
   || rustup target add x86_64-unknown-linux-musl >/dev/null
-# The live terminal page's xterm.js (docs/screens.md#terminal), pinned by the committed
-# package-lock and served from disk by `rakazo serve`: nothing is fetched at run time.
-web="$(cd "$(dirname "$0")/.." && pwd)/control-plane/web"
-if [ ! -f "$web/node_modules/@xterm/xterm/lib/xterm.js" ]; then
+# The live terminal page's xterm.js (docs/screens.md#terminal) and the console's htm + Preact
+# (docs/console.md), pinned by the committed package-lock and served by `rakazo serve`: nothing
+# is fetched at run time. The console's browser test (tests/console: playwright-core driving
+# /usr/bin/chromium, axe-core) is pinned the same way.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+npm_ci() {
   if ! command -v npm >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq npm >/dev/null
   fi
-  (cd "$web" && npm ci --no-audit --no-fund --silent)
+  (cd "$1" && npm ci --no-audit --no-fund --silent)
+}
+web="$root/control-plane/web"
+if [ ! -f "$web/node_modules/@xterm/xterm/lib/xterm.js" ] \
+  || [ ! -f "$web/node_modules/htm/preact/standalone.module.js" ]; then
+  npm_ci "$web"
+fi
+console_tests="$root/tests/console"
+if [ ! -f "$console_tests/node_modules/playwright-core/package.json" ] \
+  || [ ! -f "$console_tests/node_modules/axe-core/axe.min.js" ]; then
+  npm_ci "$console_tests"
 fi
 # The reference Prometheus text parser the metrics tests read /metrics with
 # (tests/scripts/parse_metrics.py): PyPI's prometheus_client, or Debian's package where pip may

@@ -6,6 +6,7 @@ mod abuse;
 mod activity;
 mod browser_isolation;
 mod cli;
+mod console;
 mod containment;
 mod desktops;
 mod docker;

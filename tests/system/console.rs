@@ -1,0 +1,249 @@
+//! The console (issue 31, docs/console.md) in real Chromium against a real `rakazo serve` with a
+//! local computer whose bot has a desktop: `tests/console/console.test.mjs` (playwright-core
+//! driving `/usr/bin/chromium`, axe-core) signs in with tokens made by the real CLI, watches the
+//! screen, takes control, uses the Shell, uploads, follows Activity and Files, stops the computer
+//! and browses its stored home, checks viewers, CSRF, cookie flags, CSP, sign-out and revocation.
+//! Around it, this test checks what a browser cannot: another workspace's viewer gets 404 through
+//! the CLI and MCP too, and the server log holds no token, session cookie or capability path.
+//!
+//! Screenshots go to a temporary directory, or to `RAKAZO_CONSOLE_SCREENSHOTS` when set (relative
+//! to the repository: `RAKAZO_CONSOLE_SCREENSHOTS=docs/console` regenerates the docs' copies).
+
+use anyhow::{anyhow, bail, Context, Result};
+use control_plane::client::{Client, ClientError};
+use gateway_proto::Secret;
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tests::{World, WorldOptions};
+
+use crate::cli::rakazo_with;
+
+/// Bound on the whole browser run.
+const BROWSER_RUN: Duration = Duration::from_secs(600);
+
+const WORKSPACE: &str = "ws-console-a";
+const OTHER_WORKSPACE: &str = "ws-console-b";
+const BOT: &str = "bot-1";
+/// `--attachment-max-bytes`, small enough for the browser to meet a 413.
+const UPLOAD_LIMIT: &str = "65536";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// A token made with `rakazo token create --json`: (token, id).
+async fn token(w: &mut World, role: &str, workspace: &str, name: &str) -> Result<(String, String)> {
+    let out = rakazo_with(
+        w,
+        w.api_token(),
+        &[
+            "token",
+            "create",
+            "--role",
+            role,
+            "--workspace",
+            workspace,
+            "--name",
+            name,
+            "--json",
+        ],
+        None,
+    )
+    .await?;
+    if !out.status.success() {
+        bail!(
+            "rakazo token create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| "token create --json printed no JSON".to_string())?;
+    let secret = v["token"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no token in the answer"))?
+        .to_string();
+    let id = v["id"]
+        .as_str()
+        .ok_or_else(|| anyhow!("no id in the answer"))?
+        .to_string();
+    w.add_secret(&secret);
+    Ok((secret, id))
+}
+
+/// Starts `bot`'s desktop under a short run that ends successfully (the desktop stays), its
+/// browser showing `page`.
+async fn desktop(w: &World, c: &str, bot: &str, page: &str) -> Result<()> {
+    let lease = w.lease(c, bot, "run-console-setup").await?;
+    let screens = format!("/v1/computers/{c}/screens/{bot}");
+    w.post(
+        &format!("{screens}/ensure"),
+        serde_json::json!({ "lease": lease }),
+    )
+    .await?;
+    w.post(
+        &format!("{screens}/act"),
+        serde_json::json!({ "lease": lease, "actions": [{ "type": "open", "url": page }] }),
+    )
+    .await?;
+    w.post(
+        &format!("/v1/computers/{c}/leases/{bot}/release"),
+        serde_json::json!({ "lease": lease, "outcome": "success" }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// What the bot's browser shows: a page with some colour and text, so the screenshots show a
+/// working desktop.
+const PAGE: &str = "<!doctype html><html><head><title>Quarterly report</title></head>\
+<body style='font-family:sans-serif;margin:0;background:#f4f6fb'>\
+<header style='background:#0f766e;color:#fff;padding:24px 40px;font-size:28px'>Quarterly report</header>\
+<main style='padding:32px 40px;font-size:20px'><p>Revenue by region, drafted by bot-1.</p>\
+<table style='border-collapse:collapse;font-size:20px'>\
+<tr><th style='text-align:left;padding:8px 24px'>Region</th><th style='padding:8px 24px'>Q3</th></tr>\
+<tr><td style='padding:8px 24px'>North</td><td style='padding:8px 24px'>1.2 M</td></tr>\
+<tr><td style='padding:8px 24px'>South</td><td style='padding:8px 24px'>0.9 M</td></tr>\
+</table></main></body></html>";
+
+fn status_of(r: Result<serde_json::Value, ClientError>) -> Option<u16> {
+    match r {
+        Err(ClientError::Api { status, .. }) => Some(status.as_u16()),
+        Ok(_) => Some(200),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn the_console_in_chromium_signs_in_watches_controls_and_keeps_secrets_out_of_logs(
+) -> Result<()> {
+    let dir = repo().join("tests/console");
+    if !dir.join("node_modules/playwright-core").exists()
+        || !dir.join("node_modules/axe-core").exists()
+    {
+        bail!(
+            "{} has no node_modules: run scripts/setup-debian.sh (npm ci there)",
+            dir.display()
+        );
+    }
+    let mut w = World::start_with(WorldOptions {
+        env: vec![("RAKAZO_ATTACHMENT_MAX_BYTES".into(), UPLOAD_LIMIT.into())],
+        ..WorldOptions::default()
+    })
+    .await?;
+    let site = tests::fixture::Fixture::start().await?;
+    let c = w.create_computer(WORKSPACE).await?;
+    desktop(&w, &c, BOT, &site.page("report", PAGE)).await?;
+    let (operator, _) = token(&mut w, "operator", WORKSPACE, "console-operator").await?;
+    let (viewer, _) = token(&mut w, "viewer", WORKSPACE, "console-viewer").await?;
+    let (other, _) = token(&mut w, "viewer", OTHER_WORKSPACE, "console-other").await?;
+    let (revoked, revoked_id) = token(&mut w, "viewer", WORKSPACE, "console-revoked").await?;
+
+    // Another workspace's viewer: 404 through the API, the CLI and MCP, as for a missing computer.
+    let as_other = Client::new(w.http.clone(), Secret::new(other.clone()));
+    let shown = as_other
+        .json(Method::GET, &format!("/v1/computers/{c}"), None)
+        .await;
+    assert_eq!(status_of(shown), Some(404), "API show by another workspace");
+    let mcp = as_other
+        .json(
+            Method::POST,
+            &format!("/v1/mcp/{c}/{BOT}"),
+            Some(&serde_json::json!({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            })),
+        )
+        .await;
+    assert_eq!(status_of(mcp), Some(404), "MCP by another workspace");
+    let cli = rakazo_with(&w, &other, &["computer", "show", &c], None).await?;
+    assert!(
+        !cli.status.success(),
+        "the CLI shows another workspace's computer"
+    );
+    let said = String::from_utf8_lossy(&cli.stderr).to_lowercase();
+    assert!(
+        said.contains("404") || said.contains("not found") || said.contains("not_found"),
+        "the CLI says not found: {said}"
+    );
+
+    let shots = match std::env::var_os("RAKAZO_CONSOLE_SCREENSHOTS") {
+        Some(d) => (repo().join(d), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("rakazo-console-shots-")
+                .tempdir()?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let secrets = tempfile::NamedTempFile::new()?;
+    let node = tokio::process::Command::new("node")
+        .arg("console.test.mjs")
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+        )
+        .env("RAKAZO_CONSOLE_URL", &w.http)
+        .env("RAKAZO_CONSOLE_COMPUTER", &c)
+        .env("RAKAZO_CONSOLE_BOT", BOT)
+        .env("RAKAZO_CONSOLE_OPERATOR_TOKEN", &operator)
+        .env("RAKAZO_CONSOLE_VIEWER_TOKEN", &viewer)
+        .env("RAKAZO_CONSOLE_OTHER_TOKEN", &other)
+        .env("RAKAZO_CONSOLE_REVOKED_TOKEN", &revoked)
+        .env("RAKAZO_CONSOLE_REVOKED_ID", &revoked_id)
+        .env("RAKAZO_CONSOLE_ADMIN_TOKEN", w.api_token())
+        .env("RAKAZO_BIN", tests::bin("rakazo"))
+        .env("RAKAZO_CONSOLE_UPLOAD_LIMIT", UPLOAD_LIMIT)
+        .env("RAKAZO_CONSOLE_SCREENSHOTS", &shots.0)
+        .env("RAKAZO_CONSOLE_SECRETS_OUT", secrets.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start node (tests/console/console.test.mjs)")?;
+    let out = tokio::time::timeout(BROWSER_RUN, node.wait_with_output())
+        .await
+        .map_err(|_| anyhow!("the browser run did not finish within {BROWSER_RUN:?}"))??;
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    println!("console screenshots: {}", shots.0.display());
+    assert!(
+        out.status.success(),
+        "the browser run failed: {}",
+        out.status
+    );
+
+    // Nothing secret reached the server's log: tokens (the world checks every added secret),
+    // session cookies and capability tokens the browser saw; a capability path is logged
+    // redacted only.
+    let seen = std::fs::read_to_string(secrets.path())?;
+    let seen: Vec<&str> = seen.lines().filter(|l| l.len() >= 16).collect();
+    assert!(
+        seen.len() >= 4,
+        "the browser run reported its cookies and capability tokens"
+    );
+    for secret in &seen {
+        w.add_secret(secret);
+    }
+    let log = w.log();
+    let caps: Vec<&str> = log
+        .match_indices("/cap/")
+        .map(|(i, _)| &log[i..(i + 20).min(log.len())])
+        .filter(|at| !at.starts_with("/cap/<redacted>"))
+        .collect();
+    assert!(caps.is_empty(), "capability paths in the server log");
+    assert!(
+        !log.contains("rakazo_session="),
+        "a session cookie in the server log"
+    );
+    w.check_log()?;
+    Ok(())
+}
