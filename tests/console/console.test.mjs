@@ -612,29 +612,17 @@ async function main() {
       const r = await raw("POST", computerPath("leases", BOT, "waiting_takeover"), { token: OPERATOR, body: { lease } });
       check(r.ok, "waiting_takeover answered " + r.status);
       const screens = await (await raw("GET", computerPath("screens"), { token: OPERATOR })).json();
-      const reported = screens.screens.some((x) => "waiting_takeover" in x);
-      console.log(`the screens list ${reported ? "reports" : "does not report yet"} waiting_takeover`);
-      // Until the server reports the mark, the page is shown it through a route that adds it to
-      // the real answer; the takeover itself is real (allowed because the run is waiting).
-      const screensRoute = /\/v1\/computers\/[^/]+\/screens$/;
-      if (!reported)
-        await page.route(screensRoute, async (route) => {
-          const real = await route.fetch();
-          const body = await real.json();
-          for (const x of body.screens) if (x.bot === BOT) x.waiting_takeover = true;
-          await route.fulfill({ response: real, json: body });
-        });
-      try {
-        await page.getByRole("button", { name: "Take over " + BOT }).waitFor({ timeout: LONG });
-        await shot(page, "waiting-takeover");
-        await page.getByRole("button", { name: "Take over " + BOT }).click();
-        await page.getByText(/You have control of .* left/).waitFor({ timeout: LONG });
-        check((await page.getByRole("button", { name: "Take over " + BOT }).count()) === 0, "the banner goes once under control");
-        await page.getByRole("button", { name: "Release control" }).click();
-        await page.getByRole("button", { name: "Take control" }).waitFor({ timeout: LONG });
-      } finally {
-        if (!reported) await page.unroute(screensRoute);
-      }
+      const mine = screens.screens.find((x) => x.bot === BOT);
+      check(mine && mine.run_active && mine.waiting_takeover, "the screens list reports the run waiting: " + JSON.stringify(mine));
+      await page.getByRole("button", { name: "Take over " + BOT }).waitFor({ timeout: LONG });
+      await shot(page, "waiting-takeover");
+      await page.getByRole("button", { name: "Take over " + BOT }).click();
+      await page.getByText(/You have control of .* left/).waitFor({ timeout: LONG });
+      check((await page.getByRole("button", { name: "Take over " + BOT }).count()) === 0, "the banner goes once under control");
+      const held = (await (await raw("GET", computerPath("screens"), { token: OPERATOR })).json()).screens.find((x) => x.bot === BOT);
+      check(held.control_expires_at_ms > Date.now(), "the screens list says until when control is held");
+      await page.getByRole("button", { name: "Release control" }).click();
+      await page.getByRole("button", { name: "Take control" }).waitFor({ timeout: LONG });
     } finally {
       await releaseLease(lease);
     }

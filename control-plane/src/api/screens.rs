@@ -48,6 +48,9 @@ fn screen_view(s: ScreenInfo) -> Screen {
         browser_pid: s.browser_pid,
         started: s.started,
         idle_ms: s.idle_ms,
+        run_active: false,
+        waiting_takeover: false,
+        control_expires_at_ms: None,
     }
 }
 
@@ -89,9 +92,37 @@ pub async fn release(
     ))
 }
 
+/// `GET …/screens`: the guest's desktops, each with what a person deciding to take over needs
+/// (whether a run holds the bot, whether it waits for a person, the user's control's end).
 pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    use crate::lease::LeaseStore;
     let all = api.core.call(id, ScreenListRequest).await?;
-    let screens = all.into_iter().map(screen_view).collect();
+    let c = api.core.get(id).await?;
+    let now = crate::clock::now_ms();
+    let mut screens = Vec::with_capacity(all.len());
+    for s in all {
+        let bot = s.bot.clone();
+        let mut view = screen_view(s);
+        let run = api
+            .core
+            .leases
+            .get(&c.id, &bot, now)
+            .await
+            .map_err(|e| ApiError::from(crate::core::CoreError::Lease(e)))?;
+        let live = api
+            .core
+            .live
+            .store
+            .get(&c.id, &bot)
+            .await
+            .map_err(ApiError::internal)?;
+        view.run_active = run.is_some();
+        view.waiting_takeover = run
+            .as_ref()
+            .is_some_and(|r| live.waiting_takeover.as_ref() == Some(&r.token));
+        view.control_expires_at_ms = live.control_at(now).map(|c| c.expires_at_ms);
+        screens.push(view);
+    }
     Ok(json_response(StatusCode::OK, &ScreenList { screens }))
 }
 

@@ -30,6 +30,15 @@ pub struct Screen {
     /// a person watching does not count), by which screen eviction picks; 0 in an ensure's
     /// answer.
     pub idle_ms: u64,
+    /// Whether a run holds the bot's execution lease (the list's answer only).
+    #[serde(default)]
+    pub run_active: bool,
+    /// Whether that run asked for a person (`waiting_takeover`): taking control is allowed.
+    #[serde(default)]
+    pub waiting_takeover: bool,
+    /// When the user's control of the bot ends, while someone holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_expires_at_ms: Option<i64>,
 }
 
 /// `GET /v1/computers/{id}/screens`.
