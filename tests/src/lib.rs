@@ -29,6 +29,7 @@ pub mod live;
 pub mod netlab;
 pub mod probes;
 pub mod procstat;
+pub mod readme;
 pub mod replicas;
 pub mod rogue;
 pub mod s3;
@@ -1173,16 +1174,4 @@ impl ExecOutput {
         }
         out
     }
-}
-
-/// The first ```` ```sh ```` block after the README.md heading `heading` (`## Secrets`): what the
-/// tests run as written.
-pub fn readme_block(heading: &str) -> Result<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))?;
-    readme
-        .split_once(&format!("\n{heading}\n"))
-        .and_then(|(_, rest)| rest.split_once("```sh\n"))
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(block, _)| block.to_string())
-        .with_context(|| format!("README.md has no sh block under {heading:?}"))
 }

@@ -78,24 +78,10 @@ async fn token(w: &mut World, role: &str, workspace: &str, name: &str) -> Result
 /// Starts `bot`'s desktop under a short run that ends successfully (the desktop stays), its
 /// browser showing `page`.
 async fn desktop(w: &World, c: &str, bot: &str, page: &str) -> Result<()> {
-    let lease = w.lease(c, bot, "run-console-setup").await?;
-    let screens = format!("/v1/computers/{c}/screens/{bot}");
-    w.post(
-        &format!("{screens}/ensure"),
-        serde_json::json!({ "lease": lease }),
-    )
-    .await?;
-    w.post(
-        &format!("{screens}/act"),
-        serde_json::json!({ "lease": lease, "actions": [{ "type": "open", "url": page }] }),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/leases/{bot}/release"),
-        serde_json::json!({ "lease": lease, "outcome": "success" }),
-    )
-    .await?;
-    Ok(())
+    let b = tests::bot::Bot::new(w, c, bot).await?;
+    b.ensure().await?;
+    b.open(page).await?;
+    b.end_run().await
 }
 
 /// What the bot's browser shows: a page with some colour and text, so the screenshots show a

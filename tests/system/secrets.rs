@@ -174,7 +174,7 @@ fn request(log: &Path, path: &str) -> Result<serde_json::Value> {
 /// README.md's Secrets block: each `rakazo …` line's arguments, and the variable whose value
 /// `printf %s "$VAR" |` feeds it.
 fn readme_secret_lines() -> Result<Vec<(Option<String>, Vec<String>)>> {
-    let block = tests::readme_block("## Secrets")?;
+    let block = tests::readme::block("## Secrets")?;
     let mut out = Vec::new();
     let mut joined = String::new();
     for raw in block.lines() {
@@ -196,36 +196,12 @@ fn readme_secret_lines() -> Result<Vec<(Option<String>, Vec<String>)>> {
             }
             None => (None, line.as_str()),
         };
-        let words = shell_words(cmd);
+        let words = tests::readme::shell_words(cmd);
         if words.first().map(String::as_str) == Some("rakazo") {
             out.push((var, words[1..].to_vec()));
         }
     }
     Ok(out)
-}
-
-/// Splits a command line as a shell would, for single quotes.
-fn shell_words(s: &str) -> Vec<String> {
-    let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
-    for ch in s.chars() {
-        match ch {
-            '\'' => (quoted, any) = (!quoted, true),
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    words.push(std::mem::take(&mut word));
-                }
-                any = false;
-            }
-            c => {
-                word.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        words.push(word);
-    }
-    words
 }
 
 /// Every file under `dir` holding `needle`.

@@ -105,7 +105,7 @@ async fn make_token(w: &World, args: &[&str]) -> Result<String> {
 
 /// README.md's token block: each `rakazo …` line's words (single quotes are not used there).
 fn readme_token_lines() -> Result<Vec<Vec<String>>> {
-    let block = tests::readme_block("## People: scoped tokens and the console")?;
+    let block = tests::readme::block("## People: scoped tokens and the console")?;
     Ok(block
         .lines()
         .map(|l| l.split_once(" #").map_or(l, |(code, _)| code).trim())

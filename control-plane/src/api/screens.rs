@@ -115,7 +115,7 @@ pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
             .store
             .get(&c.id, &bot)
             .await
-            .map_err(ApiError::internal)?;
+            .map_err(crate::live::authority::LiveError::from)?;
         view.run_active = run.is_some();
         view.waiting_takeover = run
             .as_ref()

@@ -87,20 +87,10 @@ async fn main() -> Result<()> {
     let site = Fixture::start().await?;
     let c = w.create_computer("bench").await?;
     let bot = "bot-1";
-    let lease = w.lease(&c, bot, "bench-setup").await?;
-    let screens = format!("/v1/computers/{c}/screens/{bot}");
-    w.post(&format!("{screens}/ensure"), json!({ "lease": lease }))
-        .await?;
-    w.post(
-        &format!("{screens}/act"),
-        json!({ "lease": lease, "actions": [{ "type": "open", "url": site.page("bench", PAGE) }] }),
-    )
-    .await?;
-    w.post(
-        &format!("/v1/computers/{c}/leases/{bot}/release"),
-        json!({ "lease": lease, "outcome": "success" }),
-    )
-    .await?;
+    let b = tests::bot::Bot::new(&w, &c, bot).await?;
+    b.ensure().await?;
+    b.open(&site.page("bench", PAGE)).await?;
+    b.end_run().await?;
     // The rest of the fleet, on the fake provider, 8 creations at a time.
     let made = now();
     let mut pending = Vec::new();

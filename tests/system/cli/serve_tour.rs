@@ -143,13 +143,7 @@ struct TourStep {
 
 /// The `rakazo …` commands of README.md's tour, in order.
 fn readme_tour() -> Result<Vec<TourStep>> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))?;
-    let block = readme
-        .split_once("## A short tour")
-        .and_then(|(_, rest)| rest.split_once("```sh\n"))
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(block, _)| block)
-        .context("README.md has no tour block")?;
+    let block = tests::readme::block("## A short tour")?;
     let mut steps = Vec::new();
     let mut joined = String::new();
     for raw in block.lines() {
@@ -164,13 +158,13 @@ fn readme_tour() -> Result<Vec<TourStep>> {
         for part in std::mem::take(&mut joined).split(" ; ") {
             let (stdin, cmd) = match part.split_once(" | ") {
                 Some((feed, cmd)) => {
-                    let words = shell_words(feed);
+                    let words = tests::readme::shell_words(feed);
                     anyhow::ensure!(words.first().map(String::as_str) == Some("echo"), "{part}");
                     (Some(format!("{}\n", words[1..].join(" "))), cmd)
                 }
                 None => (None, part),
             };
-            let words = shell_words(cmd);
+            let words = tests::readme::shell_words(cmd);
             if words.first().map(String::as_str) == Some("rakazo") {
                 steps.push(TourStep {
                     args: words[1..].to_vec(),
@@ -181,30 +175,6 @@ fn readme_tour() -> Result<Vec<TourStep>> {
         }
     }
     Ok(steps)
-}
-
-/// Splits a command line as a shell would, for the single quotes the tour uses.
-fn shell_words(s: &str) -> Vec<String> {
-    let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
-    for ch in s.chars() {
-        match ch {
-            '\'' => (quoted, any) = (!quoted, true),
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    words.push(std::mem::take(&mut word));
-                }
-                any = false;
-            }
-            c => {
-                word.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        words.push(word);
-    }
-    words
 }
 
 /// The README's tour, every command as written and in its order, against a World: the
