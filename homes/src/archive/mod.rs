@@ -19,7 +19,10 @@ mod unpack;
 
 pub use check::{ArchiveChecker, Parser as ArchiveParser};
 pub use pack::{pack, PackStats};
-pub use stream::{pack_reader, restore_async, unpack_new_async, PackReader};
+pub use stream::{
+    pack_reader, restore_async, task_reader, unpack_new_async, ChannelWriter, PackReader,
+    TaskReader,
+};
 pub use unpack::{restore, restore_in_place, unpack_new, UnpackOptions, UnpackStats};
 
 use std::io;

@@ -23,19 +23,35 @@ pub const CHANNEL_CHUNKS: usize = 8;
 /// An `AsyncRead` of the archive of one directory, written on tokio's blocking pool as it is
 /// read. A failure of the writer (an unreadable file, say) is returned by `poll_read` as an
 /// `io::Error` wrapping the [`ArchiveError`]. Dropping the reader stops the writer.
-pub struct PackReader {
-    rx: mpsc::Receiver<Bytes>,
-    chunk: Bytes,
-    task: Option<JoinHandle<Result<PackStats, ArchiveError>>>,
-    stats: Option<PackStats>,
-}
+pub type PackReader = TaskReader<PackStats, ArchiveError>;
 
 /// Starts writing the archive of `root`; see [`PackReader`]. Must be called inside a tokio
 /// runtime.
 pub fn pack_reader(root: PathBuf) -> PackReader {
+    task_reader(move |w| pack(&root, w))
+}
+
+/// An `AsyncRead` of what a blocking writer produces on tokio's blocking pool as it is read:
+/// end of stream only once the writer has succeeded; its error (as `io::Error::other`) if it
+/// failed. Dropping the reader makes the writer's next write fail, which stops it.
+pub struct TaskReader<T, E> {
+    rx: mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+    task: Option<JoinHandle<Result<T, E>>>,
+    stats: Option<T>,
+}
+
+/// Runs `write` on the blocking pool with a writer into the returned reader. Must be called
+/// inside a tokio runtime.
+pub fn task_reader<T, E, F>(write: F) -> TaskReader<T, E>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+    F: FnOnce(ChannelWriter) -> Result<T, E> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-    let task = tokio::task::spawn_blocking(move || pack(&root, ChannelWriter { tx }));
-    PackReader {
+    let task = tokio::task::spawn_blocking(move || write(ChannelWriter { tx }));
+    TaskReader {
         rx,
         chunk: Bytes::new(),
         task: Some(task),
@@ -43,15 +59,26 @@ pub fn pack_reader(root: PathBuf) -> PackReader {
     }
 }
 
-impl PackReader {
-    /// What the writer archived and skipped, once the reader has returned end of stream.
-    pub fn stats(&self) -> Option<PackStats> {
+fn ended<T, E>(result: Result<Result<T, E>, tokio::task::JoinError>) -> io::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(io::Error::other(e)),
+        Err(e) => Err(io::Error::other(ArchiveError::Task(e))),
+    }
+}
+
+impl<T: Copy, E: std::error::Error + Send + Sync + 'static> TaskReader<T, E> {
+    /// What the writer answered, once the reader has returned end of stream.
+    pub fn stats(&self) -> Option<T> {
         self.stats
     }
 
-    /// The next piece of the archive as the writer produced it (at most [`pack`]'s write size),
-    /// without a copy; `None` at the end of a complete archive. For a caller that passes the
-    /// bytes on whole (a QUIC stream's `write_chunk`); mixing it with `poll_read` is fine.
+    /// The next piece as the writer produced it (at most its write size), without a copy;
+    /// `None` at the end of a complete stream. For a caller that passes the bytes on whole (a
+    /// QUIC stream's `write_chunk`); mixing it with `poll_read` is fine.
     pub async fn next_chunk(&mut self) -> io::Result<Option<Bytes>> {
         if !self.chunk.is_empty() {
             return Ok(Some(std::mem::take(&mut self.chunk)));
@@ -64,18 +91,12 @@ impl PackReader {
         };
         let result = task.await;
         self.task = None;
-        match result {
-            Ok(Ok(stats)) => {
-                self.stats = Some(stats);
-                Ok(None)
-            }
-            Ok(Err(e)) => Err(io::Error::other(e)),
-            Err(e) => Err(io::Error::other(ArchiveError::Task(e))),
-        }
+        self.stats = Some(ended(result)?);
+        Ok(None)
     }
 }
 
-impl AsyncRead for PackReader {
+impl<T: Unpin, E: std::error::Error + Send + Sync + 'static> AsyncRead for TaskReader<T, E> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -98,20 +119,13 @@ impl AsyncRead for PackReader {
             };
             let result = ready!(Pin::new(task).poll(cx));
             this.task = None;
-            return Poll::Ready(match result {
-                Ok(Ok(stats)) => {
-                    this.stats = Some(stats);
-                    Ok(())
-                }
-                Ok(Err(e)) => Err(io::Error::other(e)),
-                Err(e) => Err(io::Error::other(ArchiveError::Task(e))),
-            });
+            return Poll::Ready(ended(result).map(|v| this.stats = Some(v)));
         }
     }
 }
 
 /// Feeds the writer's output into the channel, blocking the writer thread while it is full.
-struct ChannelWriter {
+pub struct ChannelWriter {
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -119,7 +133,7 @@ impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.tx
             .blocking_send(Bytes::copy_from_slice(buf))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "archive reader dropped"))?;
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "reader dropped"))?;
         Ok(buf.len())
     }
 

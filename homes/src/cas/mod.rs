@@ -21,6 +21,7 @@
 //! checked against its keyed hash after opening, so a swapped, truncated or tampered blob, pack
 //! or index is refused ([`CasError::Tampered`]).
 
+pub mod archive;
 pub mod blobs;
 pub mod chunk;
 pub mod pack;
@@ -30,6 +31,7 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
+pub use archive::{ArchiveSize, Change, Difference, Visit};
 #[cfg(feature = "object")]
 pub use blobs::ObjectBlobs;
 pub use blobs::{BlobStore, LocalBlobs};
@@ -138,6 +140,9 @@ pub enum CasError {
     Corrupt(String),
     #[error("no revision {0}")]
     NoRevision(u64),
+    /// An archive stream the checker refused.
+    #[error("archive refused")]
+    Archive(#[from] crate::archive::ArchiveError),
     /// A path in a tree that would leave the restore's root.
     #[error("refused path {0:?}")]
     BadPath(String),

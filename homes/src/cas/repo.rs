@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
@@ -94,17 +95,60 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> CasError + '_ {
 }
 
 /// A snapshot in progress: the pack being filled and what it added.
-struct Writing<'r, S: BlobStore> {
+pub(super) struct Writing<'r, S: BlobStore> {
     repo: &'r mut Repo<S>,
     packer: PackWriter,
     packs: Vec<Pack>,
     written: u64,
-    info: RevisionInfo,
+    pub(super) info: RevisionInfo,
 }
 
 impl<S: BlobStore> Writing<'_, S> {
+    /// Ends the snapshot whose root tree is `root`: the last pack, one index file of the packs
+    /// it wrote, then the revision (the commit point). On an error nothing names what it
+    /// wrote, and every earlier revision stays whole.
+    pub(super) fn finish(
+        mut self,
+        root: Result<BlobId, CasError>,
+    ) -> Result<RevisionInfo, CasError> {
+        let root = root.and_then(|root| {
+            if let Some(p) = self.packer.finish() {
+                self.flush(p)?;
+            }
+            Ok(root)
+        });
+        let root = match root {
+            Ok(root) => root,
+            Err(e) => {
+                // What this snapshot only reserved in the index is forgotten.
+                self.repo.index.retain(|_, l| l.pack != [0; 32]);
+                return Err(e);
+            }
+        };
+        let Writing {
+            repo,
+            packs,
+            mut written,
+            mut info,
+            ..
+        } = self;
+        info.root = root.to_hex();
+        if !packs.is_empty() {
+            let (sealed, name) = pack::seal_index(&repo.keys.seal, &packs);
+            repo.store
+                .put(&format!("index/{}", hex::encode(name)), &sealed)?;
+            written += sealed.len() as u64;
+        }
+        info.stored_bytes = written;
+        let number = info.revision;
+        let plain = serde_json::to_vec(&info).expect("a revision serializes");
+        let sealed = pack::seal(&repo.keys.seal, 3, &revision_aad(number), &plain);
+        repo.store.put(&revision_name(number), &sealed)?;
+        Ok(info)
+    }
+
     /// Stores `plain` as a blob unless the repository (or this snapshot) has it.
-    fn blob(&mut self, kind: BlobKind, plain: &[u8]) -> Result<BlobId, CasError> {
+    pub(super) fn blob(&mut self, kind: BlobKind, plain: &[u8]) -> Result<BlobId, CasError> {
         let id = self.repo.keys.blob_id(plain);
         if self.repo.index.contains_key(&id) {
             return Ok(id);
@@ -222,6 +266,7 @@ impl<S: BlobStore> Writing<'_, S> {
             };
             entries.push(Entry {
                 name,
+                raw: None,
                 mode,
                 mtime_ns: mtime,
                 node,
@@ -352,19 +397,32 @@ impl<S: BlobStore> Repo<S> {
             Some(r) => Some(self.tree(BlobId::from_hex(&r.root)?)?),
             None => None,
         };
-        let number = latest.as_ref().map_or(1, |r| r.revision + 1);
+        let mut w = self.begin(latest.as_ref(), s.cause, s.at_ms, 1);
+        let root = w.dir(s.dir, parent_tree.as_ref(), true, false);
+        w.finish(root)
+    }
+
+    /// Starts writing the revision after `latest` (or `first` when there is none).
+    pub(super) fn begin(
+        &mut self,
+        latest: Option<&RevisionInfo>,
+        cause: Cause,
+        at_ms: i64,
+        first: u64,
+    ) -> Writing<'_, S> {
+        let number = latest.map_or(first.max(1), |r| r.revision + 1);
         let seal = self.keys.seal;
-        let mut w = Writing {
+        Writing {
             repo: self,
             packer: PackWriter::new(seal),
             packs: Vec::new(),
             written: 0,
             info: RevisionInfo {
                 revision: number,
-                parent: latest.as_ref().map(|r| r.revision),
+                parent: latest.map(|r| r.revision),
                 root: String::new(),
-                at_ms: s.at_ms,
-                cause: s.cause,
+                at_ms,
+                cause,
                 files: 0,
                 size: 0,
                 new_blobs: 0,
@@ -372,39 +430,7 @@ impl<S: BlobStore> Repo<S> {
                 stored_bytes: 0,
                 files_read: 0,
             },
-        };
-        let result = w
-            .dir(s.dir, parent_tree.as_ref(), true, false)
-            .and_then(|root| {
-                if let Some(p) = w.packer.finish() {
-                    w.flush(p)?;
-                }
-                Ok(root)
-            });
-        let root = match result {
-            Ok(root) => root,
-            Err(e) => {
-                // What this snapshot only reserved in the index is forgotten.
-                w.repo.index.retain(|_, l| l.pack != [0; 32]);
-                return Err(e);
-            }
-        };
-        let mut info = w.info;
-        let packs = w.packs;
-        let mut written = w.written;
-        info.root = root.to_hex();
-        if !packs.is_empty() {
-            let (sealed, name) = pack::seal_index(&self.keys.seal, &packs);
-            self.store
-                .put(&format!("index/{}", hex::encode(name)), &sealed)?;
-            written += sealed.len() as u64;
         }
-        let mut plain_info = info.clone();
-        plain_info.stored_bytes = written;
-        let plain = serde_json::to_vec(&plain_info).expect("a revision serializes");
-        let sealed = pack::seal(&self.keys.seal, 3, &revision_aad(number), &plain);
-        self.store.put(&revision_name(number), &sealed)?;
-        Ok(plain_info)
     }
 
     /// Writes revision `n` into `dest` (an empty or missing directory): files byte-exact with
@@ -418,7 +444,7 @@ impl<S: BlobStore> Repo<S> {
     fn restore_dir(&self, tree: BlobId, dir: &Path) -> Result<(), CasError> {
         let tree = self.tree(tree)?;
         for e in &tree.entries {
-            let path = dir.join(&e.name);
+            let path = dir.join(std::ffi::OsStr::from_bytes(&e.name_bytes()?));
             match &e.node {
                 Node::Dir { tree } => {
                     std::fs::create_dir(&path).map_err(at(&path))?;

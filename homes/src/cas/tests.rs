@@ -9,6 +9,7 @@ fn trees_that_would_leave_the_root_are_refused() {
         let t = tree::Tree {
             entries: vec![tree::Entry {
                 name: name.into(),
+                raw: None,
                 mode: 0o644,
                 mtime_ns: 0,
                 node: tree::Node::Symlink {
@@ -18,4 +19,40 @@ fn trees_that_would_leave_the_root_are_refused() {
         };
         assert!(tree::Tree::decode(&t.encode()).is_err(), "{name:?}");
     }
+}
+
+#[test]
+fn raw_names_are_checked_as_bytes() {
+    let entry = |raw: &[u8]| {
+        let (name, raw) = tree::Entry::names(raw);
+        tree::Entry {
+            name,
+            raw,
+            mode: 0o600,
+            mtime_ns: 0,
+            node: tree::Node::Dir { tree: "00".into() },
+        }
+    };
+    // Not UTF-8, and one that is fine: kept exactly, sorted by bytes.
+    let t = tree::Tree {
+        entries: vec![entry(b"a"), entry(b"b\xff")],
+    };
+    let back = tree::Tree::decode(&t.encode()).unwrap();
+    assert_eq!(&*back.entries[1].name_bytes().unwrap(), b"b\xff");
+    // A raw name that hides a separator or a NUL is refused like a plain one.
+    for bad in [&b"a/\xff"[..], b"\xff\0", b".."] {
+        let t = tree::Tree {
+            entries: vec![entry(bad)],
+        };
+        assert!(tree::Tree::decode(&t.encode()).is_err(), "{bad:?}");
+    }
+    // Two lossy-equal names stay two entries, and out-of-order bytes are refused.
+    let t = tree::Tree {
+        entries: vec![entry(b"\xfe"), entry(b"\xff")],
+    };
+    assert!(tree::Tree::decode(&t.encode()).is_ok());
+    let t = tree::Tree {
+        entries: vec![entry(b"\xff"), entry(b"\xfe")],
+    };
+    assert!(tree::Tree::decode(&t.encode()).is_err());
 }

@@ -13,7 +13,12 @@ pub struct Tree {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The name; its lossy form when it is not UTF-8 (then `raw` holds its bytes).
     pub name: String,
+    /// The name's bytes in hex when they are not UTF-8 (Linux names are bytes; the archive
+    /// keeps them exactly, and so does a tree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
     /// Permission bits (`0o7777`).
     pub mode: u32,
     /// Modification time, nanoseconds since the epoch.
@@ -38,6 +43,42 @@ pub enum Node {
     },
 }
 
+impl Entry {
+    /// The name's bytes: `raw` decoded when present, else `name`'s.
+    pub fn name_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, CasError> {
+        match &self.raw {
+            None => Ok(self.name.as_bytes().into()),
+            Some(h) => hex::decode(h)
+                .map(Into::into)
+                .map_err(|_| CasError::Corrupt(format!("a raw name {:?}", truncate(h)))),
+        }
+    }
+
+    /// An entry's `name` and `raw` for the name `bytes`.
+    pub fn names(bytes: &[u8]) -> (String, Option<String>) {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => (s.to_owned(), None),
+            Err(_) => (
+                String::from_utf8_lossy(bytes).into_owned(),
+                Some(hex::encode(bytes)),
+            ),
+        }
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// Whether `name` is one plain path component (as bytes).
+pub fn plain_bytes(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name != b"."
+        && name != b".."
+        && !name.iter().any(|&b| b == b'/' || b == 0)
+        && name.len() <= 255
+}
+
 /// Whether `name` is one plain path component.
 pub fn plain_name(name: &str) -> bool {
     !name.is_empty()
@@ -55,17 +96,18 @@ impl Tree {
     pub fn decode(bytes: &[u8]) -> Result<Tree, CasError> {
         let t: Tree =
             serde_json::from_slice(bytes).map_err(|e| CasError::Corrupt(format!("a tree: {e}")))?;
-        let mut last: Option<&str> = None;
+        let mut last: Option<Vec<u8>> = None;
         for e in &t.entries {
-            if !plain_name(&e.name) {
-                return Err(CasError::BadPath(e.name.chars().take(80).collect()));
+            let name = e.name_bytes()?;
+            if !plain_bytes(&name) {
+                return Err(CasError::BadPath(truncate(&e.name)));
             }
-            if last.is_some_and(|l| l >= e.name.as_str()) {
+            if last.as_deref().is_some_and(|l| l >= &name[..]) {
                 return Err(CasError::Corrupt(
                     "a tree's names are not sorted and unique".into(),
                 ));
             }
-            last = Some(&e.name);
+            last = Some(name.into_owned());
             if e.mode > 0o7777 {
                 return Err(CasError::Corrupt(format!("mode {:o}", e.mode)));
             }

@@ -10,6 +10,7 @@
 //! Deciding when to checkpoint, talking to the guest and progress reporting are left to the
 //! control plane.
 
+mod cas;
 #[cfg(feature = "object")]
 mod keys;
 #[cfg(feature = "object")]
@@ -19,6 +20,7 @@ mod locks;
 #[cfg(feature = "object")]
 pub(crate) mod object;
 
+pub use cas::{CasHomeStore, CasPlace, Clock, HomeRepo};
 #[cfg(feature = "object")]
 pub use keys::object_key;
 #[cfg(feature = "object")]
@@ -150,6 +152,12 @@ pub enum HomeStoreError {
     #[cfg(feature = "object")]
     #[error("listing the recorded multipart uploads failed")]
     PendingUploads(#[source] LedgerError),
+    #[error("incremental store of home {home} failed")]
+    Cas {
+        home: HomeKey,
+        #[source]
+        source: crate::cas::CasError,
+    },
     #[error("store task for home {home} ended abnormally")]
     Task {
         home: HomeKey,

@@ -6,6 +6,7 @@
 //! objects, and the parts of multipart uploads whose commit died), and S3 failures, in
 //! `object_only`.
 
+mod cas_only;
 mod cases;
 mod object_only;
 #[path = "../support/mod.rs"]
@@ -15,8 +16,8 @@ use homes::archive::{pack_reader, restore_async, UnpackOptions};
 use homes::seal::ContentKey;
 use homes::testing::{expected_after_restore, manifest, noise, write_sample_home, RawArchive};
 use homes::{
-    Checkpoint, HomeKey, HomeStore, LocalHomeStore, MemRevisionLedger, ObjectHomeStore,
-    ObjectStoreConfig, Revision,
+    CasHomeStore, CasPlace, Checkpoint, HomeKey, HomeStore, LocalHomeStore, MemRevisionLedger,
+    ObjectHomeStore, ObjectStoreConfig, Revision,
 };
 use std::io::Cursor;
 use std::path::Path;
@@ -92,6 +93,65 @@ impl Fixture for ObjectFixture {
     }
 }
 
+/// The incremental store in a directory, in front of a local whole-archive store.
+struct CasLocalFixture {
+    tmp: tempfile::TempDir,
+    store: Arc<CasHomeStore<LocalHomeStore>>,
+}
+
+impl Fixture for CasLocalFixture {
+    type Store = CasHomeStore<LocalHomeStore>;
+    async fn start() -> anyhow::Result<Self> {
+        let tmp = tempfile::tempdir()?;
+        let store = Arc::new(CasHomeStore::new(
+            LocalHomeStore::new(tmp.path().join("data")),
+            CasPlace::Local(tmp.path().join("data/home-cas")),
+            ContentKey::generate(),
+            Arc::new(|| 0),
+        ));
+        Ok(Self { tmp, store })
+    }
+    fn store(&self) -> Arc<Self::Store> {
+        self.store.clone()
+    }
+}
+
+/// The incremental store in a bucket, in front of the sealed whole-archive store.
+struct CasObjectFixture {
+    _s3: S3sFs,
+    store: Arc<CasHomeStore<ObjectHomeStore<MemRevisionLedger>>>,
+}
+
+impl Fixture for CasObjectFixture {
+    type Store = CasHomeStore<ObjectHomeStore<MemRevisionLedger>>;
+    async fn start() -> anyhow::Result<Self> {
+        let s3 = S3sFs::start().await?;
+        let config = object_config(&s3.endpoint);
+        let content_key = ContentKey::generate();
+        let legacy =
+            ObjectHomeStore::new(&config, content_key.clone(), MemRevisionLedger::default());
+        legacy
+            .client()
+            .create_bucket()
+            .bucket(BUCKET)
+            .send()
+            .await?;
+        let store = CasHomeStore::new(
+            legacy,
+            CasPlace::Object(config),
+            content_key,
+            Arc::new(|| 0),
+        );
+        Ok(Self {
+            _s3: s3,
+            store: Arc::new(store),
+        })
+    }
+    fn store(&self) -> Arc<Self::Store> {
+        self.store.clone()
+    }
+}
+
 fn key(s: &str) -> HomeKey {
     HomeKey::new(s).unwrap()
 }
@@ -152,3 +212,5 @@ macro_rules! conformance {
 
 conformance!(local, LocalFixture);
 conformance!(object, ObjectFixture);
+conformance!(cas_local, CasLocalFixture);
+conformance!(cas_object, CasObjectFixture);

@@ -1,0 +1,360 @@
+//! The incremental store: each home a content-addressed repository ([`crate::cas`]) in a
+//! directory or under `cas/<storage id>/` in a bucket, with its revision history, in front of the
+//! whole-archive store it replaces (docs/homes.md#incremental-checkpoints).
+//!
+//! A commit reads the guest's archive as it arrives and stores only the chunks the home's
+//! repository lacks; a restore streams a revision back out as an archive whose exact length is
+//! known from its trees, so the guest's import starts at once. A home that has only whole-archive
+//! checkpoints (made before this store) is read from the older store, and its first commit here
+//! is a full one, numbered after the older store's revision; the older checkpoint stays where it
+//! is until the home is deleted.
+//!
+//! Keys: each home's data key is random, stored wrapped under the space's content key and bound
+//! to the home's storage id (`key` in its repository), and the repository's id and seal keys are
+//! derived from it, so chunk ids of one home say nothing about another's.
+//!
+//! Locks: commits, and collections, of one home take its write lock; open streams hold its read
+//! lock, so a collection never deletes a pack a restore is reading. Across replicas the control
+//! plane's home claim serializes them.
+
+use super::locks::KeyLocks;
+use super::{Checkpoint, Guarded, HomeStore, HomeStoreError};
+use crate::archive::{task_reader, Limits};
+use crate::cas::{
+    BlobStore, CasError, CasKeys, Cause, Keep, LocalBlobs, PruneStats, Repo, RevisionInfo,
+};
+use crate::seal::{unwrap_data_key, wrap_data_key, ContentKey, DataKey, WrappedKey};
+use crate::{HomeKey, Revision};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::AsyncRead;
+use tokio_util::io::SyncIoBridge;
+
+/// Where repositories live.
+#[derive(Debug, Clone)]
+pub enum CasPlace {
+    /// `<dir>/<home key>/`.
+    Local(PathBuf),
+    /// `cas/<home key>/` in a bucket.
+    #[cfg(feature = "object")]
+    Object(super::ObjectStoreConfig),
+}
+
+/// The name of a repository's wrapped data key.
+const KEY_OBJECT: &str = "key";
+
+/// A repository as the store opens it.
+pub type HomeRepo = Repo<Box<dyn BlobStore>>;
+
+struct Inner {
+    place: CasPlace,
+    content_key: ContentKey,
+    limits: Limits,
+}
+
+/// Incremental checkpoints in front of an older whole-archive store `L`.
+pub struct CasHomeStore<L> {
+    legacy: L,
+    inner: Arc<Inner>,
+    locks: KeyLocks,
+    now: Clock,
+}
+
+impl<S: BlobStore + ?Sized> BlobStore for Box<S> {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), CasError> {
+        (**self).put(name, bytes)
+    }
+    fn get(&self, name: &str) -> Result<Vec<u8>, CasError> {
+        (**self).get(name)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<String>, CasError> {
+        (**self).list(prefix)
+    }
+    fn delete(&self, name: &str) -> Result<(), CasError> {
+        (**self).delete(name)
+    }
+    fn written(&self) -> u64 {
+        (**self).written()
+    }
+}
+
+fn not_found(e: &CasError) -> bool {
+    matches!(e, CasError::Path { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+impl Inner {
+    fn blobs(&self, home: &HomeKey) -> Result<Box<dyn BlobStore>, CasError> {
+        Ok(match &self.place {
+            CasPlace::Local(dir) => Box::new(LocalBlobs::new(dir.join(home.as_str()))),
+            #[cfg(feature = "object")]
+            CasPlace::Object(cfg) => Box::new(crate::cas::ObjectBlobs::new(cfg, home.as_str())?),
+        })
+    }
+
+    /// The repository of `home`: `None` when it has none and `create` is false. Blocking.
+    fn repo(&self, home: &HomeKey, create: bool) -> Result<Option<HomeRepo>, CasError> {
+        let store = self.blobs(home)?;
+        let data_key = match store.get(KEY_OBJECT) {
+            Ok(wrapped) => {
+                unwrap_data_key(&self.content_key, home, &WrappedKey::from_bytes(wrapped))
+                    .map_err(|e| CasError::Tampered(crate::error_chain(&e)))?
+            }
+            Err(e) if not_found(&e) && create => {
+                let key = DataKey::generate();
+                let wrapped = wrap_data_key(&self.content_key, home, &key);
+                store.put(KEY_OBJECT, wrapped.as_bytes())?;
+                key
+            }
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Repo::open(store, CasKeys::derive(&data_key)).map(Some)
+    }
+}
+
+fn cas_err(home: &HomeKey, e: CasError) -> HomeStoreError {
+    match e {
+        CasError::Archive(source) => HomeStoreError::Archive {
+            home: home.clone(),
+            source,
+        },
+        source => HomeStoreError::Cas {
+            home: home.clone(),
+            source,
+        },
+    }
+}
+
+fn task_err(home: &HomeKey) -> impl FnOnce(tokio::task::JoinError) -> HomeStoreError + '_ {
+    move |source| HomeStoreError::Task {
+        home: home.clone(),
+        source,
+    }
+}
+
+/// The wall clock in milliseconds since the epoch, as the store's owner reads it.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+impl<L: HomeStore> CasHomeStore<L> {
+    /// Repositories at `place`, sealed under keys wrapped with `content_key`, in front of
+    /// `legacy`. Archives are held to the default [`Limits`] until [`Self::with_limits`];
+    /// `now` dates the revisions [`HomeStore::commit`] makes.
+    pub fn new(legacy: L, place: CasPlace, content_key: ContentKey, now: Clock) -> Self {
+        Self {
+            legacy,
+            inner: Arc::new(Inner {
+                place,
+                content_key,
+                limits: Limits::default(),
+            }),
+            locks: KeyLocks::default(),
+            now,
+        }
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        Arc::get_mut(&mut self.inner)
+            .expect("limits are set before the store is shared")
+            .limits = limits;
+        self
+    }
+
+    /// The older whole-archive store.
+    pub fn legacy(&self) -> &L {
+        &self.legacy
+    }
+
+    /// Runs `f` on `home`'s repository on the blocking pool (`None`: the home has none).
+    /// Holds the home's read lock meanwhile, so no collection deletes what `f` reads.
+    pub async fn read<T, F>(&self, home: &HomeKey, f: F) -> Result<Option<T>, HomeStoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&HomeRepo) -> Result<T, CasError> + Send + 'static,
+    {
+        let _guard = self.locks.read(home).await;
+        let inner = self.inner.clone();
+        let h = home.clone();
+        tokio::task::spawn_blocking(move || match inner.repo(&h, false)? {
+            Some(repo) => f(&repo).map(Some),
+            None => Ok(None),
+        })
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))
+    }
+
+    /// Every revision of `home`, oldest first (empty for a home with none here).
+    pub async fn revisions(&self, home: &HomeKey) -> Result<Vec<RevisionInfo>, HomeStoreError> {
+        Ok(self
+            .read(home, |r| r.revisions())
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// Stores the archive as `home`'s next revision, made for `cause` at `at_ms`.
+    pub async fn commit_as<R>(
+        &self,
+        home: &HomeKey,
+        archive: R,
+        cause: Cause,
+        at_ms: i64,
+    ) -> Result<RevisionInfo, HomeStoreError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        let _guard = self.locks.write(home).await;
+        // Numbered after the older store's last checkpoint, so numbers never go back.
+        let first = match self.legacy.current_revision(home).await? {
+            Some(r) => r.get() + 1,
+            None => 1,
+        };
+        let inner = self.inner.clone();
+        let h = home.clone();
+        let reader = SyncIoBridge::new(archive);
+        tokio::task::spawn_blocking(move || {
+            let mut repo = inner.repo(&h, true)?.expect("created");
+            repo.ingest(reader, inner.limits, cause, at_ms, first)
+        })
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))
+    }
+
+    /// Revision `n` of `home` as an archive (`None` if there is no such revision here).
+    pub async fn open_revision(
+        &self,
+        home: &HomeKey,
+        n: u64,
+    ) -> Result<Option<Checkpoint>, HomeStoreError> {
+        let guard = self.locks.read(home).await;
+        let inner = self.inner.clone();
+        let h = home.clone();
+        let size = tokio::task::spawn_blocking(move || {
+            let Some(repo) = inner.repo(&h, false)? else {
+                return Ok(None);
+            };
+            match repo.archive_size(n) {
+                Ok(size) => Ok(Some(size)),
+                Err(CasError::NoRevision(_)) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))?;
+        let Some(size) = size else { return Ok(None) };
+        let inner = self.inner.clone();
+        let h = home.clone();
+        let reader = task_reader(move |w| {
+            let repo = inner.repo(&h, false)?.ok_or(CasError::NoRevision(n))?;
+            repo.write_archive(n, w)
+        });
+        Ok(Some(Checkpoint {
+            revision: Revision::new(n).ok_or(HomeStoreError::Cas {
+                home: home.clone(),
+                source: CasError::NoRevision(0),
+            })?,
+            archive: Box::pin(Guarded {
+                inner: reader,
+                _guard: guard,
+            }),
+            archive_len: Some(size.len),
+        }))
+    }
+
+    /// Deletes the revisions `keep` does not keep, then frees what no revision references.
+    /// Under the home's write lock: no commit or open stream of this process runs meanwhile
+    /// (other replicas are held off by the caller's claim).
+    pub async fn collect(
+        &self,
+        home: &HomeKey,
+        keep: Keep,
+    ) -> Result<Option<(Vec<u64>, PruneStats)>, HomeStoreError> {
+        let _guard = self.locks.write(home).await;
+        let inner = self.inner.clone();
+        let h = home.clone();
+        tokio::task::spawn_blocking(move || {
+            let Some(mut repo) = inner.repo(&h, false)? else {
+                return Ok(None);
+            };
+            let gone = repo.forget(&keep)?;
+            let stats = repo.prune()?;
+            Ok(Some((gone, stats)))
+        })
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))
+    }
+}
+
+impl<L: HomeStore> HomeStore for CasHomeStore<L> {
+    async fn commit<R>(&self, home: &HomeKey, archive: R) -> Result<Revision, HomeStoreError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        let info = self
+            .commit_as(home, archive, Cause::Manual, (self.now)())
+            .await?;
+        Revision::new(info.revision).ok_or(HomeStoreError::Cas {
+            home: home.clone(),
+            source: CasError::NoRevision(0),
+        })
+    }
+
+    async fn open_latest(&self, home: &HomeKey) -> Result<Option<Checkpoint>, HomeStoreError> {
+        let latest = self
+            .read(home, |r| Ok(r.revisions()?.pop()))
+            .await?
+            .flatten();
+        match latest {
+            Some(info) => self.open_revision(home, info.revision).await,
+            None => self.legacy.open_latest(home).await,
+        }
+    }
+
+    async fn current_revision(&self, home: &HomeKey) -> Result<Option<Revision>, HomeStoreError> {
+        let latest = self
+            .read(home, |r| Ok(r.revisions()?.pop()))
+            .await?
+            .flatten();
+        match latest {
+            Some(info) => Ok(Revision::new(info.revision)),
+            None => self.legacy.current_revision(home).await,
+        }
+    }
+
+    async fn delete(&self, home: &HomeKey) -> Result<(), HomeStoreError> {
+        {
+            let _guard = self.locks.write(home).await;
+            let inner = self.inner.clone();
+            let h = home.clone();
+            tokio::task::spawn_blocking(move || {
+                let store = inner.blobs(&h)?;
+                // The key last: until then a retry can still open what is left.
+                for prefix in ["revisions/", "index/", "packs/"] {
+                    for name in store.list(prefix)? {
+                        store.delete(&name)?;
+                    }
+                }
+                store.delete(KEY_OBJECT)?;
+                if let CasPlace::Local(dir) = &inner.place {
+                    let dir = dir.join(h.as_str());
+                    match std::fs::remove_dir_all(&dir) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(CasError::Path {
+                                path: dir.display().to_string(),
+                                source: e,
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map_err(task_err(home))?
+            .map_err(|e| cas_err(home, e))?;
+        }
+        self.legacy.delete(home).await
+    }
+}
