@@ -348,6 +348,10 @@ routes! {
         "home.entries", Viewer, None;
     HomeContent { computer: ComputerId } = Get "/v1/computers/{computer}/home/content",
         "home.content", Viewer, None;
+    HomeRevisions { computer: ComputerId } = Get "/v1/computers/{computer}/home/revisions",
+        "home.revisions", Viewer, None;
+    HomeDiff { computer: ComputerId } = Get "/v1/computers/{computer}/home/diff",
+        "home.diff", Viewer, None;
     ReconcileHomes {} = Post "/v1/homes/reconcile", "homes.reconcile", Admin, None;
     PurgeHome { home_key: String } = Delete "/v1/homes/{home_key}", "homes.purge", Admin, None;
     ListScreens { computer: ComputerId } = Get "/v1/computers/{computer}/screens",

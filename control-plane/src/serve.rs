@@ -351,7 +351,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
             .await?,
         )
     };
-    let mut homes = crate::homes::HomeService::new(&cfg.homes, &cfg.data_dir, db.clone());
+    let mut homes = crate::homes::HomeService::new(&cfg.homes, &cfg.data_dir, db.clone())?;
     if let Some((cluster, _)) = &cluster {
         homes = homes.with_claims(cluster.claims.clone());
     }

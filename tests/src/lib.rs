@@ -103,6 +103,8 @@ pub struct WorldOptions {
     pub screen_limit: Option<u32>,
     /// Keep homes in this S3 bucket instead of the local store.
     pub object_store: Option<ObjectStoreOptions>,
+    /// `RAKAZO_HOME_FORMAT` (unset: the server's default, `incremental`).
+    pub home_format: Option<&'static str>,
     /// Idle suspension: `RAKAZO_IDLE_TIMEOUT_SECS` (unset: the server's default, 15 minutes).
     pub idle_timeout_secs: Option<u64>,
     /// `RAKAZO_TAKEOVER_KEEP_AWAKE_SECS` (unset: the server's default, 30 minutes).
@@ -367,6 +369,9 @@ impl World {
         }
         if let Some(secs) = self.opts.control_lease_ttl_secs {
             cmd.env("RAKAZO_CONTROL_LEASE_TTL_SECS", secs.to_string());
+        }
+        if let Some(f) = self.opts.home_format {
+            cmd.env("RAKAZO_HOME_FORMAT", f);
         }
         if let Some(o) = &self.opts.object_store {
             cmd.env("RAKAZO_HOME_STORE", "object")

@@ -22,7 +22,10 @@ use crate::schema::activity::Cause;
 use crate::schema::code::ApiCode;
 use crate::schema::error::ErrorInfo;
 use crate::schema::files::{Entry, EntryKind};
-use crate::schema::home::{HomeDone, HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
+use crate::schema::home::{
+    HomeChange, HomeDiff, HomeDone, HomeEntries, HomeInfo, HomeLine, HomeRevision, HomeRevisions,
+    Purged, Reconciled,
+};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::{header, Response, StatusCode};
@@ -68,7 +71,10 @@ pub fn home_error(e: HomeError) -> ApiError {
         HomeError::InUse(..) => ApiError::new(ApiCode::HomeInUse, msg),
         HomeError::TooManyLeases { .. } => ApiError::new(ApiCode::HomeTooManyLeases, msg),
         HomeError::Quota { .. } => ApiError::new(ApiCode::HomeQuotaExceeded, msg),
-        HomeError::NoHome(_) | HomeError::NoSuchPath(_) => ApiError::new(ApiCode::NotFound, msg),
+        HomeError::NoHome(_) | HomeError::NoSuchPath(_) | HomeError::NoRevision(_) => {
+            ApiError::new(ApiCode::NotFound, msg)
+        }
+        HomeError::NotIncremental => ApiError::new(ApiCode::HomeNotIncremental, msg),
         HomeError::Db(_) | HomeError::BadKey(..) => ApiError::internal(msg),
         HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
             ApiError::new(ApiCode::HomeStoreFailed, msg)
@@ -218,7 +224,9 @@ pub async fn checkpoint(
     let progress = Progress::new();
     let p = progress.clone();
     let flow = async move {
-        let r = core.checkpoint_home(&c, &[], wait, &p).await;
+        let r = core
+            .checkpoint_home(&c, &[], wait, homes::cas::Cause::Manual, &p)
+            .await;
         match &r {
             Err(e) => {
                 warn!(computer_id = %c.id, error = %chain(e), "home checkpoint failed; the previous revision stays current");
@@ -238,13 +246,29 @@ pub async fn checkpoint(
     Ok(ndjson_flow(progress, flow, outcome_line))
 }
 
-pub async fn restore(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+pub async fn restore(
+    api: &Arc<Api>,
+    id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let revision = revision_of(q, "revision")?;
+    if let Some(n) = revision {
+        // An unknown revision is refused before the flow starts (and saves anything).
+        let key = stored_key(api, id).await?;
+        let revs = api.core.homes.revisions(&key).await.map_err(home_error)?;
+        if !revs.iter().any(|r| r.revision == n) {
+            return Err(home_error(HomeError::NoRevision(n)));
+        }
+    }
     let c = api.core.get(id).await?;
     let core: Arc<Core> = api.core.clone();
     let progress = Progress::new();
     let p = progress.clone();
     let flow = async move {
-        let r = core.restore_home(&c, &p).await;
+        let r = match revision {
+            Some(n) => core.restore_revision(&c, n, &p).await,
+            None => core.restore_home(&c, &p).await,
+        };
         if let Err(e) = &r {
             warn!(computer_id = %c.id, error = %chain(e), "home restore failed; nothing was written");
         }
@@ -275,31 +299,130 @@ pub async fn show(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
         computer: c.id.as_str().to_string(),
         home_key: c.home_key,
         store: homes.kind().to_string(),
+        format: homes.format().to_string(),
         revision: revision.map(|r| r.get()),
         pending_restore: pending,
     };
     Ok(json_response(StatusCode::OK, &info))
 }
 
-/// The walker over the latest checkpoint of `id`'s home.
-async fn open_walker(
-    api: &Arc<Api>,
-    id: &str,
-) -> Result<Walker<homes::store::ArchiveStream>, ApiError> {
+/// The store key of `id`'s home, which must have been checkpointed.
+async fn stored_key(api: &Arc<Api>, id: &str) -> Result<homes::HomeKey, ApiError> {
     let c = api.core.get(id).await?;
-    let homes = &api.core.homes;
-    let missing = || home_error(HomeError::NoHome(c.home_key.clone()));
-    let key = homes
+    api.core
+        .homes
         .existing_key(&c)
         .await
         .map_err(home_error)?
-        .ok_or_else(missing)?;
-    let cp = homes
-        .open_latest(&key)
-        .await
-        .map_err(home_error)?
-        .ok_or_else(missing)?;
+        .ok_or_else(|| home_error(HomeError::NoHome(c.home_key.clone())))
+}
+
+/// The walker over revision `revision` (default: the latest checkpoint) of `id`'s home.
+async fn open_walker(
+    api: &Arc<Api>,
+    id: &str,
+    revision: Option<u64>,
+) -> Result<Walker<homes::store::ArchiveStream>, ApiError> {
+    let homes = &api.core.homes;
+    let key = stored_key(api, id).await?;
+    let cp = match revision {
+        Some(n) => homes.open_revision(&key, n).await.map_err(home_error)?,
+        None => homes
+            .open_latest(&key)
+            .await
+            .map_err(home_error)?
+            .ok_or_else(|| home_error(HomeError::NoHome(key.to_string())))?,
+    };
     Walker::new(cp.archive).await.map_err(home_error)
+}
+
+/// An optional revision number of the query.
+fn revision_of(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+    match q.get(name) {
+        None => Ok(None),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(ApiError::bad_request(format!(
+                "{name} must be a revision number (1 or more)"
+            ))),
+        },
+    }
+}
+
+/// The listing limit of the query.
+fn limit_of(q: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match q.get("limit") {
+        None => Ok(DEFAULT_LIST_LIMIT),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => Ok(n),
+            _ => Err(ApiError::bad_request(format!(
+                "limit must be 1..={MAX_LIST_LIMIT}"
+            ))),
+        },
+    }
+}
+
+pub async fn revisions(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let key = stored_key(api, id).await?;
+    let revs = api.core.homes.revisions(&key).await.map_err(home_error)?;
+    let listed = HomeRevisions {
+        revisions: revs
+            .into_iter()
+            .map(|r| HomeRevision {
+                revision: r.revision,
+                parent: r.parent,
+                at_ms: r.at_ms,
+                cause: serde_json::to_value(r.cause)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                files: r.files,
+                size: r.size,
+                new_bytes: r.new_bytes,
+                stored_bytes: r.stored_bytes,
+            })
+            .collect(),
+    };
+    Ok(json_response(StatusCode::OK, &listed))
+}
+
+pub async fn diff(
+    api: &Arc<Api>,
+    id: &str,
+    q: &HashMap<String, String>,
+) -> Result<Response<RespBody>, ApiError> {
+    let need = |name| {
+        revision_of(q, name)?.ok_or_else(|| ApiError::bad_request(format!("{name} is required")))
+    };
+    let (from, to) = (need("from")?, need("to")?);
+    let limit = limit_of(q)?;
+    let key = stored_key(api, id).await?;
+    let found = api
+        .core
+        .homes
+        .read(&key, move |repo| repo.diff(from, to, limit))
+        .await
+        .map_err(home_error)?;
+    let (changes, truncated) = found.ok_or_else(|| home_error(HomeError::NoRevision(from)))?;
+    let body = HomeDiff {
+        from,
+        to,
+        changes: changes
+            .into_iter()
+            .map(|d| HomeChange {
+                path: d.path,
+                dir: d.dir,
+                change: match d.change {
+                    homes::cas::Change::Added => "added",
+                    homes::cas::Change::Removed => "removed",
+                    homes::cas::Change::Changed => "changed",
+                }
+                .to_owned(),
+            })
+            .collect(),
+        truncated,
+    };
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 pub async fn entries(
@@ -308,18 +431,9 @@ pub async fn entries(
     q: &HashMap<String, String>,
 ) -> Result<Response<RespBody>, ApiError> {
     let prefix = clean_path(q.get("prefix").map(String::as_str).unwrap_or(""));
-    let limit = match q.get("limit") {
-        None => DEFAULT_LIST_LIMIT,
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "limit must be 1..={MAX_LIST_LIMIT}"
-                )))
-            }
-        },
-    };
-    let mut walker = open_walker(api, id).await?;
+    let limit = limit_of(q)?;
+    let revision = revision_of(q, "revision")?;
+    let mut walker = open_walker(api, id, revision).await?;
     let mut out = Vec::new();
     let mut truncated = false;
     while let Some(e) = walker.next().await.map_err(home_error)? {
@@ -362,7 +476,8 @@ pub async fn content(
     if path.is_empty() {
         return Err(ApiError::bad_request("path is required"));
     }
-    let mut walker = open_walker(api, id).await?;
+    let revision = revision_of(q, "revision")?;
+    let mut walker = open_walker(api, id, revision).await?;
     let size = loop {
         match walker.next().await.map_err(home_error)? {
             Some(e) if e.path == path && !e.dir => break e.size,

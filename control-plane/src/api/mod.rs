@@ -535,9 +535,11 @@ async fn dispatch(
         }
         Route::GetHome { computer } => homes::show(api, &computer).await,
         Route::CheckpointHome { computer } => homes::checkpoint(api, &computer, &query).await,
-        Route::RestoreHome { computer } => homes::restore(api, &computer).await,
+        Route::RestoreHome { computer } => homes::restore(api, &computer, &query).await,
         Route::HomeEntries { computer } => homes::entries(api, &computer, &query).await,
         Route::HomeContent { computer } => homes::content(api, &computer, &query).await,
+        Route::HomeRevisions { computer } => homes::revisions(api, &computer).await,
+        Route::HomeDiff { computer } => homes::diff(api, &computer, &query).await,
         Route::ReconcileHomes {} => homes::reconcile(api).await,
         Route::PurgeHome { home_key } => homes::purge(api, &home_key).await,
         Route::ListScreens { computer } => screens::list(api, &computer).await,

@@ -5,7 +5,9 @@
 use super::print_json;
 use crate::client::{full_body, Client};
 use crate::route::{ComputerId, Route};
-use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
+use crate::schema::home::{
+    HomeDiff, HomeEntries, HomeInfo, HomeLine, HomeRevisions, Purged, Reconciled,
+};
 use anyhow::{anyhow, bail, Result};
 use bytes::Bytes;
 use clap::Subcommand;
@@ -21,8 +23,23 @@ pub enum HomeCmd {
         #[arg(long)]
         wait_ms: Option<u64>,
     },
-    /// Import the latest stored home into the computer (replacing its home).
-    Restore { computer: String },
+    /// Import the latest stored home into the computer (replacing its home); with --revision,
+    /// go back to that revision (the home as it is now is saved first).
+    Restore {
+        computer: String,
+        #[arg(long)]
+        revision: Option<u64>,
+    },
+    /// The home's revisions: when, why, size and what each added.
+    Revisions { computer: String },
+    /// Paths added, removed and changed from revision FROM to revision TO.
+    Diff {
+        computer: String,
+        from: u64,
+        to: u64,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
     /// The store, revision and pending-restore state of the computer's home.
     Show { computer: String },
     /// List the entries of the latest checkpoint (no guest needed: works on a stopped computer).
@@ -32,9 +49,17 @@ pub enum HomeCmd {
         prefix: Option<String>,
         #[arg(long)]
         limit: Option<usize>,
+        /// Of this revision instead of the latest.
+        #[arg(long)]
+        revision: Option<u64>,
     },
-    /// Write one file of the latest checkpoint to stdout.
-    Cat { computer: String, path: String },
+    /// Write one file of the latest checkpoint (or of --revision N) to stdout.
+    Cat {
+        computer: String,
+        path: String,
+        #[arg(long)]
+        revision: Option<u64>,
+    },
     /// Delete checkpoint objects no computer owns (object store).
     Reconcile,
     /// Forget and delete the stored home of a destroyed computer (by home key).
@@ -52,11 +77,75 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             .path_with_query(wait_ms.as_deref().map(|ms| ("wait_ms", ms)));
             flow(&c, json, &path).await
         }
-        HomeCmd::Restore { computer } => {
-            let route = Route::RestoreHome {
+        HomeCmd::Restore { computer, revision } => {
+            let revision = revision.map(|r| r.to_string());
+            let path = Route::RestoreHome {
+                computer: ComputerId::new(computer),
+            }
+            .path_with_query(revision.as_deref().map(|r| ("revision", r)));
+            flow(&c, json, &path).await
+        }
+        HomeCmd::Revisions { computer } => {
+            let route = Route::HomeRevisions {
                 computer: ComputerId::new(computer),
             };
-            flow(&c, json, &route.path()).await
+            let listed: HomeRevisions = c.fetch(route.method(), &route.path()).await?;
+            if json {
+                print_json(&listed);
+                return Ok(0);
+            }
+            println!(
+                "{:>8}  {:<24}  {:<11}  {:>7}  {:>10}  {:>10}",
+                "REVISION", "TIME (UTC)", "CAUSE", "FILES", "SIZE", "ADDED"
+            );
+            for r in &listed.revisions {
+                println!(
+                    "{:>8}  {:<24}  {:<11}  {:>7}  {:>10}  {:>10}",
+                    r.revision,
+                    utc(r.at_ms),
+                    r.cause,
+                    r.files,
+                    human(r.size),
+                    human(r.stored_bytes)
+                );
+            }
+            Ok(0)
+        }
+        HomeCmd::Diff {
+            computer,
+            from,
+            to,
+            limit,
+        } => {
+            let (from, to, limit) = (
+                from.to_string(),
+                to.to_string(),
+                limit.map(|l| l.to_string()),
+            );
+            let mut query = vec![("from", from.as_str()), ("to", to.as_str())];
+            query.extend(limit.as_deref().map(|l| ("limit", l)));
+            let path = Route::HomeDiff {
+                computer: ComputerId::new(computer),
+            }
+            .path_with_query(query);
+            let d: HomeDiff = c.fetch(Method::GET, &path).await?;
+            if json {
+                print_json(&d);
+                return Ok(0);
+            }
+            for ch in &d.changes {
+                let mark = match ch.change.as_str() {
+                    "added" => '+',
+                    "removed" => '-',
+                    _ => 'M',
+                };
+                let slash = if ch.dir { "/" } else { "" };
+                println!("{mark} {}{slash}", ch.path);
+            }
+            if d.truncated {
+                eprintln!("rakazo: diff truncated; use --limit");
+            }
+            Ok(0)
         }
         HomeCmd::Show { computer } => {
             let route = Route::GetHome {
@@ -85,11 +174,14 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             computer,
             prefix,
             limit,
+            revision,
         } => {
             let limit = limit.map(|l| l.to_string());
+            let revision = revision.map(|r| r.to_string());
             let mut query = Vec::new();
             query.extend(prefix.as_deref().map(|p| ("prefix", p)));
             query.extend(limit.as_deref().map(|l| ("limit", l)));
+            query.extend(revision.as_deref().map(|r| ("revision", r)));
             let path = Route::HomeEntries {
                 computer: ComputerId::new(computer),
             }
@@ -105,14 +197,21 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             }
             Ok(0)
         }
-        HomeCmd::Cat { computer, path } => {
+        HomeCmd::Cat {
+            computer,
+            path,
+            revision,
+        } => {
+            let revision = revision.map(|r| r.to_string());
+            let mut query = vec![("path", path.as_str())];
+            query.extend(revision.as_deref().map(|r| ("revision", r)));
             let resp = c
                 .send(
                     Method::GET,
                     &Route::HomeContent {
                         computer: ComputerId::new(computer),
                     }
-                    .path_with_query([("path", path.as_str())]),
+                    .path_with_query(query),
                     None,
                     None,
                     full_body(Bytes::new()),
@@ -224,6 +323,38 @@ async fn flow(c: &Client, json: bool, path: &str) -> Result<i32> {
         }
     }
     bail!("the control plane ended the stream without an outcome; check `rakazo home show`")
+}
+
+/// `2026-12-07 05:40:12`, UTC, from milliseconds since the epoch (days to a civil date by
+/// Howard Hinnant's algorithm).
+fn utc(at_ms: i64) -> String {
+    let secs = at_ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Bytes in the unit that reads best.
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b < 1 << 10 => format!("{b} B"),
+        b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b if b < 1 << 30 => mib(b),
+        b => format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30)),
+    }
 }
 
 fn mib(bytes: u64) -> String {

@@ -31,12 +31,13 @@ impl Core {
         c: &Computer,
         except: &[BotId],
         lease_wait: Duration,
+        cause: homes::cas::Cause,
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
         // Every trigger checkpoints through here: its bytes and duration are recorded once.
         let started = crate::clock::monotonic();
         let result = self
-            .checkpoint_locked(c, except, lease_wait, progress)
+            .checkpoint_locked(c, except, lease_wait, cause, progress)
             .await;
         let took = crate::clock::monotonic().saturating_duration_since(started);
         self.metrics
@@ -49,6 +50,7 @@ impl Core {
         c: &Computer,
         except: &[BotId],
         lease_wait: Duration,
+        cause: homes::cas::Cause,
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
         Self::require_running(c)?;
@@ -61,7 +63,7 @@ impl Core {
         let key = self.homes.key_for(c).await?;
         let guest = self.wait_guest(c, false).await?;
         let authority = self.home_authority(c).await?;
-        Ok(flow::checkpoint(&guest, &self.homes, &c.id, &key, authority, progress).await?)
+        Ok(flow::checkpoint(&guest, &self.homes, &c.id, &key, authority, cause, progress).await?)
     }
 
     /// Restores the latest stored home of the running computer `c` into its guest; `None` when
@@ -81,6 +83,77 @@ impl Core {
                     LifecycleKind::Restored,
                     Cause::User,
                     "the stored home was restored by a user",
+                    Some(r.revision.get()),
+                    Some(r.bytes),
+                )
+                .await;
+        }
+        Ok(restored)
+    }
+
+    /// Goes back to revision `n` of `c`'s home (docs/homes.md#revisions). A running computer's
+    /// home is checkpointed first, so going back never loses work; then, under the home's lock,
+    /// revision `n`'s content becomes the newest revision and a running computer imports it. A
+    /// stopped computer gets it at its next start (`None`: nothing was imported).
+    pub async fn restore_revision(
+        &self,
+        c: &Computer,
+        n: u64,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
+        let key = self.homes.key_for(c).await?;
+        // Refuse an unknown revision before saving anything.
+        let revs = self.homes.revisions(&key).await?;
+        if !revs.iter().any(|r| r.revision == n) {
+            return Err(HomeError::NoRevision(n).into());
+        }
+        let running = c.state == ComputerState::Running
+            && self.guest_connected(c.id.as_str()).await
+            && !self.restore_pending(c).await?;
+        if running {
+            let saved = self
+                .checkpoint_home(
+                    c,
+                    &[],
+                    DEFAULT_LEASE_WAIT,
+                    homes::cas::Cause::Manual,
+                    progress,
+                )
+                .await?;
+            let reason = format!("saved before going back to revision {n}");
+            self.record_checkpoint(c, &saved, Cause::User, &reason)
+                .await;
+        }
+        let _busy = self.homes.lock(&c.id).await?;
+        let made = self
+            .homes
+            .recommit(&key, n, homes::cas::Cause::Restore)
+            .await?;
+        let reason = format!(
+            "revision {n} of the stored home was made current as revision {}",
+            made.revision
+        );
+        if !running {
+            self.activity
+                .lifecycle_home(
+                    c.id.as_str(),
+                    LifecycleKind::Restored,
+                    Cause::User,
+                    &reason,
+                    Some(made.revision),
+                    None,
+                )
+                .await;
+            return Ok(None);
+        }
+        let restored = self.restore_locked(c, progress).await?;
+        if let Some(r) = &restored {
+            self.activity
+                .lifecycle_home(
+                    c.id.as_str(),
+                    LifecycleKind::Restored,
+                    Cause::User,
+                    &reason,
                     Some(r.revision.get()),
                     Some(r.bytes),
                 )
@@ -145,6 +218,15 @@ impl Core {
         progress: &Progress,
     ) -> Result<Option<Restored>, CoreError> {
         let _busy = self.homes.lock(&c.id).await?;
+        self.restore_locked(c, progress).await
+    }
+
+    /// [`Core::restore_into`] under the home's lock, which the caller holds.
+    async fn restore_locked(
+        &self,
+        c: &Computer,
+        progress: &Progress,
+    ) -> Result<Option<Restored>, CoreError> {
         let key = self.homes.key_for(c).await?;
         let Some(first) = self.homes.open_latest(&key).await? else {
             self.set_restored(c).await?;
@@ -202,6 +284,7 @@ impl Core {
                 c,
                 std::slice::from_ref(bot),
                 Duration::ZERO,
+                homes::cas::Cause::RunEnd,
                 &Progress::new(),
             )
             .await
@@ -230,7 +313,13 @@ impl Core {
             return Ok(());
         }
         match self
-            .checkpoint_home(c, &[], DEFAULT_LEASE_WAIT, &Progress::new())
+            .checkpoint_home(
+                c,
+                &[],
+                DEFAULT_LEASE_WAIT,
+                homes::cas::Cause::Stop,
+                &Progress::new(),
+            )
             .await
         {
             Ok(done) => {

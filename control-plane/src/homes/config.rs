@@ -32,6 +32,21 @@ pub enum StoreKind {
     Object,
 }
 
+/// How checkpoints are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HomeFormat {
+    /// Deduplicated, incremental revisions with history (docs/homes.md#incremental-checkpoints).
+    Incremental,
+    /// One whole archive per checkpoint, the latest only (the format before revisions).
+    Archive,
+}
+
+/// Default retention of a home's revisions: the 30 newest, the newest of each of the last 24
+/// hours and of the last 14 days (the latest is always kept).
+pub const DEFAULT_KEEP_LAST: u64 = 30;
+pub const DEFAULT_KEEP_HOURLY: usize = 24;
+pub const DEFAULT_KEEP_DAILY: usize = 14;
+
 /// `rakazo serve` flags of the home store.
 #[derive(Debug, Clone, Args)]
 pub struct HomeArgs {
@@ -74,6 +89,28 @@ pub struct HomeArgs {
     #[arg(long, env = "RAKAZO_HOME_QUOTA_ENTRIES", default_value_t = DEFAULT_QUOTA_ENTRIES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub home_quota_entries: u64,
+    /// How checkpoints are kept: incremental revisions, or one whole archive per checkpoint.
+    /// Homes checkpointed in the archive format stay readable in either.
+    #[arg(
+        long,
+        env = "RAKAZO_HOME_FORMAT",
+        value_enum,
+        default_value = "incremental"
+    )]
+    pub home_format: HomeFormat,
+    /// Revisions kept of each home: the newest N ...
+    #[arg(long, env = "RAKAZO_HOME_KEEP_LAST", default_value_t = DEFAULT_KEEP_LAST,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub home_keep_last: u64,
+    /// ... the newest of each of the last N hours that have one ...
+    #[arg(long, env = "RAKAZO_HOME_KEEP_HOURLY", default_value_t = DEFAULT_KEEP_HOURLY as u64,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub home_keep_hourly: u64,
+    /// ... and the newest of each of the last N days that have one. Older revisions are
+    /// deleted, and their space freed, after each checkpoint.
+    #[arg(long, env = "RAKAZO_HOME_KEEP_DAILY", default_value_t = DEFAULT_KEEP_DAILY as u64,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub home_keep_daily: u64,
 }
 
 /// The resolved home configuration: where checkpoints go and how large a home may be.
@@ -82,6 +119,9 @@ pub struct HomeStoreConfig {
     pub store: StoreConfig,
     /// Per-home quota, enforced on every checkpoint from the archive's headers.
     pub quota: Limits,
+    pub format: HomeFormat,
+    /// Which revisions of a home are kept.
+    pub keep: homes::cas::Keep,
 }
 
 impl HomeStoreConfig {
@@ -90,7 +130,18 @@ impl HomeStoreConfig {
         Self {
             store: StoreConfig::Local,
             quota: default_quota(),
+            format: HomeFormat::Incremental,
+            keep: default_keep(),
         }
+    }
+}
+
+/// The default retention.
+pub fn default_keep() -> homes::cas::Keep {
+    homes::cas::Keep {
+        last: DEFAULT_KEEP_LAST as usize,
+        hourly: DEFAULT_KEEP_HOURLY,
+        daily: DEFAULT_KEEP_DAILY,
     }
 }
 
@@ -123,6 +174,12 @@ impl HomeArgs {
         Ok(HomeStoreConfig {
             store: self.resolve_store(env, quota)?,
             quota,
+            format: self.home_format,
+            keep: homes::cas::Keep {
+                last: self.home_keep_last as usize,
+                hourly: self.home_keep_hourly as usize,
+                daily: self.home_keep_daily as usize,
+            },
         })
     }
 

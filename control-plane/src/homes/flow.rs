@@ -104,6 +104,7 @@ pub async fn checkpoint(
     id: &ComputerId,
     key: &HomeKey,
     authority: HomeAuthority,
+    cause: homes::cas::Cause,
     progress: &Progress,
 ) -> Result<Checkpointed, FlowError> {
     let req = HomeExportRequest {
@@ -124,7 +125,7 @@ pub async fn checkpoint(
     progress.phase("exporting", start.content_bytes);
     let fault = FaultSlot::default();
     let (reader, counter) = export_reader(archive, progress.clone(), quota, fault.clone());
-    let committed = homes.commit(key, reader).await;
+    let committed = homes.commit(key, reader, cause).await;
     // The store saw only an I/O error; what the export itself ran into says more.
     let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
     let revision = match (committed, fault) {

@@ -13,13 +13,15 @@ pub mod flow;
 pub mod ledger;
 pub mod progress;
 
-pub use config::{HomeArgs, HomeStoreConfig, StoreConfig};
+pub use config::{HomeArgs, HomeFormat, HomeStoreConfig, StoreConfig};
 pub use ledger::HomeLedger;
 pub use progress::{Progress, ProgressReport};
 
 use crate::computers::{Computer, ComputerId};
 use crate::db::{Db, DbError};
+use homes::cas::{Cause, Keep, RevisionInfo};
 use homes::store::ReconcileStats;
+use homes::{CasHomeStore, CasPlace, HomeRepo};
 use homes::{Checkpoint, HomeKey, HomeStore, HomeStoreError, LocalHomeStore, ObjectHomeStore};
 use homes::{KeyError, Revision};
 use std::collections::HashMap;
@@ -45,6 +47,13 @@ pub enum HomeError {
     LeasesHeld { id: ComputerId, bots: Vec<String> },
     #[error("computer {0} has no stored home")]
     NoHome(String),
+    #[error("the stored home has no revision {0}; `rakazo home revisions` lists them")]
+    NoRevision(u64),
+    #[error(
+        "this control plane keeps homes as whole archives (--home-format archive), which have \
+         no history; revisions need --home-format incremental"
+    )]
+    NotIncremental,
     #[error("stored home of {key} changed from revision {before} to {after} during the restore")]
     Changed {
         key: String,
@@ -80,6 +89,73 @@ pub enum HomeError {
 enum Backend {
     Local(LocalHomeStore),
     Object(ObjectHomeStore<HomeLedger>),
+    /// Incremental revisions, in front of the archive store of the same place.
+    CasLocal(CasHomeStore<LocalHomeStore>),
+    CasObject(CasHomeStore<ObjectHomeStore<HomeLedger>>),
+}
+
+/// `$e` with `$s` bound to whichever store is configured.
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match &$self.backend {
+            Backend::Local($s) => $e,
+            Backend::Object($s) => $e,
+            Backend::CasLocal($s) => $e,
+            Backend::CasObject($s) => $e,
+        }
+    };
+}
+
+/// `$e` with `$s` bound to the incremental store, or [`HomeError::NotIncremental`].
+macro_rules! cas {
+    ($self:expr, $s:ident => $e:expr) => {
+        match &$self.backend {
+            Backend::CasLocal($s) => $e,
+            Backend::CasObject($s) => $e,
+            Backend::Local(_) | Backend::Object(_) => return Err(HomeError::NotIncremental),
+        }
+    };
+}
+
+/// The local incremental store's content key: `<data dir>/home-content.key`, 32 random bytes
+/// made on first start, readable by its owner only.
+fn local_content_key(data_dir: &Path) -> anyhow::Result<homes::seal::ContentKey> {
+    use anyhow::Context;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = data_dir.join("home-content.key");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let mode = std::fs::metadata(&path)?.permissions().mode();
+            anyhow::ensure!(
+                mode & 0o077 == 0,
+                "{} must be readable by its owner only (chmod 600)",
+                path.display()
+            );
+            let key: [u8; 32] = bytes
+                .try_into()
+                .map_err(|_| anyhow::anyhow!("{} is not a 32-byte key", path.display()))?;
+            Ok(homes::seal::ContentKey::from_bytes(key))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(data_dir)
+                .with_context(|| format!("creating {}", data_dir.display()))?;
+            let key = homes::seal::ContentKey::generate();
+            let tmp = data_dir.join(".home-content.key.tmp");
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            f.write_all(key.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            Ok(key)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 /// The configured home store and the bookkeeping around it.
@@ -92,6 +168,8 @@ pub struct HomeService {
     quota: homes::archive::Limits,
     /// Claims across replicas (`None`: one process, whose locks are enough).
     claims: Option<crate::claims::Claims>,
+    /// Which revisions of a home are kept (incremental format).
+    keep: Keep,
 }
 
 /// A computer's checkpoint-or-restore lock: this process's, and the cluster's claim.
@@ -101,26 +179,55 @@ pub(crate) struct HomeLock {
 }
 
 impl HomeService {
-    /// The store `cfg` names: local homes live under `data_dir/homes` and
-    /// `data_dir/home-revisions`.
-    pub fn new(cfg: &HomeStoreConfig, data_dir: &Path, db: Db) -> Self {
+    /// The store `cfg` names: local homes live under `data_dir/home-cas` (incremental), with
+    /// the archive format's `data_dir/homes` and `data_dir/home-revisions` read for homes
+    /// checkpointed before.
+    pub fn new(cfg: &HomeStoreConfig, data_dir: &Path, db: Db) -> anyhow::Result<Self> {
         let ledger = HomeLedger::new(db);
-        let backend = match &cfg.store {
-            StoreConfig::Local => {
+        let now: homes::store::Clock = Arc::new(crate::clock::now_ms);
+        let backend = match (&cfg.store, cfg.format) {
+            (StoreConfig::Local, HomeFormat::Archive) => {
                 Backend::Local(LocalHomeStore::new(data_dir).with_limits(cfg.quota))
             }
-            StoreConfig::Object { s3, content_key } => Backend::Object(ObjectHomeStore::new(
-                s3,
-                content_key.clone(),
-                ledger.clone(),
-            )),
+            (StoreConfig::Local, HomeFormat::Incremental) => Backend::CasLocal(
+                CasHomeStore::new(
+                    LocalHomeStore::new(data_dir).with_limits(cfg.quota),
+                    CasPlace::Local(data_dir.join("home-cas")),
+                    local_content_key(data_dir)?,
+                    now,
+                )
+                .with_limits(cfg.quota),
+            ),
+            (StoreConfig::Object { s3, content_key }, HomeFormat::Archive) => Backend::Object(
+                ObjectHomeStore::new(s3, content_key.clone(), ledger.clone()),
+            ),
+            (StoreConfig::Object { s3, content_key }, HomeFormat::Incremental) => {
+                Backend::CasObject(
+                    CasHomeStore::new(
+                        ObjectHomeStore::new(s3, content_key.clone(), ledger.clone()),
+                        CasPlace::Object(s3.clone()),
+                        content_key.clone(),
+                        now,
+                    )
+                    .with_limits(cfg.quota),
+                )
+            }
         };
-        Self {
+        Ok(Self {
             backend,
             ledger,
             busy: Mutex::new(HashMap::new()),
             quota: cfg.quota,
             claims: None,
+            keep: cfg.keep,
+        })
+    }
+
+    /// `incremental` or `archive`.
+    pub fn format(&self) -> &'static str {
+        match self.backend {
+            Backend::CasLocal(_) | Backend::CasObject(_) => "incremental",
+            Backend::Local(_) | Backend::Object(_) => "archive",
         }
     }
 
@@ -132,8 +239,8 @@ impl HomeService {
     /// `local` or `object`.
     pub fn kind(&self) -> &'static str {
         match self.backend {
-            Backend::Local(_) => "local",
-            Backend::Object(_) => "object",
+            Backend::Local(_) | Backend::CasLocal(_) => "local",
+            Backend::Object(_) | Backend::CasObject(_) => "object",
         }
     }
 
@@ -145,7 +252,8 @@ impl HomeService {
     pub fn object_store(&self) -> Option<&ObjectHomeStore<HomeLedger>> {
         match &self.backend {
             Backend::Object(s) => Some(s),
-            Backend::Local(_) => None,
+            Backend::CasObject(s) => Some(s.legacy()),
+            Backend::Local(_) | Backend::CasLocal(_) => None,
         }
     }
 
@@ -182,9 +290,9 @@ impl HomeService {
     /// The store key of `c`'s home, assigning (or adopting) a storage id for the object store.
     pub async fn key_for(&self, c: &Computer) -> Result<HomeKey, HomeError> {
         match self.backend {
-            Backend::Local(_) => HomeKey::new(c.home_key.clone())
+            Backend::Local(_) | Backend::CasLocal(_) => HomeKey::new(c.home_key.clone())
                 .map_err(|e| HomeError::BadKey(c.home_key.clone(), e)),
-            Backend::Object(_) => Ok(self.ledger.storage_id(c).await?),
+            Backend::Object(_) | Backend::CasObject(_) => Ok(self.ledger.storage_id(c).await?),
         }
     }
 
@@ -192,54 +300,137 @@ impl HomeService {
     /// store has no storage id for it.
     pub async fn existing_key(&self, c: &Computer) -> Result<Option<HomeKey>, HomeError> {
         match self.backend {
-            Backend::Local(_) => self.key_for(c).await.map(Some),
-            Backend::Object(_) => Ok(self.ledger.current_storage_id(&c.id).await?),
+            Backend::Local(_) | Backend::CasLocal(_) => self.key_for(c).await.map(Some),
+            Backend::Object(_) | Backend::CasObject(_) => {
+                Ok(self.ledger.current_storage_id(&c.id).await?)
+            }
         }
     }
 
-    pub async fn commit<R>(&self, key: &HomeKey, archive: R) -> Result<Revision, HomeError>
+    /// Stores the archive as the home's next revision, made for `cause`; then, in the
+    /// incremental format, deletes the revisions retention no longer keeps and frees their
+    /// space (a failure there is logged: the checkpoint itself has succeeded). The caller holds
+    /// the home's lock ([`Self::lock`]), so no other checkpoint, restore or collection of it
+    /// runs meanwhile, in this process or another replica.
+    pub async fn commit<R>(
+        &self,
+        key: &HomeKey,
+        archive: R,
+        cause: Cause,
+    ) -> Result<Revision, HomeError>
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
         Ok(match &self.backend {
             Backend::Local(s) => s.commit(key, archive).await?,
             Backend::Object(s) => s.commit(key, archive).await?,
+            Backend::CasLocal(s) => self.commit_cas(s, key, archive, cause).await?,
+            Backend::CasObject(s) => self.commit_cas(s, key, archive, cause).await?,
         })
+    }
+
+    async fn commit_cas<L: HomeStore, R>(
+        &self,
+        s: &CasHomeStore<L>,
+        key: &HomeKey,
+        archive: R,
+        cause: Cause,
+    ) -> Result<Revision, HomeError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        let info = s
+            .commit_as(key, archive, cause, crate::clock::now_ms())
+            .await?;
+        let revs = s.revisions(key).await?;
+        if homes::cas::repo::kept(&revs, &self.keep).len() < revs.len() {
+            match s.collect(key, self.keep).await {
+                Ok(Some((gone, stats))) => tracing::info!(home = %key, forgotten = ?gone,
+                    bytes_freed = stats.bytes_deleted, "old home revisions collected"),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(home = %key, error = %chain(&e),
+                    "collecting old home revisions failed; they stay until the next checkpoint"),
+            }
+        }
+        Revision::new(info.revision).ok_or(HomeError::NoRevision(0))
     }
 
     pub async fn open_latest(&self, key: &HomeKey) -> Result<Option<Checkpoint>, HomeError> {
-        Ok(match &self.backend {
-            Backend::Local(s) => s.open_latest(key).await?,
-            Backend::Object(s) => s.open_latest(key).await?,
-        })
+        Ok(each!(self, s => s.open_latest(key).await?))
     }
 
     pub async fn current_revision(&self, key: &HomeKey) -> Result<Option<Revision>, HomeError> {
-        Ok(match &self.backend {
-            Backend::Local(s) => s.current_revision(key).await?,
-            Backend::Object(s) => s.current_revision(key).await?,
-        })
+        Ok(each!(self, s => s.current_revision(key).await?))
     }
 
     /// Forgets and deletes every checkpoint of the home.
     pub async fn purge(&self, key: &HomeKey) -> Result<(), HomeError> {
-        match &self.backend {
-            Backend::Local(s) => s.delete(key).await?,
-            Backend::Object(s) => s.delete(key).await?,
-        }
+        each!(self, s => s.delete(key).await?);
         Ok(())
+    }
+
+    /// The home's revisions, oldest first.
+    pub async fn revisions(&self, key: &HomeKey) -> Result<Vec<RevisionInfo>, HomeError> {
+        Ok(cas!(self, s => s.revisions(key).await?))
+    }
+
+    /// Revision `n` as an archive.
+    pub async fn open_revision(&self, key: &HomeKey, n: u64) -> Result<Checkpoint, HomeError> {
+        cas!(self, s => s.open_revision(key, n).await?.ok_or(HomeError::NoRevision(n)))
+    }
+
+    /// Runs `f` on the home's repository (on the blocking pool); `None` if it has none.
+    pub async fn read<T, F>(&self, key: &HomeKey, f: F) -> Result<Option<T>, HomeError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&HomeRepo) -> Result<T, homes::cas::CasError> + Send + 'static,
+    {
+        revision_known(cas!(self, s => s.read(key, f).await))
+    }
+
+    /// Makes revision `n` the home's next revision (a restore of an older revision).
+    pub async fn recommit(
+        &self,
+        key: &HomeKey,
+        n: u64,
+        cause: Cause,
+    ) -> Result<RevisionInfo, HomeError> {
+        revision_known(cas!(self, s => s.recommit(key, n, cause, crate::clock::now_ms()).await))
+    }
+
+    /// Copies revision `n` (or the latest checkpoint) of `from` into `to` as its next
+    /// revision; `None` when `from` has nothing to copy.
+    pub async fn copy(
+        &self,
+        from: &HomeKey,
+        n: Option<u64>,
+        to: &HomeKey,
+        cause: Cause,
+    ) -> Result<Option<RevisionInfo>, HomeError> {
+        Ok(cas!(self, s => s.copy(from, n, to, cause, crate::clock::now_ms()).await?))
     }
 
     /// Deletes checkpoint objects no computer row owns (object store only; `None` for local).
     /// Run it where the commits run: this process, at start-up and on request.
     pub async fn reconcile(&self) -> Result<Option<ReconcileStats>, HomeError> {
-        match &self.backend {
-            Backend::Local(_) => Ok(None),
-            Backend::Object(s) => {
-                let owned = self.ledger.owned().await?;
-                Ok(Some(s.reconcile(&owned).await?))
-            }
-        }
+        let s = match &self.backend {
+            Backend::Local(_) | Backend::CasLocal(_) => return Ok(None),
+            Backend::Object(s) => s,
+            Backend::CasObject(s) => s.legacy(),
+        };
+        let owned = self.ledger.owned().await?;
+        Ok(Some(s.reconcile(&owned).await?))
+    }
+}
+
+/// A store's answer, with a revision it does not have as [`HomeError::NoRevision`].
+fn revision_known<T>(r: Result<T, HomeStoreError>) -> Result<T, HomeError> {
+    match r {
+        Err(HomeStoreError::Cas {
+            source: homes::cas::CasError::NoRevision(n),
+            ..
+        }) => Err(HomeError::NoRevision(n)),
+        r => Ok(r?),
     }
 }
 

@@ -226,7 +226,13 @@ async fn suspend(
     // The lease wait is zero: under the claim no lease can be taken, so a holder other than
     // those in `except` means the computer is in use after all.
     let checkpointed = core
-        .checkpoint_home(&c, except, Duration::ZERO, &progress)
+        .checkpoint_home(
+            &c,
+            except,
+            Duration::ZERO,
+            homes::cas::Cause::Idle,
+            &progress,
+        )
         .await;
     if let Ok(done) = &checkpointed {
         core.record_checkpoint(&c, done, Cause::Idle, "saved before the idle suspension")

@@ -255,7 +255,13 @@ async fn update(r: &Run<'_>, id: &str) -> Result<(), Stop> {
         wait_for_runs(r, &c).await?;
         r.stage(Stage::Checkpointing).await?;
         let saved = core
-            .checkpoint_home(&c, &[], Duration::ZERO, &Progress::new())
+            .checkpoint_home(
+                &c,
+                &[],
+                Duration::ZERO,
+                homes::cas::Cause::Maintenance,
+                &Progress::new(),
+            )
             .await
             .map_err(|e| failed("checkpoint failed; nothing was changed", &e))?;
         core.record_checkpoint(

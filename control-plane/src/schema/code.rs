@@ -86,6 +86,8 @@ codes! {
     HomeLeasesHeld = "home_leases_held", 409, "bots' leases are held on the computer";
     HomeChanged = "home_changed", 409, "the stored home changed meanwhile";
     HomeTooManyLeases = "home_too_many_leases", 409, "too many leases on the home";
+    HomeNotIncremental = "home_not_incremental", 409, "the home store keeps no revisions \
+        (--home-format archive)";
     ProviderInvalid = "provider_invalid", 422, "the provider refused the request";
     Internal = "internal", 500, "an internal failure (logged by the server)";
     Unsupported = "unsupported", 501, "this computer's guest cannot do that";

@@ -44,6 +44,9 @@ pub struct HomeInfo {
     pub home_key: String,
     /// `local` or `object`.
     pub store: String,
+    /// `incremental` (revisions) or `archive` (the latest checkpoint only).
+    #[serde(default)]
+    pub format: String,
     /// `null` before the first checkpoint.
     pub revision: Option<u64>,
     pub pending_restore: bool,
@@ -54,6 +57,49 @@ pub struct HomeInfo {
 pub struct HomeEntries {
     pub entries: Vec<Entry>,
     /// More entries matched than `limit`.
+    pub truncated: bool,
+}
+
+/// One revision of a home (`GET …/home/revisions`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HomeRevision {
+    pub revision: u64,
+    /// The revision it was made after (`null` for the first).
+    pub parent: Option<u64>,
+    pub at_ms: i64,
+    /// Why it was made: `run_end`, `stop`, `idle`, `manual`, `fork`, `restore`, `maintenance`.
+    pub cause: String,
+    pub files: u64,
+    /// Bytes of file content it holds.
+    pub size: u64,
+    /// Bytes of content it added that no earlier revision had.
+    pub new_bytes: u64,
+    /// Bytes it wrote to the store (sealed packs and index).
+    pub stored_bytes: u64,
+}
+
+/// `GET …/home/revisions`: the home's revisions, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HomeRevisions {
+    pub revisions: Vec<HomeRevision>,
+}
+
+/// One difference of `GET …/home/diff`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HomeChange {
+    pub path: String,
+    pub dir: bool,
+    /// `added`, `removed` or `changed`.
+    pub change: String,
+}
+
+/// `GET …/home/diff?from=&to=`: what changed from one revision to another, in path order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HomeDiff {
+    pub from: u64,
+    pub to: u64,
+    pub changes: Vec<HomeChange>,
+    /// More changes than `limit`.
     pub truncated: bool,
 }
 

@@ -29,6 +29,7 @@ pub enum Cause {
     Manual,
     Fork,
     Restore,
+    Maintenance,
 }
 
 /// A revision as stored in `revisions/<n>` (sealed).
@@ -399,6 +400,18 @@ impl<S: BlobStore> Repo<S> {
         };
         let mut w = self.begin(latest.as_ref(), s.cause, s.at_ms, 1);
         let root = w.dir(s.dir, parent_tree.as_ref(), true, false);
+        w.finish(root)
+    }
+
+    /// Makes revision `n`'s content the next revision (for `cause`, at `at_ms`): a new revision
+    /// naming the same root tree, which writes nothing but the revision itself.
+    pub fn recommit(&mut self, n: u64, cause: Cause, at_ms: i64) -> Result<RevisionInfo, CasError> {
+        let src = self.revision(n)?;
+        let latest = self.revisions()?.pop();
+        let mut w = self.begin(latest.as_ref(), cause, at_ms, 1);
+        w.info.files = src.files;
+        w.info.size = src.size;
+        let root = BlobId::from_hex(&src.root);
         w.finish(root)
     }
 

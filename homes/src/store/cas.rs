@@ -262,6 +262,52 @@ impl<L: HomeStore> CasHomeStore<L> {
         }))
     }
 
+    /// Makes revision `n` of `home` its next revision (see [`Repo::recommit`]).
+    pub async fn recommit(
+        &self,
+        home: &HomeKey,
+        n: u64,
+        cause: Cause,
+        at_ms: i64,
+    ) -> Result<RevisionInfo, HomeStoreError> {
+        let _guard = self.locks.write(home).await;
+        let inner = self.inner.clone();
+        let h = home.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut repo = inner.repo(&h, false)?.ok_or(CasError::NoRevision(n))?;
+            repo.recommit(n, cause, at_ms)
+        })
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))
+    }
+
+    /// Copies revision `n` of `from` (or its latest checkpoint, from either store, when `n` is
+    /// `None`) into `to` as `to`'s next revision, made for `cause`. Answers `None` when `from`
+    /// has no such checkpoint. `to` has its own keys: its chunks are sealed and named anew.
+    pub async fn copy(
+        &self,
+        from: &HomeKey,
+        n: Option<u64>,
+        to: &HomeKey,
+        cause: Cause,
+        at_ms: i64,
+    ) -> Result<Option<RevisionInfo>, HomeStoreError> {
+        if from == to {
+            // The open stream would hold the read lock the commit waits to write under.
+            return Err(HomeStoreError::Cas {
+                home: to.clone(),
+                source: CasError::Corrupt("a home cannot be copied onto itself".into()),
+            });
+        }
+        let cp = match n {
+            Some(n) => self.open_revision(from, n).await?,
+            None => self.open_latest(from).await?,
+        };
+        let Some(cp) = cp else { return Ok(None) };
+        self.commit_as(to, cp.archive, cause, at_ms).await.map(Some)
+    }
+
     /// Deletes the revisions `keep` does not keep, then frees what no revision references.
     /// Under the home's write lock: no commit or open stream of this process runs meanwhile
     /// (other replicas are held off by the caller's claim).

@@ -141,3 +141,104 @@ async fn cli_checkpoints_browses_restores_and_purges_a_home() -> Result<()> {
     refused(&w, &["files", "cat", &fresh, "notes.txt"], "notes.txt").await?;
     w.check_log()
 }
+
+#[tokio::test]
+async fn cli_keeps_revisions_diffs_them_and_goes_back() -> Result<()> {
+    let mut w = World::start().await?;
+    let c = create(&w, "hist").await?;
+    sh(
+        &w,
+        &c,
+        "echo v1 > notes.txt; mkdir -p docs; echo keep > docs/a.txt",
+    )
+    .await?;
+    rakazo_ok(&w, &["home", "checkpoint", &c]).await?;
+    sh(
+        &w,
+        &c,
+        "echo v2 > notes.txt; rm -r docs; echo new > added.txt",
+    )
+    .await?;
+    rakazo_ok(&w, &["home", "checkpoint", &c]).await?;
+
+    let revs = rakazo_json(&w, &["home", "revisions", &c]).await?;
+    let list = revs["revisions"].as_array().cloned().unwrap_or_default();
+    let shape: Vec<(u64, String, Option<u64>)> = list
+        .iter()
+        .map(|r| {
+            (
+                r["revision"].as_u64().unwrap_or(0),
+                r["cause"].as_str().unwrap_or("").to_owned(),
+                r["parent"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![(1, "manual".into(), None), (2, "manual".into(), Some(1))],
+        "{revs}"
+    );
+    let table = text(&rakazo_ok(&w, &["home", "revisions", &c]).await?);
+    assert!(table.starts_with("REVISION"), "{table}");
+    assert_eq!(table.lines().count(), 3, "{table}");
+
+    // Any revision reads back, and the differences are named.
+    assert_eq!(
+        rakazo_ok(&w, &["home", "cat", &c, "notes.txt", "--revision", "1"]).await?,
+        b"v1\n"
+    );
+    assert_eq!(
+        rakazo_ok(&w, &["home", "cat", &c, "notes.txt"]).await?,
+        b"v2\n"
+    );
+    let old = text(&rakazo_ok(&w, &["home", "ls", &c, "--revision", "1"]).await?);
+    assert!(
+        old.contains("docs/a.txt") && !old.contains("added.txt"),
+        "{old}"
+    );
+    let diff = text(&rakazo_ok(&w, &["home", "diff", &c, "1", "2"]).await?);
+    assert_eq!(diff, "+ added.txt\n- docs/\n- docs/a.txt\nM notes.txt\n");
+
+    // Going back saves the present first, so nothing is lost.
+    sh(&w, &c, "echo v3 > notes.txt").await?;
+    let back = text(&rakazo_ok(&w, &["home", "restore", &c, "--revision", "1"]).await?);
+    assert!(back.starts_with("revision 4 ("), "{back}");
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &c, "notes.txt"]).await?,
+        b"v1\n"
+    );
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &c, "docs/a.txt"]).await?,
+        b"keep\n"
+    );
+    refused(&w, &["files", "cat", &c, "added.txt"], "added.txt").await?;
+    assert_eq!(
+        rakazo_ok(&w, &["home", "cat", &c, "notes.txt", "--revision", "3"]).await?,
+        b"v3\n"
+    );
+    let revs = rakazo_json(&w, &["home", "revisions", &c]).await?;
+    let causes: Vec<&str> = revs["revisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["cause"].as_str())
+        .collect();
+    assert_eq!(causes, ["manual", "manual", "manual", "restore"], "{revs}");
+
+    // Bad revisions get a clear refusal and change nothing.
+    refused(
+        &w,
+        &["home", "cat", &c, "notes.txt", "--revision", "9"],
+        "no revision 9",
+    )
+    .await?;
+    refused(&w, &["home", "diff", &c, "1", "99"], "no revision 99").await?;
+    refused(
+        &w,
+        &["home", "restore", &c, "--revision", "42"],
+        "no revision 42",
+    )
+    .await?;
+    assert_eq!(revision(&w, &c).await?, Some(4));
+    w.check_log()
+}

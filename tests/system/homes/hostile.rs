@@ -138,6 +138,7 @@ async fn a_hostile_archive_is_refused_by_the_guest_and_writes_nothing() -> Resul
     let opts = ObjectStoreOptions::for_server(&s3);
     let mut w = World::start_with(WorldOptions {
         object_store: Some(opts.clone()),
+        home_format: Some("archive"),
         allow_warn: vec!["home restore failed".into()],
         ..Default::default()
     })

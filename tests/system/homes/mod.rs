@@ -21,6 +21,7 @@ use tests::s3::S3Server;
 use tests::{wait_for, ObjectStoreOptions, World, WorldOptions};
 
 mod hostile;
+mod incremental;
 mod local;
 mod object_store;
 
@@ -34,9 +35,12 @@ fn profile_of(bot: &str) -> String {
     )
 }
 
+/// A world keeping homes in `s3` in the archive format: these tests read, forge and count its
+/// objects (`homes/<storage id>/<revision>`). The incremental format's are in `incremental`.
 async fn object_world(s3: &S3Server, allow: &[&str]) -> Result<World> {
     World::start_with(WorldOptions {
         object_store: Some(ObjectStoreOptions::for_server(s3)),
+        home_format: Some("archive"),
         allow_warn: allow.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     })

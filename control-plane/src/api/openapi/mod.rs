@@ -174,6 +174,11 @@ fn integer(min: u64, max: Option<u64>) -> Value {
     }
 }
 
+/// The optional `revision` of a stored home's routes.
+fn revision_query(description: &str) -> Value {
+    query("revision", false, description, integer(1, None))
+}
+
 /// A response is `bytes` without the request body's `required`.
 fn without_required(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {

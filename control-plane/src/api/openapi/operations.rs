@@ -4,7 +4,9 @@
 //! document, with the reason). Paths, path parameters, operationIds, the 401 of routes behind the
 //! token and each status's codes are derived by [`super`], not written here.
 
-use super::{bytes, integer, json_body, json_ok, query, string, without_required, Doc};
+use super::{
+    bytes, integer, json_body, json_ok, query, revision_query, string, without_required, Doc,
+};
 use crate::route::Endpoint;
 use crate::schema::activity::{ActivityEvent, ActivityPage};
 use crate::schema::browser::{PageRequest, PageResult};
@@ -12,7 +14,9 @@ use crate::schema::code::ApiCode::{self, *};
 use crate::schema::computer::{Computer, ComputerList, CreateComputer};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use crate::schema::files::{AttachRequest, Attached, FileList, Uploaded, Written};
-use crate::schema::home::{HomeEntries, HomeInfo, HomeLine, Purged, Reconciled};
+use crate::schema::home::{
+    HomeDiff, HomeEntries, HomeInfo, HomeLine, HomeRevisions, Purged, Reconciled,
+};
 use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest};
 use crate::schema::mcp::{McpToken, McpTokenRequest};
@@ -114,6 +118,7 @@ const HOME: &[ApiCode] = &[
     HomeInUse,
     HomeTooManyLeases,
     HomeQuotaExceeded,
+    HomeNotIncremental,
     HomeStoreFailed,
 ];
 
@@ -488,10 +493,38 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
         )]),
         E::RestoreHome => op(
             "homes",
-            "Restore the latest checkpoint into the computer's home.",
+            "Restore the latest checkpoint, or an earlier revision, into the computer's home. \
+             A revision is first saved as it is now (if the computer runs), then the chosen \
+             revision becomes the latest and is imported; a stopped computer gets it at its \
+             next start.",
             (200, home_flow(doc)),
             HOME.to_vec(),
+        )
+        .query([revision_query(
+            "The revision to go back to (default: the latest).",
+        )]),
+        E::HomeRevisions => op(
+            "homes",
+            "The home's revisions, oldest first (no guest needed).",
+            (200, json_ok("The revisions.", doc.of::<HomeRevisions>())),
+            HOME.to_vec(),
         ),
+        E::HomeDiff => op(
+            "homes",
+            "What changed between two revisions: paths added, removed and changed.",
+            (200, json_ok("The differences.", doc.of::<HomeDiff>())),
+            HOME.to_vec(),
+        )
+        .query([
+            query("from", true, "The earlier revision.", integer(1, None)),
+            query("to", true, "The later revision.", integer(1, None)),
+            query(
+                "limit",
+                false,
+                "At most this many (default 10000).",
+                integer(1, Some(100_000)),
+            ),
+        ]),
         E::HomeEntries => op(
             "homes",
             "The latest checkpoint's entries (no guest needed).",
@@ -500,6 +533,7 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
         )
         .query([
             query("prefix", false, "Only entries under this path.", string()),
+            revision_query("The revision to list (default: the latest)."),
             query(
                 "limit",
                 false,
@@ -513,12 +547,10 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             (200, without_required(bytes("The file's bytes, streamed."))),
             HOME.to_vec(),
         )
-        .query([query(
-            "path",
-            true,
-            "The file's path in the home.",
-            string(),
-        )]),
+        .query([
+            query("path", true, "The file's path in the home.", string()),
+            revision_query("The revision to read (default: the latest)."),
+        ]),
         E::ReconcileHomes => op(
             "homes",
             "Run the home store's reconciler now.",
