@@ -301,6 +301,21 @@ impl Core {
         limits: MachineLimits,
         placement: Option<String>,
     ) -> Result<Computer, CoreError> {
+        self.create_from(kind, provider, limits, placement, None)
+            .await
+    }
+
+    /// [`Core::create`]; with `fork`, the new computer's home first starts from revision `.1`
+    /// (default: the latest) of computer `.0`'s, before its machine boots and restores it. A
+    /// fork that fails leaves no computer behind.
+    pub(crate) async fn create_from(
+        &self,
+        kind: ComputerKind,
+        provider: Option<&str>,
+        limits: MachineLimits,
+        placement: Option<String>,
+        fork: Option<(&Computer, Option<u64>)>,
+    ) -> Result<Computer, CoreError> {
         let provider_kind = provider.unwrap_or(self.providers.default_kind());
         let Some(chosen) = self.providers.get(provider_kind) else {
             return Err(CoreError::UnknownProvider(provider_kind.to_string()));
@@ -322,13 +337,25 @@ impl Core {
         let computer = self.computers.create(new, now_ms()).await?;
         info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
         let id = computer.id.as_str();
+        let mut made = format!("created by a user on provider {provider_kind}");
+        if let Some((src, n)) = fork {
+            match self.seed_fork(&computer, src, n).await {
+                Ok(from) => made = format!("{made}, forked from {} revision {from}", src.id),
+                Err(e) => {
+                    // Nothing ran on it: it goes, and its name and home are free again.
+                    if let Err(gone) = self
+                        .computers
+                        .set_state(&computer.id, ComputerState::Destroyed, now_ms())
+                        .await
+                    {
+                        warn!(computer_id = %id, error = %gone, "could not drop the computer of a failed fork");
+                    }
+                    return Err(e);
+                }
+            }
+        }
         self.activity
-            .lifecycle(
-                id,
-                Lifecycle::Created,
-                Cause::User,
-                format!("created by a user on provider {provider_kind}"),
-            )
+            .lifecycle(id, Lifecycle::Created, Cause::User, made)
             .await;
         let booted = self.boot(&computer, None, token).await;
         self.record_boot(id, &booted, Cause::User, "first boot after create")

@@ -302,6 +302,8 @@ macro_rules! routes {
 
 routes! {
     CreateComputer {} = Post "/v1/computers", "computer.create", Operator, None;
+    ForkComputer { computer: ComputerId } = Post "/v1/computers/{computer}/fork",
+        "computer.fork", Operator, None;
     ListComputers {} = Get "/v1/computers", "computer.list", Viewer, None;
     GetComputer { computer: ComputerId } = Get "/v1/computers/{computer}", "computer.show",
         Viewer, None;

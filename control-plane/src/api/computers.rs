@@ -3,7 +3,9 @@
 use super::body::{empty, json_response, read_json, ApiError, RespBody};
 use super::{parse_bot, Api};
 use crate::computers::{Computer, ComputerKind, ComputerState, WorkspaceId};
-use crate::schema::computer::{self as schema, ComputerList, CreateComputer, IdleReport};
+use crate::schema::computer::{
+    self as schema, ComputerList, CreateComputer, ForkComputer, IdleReport,
+};
 use crate::tokens::Principal;
 use gateway_proto::op::StatusRequest;
 use hyper::body::Incoming;
@@ -70,8 +72,22 @@ pub async fn create(
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let body: CreateComputer = read_json(req.into_body()).await?;
-    // A token limited to workspaces makes their team computers only.
-    let allowed = match (&body.workspace, &body.private_bot) {
+    let kind = kind_of(who, body.workspace, body.private_bot)?;
+    let c = api
+        .core
+        .create(kind, body.provider.as_deref(), body.limits, body.placement)
+        .await?;
+    Ok(json_response(StatusCode::CREATED, &view(&c)))
+}
+
+/// The kind of computer a create or fork asks for, which `who` must be allowed to make: a token
+/// limited to workspaces makes their team computers only.
+fn kind_of(
+    who: &Principal,
+    workspace: Option<String>,
+    private_bot: Option<String>,
+) -> Result<ComputerKind, ApiError> {
+    let allowed = match (&workspace, &private_bot) {
         (Some(ws), _) => who.sees_workspace(ws),
         (None, _) => who.unlimited(),
     };
@@ -82,22 +98,42 @@ pub async fn create(
              workspaces only",
         ));
     }
-    let kind = match (body.workspace, body.private_bot) {
-        (Some(ws), None) => ComputerKind::Team {
+    match (workspace, private_bot) {
+        (Some(ws), None) => Ok(ComputerKind::Team {
             workspace: WorkspaceId::new(ws).map_err(|e| ApiError::bad_request(e.to_string()))?,
-        },
-        (None, Some(bot)) => ComputerKind::Private {
+        }),
+        (None, Some(bot)) => Ok(ComputerKind::Private {
             bot: parse_bot(&bot)?,
-        },
-        _ => {
-            return Err(ApiError::bad_request(
-                "give exactly one of workspace or private_bot",
-            ))
-        }
-    };
+        }),
+        _ => Err(ApiError::bad_request(
+            "give exactly one of workspace or private_bot",
+        )),
+    }
+}
+
+/// `POST /v1/computers/{id}/fork`: a new computer whose home starts from the source's.
+pub async fn fork(
+    api: &Arc<Api>,
+    who: &Principal,
+    id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let body: ForkComputer = read_json(req.into_body()).await?;
+    if body.revision == Some(0) {
+        return Err(ApiError::bad_request("revision must be 1 or more"));
+    }
+    let kind = kind_of(who, body.workspace, body.private_bot)?;
+    let src = api.core.get(id).await?;
     let c = api
         .core
-        .create(kind, body.provider.as_deref(), body.limits, body.placement)
+        .fork(
+            &src,
+            body.revision,
+            kind,
+            body.provider.as_deref(),
+            body.limits,
+            body.placement,
+        )
         .await?;
     Ok(json_response(StatusCode::CREATED, &view(&c)))
 }

@@ -75,6 +75,7 @@ pub fn home_error(e: HomeError) -> ApiError {
             ApiError::new(ApiCode::NotFound, msg)
         }
         HomeError::NotIncremental => ApiError::new(ApiCode::HomeNotIncremental, msg),
+        HomeError::Exists(_) => ApiError::new(ApiCode::Exists, msg),
         HomeError::Db(_) | HomeError::BadKey(..) => ApiError::internal(msg),
         HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
             ApiError::new(ApiCode::HomeStoreFailed, msg)

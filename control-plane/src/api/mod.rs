@@ -513,6 +513,9 @@ async fn dispatch(
         Route::Mcp { computer, bot } => mcp::serve(api, who, &computer, &bot, req).await,
         Route::Download { token } => attachments::download(api, &token).await,
         Route::CreateComputer {} => computers::create(api, principal(who)?, req).await,
+        Route::ForkComputer { computer } => {
+            computers::fork(api, principal(who)?, &computer, req).await
+        }
         Route::ListComputers {} => computers::list(api, principal(who)?, &query).await,
         Route::GetComputer { computer } => computers::show(api, &computer).await,
         Route::DestroyComputer { computer } => computers::destroy(api, &computer).await,

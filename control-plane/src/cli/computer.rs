@@ -5,7 +5,7 @@
 use super::{print_json, Global};
 use crate::client::Client;
 use crate::route::{ComputerId, JobId, Route};
-use crate::schema::computer::{Computer, ComputerList, CreateComputer};
+use crate::schema::computer::{Computer, ComputerList, CreateComputer, ForkComputer};
 use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::wire_name;
 use anyhow::Result;
@@ -44,6 +44,25 @@ pub enum ComputerCmd {
         /// computers).
         #[arg(long, value_name = "NAME")]
         placement: Option<String>,
+    },
+    /// A new computer (team or private) whose home starts from a revision of this one's:
+    /// its latest by default, after a checkpoint if it runs. Bots' browser profiles come
+    /// along, signed-in sessions included.
+    Fork {
+        id: String,
+        #[arg(
+            long,
+            conflicts_with = "private_bot",
+            required_unless_present = "private_bot"
+        )]
+        workspace: Option<String>,
+        #[arg(long)]
+        private_bot: Option<String>,
+        /// The revision of its home to start from (`rakazo home revisions`).
+        #[arg(long)]
+        revision: Option<u64>,
+        #[arg(long)]
+        provider: Option<String>,
     },
     List,
     Show {
@@ -279,6 +298,25 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
                 placement,
             };
             let route = Route::CreateComputer {};
+            c.call(route.method(), &route.path(), &body).await?
+        }
+        ComputerCmd::Fork {
+            id,
+            workspace,
+            private_bot,
+            revision,
+            provider,
+        } => {
+            let body = ForkComputer {
+                workspace,
+                private_bot,
+                revision,
+                provider,
+                ..Default::default()
+            };
+            let route = Route::ForkComputer {
+                computer: ComputerId::new(id),
+            };
             c.call(route.method(), &route.path(), &body).await?
         }
         ComputerCmd::List => {

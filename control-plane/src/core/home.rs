@@ -162,6 +162,76 @@ impl Core {
         Ok(restored)
     }
 
+    /// Forks `src`: a new computer of `kind` whose home starts from revision `n` of `src`'s
+    /// (default: its latest, after a checkpoint if `src` runs, so the fork has its present
+    /// work), sharing its stored data (docs/homes.md#fork).
+    pub async fn fork(
+        &self,
+        src: &Computer,
+        n: Option<u64>,
+        kind: crate::computers::ComputerKind,
+        provider: Option<&str>,
+        limits: providers::MachineLimits,
+        placement: Option<String>,
+    ) -> Result<Computer, CoreError> {
+        if n.is_none()
+            && src.state == ComputerState::Running
+            && self.guest_connected(src.id.as_str()).await
+            && !self.restore_pending(src).await?
+        {
+            let saved = self
+                .checkpoint_home(
+                    src,
+                    &[],
+                    DEFAULT_LEASE_WAIT,
+                    homes::cas::Cause::Manual,
+                    &Progress::new(),
+                )
+                .await?;
+            self.record_checkpoint(src, &saved, Cause::User, "saved before a fork")
+                .await;
+        }
+        self.create_from(kind, provider, limits, placement, Some((src, n)))
+            .await
+    }
+
+    /// Starts the home of `c` (just created, not booted) from revision `n` of `src`'s home;
+    /// answers the source revision it started from. Under both computers' home locks.
+    pub(crate) async fn seed_fork(
+        &self,
+        c: &Computer,
+        src: &Computer,
+        n: Option<u64>,
+    ) -> Result<u64, CoreError> {
+        let no_home = || HomeError::NoHome(src.home_key.clone());
+        let from = self.homes.existing_key(src).await?.ok_or_else(no_home)?;
+        let _src_busy = self.homes.lock(&src.id).await?;
+        let _busy = self.homes.lock(&c.id).await?;
+        let to = self.homes.key_for(c).await?;
+        let source = match n {
+            Some(n) => n,
+            None => self
+                .homes
+                .current_revision(&from)
+                .await?
+                .ok_or_else(no_home)?
+                .get(),
+        };
+        // `n` as asked: a home with only a whole-archive checkpoint forks from its latest.
+        self.homes.fork(&from, n, &to).await?.ok_or_else(no_home)?;
+        self.activity
+            .lifecycle_home(
+                src.id.as_str(),
+                LifecycleKind::Forked,
+                Cause::User,
+                &format!("forked into computer {} from revision {source}", c.id),
+                Some(source),
+                None,
+            )
+            .await;
+        Ok(source)
+    }
+
     /// Records a checkpoint in the computer's activity feed.
     pub async fn record_checkpoint(
         &self,

@@ -54,6 +54,11 @@ pub enum HomeError {
          no history; revisions need --home-format incremental"
     )]
     NotIncremental,
+    #[error(
+        "the home {0} already has checkpoints; fork into a workspace or private bot with no \
+         stored home (or purge it first)"
+    )]
+    Exists(String),
     #[error("stored home of {key} changed from revision {before} to {after} during the restore")]
     Changed {
         key: String,
@@ -398,16 +403,17 @@ impl HomeService {
         revision_known(cas!(self, s => s.recommit(key, n, cause, crate::clock::now_ms()).await))
     }
 
-    /// Copies revision `n` (or the latest checkpoint) of `from` into `to` as its next
-    /// revision; `None` when `from` has nothing to copy.
-    pub async fn copy(
+    /// Starts the home `to` (which has no checkpoint) from revision `n` (default: the latest
+    /// checkpoint) of `from`, sharing its stored data; `None` when `from` has no checkpoint.
+    pub async fn fork(
         &self,
         from: &HomeKey,
         n: Option<u64>,
         to: &HomeKey,
-        cause: Cause,
     ) -> Result<Option<RevisionInfo>, HomeError> {
-        Ok(cas!(self, s => s.copy(from, n, to, cause, crate::clock::now_ms()).await?))
+        revision_known(
+            cas!(self, s => s.fork(from, n, to, Cause::Fork, crate::clock::now_ms()).await),
+        )
     }
 
     /// Deletes checkpoint objects no computer row owns (object store only; `None` for local).
@@ -430,6 +436,10 @@ fn revision_known<T>(r: Result<T, HomeStoreError>) -> Result<T, HomeError> {
             source: homes::cas::CasError::NoRevision(n),
             ..
         }) => Err(HomeError::NoRevision(n)),
+        Err(HomeStoreError::Cas {
+            source: homes::cas::CasError::Exists(home),
+            ..
+        }) => Err(HomeError::Exists(home)),
         r => Ok(r?),
     }
 }

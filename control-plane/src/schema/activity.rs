@@ -131,6 +131,8 @@ pub enum LifecycleKind {
     StartFailed,
     /// A maintenance job failed (its reason names the job, its stage and the error).
     JobFailed,
+    /// A new computer was made from this one's home (its reason names it and the revision).
+    Forked,
 }
 
 /// Who or what caused a lifecycle event.

@@ -27,6 +27,27 @@ pub struct CreateComputer {
     pub placement: Option<String>,
 }
 
+/// `POST /v1/computers/{id}/fork`: a new computer, made like [`CreateComputer`], whose home
+/// starts from a revision of the source computer's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkComputer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_bot: Option<String>,
+    /// The source home's revision to start from. Unset: its latest, after a checkpoint if the
+    /// source runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "is_default_limits")]
+    pub limits: MachineLimits,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+}
+
 /// Whether `limits` sets nothing (it is then left out).
 pub fn is_default_limits(limits: &MachineLimits) -> bool {
     *limits == MachineLimits::default()

@@ -16,6 +16,20 @@ pub trait BlobStore: Send + Sync {
     fn delete(&self, name: &str) -> Result<(), CasError>;
     /// Bytes written by `put` so far (what a checkpoint uploaded).
     fn written(&self) -> u64;
+    /// Where `name` is on this machine's disk, for a store of the same kind to share it.
+    fn local_path(&self, _name: &str) -> Option<PathBuf> {
+        None
+    }
+    /// `name`'s bucket and key, for a store in the same bucket to copy it server-side.
+    fn object_key(&self, _name: &str) -> Option<(String, String)> {
+        None
+    }
+    /// Makes `src`'s object `name` this store's too (a fork shares its parent's packs): a
+    /// hard link where both are on one disk, a server-side copy in one bucket, else a read and a
+    /// write.
+    fn share_from(&self, src: &dyn BlobStore, name: &str) -> Result<(), CasError> {
+        self.put(name, &src.get(name)?)
+    }
 }
 
 /// Objects as files under one directory: written to a temporary file, synced, then renamed
@@ -115,6 +129,25 @@ impl BlobStore for LocalBlobs {
 
     fn written(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn local_path(&self, name: &str) -> Option<PathBuf> {
+        self.path(name).ok()
+    }
+
+    fn share_from(&self, src: &dyn BlobStore, name: &str) -> Result<(), CasError> {
+        let Some(from) = src.local_path(name) else {
+            return self.put(name, &src.get(name)?);
+        };
+        let to = self.path(name)?;
+        let dir = to.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(dir).map_err(at(dir))?;
+        match std::fs::hard_link(&from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            // Another file system, or links refused: a copy.
+            Err(_) => self.put(name, &src.get(name)?),
+        }
     }
 }
 
@@ -295,5 +328,28 @@ impl BlobStore for ObjectBlobs {
 
     fn written(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn object_key(&self, name: &str) -> Option<(String, String)> {
+        Some((self.bucket.clone(), self.key(name).ok()?))
+    }
+
+    fn share_from(&self, src: &dyn BlobStore, name: &str) -> Result<(), CasError> {
+        let Some((bucket, from)) = src.object_key(name).filter(|(b, _)| *b == self.bucket) else {
+            return self.put(name, &src.get(name)?);
+        };
+        let key = self.key(name)?;
+        let source = format!("{bucket}/{from}");
+        self.retry(&format!("copy {name}"), || async {
+            self.client
+                .copy_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .copy_source(&source)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(again)
+        })
     }
 }

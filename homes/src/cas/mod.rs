@@ -140,6 +140,9 @@ pub enum CasError {
     Corrupt(String),
     #[error("no revision {0}")]
     NoRevision(u64),
+    /// A fork's destination that already has checkpoints.
+    #[error("home {0} already has checkpoints")]
+    Exists(String),
     /// An archive stream the checker refused.
     #[error("archive refused")]
     Archive(#[from] crate::archive::ArchiveError),

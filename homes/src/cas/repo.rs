@@ -311,6 +311,11 @@ impl<S: BlobStore> Repo<S> {
         })
     }
 
+    /// The repository's keys (a fork shares its parent's).
+    pub fn keys(&self) -> &CasKeys {
+        &self.keys
+    }
+
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -407,12 +412,31 @@ impl<S: BlobStore> Repo<S> {
     /// naming the same root tree, which writes nothing but the revision itself.
     pub fn recommit(&mut self, n: u64, cause: Cause, at_ms: i64) -> Result<RevisionInfo, CasError> {
         let src = self.revision(n)?;
+        self.commit_root(&src, cause, at_ms, 1)
+    }
+
+    /// Makes the content of `src` (a revision of this repository, or of the one it was forked
+    /// from, whose blobs it shares) the next revision, numbered `first` in an empty repository.
+    /// Every tree and chunk it names must be in this repository's index.
+    pub fn commit_root(
+        &mut self,
+        src: &RevisionInfo,
+        cause: Cause,
+        at_ms: i64,
+        first: u64,
+    ) -> Result<RevisionInfo, CasError> {
+        let root = BlobId::from_hex(&src.root)?;
+        if !self.index.contains_key(&root) {
+            return Err(CasError::Corrupt(format!(
+                "the root tree of revision {} is not in this repository",
+                src.revision
+            )));
+        }
         let latest = self.revisions()?.pop();
-        let mut w = self.begin(latest.as_ref(), cause, at_ms, 1);
+        let mut w = self.begin(latest.as_ref(), cause, at_ms, first);
         w.info.files = src.files;
         w.info.size = src.size;
-        let root = BlobId::from_hex(&src.root);
-        w.finish(root)
+        w.finish(Ok(root))
     }
 
     /// Starts writing the revision after `latest` (or `first` when there is none).

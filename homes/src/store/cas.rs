@@ -76,6 +76,15 @@ impl<S: BlobStore + ?Sized> BlobStore for Box<S> {
     fn written(&self) -> u64 {
         (**self).written()
     }
+    fn local_path(&self, name: &str) -> Option<PathBuf> {
+        (**self).local_path(name)
+    }
+    fn object_key(&self, name: &str) -> Option<(String, String)> {
+        (**self).object_key(name)
+    }
+    fn share_from(&self, src: &dyn BlobStore, name: &str) -> Result<(), CasError> {
+        (**self).share_from(src, name)
+    }
 }
 
 fn not_found(e: &CasError) -> bool {
@@ -91,24 +100,77 @@ impl Inner {
         })
     }
 
-    /// The repository of `home`: `None` when it has none and `create` is false. Blocking.
-    fn repo(&self, home: &HomeKey, create: bool) -> Result<Option<HomeRepo>, CasError> {
-        let store = self.blobs(home)?;
-        let data_key = match store.get(KEY_OBJECT) {
+    /// The data key of `home`'s repository in `store`: made and stored when it has none and
+    /// `create` is set, else `None` then.
+    fn data_key(
+        &self,
+        store: &dyn BlobStore,
+        home: &HomeKey,
+        create: bool,
+    ) -> Result<Option<DataKey>, CasError> {
+        match store.get(KEY_OBJECT) {
             Ok(wrapped) => {
                 unwrap_data_key(&self.content_key, home, &WrappedKey::from_bytes(wrapped))
-                    .map_err(|e| CasError::Tampered(crate::error_chain(&e)))?
+                    .map(Some)
+                    .map_err(|e| CasError::Tampered(crate::error_chain(&e)))
             }
             Err(e) if not_found(&e) && create => {
                 let key = DataKey::generate();
                 let wrapped = wrap_data_key(&self.content_key, home, &key);
                 store.put(KEY_OBJECT, wrapped.as_bytes())?;
-                key
+                Ok(Some(key))
             }
-            Err(e) if not_found(&e) => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The repository of `home`: `None` when it has none and `create` is false. Blocking.
+    fn repo(&self, home: &HomeKey, create: bool) -> Result<Option<HomeRepo>, CasError> {
+        let store = self.blobs(home)?;
+        match self.data_key(&*store, home, create)? {
+            Some(key) => Repo::open(store, CasKeys::derive(&key)).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`CasHomeStore::fork`] of a home that has a repository; `None` when it has not.
+    fn fork(
+        &self,
+        from: &HomeKey,
+        n: Option<u64>,
+        to: &HomeKey,
+        cause: Cause,
+        at_ms: i64,
+    ) -> Result<Option<RevisionInfo>, CasError> {
+        let src = self.blobs(from)?;
+        let Some(key) = self.data_key(&*src, from, false)? else {
+            return Ok(None);
         };
-        Repo::open(store, CasKeys::derive(&data_key)).map(Some)
+        let src = Repo::open(src, CasKeys::derive(&key))?;
+        let info = match n {
+            Some(n) => src.revision(n)?,
+            None => src.revisions()?.pop().ok_or(CasError::NoRevision(1))?,
+        };
+        let dst = self.blobs(to)?;
+        if self.data_key(&*dst, to, false)?.is_some() {
+            return Err(CasError::Exists(to.to_string()));
+        }
+        // Packs, then the key, then the index files, then the revision: a fork cut short
+        // leaves either no repository (unindexed packs a collection removes) or one whose
+        // indexes name only packs it has.
+        for name in src.store().list("packs/")? {
+            dst.share_from(&**src.store(), &name)?;
+        }
+        dst.put(
+            KEY_OBJECT,
+            wrap_data_key(&self.content_key, to, &key).as_bytes(),
+        )?;
+        for name in src.store().list("index/")? {
+            dst.share_from(&**src.store(), &name)?;
+        }
+        let mut repo = Repo::open(dst, CasKeys::derive(&key))?;
+        repo.commit_root(&info, cause, at_ms, 1).map(Some)
     }
 }
 
@@ -282,10 +344,13 @@ impl<L: HomeStore> CasHomeStore<L> {
         .map_err(|e| cas_err(home, e))
     }
 
-    /// Copies revision `n` of `from` (or its latest checkpoint, from either store, when `n` is
-    /// `None`) into `to` as `to`'s next revision, made for `cause`. Answers `None` when `from`
-    /// has no such checkpoint. `to` has its own keys: its chunks are sealed and named anew.
-    pub async fn copy(
+    /// Starts `to` (a home with no checkpoint) from revision `n` of `from` (default: its
+    /// latest checkpoint), as `to`'s first revision, made for `cause`. The fork shares `from`'s
+    /// data key and its packs (hard links on a disk, server-side copies in a bucket: nothing
+    /// is read, chunked or sealed again), so later checkpoints of either dedupe against the
+    /// common past; each goes on alone. A home with only whole-archive checkpoints is copied
+    /// through its archive instead. `None` when `from` has no checkpoint.
+    pub async fn fork(
         &self,
         from: &HomeKey,
         n: Option<u64>,
@@ -293,16 +358,33 @@ impl<L: HomeStore> CasHomeStore<L> {
         cause: Cause,
         at_ms: i64,
     ) -> Result<Option<RevisionInfo>, HomeStoreError> {
-        if from == to {
-            // The open stream would hold the read lock the commit waits to write under.
-            return Err(HomeStoreError::Cas {
-                home: to.clone(),
-                source: CasError::Corrupt("a home cannot be copied onto itself".into()),
-            });
+        if from == to || self.legacy.current_revision(to).await?.is_some() {
+            return Err(cas_err(to, CasError::Exists(to.to_string())));
         }
+        let shared = {
+            // Both locks, in key order, so two forks between the same homes never wait on
+            // each other.
+            let _locks = if from < to {
+                let a = self.locks.read(from).await;
+                (a, self.locks.write(to).await)
+            } else {
+                let b = self.locks.write(to).await;
+                (self.locks.read(from).await, b)
+            };
+            let inner = self.inner.clone();
+            let (f, t) = (from.clone(), to.clone());
+            tokio::task::spawn_blocking(move || inner.fork(&f, n, &t, cause, at_ms))
+                .await
+                .map_err(task_err(to))?
+                .map_err(|e| cas_err(to, e))?
+        };
+        if shared.is_some() {
+            return Ok(shared);
+        }
+        // Only whole-archive checkpoints: through the archive, sealed anew under `to`'s keys.
         let cp = match n {
-            Some(n) => self.open_revision(from, n).await?,
-            None => self.open_latest(from).await?,
+            Some(_) => None,
+            None => self.legacy.open_latest(from).await?,
         };
         let Some(cp) = cp else { return Ok(None) };
         self.commit_as(to, cp.archive, cause, at_ms).await.map(Some)

@@ -136,3 +136,126 @@ async fn collection_frees_forgotten_revisions_only() {
     assert!(store.revisions(&home).await.unwrap().is_empty());
     assert_eq!(store.current_revision(&home).await.unwrap(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_shares_the_past_and_goes_on_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let f = CasLocalFixture::start().await.unwrap();
+    let store = f.store();
+    let src = f.tmp.path().join("home");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big"), noise(4 << 20, 9)).unwrap();
+    std::fs::write(src.join("note"), b"parent").unwrap();
+    let (a, b) = (key("w1-parent"), key("w1-fork"));
+    store
+        .commit_as(&a, pack_reader(src.clone()), Cause::Manual, 1)
+        .await
+        .unwrap();
+    let want = manifest(&src).unwrap();
+    let forked = store
+        .fork(&a, None, &b, Cause::Fork, 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((forked.revision, forked.cause), (1, Cause::Fork));
+    assert_eq!(forked.stored_bytes, 0, "a fork writes no data: {forked:?}");
+    // The packs are the parent's files, linked.
+    let packs = |home: &str| -> Vec<u64> {
+        let dir = f.tmp.path().join("data/home-cas").join(home).join("packs");
+        let mut v: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().ino())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(packs("w1-parent"), packs("w1-fork"));
+    let cp = store.open_latest(&b).await.unwrap().unwrap();
+    let dst = f.tmp.path().join("fork-home");
+    restore_async(cp.archive, dst.clone(), UnpackOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(manifest(&dst).unwrap(), want);
+
+    // Each goes on alone; the fork's next checkpoint dedupes against the shared past.
+    std::fs::write(dst.join("note"), b"fork").unwrap();
+    let next = store
+        .commit_as(&b, pack_reader(dst.clone()), Cause::Manual, 3)
+        .await
+        .unwrap();
+    assert!(next.new_bytes < 4096, "{next:?}");
+    let back = store.open_latest(&a).await.unwrap().unwrap();
+    let again = f.tmp.path().join("parent-again");
+    restore_async(back.archive, again.clone(), UnpackOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(again.join("note")).unwrap(), b"parent");
+    // A collection of the parent keeps the fork whole (its packs are its own links).
+    std::fs::write(src.join("big"), b"small now").unwrap();
+    store
+        .commit_as(&a, pack_reader(src.clone()), Cause::Manual, 4)
+        .await
+        .unwrap();
+    store
+        .collect(
+            &a,
+            Keep {
+                last: 1,
+                ..Keep::default()
+            },
+        )
+        .await
+        .unwrap();
+    let cp = store.open_revision(&b, 1).await.unwrap().unwrap();
+    let check = f.tmp.path().join("fork-again");
+    restore_async(cp.archive, check.clone(), UnpackOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(manifest(&check).unwrap(), want);
+
+    // A destination with checkpoints is refused; a missing source forks nothing.
+    let e = store.fork(&a, None, &b, Cause::Fork, 5).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            homes::HomeStoreError::Cas {
+                source: homes::cas::CasError::Exists(_),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(store
+        .fork(&key("nobody"), None, &key("w1-new"), Cause::Fork, 6)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_in_a_bucket_copies_server_side_and_an_archive_home_forks_too() {
+    let f = CasObjectFixture::start().await.unwrap();
+    let store = f.store();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("home");
+    write_sample_home(&src).unwrap();
+    let want = expected_after_restore(&manifest(&src).unwrap());
+    // One home in the archive format, one incremental.
+    let (old, new) = (key("w1-archive"), key("w1-incr"));
+    commit_dir(store.legacy(), &old, &src).await;
+    commit_dir(&*store, &new, &src).await;
+    for (from, to) in [(&old, key("w1-from-archive")), (&new, key("w1-from-incr"))] {
+        let info = store
+            .fork(from, None, &to, Cause::Fork, 1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.cause, Cause::Fork);
+        let cp = store.open_latest(&to).await.unwrap().unwrap();
+        let dst = tmp.path().join(to.as_str());
+        restore_async(cp.archive, dst.clone(), UnpackOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(manifest(&dst).unwrap(), want, "{to}");
+    }
+}

@@ -142,6 +142,17 @@ async fn cli_checkpoints_browses_restores_and_purges_a_home() -> Result<()> {
     w.check_log()
 }
 
+/// The causes of `c`'s home revisions, oldest first.
+async fn causes(w: &World, c: &str) -> Result<Vec<String>> {
+    let revs = rakazo_json(w, &["home", "revisions", c]).await?;
+    Ok(revs["revisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["cause"].as_str().map(str::to_owned))
+        .collect())
+}
+
 #[tokio::test]
 async fn cli_keeps_revisions_diffs_them_and_goes_back() -> Result<()> {
     let mut w = World::start().await?;
@@ -216,14 +227,10 @@ async fn cli_keeps_revisions_diffs_them_and_goes_back() -> Result<()> {
         rakazo_ok(&w, &["home", "cat", &c, "notes.txt", "--revision", "3"]).await?,
         b"v3\n"
     );
-    let revs = rakazo_json(&w, &["home", "revisions", &c]).await?;
-    let causes: Vec<&str> = revs["revisions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["cause"].as_str())
-        .collect();
-    assert_eq!(causes, ["manual", "manual", "manual", "restore"], "{revs}");
+    assert_eq!(
+        causes(&w, &c).await?,
+        ["manual", "manual", "manual", "restore"]
+    );
 
     // Bad revisions get a clear refusal and change nothing.
     refused(
@@ -240,5 +247,96 @@ async fn cli_keeps_revisions_diffs_them_and_goes_back() -> Result<()> {
     )
     .await?;
     assert_eq!(revision(&w, &c).await?, Some(4));
+    w.check_log()
+}
+
+#[tokio::test]
+async fn cli_forks_a_computer_from_any_revision() -> Result<()> {
+    let mut w = World::start().await?;
+    let a = create(&w, "fork-a").await?;
+    sh(
+        &w,
+        &a,
+        "echo one > notes.txt; mkdir -p src; echo code > src/main.rs",
+    )
+    .await?;
+    rakazo_ok(&w, &["home", "checkpoint", &a]).await?;
+    // Unsaved work: the fork of a running computer checkpoints it first.
+    sh(&w, &a, "echo two > notes.txt").await?;
+    let v = rakazo_json(&w, &["computer", "fork", &a, "--workspace", "fork-b"]).await?;
+    let b = v["id"].as_str().context("fork id")?.to_owned();
+    assert_eq!(
+        (&v["workspace"], &v["state"]),
+        (&"fork-b".into(), &"running".into()),
+        "{v}"
+    );
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &b, "notes.txt"]).await?,
+        b"two\n"
+    );
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &b, "src/main.rs"]).await?,
+        b"code\n"
+    );
+
+    // Each side goes on alone.
+    sh(&w, &b, "echo fork > notes.txt; touch only-b").await?;
+    sh(&w, &a, "touch only-a").await?;
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &a, "notes.txt"]).await?,
+        b"two\n"
+    );
+    refused(&w, &["files", "cat", &a, "only-b"], "only-b").await?;
+    refused(&w, &["files", "cat", &b, "only-a"], "only-a").await?;
+    rakazo_ok(&w, &["home", "checkpoint", &b]).await?;
+    assert_eq!(causes(&w, &b).await?, ["fork", "manual"]);
+
+    // An older revision, into a private computer.
+    let v = rakazo_json(
+        &w,
+        &[
+            "computer",
+            "fork",
+            &a,
+            "--revision",
+            "1",
+            "--private-bot",
+            "bot-f",
+        ],
+    )
+    .await?;
+    let p = v["id"].as_str().context("fork id")?.to_owned();
+    assert_eq!(
+        rakazo_ok(&w, &["files", "cat", &p, "notes.txt"]).await?,
+        b"one\n"
+    );
+
+    // The source's feed names the forks; a target that has a home is refused.
+    let feed = text(&rakazo_ok(&w, &["activity", &a]).await?);
+    assert!(
+        feed.contains(&format!("forked into computer {b}")),
+        "{feed}"
+    );
+    rakazo_ok(&w, &["computer", "destroy", &p]).await?;
+    refused(
+        &w,
+        &["computer", "fork", &a, "--private-bot", "bot-f"],
+        "already has checkpoints",
+    )
+    .await?;
+    refused(
+        &w,
+        &[
+            "computer",
+            "fork",
+            &a,
+            "--workspace",
+            "fork-c",
+            "--revision",
+            "9",
+        ],
+        "no revision 9",
+    )
+    .await?;
     w.check_log()
 }

@@ -11,7 +11,7 @@ use crate::route::Endpoint;
 use crate::schema::activity::{ActivityEvent, ActivityPage};
 use crate::schema::browser::{PageRequest, PageResult};
 use crate::schema::code::ApiCode::{self, *};
-use crate::schema::computer::{Computer, ComputerList, CreateComputer};
+use crate::schema::computer::{Computer, ComputerList, CreateComputer, ForkComputer};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use crate::schema::files::{AttachRequest, Attached, FileList, Uploaded, Written};
 use crate::schema::home::{
@@ -219,6 +219,30 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             ]),
         )
         .body(json_body(doc.of::<CreateComputer>(), true)),
+        E::ForkComputer => op(
+            "computers",
+            "Fork a computer: a new computer (team or private, as on create) whose home starts \
+             from a revision of this one's (default: its latest, after a checkpoint if it \
+             runs), sharing its stored data. Bots' browser profiles come along, signed-in \
+             sessions included.",
+            (
+                201,
+                json_ok("The new computer, started.", doc.of::<Computer>()),
+            ),
+            codes(&[
+                JSON_BODY,
+                &[
+                    NotFound,
+                    ComputerExists,
+                    HomeInUse,
+                    Exists,
+                    HomeNotIncremental,
+                ],
+                &[HomeLeasesHeld, HomeStoreFailed, ProviderInvalid],
+                &[ProviderCapacity, ProviderUnavailable],
+            ]),
+        )
+        .body(json_body(doc.of::<ForkComputer>(), true)),
         E::ListComputers => op(
             "computers",
             "List the computers the token sees.",
