@@ -95,7 +95,17 @@ pub struct HomeExportRequest {
     pub quiesce_browsers: bool,
     /// The leases the export acts under; checked by the guest before it quiesces anything.
     pub authority: HomeAuthority,
+    /// This export's token: the guest remembers the stamps of the files it exports under it
+    /// (the last two exports' only), so a later export can name it in `since`.
+    pub token: ExportToken,
+    /// The export whose stamps to compare with: a file whose size, inode, mode, mtime and ctime
+    /// are those it had then is sent as unchanged (homes `FORMAT.md`, "Delta archive"). `None`,
+    /// or a token the guest no longer has, sends every file.
+    pub since: Option<ExportToken>,
 }
+
+/// Names one home export (random, chosen by the control plane).
+pub type ExportToken = [u8; 16];
 
 /// Import an archive into the (fresh) home. The control plane sends exactly `size` raw bytes
 /// after this frame; the guest unpacks into a staging directory, checks the whole archive, then

@@ -52,7 +52,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 /// - 9: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
 /// - 10: `ConnectRequest.terminal` (`TerminalResume`): a terminal's shell outlives a dropped
 ///   connection for a grace period and the same page gets it back.
-pub const PROTOCOL_VERSION: u16 = 10;
+/// - 11: `HomeExportRequest.token` and `.since`: delta exports, which send files unchanged since
+///   an earlier export as `TAG_SAME` entries without their content.
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -674,6 +676,8 @@ mod tests {
         let export = HomeExportRequest {
             quiesce_browsers: false,
             authority: HomeAuthority::default(),
+            token: [0; 16],
+            since: None,
         };
         assert!(matches!(export.authority(), Authority::HomeExport(_)));
         assert_eq!(HomeExportRequest::NEEDS, Needs::Home);

@@ -94,7 +94,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 10);
+    assert_eq!(PROTOCOL_VERSION, 11);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -489,12 +489,16 @@ fn request_home_export_and_import() {
         &Request::HomeExport(HomeExportRequest {
             quiesce_browsers: true,
             authority: authority.clone(),
+            token: [7; 16],
+            since: Some([9; 16]),
         }),
         concat!(
-            "0000000f 0f 01",    // HomeExport, quiesce_browsers
-            "02",                // authority: 2 fences
-            "05626f742d31 ac02", // bot-1, fence 300
-            "026232 01",         // b2, fence 1
+            "00000030 0f 01",                      // HomeExport, quiesce_browsers
+            "02",                                  // authority: 2 fences
+            "05626f742d31 ac02",                   // bot-1, fence 300
+            "026232 01",                           // b2, fence 1
+            "07070707070707070707070707070707",    // token
+            "01 09090909090909090909090909090909", // since: Some
         ),
     );
     golden(

@@ -10,7 +10,9 @@
 //! It leaves lease checks to [`crate::fence`], transport to the tunnel, and commands to
 //! [`crate::exec`]. Commands run with the user's full rights: nothing here confines them.
 
+use gateway_proto::home::ExportToken;
 use gateway_proto::{ErrorCode, FileEntry, FileKind, OpError};
+use homes::archive::Stamps;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, open, openat, renameat, AtFlags, FcntlArg, OFlag};
 use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode};
@@ -157,6 +159,41 @@ pub fn normalize(path: &str) -> Result<RelPath, OpError> {
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    exports: std::sync::Arc<ExportStamps>,
+}
+
+/// The file stamps of the last [`ExportStamps::KEPT`] home exports, by token: what a delta
+/// export compares with (`crate::homeio`). Forgotten when the home is replaced by an import.
+#[derive(Debug, Default)]
+pub struct ExportStamps(std::sync::Mutex<Vec<(ExportToken, std::sync::Arc<Stamps>)>>);
+
+impl ExportStamps {
+    /// Exports remembered: the last, and the one before it (whose checkpoint is still the
+    /// latest when the last one's commit failed).
+    pub const KEPT: usize = 2;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(ExportToken, std::sync::Arc<Stamps>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, token: &ExportToken) -> Option<std::sync::Arc<Stamps>> {
+        self.lock()
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|(_, s)| s.clone())
+    }
+
+    pub fn put(&self, token: ExportToken, stamps: Stamps) {
+        let mut kept = self.lock();
+        kept.retain(|(t, _)| *t != token);
+        kept.push((token, std::sync::Arc::new(stamps)));
+        let over = kept.len().saturating_sub(Self::KEPT);
+        kept.drain(..over);
+    }
+
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
 }
 
 /// A file being written by [`Home::create_write`].
@@ -186,7 +223,15 @@ impl Home {
                 format!("home {} is not a directory", root.display()),
             ));
         }
-        Ok(Home { root })
+        Ok(Home {
+            root,
+            exports: Default::default(),
+        })
+    }
+
+    /// The stamps of the last exports.
+    pub fn exports(&self) -> &ExportStamps {
+        &self.exports
     }
 
     /// The canonical absolute path of the home.

@@ -22,11 +22,13 @@ use crate::home::Home;
 use crate::opstream::{refuse, write_frame};
 use crate::screens::Screens;
 use bytes::Bytes;
-use gateway_proto::home::{ExportStart, HomeExportRequest, HomeImportRequest, Imported};
+use gateway_proto::home::{
+    ExportStart, ExportToken, HomeExportRequest, HomeImportRequest, Imported,
+};
 use gateway_proto::{ErrorCode, Op, OpError};
 use homes::archive::{
-    pack_reader, restore_async, Limits, UnpackOptions, BROWSER_PROFILES_DIR, EXCLUDED_PROFILE_DIRS,
-    EXCLUDED_PROFILE_FILES,
+    pack_delta, restore_async, task_reader, Limits, UnpackOptions, BROWSER_PROFILES_DIR,
+    EXCLUDED_PROFILE_DIRS, EXCLUDED_PROFILE_FILES,
 };
 use homes::error_chain as chain;
 use std::io;
@@ -48,7 +50,7 @@ pub async fn export(
     if req.quiesce_browsers {
         screens.quiesce_browsers().await;
     }
-    export_tree(home, send).await;
+    export_tree(home, send, req.token, req.since).await;
     if req.quiesce_browsers {
         // A checkpoint at a run's end must not take the bot's browser away
         // (docs/screens.md#teardown: a successful run keeps it): Chrome reopens its last session on
@@ -57,8 +59,15 @@ pub async fn export(
     }
 }
 
-/// Writes `ExportStart` and the archive of the home to `send`.
-async fn export_tree(home: &Home, mut send: quinn::SendStream) {
+/// Writes `ExportStart` and the archive of the home to `send`: a delta of export `since` when
+/// the guest still has its stamps, whole otherwise. A complete export's stamps are kept under
+/// `token`.
+async fn export_tree(
+    home: &Home,
+    mut send: quinn::SendStream,
+    token: ExportToken,
+    since: Option<ExportToken>,
+) {
     let root = home.root().to_path_buf();
     let walk_root = root.clone();
     let estimate = tokio::task::spawn_blocking(move || estimate(&walk_root)).await;
@@ -79,7 +88,9 @@ async fn export_tree(home: &Home, mut send: quinn::SendStream) {
     {
         return;
     }
-    let mut reader = pack_reader(root);
+    let base = since.and_then(|t| home.exports().get(&t));
+    let delta = base.is_some();
+    let mut reader = task_reader(move |w| pack_delta(&root, w, base.as_deref()));
     let mut sent: u64 = 0;
     loop {
         // The writer's pieces go to quinn as they are (write_chunk takes them without a copy).
@@ -101,9 +112,12 @@ async fn export_tree(home: &Home, mut send: quinn::SendStream) {
         }
     }
     let _ = send.finish();
-    let stats = reader.stats().unwrap_or_default();
+    let (stats, stamps) = reader.take().unwrap_or_default();
+    home.exports().put(token, stamps);
     info!(
         bytes = sent,
+        delta,
+        unchanged = stats.unchanged,
         files = stats.files,
         dirs = stats.dirs,
         skipped = stats.skipped_symlinks + stats.skipped_special,
@@ -132,6 +146,8 @@ pub async fn import(
         return refuse(send, OpError::new(ErrorCode::TooLarge, msg)).await;
     }
     screens.quiesce_browsers().await;
+    // Whatever the import writes, the stamps of earlier exports no longer describe the home.
+    home.exports().clear();
     let input = StreamReader::new(Box::pin(exact_bytes(recv, remainder, req.size)));
     let opts = UnpackOptions { limits, sync: true };
     let reply = match restore_async(input, home.root().to_path_buf(), opts).await {

@@ -21,9 +21,9 @@ pub mod seal;
 pub mod store;
 pub mod testing;
 
-pub use store::{
-    CasHomeStore, CasPlace, Checkpoint, HomeRepo, HomeStore, HomeStoreError, LocalHomeStore,
-};
+#[cfg(feature = "object")]
+pub use store::{CasHomeStore, CasPlace, HomeRepo};
+pub use store::{Checkpoint, HomeStore, HomeStoreError, LocalHomeStore};
 #[cfg(feature = "object")]
 pub use store::{
     LedgerEntry, LedgerError, MemRevisionLedger, ObjectHomeStore, ObjectStoreConfig, RevisionLedger,

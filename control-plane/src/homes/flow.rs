@@ -107,9 +107,15 @@ pub async fn checkpoint(
     cause: homes::cas::Cause,
     progress: &Progress,
 ) -> Result<Checkpointed, FlowError> {
+    // A delta of the latest revision's export, which the guest sends whole if it no longer
+    // has that export's stamps (a restarted guest).
+    let base = homes.delta_base(key).await?;
+    let token: [u8; 16] = rand::random();
     let req = HomeExportRequest {
         quiesce_browsers: true,
         authority,
+        token,
+        since: base.map(|(_, t)| t),
     };
     let (start, mut archive) = guest.export_home(req).await?;
     let quota = homes.quota();
@@ -124,8 +130,16 @@ pub async fn checkpoint(
     }
     progress.phase("exporting", start.content_bytes);
     let fault = FaultSlot::default();
-    let (reader, counter) = export_reader(archive, progress.clone(), quota, fault.clone());
-    let committed = homes.commit(key, reader, cause).await;
+    let parser = match base {
+        Some(_) => ArchiveParser::delta(quota),
+        None => ArchiveParser::new(quota),
+    };
+    let (reader, counter) = export_reader(archive, progress.clone(), parser, fault.clone());
+    let export = homes::store::Export {
+        token: hex::encode(token),
+        base: base.map(|(rev, _)| rev),
+    };
+    let committed = homes.commit(key, reader, cause, Some(export)).await;
     // The store saw only an I/O error; what the export itself ran into says more.
     let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
     let revision = match (committed, fault) {
@@ -265,11 +279,10 @@ type FaultSlot = Arc<Mutex<Option<ExportFault>>>;
 fn export_reader(
     rx: ExportBytes,
     progress: Progress,
-    quota: Limits,
+    parser: ArchiveParser,
     fault: FaultSlot,
 ) -> (impl AsyncRead + Send + Unpin + 'static, Progress) {
     let counter = progress.clone();
-    let parser = ArchiveParser::new(quota);
     // QUIC hands over about one packet per read: gather them into chunks of up to RAW_CHUNK, so
     // the checker and sealer run on large buffers. Progress is published per MiB, not per packet:
     // every publish wakes the API's watcher.

@@ -322,6 +322,7 @@ impl HomeService {
         key: &HomeKey,
         archive: R,
         cause: Cause,
+        export: Option<homes::store::Export>,
     ) -> Result<Revision, HomeError>
     where
         R: AsyncRead + Send + Unpin + 'static,
@@ -329,9 +330,23 @@ impl HomeService {
         Ok(match &self.backend {
             Backend::Local(s) => s.commit(key, archive).await?,
             Backend::Object(s) => s.commit(key, archive).await?,
-            Backend::CasLocal(s) => self.commit_cas(s, key, archive, cause).await?,
-            Backend::CasObject(s) => self.commit_cas(s, key, archive, cause).await?,
+            Backend::CasLocal(s) => self.commit_cas(s, key, archive, cause, export).await?,
+            Backend::CasObject(s) => self.commit_cas(s, key, archive, cause, export).await?,
         })
+    }
+
+    /// What the next export of the home may be a delta of: the latest revision and its export's
+    /// token (`None` in the archive format, which stores whole archives only).
+    pub async fn delta_base(&self, key: &HomeKey) -> Result<Option<(u64, [u8; 16])>, HomeError> {
+        let latest = match &self.backend {
+            Backend::Local(_) | Backend::Object(_) => return Ok(None),
+            Backend::CasLocal(s) => s.latest_export(key).await?,
+            Backend::CasObject(s) => s.latest_export(key).await?,
+        };
+        Ok(latest.and_then(|(rev, token)| {
+            let mut t = [0u8; 16];
+            hex::decode_to_slice(&token, &mut t).ok().map(|()| (rev, t))
+        }))
     }
 
     async fn commit_cas<L: HomeStore, R>(
@@ -340,12 +355,13 @@ impl HomeService {
         key: &HomeKey,
         archive: R,
         cause: Cause,
+        export: Option<homes::store::Export>,
     ) -> Result<Revision, HomeError>
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
         let info = s
-            .commit_as(key, archive, cause, crate::clock::now_ms())
+            .commit_export(key, archive, cause, crate::clock::now_ms(), export)
             .await?;
         let revs = s.revisions(key).await?;
         if homes::cas::repo::kept(&revs, &self.keep).len() < revs.len() {

@@ -234,12 +234,20 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
                 },
             })
         }),
-        (any::<bool>(), home_authority()).prop_map(|(quiesce_browsers, authority)| {
-            Request::HomeExport(HomeExportRequest {
-                quiesce_browsers,
-                authority,
-            })
-        }),
+        (
+            any::<bool>(),
+            home_authority(),
+            any::<[u8; 16]>(),
+            proptest::option::of(any::<[u8; 16]>())
+        )
+            .prop_map(|(quiesce_browsers, authority, token, since)| {
+                Request::HomeExport(HomeExportRequest {
+                    quiesce_browsers,
+                    authority,
+                    token,
+                    since,
+                })
+            }),
         (any::<u64>(), home_authority()).prop_map(|(size, authority)| Request::HomeImport(
             HomeImportRequest { size, authority }
         )),

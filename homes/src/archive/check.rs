@@ -7,7 +7,8 @@
 //! order and duplicates are checked only by the reader that restores, which sees the tree.
 
 use super::{
-    validate_path, ArchiveError, Limits, FLAG_EXEC, MAGIC, TAG_DIR, TAG_END, TAG_FILE, VERSION,
+    validate_path, ArchiveError, Limits, FLAG_EXEC, MAGIC, TAG_DIR, TAG_END, TAG_FILE, TAG_SAME,
+    VERSION,
 };
 use std::io;
 use std::pin::Pin;
@@ -19,10 +20,22 @@ enum Want {
     Header,
     Tag,
     DirHead,
-    FileHead,
-    Path { file: bool, flags: u8 },
-    Size { flags: u8 },
-    Content { left: u64 },
+    /// A file's head; `same`: an unchanged file (no content follows its size).
+    FileHead {
+        same: bool,
+    },
+    Path {
+        file: bool,
+        flags: u8,
+        same: bool,
+    },
+    Size {
+        flags: u8,
+        same: bool,
+    },
+    Content {
+        left: u64,
+    },
     End,
     Done,
 }
@@ -37,11 +50,14 @@ pub struct Parser {
     path: Vec<u8>,
     entries: u64,
     bytes: u64,
+    /// Whether [`TAG_SAME`] entries are accepted.
+    delta: bool,
 }
 
 impl Parser {
     pub fn new(limits: Limits) -> Self {
         Self {
+            delta: false,
             limits,
             want: Want::Header,
             need: MAGIC.len() + 2,
@@ -49,6 +65,15 @@ impl Parser {
             path: Vec::new(),
             entries: 0,
             bytes: 0,
+        }
+    }
+
+    /// A parser of a delta archive, which may also hold [`TAG_SAME`] entries (an unchanged
+    /// file's size counts towards the byte limit as a sent one's does).
+    pub fn delta(limits: Limits) -> Self {
+        Self {
+            delta: true,
+            ..Self::new(limits)
         }
     }
 
@@ -113,7 +138,8 @@ impl Parser {
             }
             Want::Tag => match p[0] {
                 TAG_DIR => self.expect(Want::DirHead, 2),
-                TAG_FILE => self.expect(Want::FileHead, 3),
+                TAG_FILE => self.expect(Want::FileHead { same: false }, 3),
+                TAG_SAME if self.delta => self.expect(Want::FileHead { same: true }, 3),
                 TAG_END => self.expect(Want::End, 16),
                 tag => {
                     return Err(ArchiveError::UnsupportedEntry {
@@ -128,19 +154,27 @@ impl Parser {
                     Want::Path {
                         file: false,
                         flags: 0,
+                        same: false,
                     },
                     len,
                 );
                 self.path_ready_if_empty()?;
             }
-            Want::FileHead => {
+            Want::FileHead { same } => {
                 let flags = p[0];
                 let len = usize::from(u16::from_be_bytes([p[1], p[2]]));
-                self.expect(Want::Path { file: true, flags }, len);
+                self.expect(
+                    Want::Path {
+                        file: true,
+                        flags,
+                        same,
+                    },
+                    len,
+                );
                 self.path_ready_if_empty()?;
             }
-            Want::Path { file, flags } => self.path_done(file, flags)?,
-            Want::Size { .. } => {
+            Want::Path { file, flags, same } => self.path_done(file, flags, same)?,
+            Want::Size { same, .. } => {
                 let mut b = [0; 8];
                 b.copy_from_slice(p);
                 let size = u64::from_be_bytes(b);
@@ -149,7 +183,7 @@ impl Parser {
                     Some(total) if total <= limit => self.bytes = total,
                     _ => return Err(ArchiveError::TooManyBytes { limit }),
                 }
-                if size == 0 {
+                if size == 0 || same {
                     self.expect(Want::Tag, 1);
                 } else {
                     self.expect(Want::Content { left: size }, 0);
@@ -180,12 +214,12 @@ impl Parser {
     /// A zero-length path is complete as soon as its length is read (and is rejected).
     fn path_ready_if_empty(&mut self) -> Result<(), ArchiveError> {
         match self.want {
-            Want::Path { file, flags } if self.need == 0 => self.path_done(file, flags),
+            Want::Path { file, flags, same } if self.need == 0 => self.path_done(file, flags, same),
             _ => Ok(()),
         }
     }
 
-    fn path_done(&mut self, file: bool, flags: u8) -> Result<(), ArchiveError> {
+    fn path_done(&mut self, file: bool, flags: u8, same: bool) -> Result<(), ArchiveError> {
         self.path.clear();
         self.path.extend_from_slice(&self.pending);
         validate_path(&self.path)?;
@@ -201,7 +235,7 @@ impl Parser {
         }
         self.entries += 1;
         if file {
-            self.expect(Want::Size { flags }, 8);
+            self.expect(Want::Size { flags, same }, 8);
         } else {
             self.expect(Want::Tag, 1);
         }
@@ -219,9 +253,14 @@ pub struct ArchiveChecker<R> {
 
 impl<R> ArchiveChecker<R> {
     pub fn new(inner: R, limits: Limits) -> Self {
+        Self::with(inner, Parser::new(limits))
+    }
+
+    /// A checker with the parser `parser` ([`Parser::delta`] for a delta archive).
+    pub fn with(inner: R, parser: Parser) -> Self {
         Self {
             inner,
-            parser: Parser::new(limits),
+            parser,
             failed: false,
         }
     }

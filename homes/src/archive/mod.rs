@@ -18,7 +18,7 @@ mod stream;
 mod unpack;
 
 pub use check::{ArchiveChecker, Parser as ArchiveParser};
-pub use pack::{pack, PackStats};
+pub use pack::{pack, pack_delta, PackStats, Stamp, Stamps};
 pub use stream::{
     pack_reader, restore_async, task_reader, unpack_new_async, ChannelWriter, PackReader,
     TaskReader,
@@ -36,6 +36,10 @@ pub const VERSION: u16 = 1;
 pub const TAG_DIR: u8 = 1;
 /// Entry tag of a regular file.
 pub const TAG_FILE: u8 = 2;
+/// Entry tag of a regular file unchanged since the export the archive is a delta of: flags, path
+/// and size as [`TAG_FILE`], no content. Only a delta archive ([`ArchiveParser::delta`]) may
+/// hold it; every other reader refuses it as an unknown entry.
+pub const TAG_SAME: u8 = 3;
 /// Tag of the end record (entry and byte counts), after which the stream must end.
 pub const TAG_END: u8 = 0xFF;
 /// File flag: the file is executable (restored as 0700 instead of 0600).

@@ -9,12 +9,13 @@
 
 use super::{
     excluded_dir, excluded_file, show, ArchiveError, BROWSER_PROFILES_DIR, FLAG_EXEC, MAGIC,
-    MAX_COMPONENT_LEN, MAX_PATH_LEN, TAG_DIR, TAG_END, TAG_FILE, VERSION,
+    MAX_COMPONENT_LEN, MAX_PATH_LEN, TAG_DIR, TAG_END, TAG_FILE, TAG_SAME, VERSION,
 };
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{open, openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
@@ -35,13 +36,52 @@ pub struct PackStats {
     pub changed_files: u64,
     /// Entries that disappeared between listing and opening.
     pub vanished: u64,
+    /// Files written as unchanged ([`TAG_SAME`]: their stamp equals the base's).
+    pub unchanged: u64,
 }
+
+/// What says a regular file has not changed: its size, inode, mode and modification and change
+/// times (a write moves mtime and ctime; a chmod or a `touch -m` back moves ctime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub size: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl Stamp {
+    fn of(st: &nix::sys::stat::FileStat) -> Self {
+        Self {
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            ino: st.st_ino,
+            mode: st.st_mode,
+            mtime_ns: st.st_mtime.saturating_mul(1_000_000_000) + st.st_mtime_nsec,
+            ctime_ns: st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec,
+        }
+    }
+}
+
+/// The stamp of every regular file of an export, by archive path.
+pub type Stamps = HashMap<Vec<u8>, Stamp>;
 
 const COPY_BUF: usize = 64 << 10;
 
 /// Writes the archive of the directory `root` to `out`. `root` itself must be a directory, not a
 /// symlink to one.
 pub fn pack<W: Write>(root: &Path, out: W) -> Result<PackStats, ArchiveError> {
+    pack_delta(root, out, None).map(|(stats, _)| stats)
+}
+
+/// [`pack`], as a delta of the export whose stamps are `base`: a file whose stamp equals its
+/// stamp there is written as [`TAG_SAME`] (no content), so it is neither read nor sent. Answers
+/// this export's stamps too, the base of the next.
+pub fn pack_delta<W: Write>(
+    root: &Path,
+    out: W,
+    base: Option<&Stamps>,
+) -> Result<(PackStats, Stamps), ArchiveError> {
     let fd = open(
         root,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -54,6 +94,8 @@ pub fn pack<W: Write>(root: &Path, out: W) -> Result<PackStats, ArchiveError> {
         out: BufWriter::with_capacity(COPY_BUF, out),
         stats: PackStats::default(),
         buf: vec![0; COPY_BUF],
+        base,
+        stamps: Stamps::new(),
     };
     packer.put(&MAGIC)?;
     packer.put(&VERSION.to_be_bytes())?;
@@ -65,7 +107,7 @@ pub fn pack<W: Write>(root: &Path, out: W) -> Result<PackStats, ArchiveError> {
     packer.put(&entries.to_be_bytes())?;
     packer.put(&bytes.to_be_bytes())?;
     packer.out.flush().map_err(ArchiveError::Write)?;
-    Ok(packer.stats)
+    Ok((packer.stats, packer.stamps))
 }
 
 pub(super) struct Packer<'a, W: Write> {
@@ -73,6 +115,8 @@ pub(super) struct Packer<'a, W: Write> {
     out: BufWriter<W>,
     stats: PackStats,
     buf: Vec<u8>,
+    base: Option<&'a Stamps>,
+    stamps: Stamps,
 }
 
 impl<W: Write> Packer<'_, W> {
@@ -200,6 +244,20 @@ impl<W: Write> Packer<'_, W> {
             } else {
                 0
             };
+            let stamp = Stamp::of(&st);
+            let same = self
+                .base
+                .is_some_and(|b| b.get(path.as_slice()) == Some(&stamp));
+            self.stamps.insert(path.clone(), stamp);
+            if same {
+                self.put(&[TAG_SAME, flags])?;
+                self.put_path(path)?;
+                self.put(&size.to_be_bytes())?;
+                self.stats.unchanged += 1;
+                self.stats.files += 1;
+                self.stats.bytes += size;
+                return Ok(());
+            }
             self.put(&[TAG_FILE, flags])?;
             self.put_path(path)?;
             self.put(&size.to_be_bytes())?;
@@ -274,6 +332,8 @@ pub(super) mod tests_support {
             out: BufWriter::with_capacity(COPY_BUF, out),
             stats: PackStats::default(),
             buf: vec![0; COPY_BUF],
+            base: None,
+            stamps: Stamps::new(),
         }
     }
 

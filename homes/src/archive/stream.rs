@@ -70,12 +70,21 @@ where
     }
 }
 
+impl<T, E> TaskReader<T, E> {
+    /// What the writer answered, taken, once the reader has returned end of stream.
+    pub fn take(&mut self) -> Option<T> {
+        self.stats.take()
+    }
+}
+
 impl<T: Copy, E: std::error::Error + Send + Sync + 'static> TaskReader<T, E> {
     /// What the writer answered, once the reader has returned end of stream.
     pub fn stats(&self) -> Option<T> {
         self.stats
     }
+}
 
+impl<T, E: std::error::Error + Send + Sync + 'static> TaskReader<T, E> {
     /// The next piece as the writer produced it (at most its write size), without a copy;
     /// `None` at the end of a complete stream. For a caller that passes the bytes on whole (a
     /// QUIC stream's `write_chunk`); mixing it with `poll_read` is fine.

@@ -22,8 +22,9 @@ use super::tree::{Entry, Node, Tree};
 use super::{chunk, BlobId, BlobKind, CasError};
 use crate::archive::{
     ArchiveError, ArchiveParser, Limits, FLAG_EXEC, MAGIC, MAX_PATH_LEN, TAG_DIR, TAG_END,
-    TAG_FILE, VERSION,
+    TAG_FILE, TAG_SAME, VERSION,
 };
+use std::collections::HashMap;
 use std::io::{self, BufWriter, Read, Write};
 
 /// An archive reader that checks every byte it passes on, keeping the checker's verdict.
@@ -103,11 +104,36 @@ impl<R> Checked<R> {
     }
 }
 
-/// A directory whose entries are still arriving.
+/// A directory whose entries are still arriving, and its entries in the base revision (a delta
+/// archive's unchanged files are found there), by name.
 struct Open {
     path: Vec<u8>,
     name: (String, Option<String>),
     entries: Vec<Entry>,
+    base: HashMap<Vec<u8>, Entry>,
+}
+
+/// How [`Repo::ingest_with`] stores an archive.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    pub limits: Limits,
+    pub cause: Cause,
+    pub at_ms: i64,
+    /// The number of the first revision of an empty repository.
+    pub first: u64,
+    /// For a delta archive: the revision its unchanged files ([`TAG_SAME`]) are taken from.
+    pub base: Option<u64>,
+    /// The export's token, recorded in the revision.
+    pub token: Option<String>,
+}
+
+/// The entries of tree `id`, by name.
+fn by_name<S: BlobStore>(repo: &Repo<S>, id: BlobId) -> Result<HashMap<Vec<u8>, Entry>, CasError> {
+    let mut out = HashMap::new();
+    for e in repo.tree(id)?.entries {
+        out.insert(e.name_bytes()?.into_owned(), e);
+    }
+    Ok(out)
 }
 
 fn show(path: &[u8]) -> String {
@@ -130,14 +156,43 @@ impl<S: BlobStore> Repo<S> {
         at_ms: i64,
         first: u64,
     ) -> Result<RevisionInfo, CasError> {
+        let how = Ingest {
+            limits,
+            cause,
+            at_ms,
+            first,
+            base: None,
+            token: None,
+        };
+        self.ingest_with(archive, how)
+    }
+
+    /// [`Repo::ingest`] as `how` says: a delta archive's unchanged files keep their entries of
+    /// revision `how.base`, which must hold each of them as a file of the same size (else the
+    /// archive is refused: a guest's word that a file is unchanged never reaches further than
+    /// this home's own past).
+    pub fn ingest_with<R: Read>(
+        &mut self,
+        archive: R,
+        how: Ingest,
+    ) -> Result<RevisionInfo, CasError> {
         let latest = self.revisions()?.pop();
+        let base_root = match how.base {
+            Some(n) => Some(BlobId::from_hex(&self.revision(n)?.root)?),
+            None => None,
+        };
+        let parser = match how.base {
+            Some(_) => ArchiveParser::delta(how.limits),
+            None => ArchiveParser::new(how.limits),
+        };
         let mut r = Checked {
             inner: archive,
-            parser: ArchiveParser::new(limits),
+            parser,
             fault: None,
         };
-        let mut w = self.begin(latest.as_ref(), cause, at_ms, first);
-        let root = build(&mut w, &mut r);
+        let mut w = self.begin(latest.as_ref(), how.cause, how.at_ms, how.first);
+        w.info.export = how.token;
+        let root = build(&mut w, &mut r, base_root);
         w.finish(root)
     }
 }
@@ -145,13 +200,19 @@ impl<S: BlobStore> Repo<S> {
 fn build<S: BlobStore, R: Read>(
     w: &mut Writing<'_, S>,
     r: &mut Checked<R>,
+    base_root: Option<BlobId>,
 ) -> Result<BlobId, CasError> {
     let mut head = [0u8; 10];
     r.exact(&mut head)?;
+    let base = match base_root {
+        Some(id) => by_name(w.repo(), id)?,
+        None => HashMap::new(),
+    };
     let mut stack = vec![Open {
         path: Vec::new(),
         name: (String::new(), None),
         entries: Vec::new(),
+        base,
     }];
     loop {
         match r.u8()? {
@@ -159,10 +220,16 @@ fn build<S: BlobStore, R: Read>(
                 let len = r.u16()?;
                 let path = r.bytes(len)?;
                 let name = place(w, &mut stack, &path)?;
+                let top = stack.last().expect("the root");
+                let base = match top.base.get(last_name(&path)).map(|e| &e.node) {
+                    Some(Node::Dir { tree }) => by_name(w.repo(), BlobId::from_hex(tree)?)?,
+                    _ => HashMap::new(),
+                };
                 stack.push(Open {
                     path,
                     name,
                     entries: Vec::new(),
+                    base,
                 });
             }
             TAG_FILE => {
@@ -186,17 +253,30 @@ fn build<S: BlobStore, R: Read>(
                     return Err(CasError::Archive(ArchiveError::Truncated));
                 }
                 let top = stack.last_mut().expect("the root is never popped here");
-                top.entries.push(Entry {
-                    name,
-                    raw,
-                    mode: if flags & FLAG_EXEC != 0 {
-                        MODE_EXEC
-                    } else {
-                        MODE_PLAIN
-                    },
-                    mtime_ns: 0,
-                    node: Node::File { size, chunks },
-                });
+                top.entries
+                    .push(file_entry((name, raw), flags, size, chunks));
+            }
+            TAG_SAME => {
+                let flags = r.u8()?;
+                let len = r.u16()?;
+                let path = r.bytes(len)?;
+                let size = r.u64()?;
+                let (name, raw) = place(w, &mut stack, &path)?;
+                let top = stack.last_mut().expect("the root");
+                let chunks = match top.base.remove(last_name(&path)).map(|e| e.node) {
+                    Some(Node::File { size: had, chunks }) if had == size => chunks,
+                    _ => {
+                        return Err(CasError::Corrupt(format!(
+                            "archive entry {}: said unchanged, but the base revision has no \
+                             file of {size} bytes there",
+                            show(&path)
+                        )))
+                    }
+                };
+                w.info.files += 1;
+                w.info.size += size;
+                top.entries
+                    .push(file_entry((name, raw), flags, size, chunks));
             }
             TAG_END => {
                 let mut end = [0u8; 16];
@@ -222,6 +302,34 @@ fn build<S: BlobStore, R: Read>(
             // The checker refuses any other tag before it is returned.
             tag => return Err(CasError::Corrupt(format!("archive tag {tag}"))),
         }
+    }
+}
+
+/// A file's tree entry from its archive header.
+fn file_entry(
+    (name, raw): (String, Option<String>),
+    flags: u8,
+    size: u64,
+    chunks: Vec<String>,
+) -> Entry {
+    Entry {
+        name,
+        raw,
+        mode: if flags & FLAG_EXEC != 0 {
+            MODE_EXEC
+        } else {
+            MODE_PLAIN
+        },
+        mtime_ns: 0,
+        node: Node::File { size, chunks },
+    }
+}
+
+/// The last component of an archive path.
+fn last_name(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => &path[i + 1..],
+        None => path,
     }
 }
 

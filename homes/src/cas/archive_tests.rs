@@ -146,3 +146,93 @@ fn refused_archives_write_no_revision() {
     assert!(e.to_string().contains("not listed before it"), "{e}");
     assert!(r.revisions().unwrap().is_empty());
 }
+
+#[test]
+fn a_delta_archive_sends_only_what_changed_and_comes_back_whole() {
+    use crate::archive::pack_delta;
+    let tmp = tempfile::tempdir().unwrap();
+    let h = home(tmp.path());
+    let mut first = Vec::new();
+    let (stats, stamps) = pack_delta(&h, &mut first, None).unwrap();
+    assert_eq!(stats.unchanged, 0);
+    let mut r = repo(tmp.path());
+    let how = |base, token: &str| Ingest {
+        limits: Limits::default(),
+        cause: Cause::Manual,
+        at_ms: 1,
+        first: 1,
+        base,
+        token: Some(token.into()),
+    };
+    let one = r.ingest_with(&first[..], how(None, "t1")).unwrap();
+    assert_eq!(one.export.as_deref(), Some("t1"));
+
+    std::fs::write(h.join("a.txt"), b"changed!").unwrap();
+    let mut delta = Vec::new();
+    let (stats, _) = pack_delta(&h, &mut delta, Some(&stamps)).unwrap();
+    assert_eq!((stats.files, stats.unchanged), (5, 4), "{stats:?}");
+    // The big file is not in the delta.
+    assert!(delta.len() < 4096, "{} bytes", delta.len());
+    let two = r.ingest_with(&delta[..], how(Some(1), "t2")).unwrap();
+    let mut out = Vec::new();
+    r.write_archive(two.revision, &mut out).unwrap();
+    assert_eq!(
+        out,
+        archive_of(&h),
+        "the delta's revision is the whole home"
+    );
+
+    // Only a delta ingest takes unchanged entries, and only for files the base has at that size.
+    let e = r
+        .ingest(&delta[..], Limits::default(), Cause::Manual, 1, 1)
+        .unwrap_err();
+    assert!(matches!(e, CasError::Archive(_)), "{e:?}");
+    std::fs::write(h.join("z"), b"grew").unwrap();
+    let lie = delta_with_same(b"z", 4);
+    let e = r.ingest_with(&lie[..], how(Some(1), "t3")).unwrap_err();
+    assert!(e.to_string().contains("said unchanged"), "{e}");
+    let lie = delta_with_same(b"nowhere", 0);
+    let e = r.ingest_with(&lie[..], how(Some(1), "t3")).unwrap_err();
+    assert!(e.to_string().contains("said unchanged"), "{e}");
+    assert_eq!(r.revisions().unwrap().len(), 2);
+}
+
+/// A delta archive of one unchanged file `path` of `size` bytes.
+fn delta_with_same(path: &[u8], size: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&MAGIC);
+    v.extend_from_slice(&VERSION.to_be_bytes());
+    v.extend_from_slice(&[TAG_SAME, 0]);
+    v.extend_from_slice(&(path.len() as u16).to_be_bytes());
+    v.extend_from_slice(path);
+    v.extend_from_slice(&size.to_be_bytes());
+    v.push(TAG_END);
+    v.extend_from_slice(&1u64.to_be_bytes());
+    v.extend_from_slice(&size.to_be_bytes());
+    v
+}
+
+#[test]
+fn a_file_rewritten_under_its_old_mtime_is_sent_again() {
+    use crate::archive::pack_delta;
+    let tmp = tempfile::tempdir().unwrap();
+    let h = home(tmp.path());
+    let (_, stamps) = pack_delta(&h, std::io::sink(), None).unwrap();
+    let f = h.join("a.txt");
+    let before = std::fs::metadata(&f).unwrap().modified().unwrap();
+    std::fs::write(&f, b"new").unwrap();
+    // Same size as before, and the old mtime put back: only ctime tells.
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(before)
+        .unwrap();
+    let mut delta = Vec::new();
+    let (stats, _) = pack_delta(&h, &mut delta, Some(&stamps)).unwrap();
+    assert_eq!((stats.files, stats.unchanged), (5, 4), "{stats:?}");
+    assert!(
+        delta.windows(3).any(|w| w == b"new"),
+        "a.txt's content is in the delta"
+    );
+}

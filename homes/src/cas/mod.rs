@@ -31,7 +31,7 @@ pub mod tree;
 #[cfg(test)]
 mod tests;
 
-pub use archive::{ArchiveSize, Change, Difference, Visit};
+pub use archive::{ArchiveSize, Change, Difference, Ingest, Visit};
 #[cfg(feature = "object")]
 pub use blobs::ObjectBlobs;
 pub use blobs::{BlobStore, LocalBlobs};

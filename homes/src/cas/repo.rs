@@ -51,6 +51,10 @@ pub struct RevisionInfo {
     pub stored_bytes: u64,
     /// Files whose content was read (not found unchanged in the parent).
     pub files_read: u64,
+    /// The token of the guest export it was made from (hex): the next export names it to send
+    /// only what changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<String>,
 }
 
 /// What a snapshot is asked to do.
@@ -105,6 +109,10 @@ pub(super) struct Writing<'r, S: BlobStore> {
 }
 
 impl<S: BlobStore> Writing<'_, S> {
+    pub(super) fn repo(&self) -> &Repo<S> {
+        self.repo
+    }
+
     /// Ends the snapshot whose root tree is `root`: the last pack, one index file of the packs
     /// it wrote, then the revision (the commit point). On an error nothing names what it
     /// wrote, and every earlier revision stays whole.
@@ -466,6 +474,7 @@ impl<S: BlobStore> Repo<S> {
                 new_bytes: 0,
                 stored_bytes: 0,
                 files_read: 0,
+                export: None,
             },
         }
     }

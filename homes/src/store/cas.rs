@@ -21,7 +21,7 @@ use super::locks::KeyLocks;
 use super::{Checkpoint, Guarded, HomeStore, HomeStoreError};
 use crate::archive::{task_reader, Limits};
 use crate::cas::{
-    BlobStore, CasError, CasKeys, Cause, Keep, LocalBlobs, PruneStats, Repo, RevisionInfo,
+    BlobStore, CasError, CasKeys, Cause, Ingest, Keep, LocalBlobs, PruneStats, Repo, RevisionInfo,
 };
 use crate::seal::{unwrap_data_key, wrap_data_key, ContentKey, DataKey, WrappedKey};
 use crate::{HomeKey, Revision};
@@ -36,8 +36,16 @@ pub enum CasPlace {
     /// `<dir>/<home key>/`.
     Local(PathBuf),
     /// `cas/<home key>/` in a bucket.
-    #[cfg(feature = "object")]
     Object(super::ObjectStoreConfig),
+}
+
+/// A guest export being committed (`CasHomeStore::commit_export`).
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// Its token (hex), recorded in the revision.
+    pub token: String,
+    /// The revision it is a delta of, if it named one.
+    pub base: Option<u64>,
 }
 
 /// The name of a repository's wrapped data key.
@@ -95,7 +103,6 @@ impl Inner {
     fn blobs(&self, home: &HomeKey) -> Result<Box<dyn BlobStore>, CasError> {
         Ok(match &self.place {
             CasPlace::Local(dir) => Box::new(LocalBlobs::new(dir.join(home.as_str()))),
-            #[cfg(feature = "object")]
             CasPlace::Object(cfg) => Box::new(crate::cas::ObjectBlobs::new(cfg, home.as_str())?),
         })
     }
@@ -264,6 +271,36 @@ impl<L: HomeStore> CasHomeStore<L> {
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
+        self.commit_export(home, archive, cause, at_ms, None).await
+    }
+
+    /// The latest revision of `home` and the token of the guest export it was made from: what
+    /// the next export may be a delta of (`None` when the latest came from elsewhere: a
+    /// restore, a fork, or no export at all).
+    pub async fn latest_export(
+        &self,
+        home: &HomeKey,
+    ) -> Result<Option<(u64, String)>, HomeStoreError> {
+        let latest = self
+            .read(home, |r| Ok(r.revisions()?.pop()))
+            .await?
+            .flatten();
+        Ok(latest.and_then(|r| r.export.map(|t| (r.revision, t))))
+    }
+
+    /// [`Self::commit_as`] of the archive of a guest export (`export`): recorded with its token,
+    /// and, for a delta, with its unchanged files taken from its base revision.
+    pub async fn commit_export<R>(
+        &self,
+        home: &HomeKey,
+        archive: R,
+        cause: Cause,
+        at_ms: i64,
+        export: Option<Export>,
+    ) -> Result<RevisionInfo, HomeStoreError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
         let _guard = self.locks.write(home).await;
         // Numbered after the older store's last checkpoint, so numbers never go back.
         let first = match self.legacy.current_revision(home).await? {
@@ -273,9 +310,21 @@ impl<L: HomeStore> CasHomeStore<L> {
         let inner = self.inner.clone();
         let h = home.clone();
         let reader = SyncIoBridge::new(archive);
+        let (base, token) = match export {
+            Some(e) => (e.base, Some(e.token)),
+            None => (None, None),
+        };
         tokio::task::spawn_blocking(move || {
             let mut repo = inner.repo(&h, true)?.expect("created");
-            repo.ingest(reader, inner.limits, cause, at_ms, first)
+            let how = Ingest {
+                limits: inner.limits,
+                cause,
+                at_ms,
+                first,
+                base,
+                token,
+            };
+            repo.ingest_with(reader, how)
         })
         .await
         .map_err(task_err(home))?

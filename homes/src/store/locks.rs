@@ -25,6 +25,7 @@ impl KeyLocks {
         self.get(home).write_owned().await
     }
 
+    #[cfg(feature = "object")]
     pub(crate) async fn read(&self, home: &HomeKey) -> tokio::sync::OwnedRwLockReadGuard<()> {
         self.get(home).read_owned().await
     }

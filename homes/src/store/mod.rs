@@ -10,6 +10,7 @@
 //! Deciding when to checkpoint, talking to the guest and progress reporting are left to the
 //! control plane.
 
+#[cfg(feature = "object")]
 mod cas;
 #[cfg(feature = "object")]
 mod keys;
@@ -20,7 +21,8 @@ mod locks;
 #[cfg(feature = "object")]
 pub(crate) mod object;
 
-pub use cas::{CasHomeStore, CasPlace, Clock, HomeRepo};
+#[cfg(feature = "object")]
+pub use cas::{CasHomeStore, CasPlace, Clock, Export, HomeRepo};
 #[cfg(feature = "object")]
 pub use keys::object_key;
 #[cfg(feature = "object")]

@@ -50,17 +50,30 @@ async fn incremental_checkpoints_store_what_changed_and_restore_whole() -> Resul
     assert!(stored(0) > 6 << 20, "{revs}");
     // At most two chunks of 256 KiB, the trees on the way, and a pack index.
     assert!(stored(1) < 600 << 10, "{revs}");
+    // Only what changed crosses the tunnel: the guest sends files unchanged since the last
+    // export as such, without their content.
+    w.sh(&c1, "echo tiny > small.txt").await?;
+    let third = w.home_ok(&c1, "checkpoint").await?;
+    let sent = third["bytes"].as_u64().context("bytes")?;
+    assert!(sent < 256 << 10, "a delta export: {third}");
+    assert!(
+        second["bytes"].as_u64().context("bytes")? > 6 << 20,
+        "{second}"
+    );
     let diff: serde_json::Value = w
         .client
         .json(
             Method::GET,
-            &format!("/v1/computers/{c1}/home/diff?from=1&to=2"),
+            &format!("/v1/computers/{c1}/home/diff?from=1&to=3"),
             None,
         )
         .await?;
     assert_eq!(
         diff["changes"],
-        serde_json::json!([{"path": "big.bin", "dir": false, "change": "changed"}]),
+        serde_json::json!([
+            {"path": "big.bin", "dir": false, "change": "changed"},
+            {"path": "small.txt", "dir": false, "change": "added"},
+        ]),
         "{diff}"
     );
 
