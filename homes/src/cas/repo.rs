@@ -68,9 +68,13 @@ pub struct Repo<S: BlobStore> {
     store: S,
     keys: CasKeys,
     index: HashMap<BlobId, Loc>,
-    /// The last pack read: a file's chunks are mostly in one pack, one after another.
-    last_pack: std::sync::Mutex<Option<CachedPack>>,
+    /// The packs read last, newest first (at most [`PACKS_CACHED`]): a file's chunks are mostly
+    /// in one pack, one after another, and the tree naming them in the same or the next one.
+    last_pack: std::sync::Mutex<std::collections::VecDeque<CachedPack>>,
 }
+
+/// Packs a repository keeps in memory while it reads (about 16 MiB each).
+pub const PACKS_CACHED: usize = 4;
 
 /// A pack's name and bytes.
 type CachedPack = ([u8; 32], std::sync::Arc<Vec<u8>>);
@@ -371,8 +375,8 @@ impl<S: BlobStore> Repo<S> {
             .get(&id)
             .ok_or_else(|| CasError::Corrupt(format!("no blob {}", id.to_hex())))?;
         let cached = self.last_pack.lock().ok().and_then(|c| {
-            c.as_ref()
-                .filter(|(p, _)| *p == loc.pack)
+            c.iter()
+                .find(|(p, _)| *p == loc.pack)
                 .map(|(_, b)| b.clone())
         });
         let bytes = match cached {
@@ -392,7 +396,8 @@ impl<S: BlobStore> Repo<S> {
                 }
                 let b = std::sync::Arc::new(b);
                 if let Ok(mut c) = self.last_pack.lock() {
-                    *c = Some((loc.pack, b.clone()));
+                    c.push_front((loc.pack, b.clone()));
+                    c.truncate(PACKS_CACHED);
                 }
                 b
             }
