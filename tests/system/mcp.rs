@@ -22,13 +22,17 @@ const DOWNLOAD_PAGE: &str = r#"<!doctype html><html><head><meta charset="utf-8">
 
 const CSV: &str = "quarter,revenue\nQ1,10\nQ2,12\n";
 
-const TOOLS: [&str; 10] = [
+const TOOLS: [&str; 14] = [
     "browser_act",
     "browser_navigate",
     "browser_snapshot",
     "computer_act",
     "computer_observe",
     "list_files",
+    "process_kill",
+    "process_list",
+    "process_logs",
+    "process_start",
     "read_file",
     "request_takeover",
     "shell",

@@ -6,7 +6,6 @@ use crate::client::full_body;
 use crate::route::{ComputerId, Route};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use anyhow::{anyhow, Result};
-use bytes::Bytes;
 use clap::Args;
 use http_body_util::BodyExt;
 use hyper::Method;
@@ -25,8 +24,12 @@ pub struct ExecArgs {
     #[arg(long)]
     pub timeout_ms: Option<u64>,
     /// Stream this process's stdin to the command.
-    #[arg(long, short = 'i')]
+    #[arg(long, short = 'i', conflicts_with = "detach")]
     pub stdin: bool,
+    /// Start it as a detached process that outlives this client and print its id
+    /// (`rakazo ps`, `logs`, `attach`, `kill`).
+    #[arg(long, short = 'd')]
+    pub detach: bool,
     /// Act for this bot under `--lease`.
     #[arg(long, requires = "lease")]
     pub bot: Option<String>,
@@ -57,6 +60,9 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
         bot: a.bot,
         lease: a.lease,
     };
+    if a.detach {
+        return super::process::start(g, a.computer, spec).await;
+    }
     let path = Route::Exec {
         computer: ComputerId::new(a.computer),
     }
@@ -69,7 +75,7 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
             &path,
             Some(crate::api::EXEC_STREAM_CONTENT_TYPE),
             None,
-            stdin_body(head),
+            super::stdin_body(head),
         )
         .await?
     } else {
@@ -124,24 +130,4 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
     code.ok_or_else(|| {
         anyhow!("the command's output ended without an exit status; its outcome is uncertain")
     })
-}
-
-/// A request body of `head` followed by this process's stdin, read as it arrives.
-fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
-    use tokio::io::AsyncReadExt;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    tokio::spawn(async move {
-        if tx.send(Ok(Bytes::from(head))).await.is_err() {
-            return;
-        }
-        let mut stdin = tokio::io::stdin();
-        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
-        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|item| (item.map(hyper::body::Frame::data), rx))
-    });
-    http_body_util::StreamBody::new(stream).boxed()
 }

@@ -20,6 +20,7 @@ pub mod home;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod process;
 pub mod screen;
 pub mod secret;
 pub mod serve;
@@ -102,6 +103,15 @@ pub enum Command {
     Computer(ComputerCmd),
     /// Run a command on a computer, streaming its output; exits with its exit code.
     Exec(ExecArgs),
+    /// A computer's detached processes (`exec --detach` starts one): id, state, output size,
+    /// command.
+    Ps(process::PsArgs),
+    /// A detached process's output (--follow: until it exits).
+    Logs(process::LogsArgs),
+    /// Attach to a detached process: stdin to it, its output back; closing stdin detaches.
+    Attach(process::AttachArgs),
+    /// Send a signal (default TERM) to a detached process.
+    Kill(process::KillArgs),
     /// List, read and write files of a computer's home.
     #[command(subcommand)]
     Files(FilesCmd),
@@ -261,6 +271,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Computer(cmd) => computer::run(&g, cmd).await,
         Command::Workspace(cmd) => network::run_workspace(&g, cmd).await,
         Command::Exec(args) => exec::run(&g, args).await,
+        Command::Ps(a) => process::ps(&g, a).await,
+        Command::Logs(a) => process::logs(&g, a).await,
+        Command::Attach(a) => process::attach(&g, a).await,
+        Command::Kill(a) => process::kill(&g, a).await,
         Command::Files(cmd) => files::run(&g, cmd).await,
         Command::Lease(cmd) => lease::run(&g, cmd).await,
         Command::Screen(cmd) => screen::run(&g, cmd).await,
@@ -294,6 +308,28 @@ pub fn report(e: &anyhow::Error) -> i32 {
         eprintln!("rakazo: {e:#}");
     }
     1
+}
+
+/// A request body of `head` followed by this process's stdin, read as it arrives.
+pub(crate) fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(head))).await.is_err() {
+            return;
+        }
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
+        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|item| (item.map(hyper::body::Frame::data), rx))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
 }
 
 #[cfg(test)]
