@@ -3,45 +3,16 @@
 //! and killed; a computer's stop ends them and the activity feed shows their start and exit; the
 //! guest's output ring marks what it dropped; bad ids and signals are refused clearly.
 
-use crate::cli::{command, create, rakazo, rakazo_ok, rakazo_with, refused, text, CLI_TIMEOUT};
+use crate::cli::{
+    command, create, rakazo, rakazo_ok, rakazo_with, read_until, refused, text, CLI_TIMEOUT,
+};
 use anyhow::{bail, Context, Result};
 use control_plane::client::ClientError;
 use hyper::Method;
 use std::process::Stdio;
 use std::time::Duration;
 use tests::{World, WorldOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// One command of the README's block: its arguments after `rakazo`, and its stdin.
-struct Step {
-    args: Vec<String>,
-    stdin: Option<String>,
-}
-
-/// The `rakazo …` commands of README.md's "Background processes" block, in order.
-fn readme_steps() -> Result<Vec<Step>> {
-    let block = tests::readme::block("## Background processes")?;
-    let mut steps = Vec::new();
-    for raw in block.lines() {
-        let code = raw.split_once("  #").map_or(raw, |(c, _)| c).trim();
-        let (stdin, cmd) = match code.split_once(" | ") {
-            Some((feed, cmd)) => {
-                let words = tests::readme::shell_words(feed);
-                anyhow::ensure!(words.first().map(String::as_str) == Some("echo"), "{code}");
-                (Some(format!("{}\n", words[1..].join(" "))), cmd)
-            }
-            None => (None, code),
-        };
-        let words = tests::readme::shell_words(cmd);
-        if words.first().map(String::as_str) == Some("rakazo") {
-            steps.push(Step {
-                args: words[1..].to_vec(),
-                stdin,
-            });
-        }
-    }
-    Ok(steps)
-}
+use tokio::io::AsyncWriteExt;
 
 /// A TCP port free on this host now (the local computers share its network in tests).
 fn free_port() -> Result<u16> {
@@ -92,7 +63,7 @@ async fn a_detached_server_outlives_its_client_and_is_followed_by_two_clients() 
     let mut w = World::start().await?;
     let c = create(&w, "w-procs").await?;
     let port = free_port()?.to_string();
-    let steps = readme_steps()?;
+    let steps = tests::readme::commands("## Background processes")?;
     assert_eq!(steps.len(), 8, "the README's processes block changed");
     let mut followers = Vec::new();
     for step in &steps {
@@ -200,18 +171,9 @@ async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     let mut stdout = child.stdout.take().context("stdout")?;
     stdin.write_all(b"one\n").await?;
     stdin.flush().await?;
-    let mut seen = Vec::new();
-    tokio::time::timeout(CLI_TIMEOUT, async {
-        let mut buf = [0u8; 256];
-        while !seen.ends_with(b"got one\n") {
-            let n = stdout.read(&mut buf).await?;
-            anyhow::ensure!(n > 0, "attach's output ended: {}", text(&seen));
-            seen.extend_from_slice(&buf[..n]);
-        }
-        Ok(())
-    })
-    .await
-    .context("no answer through attach")??;
+    read_until(&mut stdout, b"got one\n")
+        .await
+        .context("no answer through attach")?;
     drop(stdin);
     let status = tokio::time::timeout(CLI_TIMEOUT, child.wait()).await??;
     assert!(status.success(), "{status}");

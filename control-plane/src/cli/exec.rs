@@ -7,7 +7,6 @@ use crate::route::{ComputerId, Route};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use anyhow::{anyhow, Result};
 use clap::Args;
-use http_body_util::BodyExt;
 use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -88,43 +87,34 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
         )
         .await?
     };
-    let mut body = resp.into_body();
-    let mut buf: Vec<u8> = Vec::new();
+    let mut lines = super::NdjsonLines::new(resp);
     let mut code = None;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        buf.extend_from_slice(&data);
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            if g.json {
-                std::io::stdout().write_all(&line)?;
+    while let Some(line) = lines.next().await? {
+        if g.json {
+            std::io::stdout().write_all(&line)?;
+            std::io::stdout().flush()?;
+        }
+        match serde_json::from_slice(&line)? {
+            ExecLine::Stdout(chunk) if !g.json => {
+                std::io::stdout().write_all(&chunk.bytes()?)?;
                 std::io::stdout().flush()?;
             }
-            match serde_json::from_slice(&line)? {
-                ExecLine::Stdout(chunk) if !g.json => {
-                    std::io::stdout().write_all(&chunk.bytes()?)?;
-                    std::io::stdout().flush()?;
-                }
-                ExecLine::Stderr(chunk) if !g.json => {
-                    std::io::stderr().write_all(&chunk.bytes()?)?;
-                }
-                ExecLine::Exit { code: c, message } => {
-                    if let (Some(m), false) = (message, g.json) {
-                        eprintln!("rakazo: {m}");
-                    }
-                    code = Some(c);
-                }
-                ExecLine::Error(e) => {
-                    if !g.json {
-                        eprintln!("rakazo: {}", e.message);
-                    }
-                    code = Some(125);
-                }
-                ExecLine::Started { .. } | ExecLine::Stdout(_) | ExecLine::Stderr(_) => {}
+            ExecLine::Stderr(chunk) if !g.json => {
+                std::io::stderr().write_all(&chunk.bytes()?)?;
             }
+            ExecLine::Exit { code: c, message } => {
+                if let (Some(m), false) = (message, g.json) {
+                    eprintln!("rakazo: {m}");
+                }
+                code = Some(c);
+            }
+            ExecLine::Error(e) => {
+                if !g.json {
+                    eprintln!("rakazo: {}", e.message);
+                }
+                code = Some(125);
+            }
+            ExecLine::Started { .. } | ExecLine::Stdout(_) | ExecLine::Stderr(_) => {}
         }
     }
     code.ok_or_else(|| {

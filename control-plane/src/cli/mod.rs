@@ -310,6 +310,39 @@ pub fn report(e: &anyhow::Error) -> i32 {
     1
 }
 
+/// The lines of an NDJSON answer (exec's events, a process's output), each with its `\n`, as
+/// they arrive.
+pub(crate) struct NdjsonLines {
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl NdjsonLines {
+    pub(crate) fn new(resp: hyper::Response<hyper::body::Incoming>) -> Self {
+        Self {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next whole line; `None` once the answer ended.
+    pub(crate) async fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+                return Ok(Some(self.buf.drain(..=nl).collect()));
+            }
+            let Some(frame) = self.body.frame().await else {
+                return Ok(None);
+            };
+            let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
+            if let Ok(data) = frame.into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
 /// A request body of `head` followed by this process's stdin, read as it arrives.
 pub(crate) fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
     use bytes::Bytes;

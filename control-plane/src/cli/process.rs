@@ -11,7 +11,6 @@ use crate::schema::process::{KillRequest, LogLine, Process, ProcessList, Process
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use clap::Args;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Method;
 use std::io::Write;
@@ -168,40 +167,31 @@ pub(super) async fn kill(g: &Global, a: KillArgs) -> Result<i32> {
 /// Prints an output stream's NDJSON: the bytes as they come (`--json`: the lines), a note on
 /// stderr when output asked for was dropped, the exit on stderr. Exits 0 once the stream ends.
 async fn print_lines(g: &Global, resp: hyper::Response<Incoming>) -> Result<i32> {
-    let mut body = resp.into_body();
-    let mut buf: Vec<u8> = Vec::new();
+    let mut lines = super::NdjsonLines::new(resp);
     let mut out = std::io::stdout();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
-        let Ok(data) = frame.into_data() else {
+    while let Some(line) = lines.next().await? {
+        if g.json {
+            out.write_all(&line)?;
+            out.flush()?;
             continue;
-        };
-        buf.extend_from_slice(&data);
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            if g.json {
-                out.write_all(&line)?;
-                out.flush()?;
-                continue;
-            }
-            match serde_json::from_slice(&line)? {
-                LogLine::Opened { offset, dropped } if dropped > 0 => {
-                    eprintln!(
-                        "rakazo: {dropped} bytes of output were dropped; showing from offset \
+        }
+        match serde_json::from_slice(&line)? {
+            LogLine::Opened { offset, dropped } if dropped > 0 => {
+                eprintln!(
+                    "rakazo: {dropped} bytes of output were dropped; showing from offset \
                          {offset}"
-                    );
-                }
-                LogLine::Opened { .. } => {}
-                LogLine::Output { chunk, .. } => {
-                    out.write_all(&chunk.bytes()?)?;
-                    out.flush()?;
-                }
-                LogLine::Exit { code, message } => {
-                    let why = message.map(|m| format!(" ({m})")).unwrap_or_default();
-                    eprintln!("rakazo: the process exited with {code}{why}");
-                }
-                LogLine::Error(e) => return Err(anyhow!("{}", e.message)),
+                );
             }
+            LogLine::Opened { .. } => {}
+            LogLine::Output { chunk, .. } => {
+                out.write_all(&chunk.bytes()?)?;
+                out.flush()?;
+            }
+            LogLine::Exit { code, message } => {
+                let why = message.map(|m| format!(" ({m})")).unwrap_or_default();
+                eprintln!("rakazo: the process exited with {code}{why}");
+            }
+            LogLine::Error(e) => return Err(anyhow!("{}", e.message)),
         }
     }
     Ok(0)

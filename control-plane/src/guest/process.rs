@@ -5,7 +5,6 @@
 use super::Guest;
 use crate::tunnel::{OpReceiver, OpSender, TunnelError};
 use gateway_proto::process::{ProcAttach, ProcEvent, ProcLogs};
-use gateway_proto::{ExecInput, MAX_CHUNK};
 
 /// An open output stream: where it starts, and its events.
 pub struct ProcOutput {
@@ -69,14 +68,9 @@ impl ProcEvents {
 }
 
 impl ProcStdin {
-    /// Bytes for the process's stdin, in frames of at most [`MAX_CHUNK`].
+    /// Bytes for the process's stdin.
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), TunnelError> {
-        for chunk in bytes.chunks(MAX_CHUNK) {
-            self.tx
-                .send(&ExecInput::Stdin(chunk.to_vec().into()))
-                .await?;
-        }
-        Ok(())
+        super::exec::write_stdin(&mut self.tx, bytes).await
     }
 
     /// Detaches: the process keeps running.
