@@ -382,5 +382,23 @@ async fn bad_process_ids_and_signals_are_refused_clearly() -> Result<()> {
     )
     .await?;
     rakazo_ok(&w, &["kill", &c, &id]).await?;
+
+    // Fenced like an exec: under the bot's live lease it starts for the bot (and, on a Team
+    // computer, in its directory); under another it is refused before anything runs.
+    let lease = w.lease(&c, "bot-1", "run-1").await?;
+    let fenced = ["--bot", "bot-1", "--lease", &lease];
+    let argv = [&["exec", "--detach"][..], &fenced, &[&c, "--", "pwd"]].concat();
+    let id = text(&rakazo_ok(&w, &argv).await?).trim().to_string();
+    let out = wait_output(&w, &c, &id, "/bots/bot-1").await?;
+    assert!(out.ends_with("/bots/bot-1\n"), "{out}");
+    let p = ps(&w, &c).await?;
+    let started = p
+        .iter()
+        .find(|p| p["id"].as_u64() == id.parse().ok())
+        .context("not listed")?;
+    assert_eq!(started["bot"], "bot-1", "{p:?}");
+    let stale = ["--bot", "bot-1", "--lease", "run-0:9"];
+    let argv = [&["exec", "--detach"][..], &stale, &[&c, "--", "true"]].concat();
+    refused(&w, &argv, "lease").await?;
     w.check_log()
 }
