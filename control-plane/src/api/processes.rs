@@ -3,15 +3,18 @@
 //! followed), attach (stdin in the request body, output as the logs' NDJSON), kill.
 //!
 //! A start is a feed event (`process_start`); a watcher follows each process this server
-//! started until it exits and records that (`process_exit`, with its output's tail). When the
-//! guest goes away first (the computer stopped, or was lost), the exit event says so: the
-//! computer's processes end with its guest.
+//! started until it exits and records that (`process_exit`, with its output's tail). A guest
+//! that reconnects still has its processes: the watcher follows on. When the guest goes away
+//! for good first (the computer stopped, or its guest was replaced), the exit event says so: the
+//! computer's processes end with its guest. A control plane that restarts records no exit of
+//! the processes it watched.
 
 use super::body::{json_response, read_json, ApiError, ChannelBody, RespBody};
 use super::exec::{check, start_dir, Stdin};
 use super::{bot_lease, Api};
-use crate::activity::{Activity, CommandStart, ExecOutcome, Tail};
-use crate::guest::{Guest, ProcOutput};
+use crate::activity::{CommandStart, ExecOutcome, Tail};
+use crate::core::Core;
+use crate::guest::ProcOutput;
 use crate::schema::activity::CommandAction;
 use crate::schema::code::ApiCode;
 use crate::schema::exec::{Chunk, ExecSpec};
@@ -112,8 +115,7 @@ pub(super) async fn start_spec(
             start,
         },
     };
-    let guest = api.core.guest_for(id, &request).await?;
-    let info = guest.call(request).await.map_err(ApiError::from)?;
+    let info = api.core.call(id, request).await?;
     let record = |action| CommandStart {
         computer: id.to_string(),
         bot: bot.clone(),
@@ -124,42 +126,80 @@ pub(super) async fn start_spec(
     };
     let started = record(CommandAction::ProcessStart);
     let exited = record(CommandAction::ProcessExit);
-    let activity = api.core.activity.clone();
-    let proc_id = info.id;
+    let core = api.core.clone();
+    let (computer, watched) = (id.to_string(), info.clone());
     tokio::spawn(async move {
-        activity.action(&started, Ok(None)).await;
-        watch(guest, proc_id, activity, exited).await;
+        core.activity.action(&started, Ok(None)).await;
+        watch(core, computer, watched, exited).await;
     });
     Ok(info)
 }
 
-/// Follows process `id` until it exits and records its exit with its output's tail; a guest
-/// gone first is recorded as the end of the process with it.
-async fn watch(guest: Guest, id: u32, activity: Arc<Activity>, record: CommandStart) {
+/// Follows process `info` until it exits and records its exit with its output's tail. When its
+/// stream breaks, the guest is asked again (it may have reconnected, its processes running on):
+/// the same process (same id, pid and start) is followed on from where the stream broke; a
+/// computer that no longer runs, or a guest that no longer has it, ended it with its guest.
+async fn watch(core: Arc<Core>, computer: String, info: ProcInfo, record: CommandStart) {
     let mut tail = Tail::default();
+    let mut offset = 0;
+    let outcome = loop {
+        match follow_until_exit(&core, &computer, &info, &mut offset, &mut tail).await {
+            Some(outcome) => break outcome,
+            None if still_there(&core, &computer, &info).await => continue,
+            None => break gone(),
+        }
+    };
+    core.activity.command(&record, outcome, Some(&tail)).await;
+}
+
+/// Follows the process from `offset` until its exit; `None` when the stream broke first.
+async fn follow_until_exit(
+    core: &Core,
+    computer: &str,
+    info: &ProcInfo,
+    offset: &mut u64,
+    tail: &mut Tail,
+) -> Option<ExecOutcome> {
     let req = ProcLogs {
-        id,
-        offset: Some(0),
+        id: info.id,
+        offset: Some(*offset),
         follow: true,
     };
-    let outcome = match guest.process_logs(req).await {
-        Ok(mut out) => loop {
-            match out.events.next().await {
-                Ok(Some(ProcEvent::Output { data, .. })) => tail.push(&data),
-                Ok(Some(ProcEvent::Exit(e))) => {
-                    break ExecOutcome {
-                        exit_code: Some(e.code),
-                        error: e.message,
-                        uncertain: false,
-                    }
-                }
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break gone(),
+    let guest = core.guest_for(computer, &req).await.ok()?;
+    let mut out = guest.process_logs(req).await.ok()?;
+    *offset = out.offset;
+    loop {
+        match out.events.next().await {
+            Ok(Some(ProcEvent::Output { offset: at, data })) => {
+                tail.push(&data);
+                *offset = at + data.len() as u64;
             }
-        },
-        Err(_) => gone(),
-    };
-    activity.command(&record, outcome, Some(&tail)).await;
+            Ok(Some(ProcEvent::Exit(e))) => {
+                return Some(ExecOutcome {
+                    exit_code: Some(e.code),
+                    error: e.message,
+                    uncertain: false,
+                })
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Whether the computer's guest (once connected again, within the core's wait) still has the
+/// process: the same id, pid and start.
+async fn still_there(core: &Core, computer: &str, info: &ProcInfo) -> bool {
+    let running = core.get(computer).await.map(|c| c.state);
+    if !matches!(running, Ok(crate::computers::ComputerState::Running)) {
+        return false;
+    }
+    match core.call(computer, ProcList).await {
+        Ok(all) => all
+            .iter()
+            .any(|p| p.id == info.id && p.pid == info.pid && p.started_ms == info.started_ms),
+        Err(_) => false,
+    }
 }
 
 fn gone() -> ExecOutcome {
