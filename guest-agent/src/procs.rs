@@ -475,7 +475,81 @@ fn record_exit(proc: &Proc, exit: ProcExit) {
 
 #[cfg(test)]
 mod tests {
-    use super::Ring;
+    use super::{ProcConfig, Procs, Ring};
+    use crate::home::Home;
+    use gateway_proto::process::ProcKill;
+    use gateway_proto::{ErrorCode, ExecRequest, StartDir};
+
+    fn sh(script: &str) -> ExecRequest {
+        ExecRequest {
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            cwd: None,
+            env: Vec::new(),
+            timeout_ms: None,
+            stdin: false,
+            lease: None,
+            start: StartDir::Home,
+        }
+    }
+
+    /// Waits until process `id` exited; its exit code.
+    async fn exited(procs: &Procs, id: u32) -> i32 {
+        for _ in 0..1000 {
+            let p = procs.list().into_iter().find(|p| p.id == id).expect("kept");
+            if let Some(e) = p.exit {
+                return e.code;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("process {id} never exited")
+    }
+
+    #[tokio::test]
+    async fn live_processes_are_capped_and_exited_ones_kept_up_to_their_number() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::new(dir.path()).expect("home");
+        let config = ProcConfig {
+            log_bytes: 4096,
+            max_live: 1,
+            keep_exited: 1,
+        };
+        let procs = Procs::new(home, config);
+        let first = procs.start(sh("sleep 30")).await.expect("first");
+        let refused = procs.start(sh("true")).await.expect_err("over the cap");
+        assert_eq!(refused.code, ErrorCode::TooManyProcesses);
+        assert!(
+            refused.message.contains("kill one first"),
+            "{}",
+            refused.message
+        );
+        let kill = |id, signal| ProcKill {
+            id,
+            signal,
+            lease: None,
+        };
+        procs.kill(&kill(first.id, 9)).expect("killed");
+        assert_eq!(exited(&procs, first.id).await, 137);
+        assert_eq!(
+            procs.kill(&kill(first.id, 9)).expect_err("exited").code,
+            ErrorCode::NotFound
+        );
+        assert_eq!(
+            procs.kill(&kill(99, 15)).expect_err("unknown").code,
+            ErrorCode::NotFound
+        );
+        // Room again; the oldest exited is forgotten beyond the one kept.
+        let second = procs.start(sh("exit 3")).await.expect("second");
+        assert_eq!(exited(&procs, second.id).await, 3);
+        let ids: Vec<u32> = procs.list().iter().map(|p| p.id).collect();
+        assert_eq!(ids, vec![second.id]);
+        assert_eq!(
+            procs
+                .kill(&kill(second.id, 1234))
+                .expect_err("no signal")
+                .code,
+            ErrorCode::BadRequest
+        );
+    }
 
     #[test]
     fn a_ring_keeps_the_last_bytes_and_their_offsets() {
