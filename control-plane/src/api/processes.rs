@@ -484,3 +484,34 @@ pub(super) async fn gather(
     }
     Ok(g)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{log_query, signal_number};
+    use std::collections::HashMap;
+
+    #[test]
+    fn signals_are_named_as_kill_names_them() {
+        for (name, n) in [("TERM", 15), ("SIGKILL", 9), ("int", 2), (" HUP ", 1)] {
+            assert_eq!(signal_number(name), Some(n), "{name}");
+        }
+        for bad in ["", "SIG", "TERMINATE", "9", "SIGSEGV"] {
+            assert_eq!(signal_number(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_logs_query_takes_an_offset_and_follow() {
+        let q = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(log_query(&q(&[])).ok(), Some((None, false)));
+        let asked = q(&[("offset", "12"), ("follow", "true")]);
+        assert_eq!(log_query(&asked).ok(), Some((Some(12), true)));
+        assert!(log_query(&q(&[("offset", "-1")])).is_err());
+        assert!(log_query(&q(&[("follow", "maybe")])).is_err());
+    }
+}

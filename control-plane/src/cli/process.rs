@@ -67,7 +67,8 @@ pub(super) async fn start(g: &Global, computer: String, spec: ExecSpec) -> Resul
     Ok(0)
 }
 
-/// One line of `ps` (and of `computer show`): id, pid, state, output size, bot, command.
+/// One line of `ps` (and of `computer show`): id, pid, started (UTC), state (with its exit
+/// code), output size, bot, command.
 pub fn process_line(p: &Process) -> String {
     let state = match (p.state, p.exit_code) {
         (ProcessState::Running, _) => "running".to_string(),
@@ -75,9 +76,10 @@ pub fn process_line(p: &Process) -> String {
         (ProcessState::Exited, None) => "exited".to_string(),
     };
     format!(
-        "{}\t{}\t{}\t{} B\t{}\t{}",
+        "{}\t{}\t{}\t{}\t{} B\t{}\t{}",
         p.id,
         p.pid,
+        super::activity::clock(i64::try_from(p.started_at_ms).unwrap_or(i64::MAX)),
         state,
         p.output_bytes,
         p.bot.as_deref().unwrap_or("-"),
@@ -96,7 +98,7 @@ pub(super) async fn ps(g: &Global, a: PsArgs) -> Result<i32> {
         println!("{}", serde_json::to_string(&list)?);
         return Ok(0);
     }
-    println!("ID\tPID\tSTATE\tOUTPUT\tBOT\tCOMMAND");
+    println!("ID\tPID\tSTARTED\tSTATE\tOUTPUT\tBOT\tCOMMAND");
     for p in &list.processes {
         println!("{}", process_line(p));
     }
@@ -195,4 +197,35 @@ async fn print_lines(g: &Global, resp: hyper::Response<Incoming>) -> Result<i32>
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_line_says_when_it_started_how_it_ended_and_what_it_runs() {
+        let mut p = Process {
+            id: 3,
+            pid: 41,
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            bot: Some("bot-1".into()),
+            state: ProcessState::Running,
+            started_at_ms: 3_723_000,
+            exited_at_ms: None,
+            exit_code: None,
+            exit_message: None,
+            output_bytes: 3,
+            kept_from: 0,
+        };
+        assert_eq!(
+            process_line(&p),
+            "3\t41\t01:02:03\trunning\t3 B\tbot-1\tsh -c 'echo hi'"
+        );
+        (p.state, p.exit_code, p.bot) = (ProcessState::Exited, Some(130), None);
+        assert_eq!(
+            process_line(&p),
+            "3\t41\t01:02:03\texited 130\t3 B\t-\tsh -c 'echo hi'"
+        );
+    }
 }
