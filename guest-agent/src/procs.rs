@@ -168,6 +168,17 @@ pub struct Procs {
 struct Table {
     next: u32,
     all: BTreeMap<u32, Arc<Proc>>,
+    /// Starts between their admission and their entry in `all` (counted as live).
+    starting: usize,
+}
+
+/// A start admitted but not yet in the table.
+struct Starting<'a>(&'a Procs);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.table().starting -= 1;
+    }
 }
 
 fn no_process(id: u32) -> OpError {
@@ -197,10 +208,10 @@ impl Procs {
     }
 
     /// Starts `command` detached: answers once it started (or why it could not).
-    pub async fn start(&self, mut command: ExecRequest) -> Result<ProcInfo, OpError> {
+    pub async fn start(&self, command: ExecRequest) -> Result<ProcInfo, OpError> {
         let id = {
             let mut t = self.table();
-            let live = t.all.values().filter(|p| p.lock().exit.is_none()).count();
+            let live = t.all.values().filter(|p| p.lock().exit.is_none()).count() + t.starting;
             if live >= self.config.max_live {
                 return Err(OpError::new(
                     ErrorCode::TooManyProcesses,
@@ -211,8 +222,19 @@ impl Procs {
                 ));
             }
             t.next += 1;
+            t.starting += 1;
             t.next
         };
+        // Counted until it is in the table or failed, even when this future is dropped.
+        let _starting = Starting(self);
+        let proc = self.spawn(id, command).await?;
+        self.table().all.insert(id, proc.clone());
+        self.prune();
+        Ok(proc.info())
+    }
+
+    /// Runs `command` as process `id`: its record once it started, its events drained into it.
+    async fn spawn(&self, id: u32, mut command: ExecRequest) -> Result<Arc<Proc>, OpError> {
         command.stdin = true;
         let argv = command.argv.clone();
         let bot = command.lease.as_ref().map(|l| l.bot.clone());
@@ -252,12 +274,9 @@ impl Procs {
             changed,
             input: Mutex::new(Some(input_tx)),
         });
-        self.table().all.insert(id, proc.clone());
-        self.prune();
-        let info = proc.info();
         tracing::debug!(id, pid, "detached process started");
-        tokio::spawn(drain(proc, event_rx));
-        Ok(info)
+        tokio::spawn(drain(proc.clone(), event_rx));
+        Ok(proc)
     }
 
     /// Forgets the oldest exited processes beyond the number kept.
