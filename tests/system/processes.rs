@@ -402,3 +402,32 @@ async fn bad_process_ids_and_signals_are_refused_clearly() -> Result<()> {
     refused(&w, &argv, "lease").await?;
     w.check_log()
 }
+
+/// The same on a Docker computer: a detached process runs as the workspace user inside its
+/// container, outlives its client, and is killed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_docker_computers_detached_process_runs_as_its_user_and_is_killed() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        providers: Some("docker,local".into()),
+        ..Default::default()
+    })
+    .await?;
+    let c = w
+        .create_computer_on("ws-docker-procs", Some("docker"))
+        .await?;
+    let script = "id -un; pwd; exec sleep 600";
+    let id = text(&rakazo_ok(&w, &["exec", "--detach", &c, "--", "sh", "-c", script]).await?);
+    let id = id.trim().to_string();
+    let out = wait_output(&w, &c, &id, "/home/rakazo\n").await?;
+    assert_eq!(out, "rakazo\n/home/rakazo\n");
+    let ps_in = w.sh(&c, "ps -eo user=,args= | grep '[s]leep 600'").await?;
+    assert!(ps_in.trim_start().starts_with("rakazo "), "{ps_in}");
+    rakazo_ok(&w, &["kill", &c, &id]).await?;
+    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
+    while ps(&w, &c).await?[0]["state"] != "exited" {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "it never exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ps(&w, &c).await?[0]["exit_code"], 143);
+    w.check_log()
+}
