@@ -28,6 +28,22 @@ async fn ps(w: &World, c: &str) -> Result<Vec<serde_json::Value>> {
     Ok(v["processes"].as_array().cloned().unwrap_or_default())
 }
 
+/// Waits until the `nth` process `rakazo ps` lists has exited; that process.
+async fn exited(w: &World, c: &str, nth: usize) -> Result<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
+    loop {
+        let p = ps(w, c).await?.get(nth).cloned().unwrap_or_default();
+        if p["state"] == "exited" {
+            return Ok(p);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "it never exited: {p}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until `rakazo logs <c> <id> --since 0` prints something containing `needle`.
 async fn wait_output(w: &World, c: &str, id: &str, needle: &str) -> Result<String> {
     let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
@@ -181,15 +197,8 @@ async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     assert_eq!(p[0]["state"], "running", "{p:?}");
 
     rakazo_ok(&w, &["kill", &c, &id, "--signal", "KILL"]).await?;
-    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
-    let p = loop {
-        let p = ps(&w, &c).await?;
-        if p[0]["state"] == "exited" || tokio::time::Instant::now() >= deadline {
-            break p;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(p[0]["exit_code"], 137, "{p:?}");
+    let p = exited(&w, &c, 0).await?;
+    assert_eq!(p["exit_code"], 137, "{p}");
     refused(&w, &["kill", &c, &id], "has exited").await?;
     w.check_log()
 }
@@ -298,11 +307,7 @@ async fn the_output_ring_marks_what_it_dropped() -> Result<()> {
     let script = "head -c 10000 /dev/zero | tr '\\0' a; echo; echo END";
     let id = text(&rakazo_ok(&w, &["exec", "--detach", &c, "--", "sh", "-c", script]).await?);
     let id = id.trim().to_string();
-    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
-    while ps(&w, &c).await?[0]["state"] != "exited" {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "it never exited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    exited(&w, &c, 0).await?;
     // Follow from the start: it exited, so the answer ends at once.
     let out = rakazo(&w, &["logs", &c, &id, "--follow", "--since", "0"]).await?;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -423,11 +428,6 @@ async fn a_docker_computers_detached_process_runs_as_its_user_and_is_killed() ->
     let ps_in = w.sh(&c, "ps -eo user=,args= | grep '[s]leep 600'").await?;
     assert!(ps_in.trim_start().starts_with("rakazo "), "{ps_in}");
     rakazo_ok(&w, &["kill", &c, &id]).await?;
-    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
-    while ps(&w, &c).await?[0]["state"] != "exited" {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "it never exited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(ps(&w, &c).await?[0]["exit_code"], 143);
+    assert_eq!(exited(&w, &c, 0).await?["exit_code"], 143);
     w.check_log()
 }
