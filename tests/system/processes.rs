@@ -168,8 +168,8 @@ async fn a_detached_server_outlives_its_client_and_is_followed_by_two_clients() 
     w.check_log()
 }
 
-/// `attach` streams both ways while stdin is open; closing it detaches and leaves the process
-/// running; `kill --signal KILL` ends it (exit 137) and a killed process cannot be killed again.
+/// `attach` streams both ways while stdin is open; closing it, or Ctrl-], detaches and leaves the
+/// process running; `kill --signal KILL` ends it (exit 137) and a killed process cannot be killed again.
 #[tokio::test(flavor = "multi_thread")]
 async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     let mut w = World::start().await?;
@@ -195,6 +195,25 @@ async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     assert!(status.success(), "{status}");
     let p = ps(&w, &c).await?;
     assert_eq!(p[0]["state"], "running", "{p:?}");
+
+    // Ctrl-] detaches while stdin stays open; what came before it still goes to the process.
+    let mut child = command(
+        &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", w.api_token())],
+        &["attach", &c, &id],
+    )
+    .stdin(Stdio::piped())
+    .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    stdin.write_all(b"two\n\x1dthree\n").await?;
+    stdin.flush().await?;
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+        .await
+        .context("Ctrl-] did not detach")??;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(stdin);
+    let logs = wait_output(&w, &c, &id, "got two\n").await?;
+    assert!(!logs.contains("three"), "{logs}");
+    assert_eq!(ps(&w, &c).await?[0]["state"], "running");
 
     rakazo_ok(&w, &["kill", &c, &id, "--signal", "KILL"]).await?;
     let p = exited(&w, &c, 0).await?;

@@ -74,7 +74,7 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
             &path,
             Some(crate::api::EXEC_STREAM_CONTENT_TYPE),
             None,
-            super::stdin_body(head),
+            super::stdin_body(head, None),
         )
         .await?
     } else {

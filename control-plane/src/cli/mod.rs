@@ -108,7 +108,8 @@ pub enum Command {
     Ps(process::PsArgs),
     /// A detached process's output (--follow: until it exits).
     Logs(process::LogsArgs),
-    /// Attach to a detached process: stdin to it, its output back; closing stdin detaches.
+    /// Attach to a detached process: stdin to it, its output back; closing stdin or Ctrl-]
+    /// (then Enter on a terminal) detaches.
     Attach(process::AttachArgs),
     /// Send a signal (default TERM) to a detached process.
     Kill(process::KillArgs),
@@ -343,8 +344,9 @@ impl NdjsonLines {
     }
 }
 
-/// A request body of `head` followed by this process's stdin, read as it arrives.
-pub(crate) fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
+/// A request body of `head` followed by this process's stdin, read as it arrives, up to its end
+/// or (`until`) the first such byte, which is not sent.
+pub(crate) fn stdin_body(head: Vec<u8>, until: Option<u8>) -> crate::client::ReqBody {
     use bytes::Bytes;
     use http_body_util::BodyExt;
     use tokio::io::AsyncReadExt;
@@ -355,7 +357,26 @@ pub(crate) fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
         }
         let mut stdin = tokio::io::stdin();
         let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
-        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
+        loop {
+            let read = stdin.read(&mut buf).await;
+            let stop = match (&read, until) {
+                (Ok(n), Some(b)) => buf[..*n].iter().position(|x| *x == b),
+                _ => None,
+            };
+            match stop {
+                Some(at) => {
+                    if at > 0 {
+                        let _ = tx.send(Ok(Bytes::copy_from_slice(&buf[..at]))).await;
+                    }
+                    return;
+                }
+                None => {
+                    if !crate::api::forward(&tx, read, &buf).await {
+                        return;
+                    }
+                }
+            }
+        }
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()

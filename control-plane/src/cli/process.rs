@@ -1,6 +1,6 @@
 //! Detached processes (docs/api.md#processes): `rakazo exec --detach` starts one
 //! (`POST …/processes`), `rakazo ps`, `rakazo logs [--follow] [--since OFFSET]`,
-//! `rakazo attach` (stdin to the process, its output back; closing stdin detaches) and
+//! `rakazo attach` (stdin to the process, its output back; closing stdin or Ctrl-] detaches) and
 //! `rakazo kill [--signal NAME]`.
 
 use super::Global;
@@ -32,6 +32,10 @@ pub struct LogsArgs {
     #[arg(long, value_name = "OFFSET")]
     pub since: Option<u64>,
 }
+
+/// The byte that detaches `attach`: Ctrl-] (as telnet's escape), at the start of a line on a
+/// terminal.
+pub const DETACH_KEY: u8 = 0x1d;
 
 #[derive(Args)]
 pub struct AttachArgs {
@@ -145,7 +149,7 @@ pub(super) async fn attach(g: &Global, a: AttachArgs) -> Result<i32> {
             &route.path_with_query(query),
             Some("application/octet-stream"),
             None,
-            super::stdin_body(Vec::new()),
+            super::stdin_body(Vec::new(), Some(DETACH_KEY)),
         )
         .await?;
     print_lines(g, resp).await
