@@ -28,6 +28,22 @@ async fn ps(w: &World, c: &str) -> Result<Vec<serde_json::Value>> {
     Ok(v["processes"].as_array().cloned().unwrap_or_default())
 }
 
+/// `rakazo attach <c> <id>` with its stdin piped: the child and its stdin.
+fn attach(
+    w: &World,
+    c: &str,
+    id: &str,
+) -> Result<(tokio::process::Child, tokio::process::ChildStdin)> {
+    let mut child = command(
+        &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", w.api_token())],
+        &["attach", c, id],
+    )
+    .stdin(Stdio::piped())
+    .spawn()?;
+    let stdin = child.stdin.take().context("stdin")?;
+    Ok((child, stdin))
+}
+
 /// Waits until the `nth` process `rakazo ps` lists has exited; that process.
 async fn exited(w: &World, c: &str, nth: usize) -> Result<serde_json::Value> {
     let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
@@ -177,13 +193,7 @@ async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     let script = "while read l; do echo \"got $l\"; done";
     let id = text(&rakazo_ok(&w, &["exec", "--detach", &c, "--", "sh", "-c", script]).await?);
     let id = id.trim().to_string();
-    let mut child = command(
-        &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", w.api_token())],
-        &["attach", &c, &id],
-    )
-    .stdin(Stdio::piped())
-    .spawn()?;
-    let mut stdin = child.stdin.take().context("stdin")?;
+    let (mut child, mut stdin) = attach(&w, &c, &id)?;
     let mut stdout = child.stdout.take().context("stdout")?;
     stdin.write_all(b"one\n").await?;
     stdin.flush().await?;
@@ -197,13 +207,7 @@ async fn attach_streams_both_ways_and_kill_ends_the_process() -> Result<()> {
     assert_eq!(p[0]["state"], "running", "{p:?}");
 
     // Ctrl-] detaches while stdin stays open; what came before it still goes to the process.
-    let mut child = command(
-        &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", w.api_token())],
-        &["attach", &c, &id],
-    )
-    .stdin(Stdio::piped())
-    .spawn()?;
-    let mut stdin = child.stdin.take().context("stdin")?;
+    let (child, mut stdin) = attach(&w, &c, &id)?;
     stdin.write_all(b"two\n\x1dthree\n").await?;
     stdin.flush().await?;
     let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
