@@ -99,6 +99,35 @@ impl Segment for BotId {
     }
 }
 
+/// A detached process's id on its computer (`/processes/{process}`): a number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessId(u32, String);
+
+impl ProcessId {
+    pub fn new(id: u32) -> Self {
+        Self(id, id.to_string())
+    }
+
+    pub fn get(&self) -> u32 {
+        self.0
+    }
+}
+
+impl Segment for ProcessId {
+    fn parse(raw: &str) -> Result<Self, RouteError> {
+        raw.parse::<u32>().map(Self::new).map_err(|_| {
+            RouteError::new(
+                ApiCode::BadRequest,
+                format!("process: expected a process id (a number), got {raw:?}"),
+            )
+        })
+    }
+
+    fn segment(&self) -> &str {
+        &self.1
+    }
+}
+
 /// A bot id as a route takes it (the CLI checks its arguments with this, as the server would).
 pub fn bot(raw: &str) -> Result<BotId, RouteError> {
     <BotId as Segment>::parse(raw)
@@ -323,6 +352,22 @@ routes! {
     ReleaseInterrupted { job: JobId } = Post "/v1/jobs/{job}/release-interrupted",
         "job.release_interrupted", Operator, None;
     Exec { computer: ComputerId } = Post "/v1/computers/{computer}/exec", "exec", Operator,
+        Refusable;
+    /// Starts a detached process (docs/api.md#processes).
+    StartProcess { computer: ComputerId } = Post "/v1/computers/{computer}/processes",
+        "process.start", Operator, Refusable;
+    ListProcesses { computer: ComputerId } = Get "/v1/computers/{computer}/processes",
+        "process.list", Viewer, Refusable;
+    GetProcess { computer: ComputerId, process: ProcessId } =
+        Get "/v1/computers/{computer}/processes/{process}", "process.show", Viewer, Refusable;
+    /// A process's output; a follower does not keep the computer awake (its process may).
+    ProcessLogs { computer: ComputerId, process: ProcessId } =
+        Get "/v1/computers/{computer}/processes/{process}/logs", "process.logs", Viewer, None;
+    AttachProcess { computer: ComputerId, process: ProcessId } =
+        Post "/v1/computers/{computer}/processes/{process}/attach", "process.attach", Operator,
+        Refusable;
+    KillProcess { computer: ComputerId, process: ProcessId } =
+        Post "/v1/computers/{computer}/processes/{process}/kill", "process.kill", Operator,
         Refusable;
     Activity { computer: ComputerId } = Get "/v1/computers/{computer}/activity",
         "activity.history", Viewer, None;
@@ -562,6 +607,10 @@ fn no_route(method: &Method, path: &str, segments: &[&str]) -> RouteError {
             ApiCode::NotFound,
             format!("no lease action {other:?}; use acquire, renew or release"),
         ),
+        (&Method::POST, ["v1", "computers", _, "processes", _, other]) => (
+            ApiCode::NotFound,
+            format!("no process action {other:?}; use attach or kill"),
+        ),
         (&Method::POST, ["v1", "computers", _, "browser", _, other]) => (
             ApiCode::NotFound,
             format!("no browser action {other:?}; use navigate, snapshot or act"),
@@ -586,6 +635,7 @@ mod tests {
             "token" => "t-9",
             "workspace" => "acme",
             "name" => "github",
+            "process" => "7",
             other => panic!("no example for {{{other}}}"),
         }
     }

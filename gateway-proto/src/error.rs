@@ -46,6 +46,8 @@ pub enum ErrorCode {
     ActionRefused,
     /// The name is taken and the request said not to replace it.
     Exists,
+    /// The computer runs the most detached processes it may.
+    TooManyProcesses,
 }
 
 impl ErrorCode {
@@ -64,6 +66,7 @@ impl ErrorCode {
             Self::ScreenReleasing => "screen_releasing",
             Self::ActionRefused => "action_refused",
             Self::Exists => "exists",
+            Self::TooManyProcesses => "too_many_processes",
         }
     }
 }

@@ -32,6 +32,7 @@ pub mod live;
 pub mod msg;
 pub mod op;
 pub mod page;
+pub mod process;
 pub mod secret;
 pub mod termframe;
 pub mod wire;

@@ -25,6 +25,7 @@ use crate::lease::{BotId, LeaseToken};
 use crate::live::{ConnectRequest, RevokeRequest};
 use crate::msg::{BotLease, ExecEvent, ExecRequest, FileEntry, ListFiles, ReadFile, WriteFile};
 use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
+use crate::process::{ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// The protocol version this build speaks.
@@ -52,9 +53,12 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 /// - 9: `WriteFile.no_replace` and the `Exists` error code (a user's upload never overwrites).
 /// - 10: `ConnectRequest.terminal` (`TerminalResume`): a terminal's shell outlives a dropped
 ///   connection for a grace period and the same page gets it back.
-/// - 11: `HomeExportRequest.token` and `.since`: delta exports, which send files unchanged since
+/// - 11: detached processes: `ProcStart`, `ProcList`, `ProcLogs`, `ProcAttach`, `ProcKill`
+///   requests, `Process` and `Processes` replies, `ProcEvent` frames and the `TooManyProcesses`
+///   error code.
+/// - 12: `HomeExportRequest.token` and `.since`: delta exports, which send files unchanged since
 ///   an earlier export as `TAG_SAME` entries without their content.
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -259,6 +263,17 @@ pub enum Request {
     Status,
     /// What is still working in the computer (idle suspension). Answer: `Activity`.
     Activity,
+    /// Start a detached process. Answer: `Process` or `Error`.
+    ProcStart(ProcStart),
+    /// The detached processes. Answer: `Processes`.
+    ProcList(ProcList),
+    /// A process's output: [`ProcEvent`] frames, `Opened` first (or `Failed`).
+    ProcLogs(ProcLogs),
+    /// A process's output as [`ProcLogs`] with follow, and [`crate::ExecInput`] frames to its
+    /// stdin; the control plane finishing its side detaches.
+    ProcAttach(ProcAttach),
+    /// Signal a process. Answer: `Process` or `Error`.
+    ProcKill(ProcKill),
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -282,6 +297,8 @@ pub enum Reply {
     Imported(Imported),
     Status(MachineStatus),
     Activity(GuestActivity),
+    Process(ProcInfo),
+    Processes(Vec<ProcInfo>),
 }
 
 /// The request of [`Request::Ping`] (it carries nothing).
@@ -508,6 +525,70 @@ reply_op!(ActivityRequest, "activity", Unary, Nothing, GuestActivity,
 
 impl UnaryOp for ActivityRequest {}
 
+reply_op!(ProcStart, "process_start", Unary, OptionalBotLease, ProcInfo,
+    request(r) Request::ProcStart(r),
+    authority(r) Authority::of(&r.command.lease),
+    reply(info) Reply::Process(info),
+    read { Reply::Process(info) => info });
+
+reply_op!(ProcList, "process_list", Unary, Nothing, Vec<ProcInfo>,
+    request(r) Request::ProcList(r),
+    authority(_r) Authority::None,
+    reply(all) Reply::Processes(all),
+    read { Reply::Processes(all) => all });
+
+reply_op!(ProcKill, "process_kill", Unary, OptionalBotLease, ProcInfo,
+    request(r) Request::ProcKill(r),
+    authority(r) Authority::of(&r.lease),
+    reply(info) Reply::Process(info),
+    read { Reply::Process(info) => info });
+
+impl UnaryOp for ProcStart {}
+impl UnaryOp for ProcList {}
+impl UnaryOp for ProcKill {}
+
+/// `Op` for the output streams: the first frame is `Opened { offset, dropped }`.
+macro_rules! proc_stream_op {
+    ($ty:ty, $name:literal, $needs:ident, $variant:ident, authority($s:ident) $auth:expr) => {
+        impl From<$ty> for Request {
+            fn from(r: $ty) -> Request {
+                Request::$variant(r)
+            }
+        }
+        impl Op for $ty {
+            const NAME: &'static str = $name;
+            const SHAPE: Shape = Shape::Events;
+            const NEEDS: Needs = Needs::$needs;
+            type Frame = ProcEvent;
+            type Reply = (u64, u64);
+            fn authority(&self) -> Authority<'_> {
+                let $s = self;
+                $auth
+            }
+            fn reply_frame((offset, dropped): (u64, u64)) -> ProcEvent {
+                ProcEvent::Opened { offset, dropped }
+            }
+            fn refusal_frame(err: OpError) -> ProcEvent {
+                ProcEvent::Failed(err)
+            }
+            fn read_frame(frame: ProcEvent) -> Result<(u64, u64), Answered> {
+                match frame {
+                    ProcEvent::Opened { offset, dropped } => Ok((offset, dropped)),
+                    ProcEvent::Failed(e) => Err(Answered::Refused(e)),
+                    other => Err(Answered::Unexpected(Box::new(Reply::Error(OpError::new(
+                        ErrorCode::Failed,
+                        format!("{other:?} before Opened"),
+                    ))))),
+                }
+            }
+        }
+    };
+}
+
+proc_stream_op!(ProcLogs, "process_logs", Nothing, ProcLogs, authority(_r) Authority::None);
+proc_stream_op!(ProcAttach, "process_attach", OptionalBotLease, ProcAttach,
+    authority(r) Authority::of(&r.lease));
+
 impl Request {
     /// What the request acts under ([`Op::authority`] of its operation).
     pub fn authority(&self) -> Authority<'_> {
@@ -531,6 +612,11 @@ impl Request {
             Request::HomeImport(r) => r.authority(),
             Request::Status => Authority::None,
             Request::Activity => Authority::None,
+            Request::ProcStart(r) => r.authority(),
+            Request::ProcList(r) => r.authority(),
+            Request::ProcLogs(r) => r.authority(),
+            Request::ProcAttach(r) => r.authority(),
+            Request::ProcKill(r) => r.authority(),
         }
     }
 
@@ -556,6 +642,11 @@ impl Request {
             Request::HomeImport(_) => HomeImportRequest::NAME,
             Request::Status => StatusRequest::NAME,
             Request::Activity => ActivityRequest::NAME,
+            Request::ProcStart(_) => ProcStart::NAME,
+            Request::ProcList(_) => ProcList::NAME,
+            Request::ProcLogs(_) => ProcLogs::NAME,
+            Request::ProcAttach(_) => ProcAttach::NAME,
+            Request::ProcKill(_) => ProcKill::NAME,
         }
     }
 }

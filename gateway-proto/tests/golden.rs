@@ -21,6 +21,9 @@ use gateway_proto::live::{
     CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
 };
 use gateway_proto::op::{GuestActivity, MachineStatus};
+use gateway_proto::process::{
+    ProcAttach, ProcEvent, ProcExit, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart,
+};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -94,7 +97,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 11);
+    assert_eq!(PROTOCOL_VERSION, 12);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -583,6 +586,97 @@ fn activity_request_and_reply() {
 }
 
 #[test]
+fn detached_process_requests_replies_and_events() {
+    golden(
+        &Request::ProcStart(ProcStart {
+            command: ExecRequest {
+                argv: vec!["sleep".into()],
+                cwd: None,
+                env: vec![],
+                timeout_ms: None,
+                stdin: true,
+                lease: None,
+                start: StartDir::Home,
+            },
+        }),
+        // ProcStart, argv ["sleep"], no cwd, no env, no timeout, stdin, no lease, home
+        "0000000e 13 01 05736c656570 00 00 00 01 00 00",
+    );
+    golden(&Request::ProcList(ProcList), "00000001 14");
+    golden(
+        &Request::ProcLogs(ProcLogs {
+            id: 7,
+            offset: Some(300),
+            follow: true,
+        }),
+        // ProcLogs, id 7, from 300, follow
+        "00000006 15 07 01ac02 01",
+    );
+    golden(
+        &Request::ProcAttach(ProcAttach {
+            id: 2,
+            offset: None,
+            lease: None,
+        }),
+        "00000004 16 02 00 00",
+    );
+    golden(
+        &Request::ProcKill(ProcKill {
+            id: 7,
+            signal: 15,
+            lease: None,
+        }),
+        // ProcKill, id 7, SIGTERM (zigzag 30), no lease
+        "00000004 17 07 1e 00",
+    );
+    golden(
+        &Reply::Process(ProcInfo {
+            id: 1,
+            pid: 300,
+            argv: vec!["a".into()],
+            bot: None,
+            started_ms: 5,
+            exited_ms: Some(6),
+            exit: Some(ProcExit {
+                code: -1,
+                message: None,
+            }),
+            output_bytes: 2,
+            kept_from: 0,
+        }),
+        // Process, id 1, pid 300, ["a"], no bot, started 5, exited 6, code -1, no message,
+        // 2 bytes of output, all kept
+        "00000010 12 01 ac02 01 0161 00 05 0106 01 01 00 02 00",
+    );
+    golden(&Reply::Processes(vec![]), "00000002 13 00");
+    golden(
+        &ProcEvent::Opened {
+            offset: 5,
+            dropped: 0,
+        },
+        "00000003 00 05 00",
+    );
+    golden(
+        &ProcEvent::Output {
+            offset: 1,
+            data: ByteBuf::from(b"hi".to_vec()),
+        },
+        "00000005 01 01 02 6869",
+    );
+    golden(
+        &ProcEvent::Exit(ProcExit {
+            code: 0,
+            message: Some("x".into()),
+        }),
+        "00000005 02 00 0101 78",
+    );
+    golden(
+        &ProcEvent::Failed(OpError::new(ErrorCode::TooManyProcesses, "m")),
+        "00000004 03 0b 016d",
+    );
+}
+
+#[test]
 fn screen_info_carries_its_idle_time() {
     golden(
         &Reply::Screen(ScreenInfo {
@@ -629,6 +723,7 @@ fn op_error_with_each_error_code() {
         (ErrorCode::ScreenReleasing, "00000003 08 0178"),
         (ErrorCode::ActionRefused, "00000003 09 0178"),
         (ErrorCode::Exists, "00000003 0a 0178"),
+        (ErrorCode::TooManyProcesses, "00000003 0b 0178"),
     ];
     for (code, expected) in cases {
         golden(&OpError::new(code, "x"), expected);
@@ -671,11 +766,11 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("13");
+    rejected::<Request>("18");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("12");
-    rejected::<OpError>("0b 00"); // ErrorCode index 11
+    rejected::<Reply>("14");
+    rejected::<OpError>("0c 00"); // ErrorCode index 12
     rejected::<FileKind>("02");
 }
 

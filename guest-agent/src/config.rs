@@ -134,6 +134,9 @@ pub struct Config {
     /// connection dropped keeps its shell for the page to reattach (docs/screens.md#reconnecting);
     /// 0 ends it with its connection.
     pub terminal_grace: Duration,
+    /// `RAKAZO_PROCESS_LOG_BYTES` (4 KiB to 64 MiB, default 1 MiB): output kept per detached
+    /// process (`procs`).
+    pub process_log_bytes: usize,
 }
 
 /// Where the tunnel's websocket carrier is: `http(s)://host[:port]/path` (or `ws(s)://`).
@@ -308,6 +311,7 @@ impl Config {
         );
         let workspace_user = workspace_user(src)?;
         let terminal_grace = terminal_grace(src)?;
+        let process_log_bytes = process_log_bytes(src)?;
         let run_as = src
             .get(RUN_AS)
             .map(|v| parse_run_as(&v).map_err(|reason| invalid(RUN_AS, reason)))
@@ -336,6 +340,7 @@ impl Config {
             runtime_dir,
             screen_limit,
             terminal_grace,
+            process_log_bytes,
             chromium,
             workspace_user,
             run_as,
@@ -472,6 +477,20 @@ fn terminal_grace(src: &dyn ConfigSource) -> Result<Duration, ConfigError> {
         _ => Err(invalid(
             KEY,
             format!("expected whole seconds from 0 to 3600, got {v:?}"),
+        )),
+    }
+}
+
+fn process_log_bytes(src: &dyn ConfigSource) -> Result<usize, ConfigError> {
+    const KEY: &str = "RAKAZO_PROCESS_LOG_BYTES";
+    let Some(v) = src.get(KEY) else {
+        return Ok(crate::procs::DEFAULT_LOG_BYTES);
+    };
+    match v.trim().parse::<usize>() {
+        Ok(n) if (4096..=64 << 20).contains(&n) => Ok(n),
+        _ => Err(invalid(
+            KEY,
+            format!("expected bytes from 4096 to 67108864, got {v:?}"),
         )),
     }
 }

@@ -22,6 +22,7 @@ pub mod opstream;
 pub mod orphans;
 pub mod pagebrowser;
 pub mod privilege;
+pub mod procs;
 pub mod screens;
 pub mod secret_env;
 pub mod tunnel;

@@ -89,7 +89,11 @@ fn main() {
         guest_agent::gateway::GatewayConfig::new(config.runtime_dir.clone(), config.home.clone());
     gateway.workspace_user = config.workspace_user;
     gateway.terminal_grace = config.terminal_grace;
-    let ops = Arc::new(Ops::with_gateway(home, screens.clone(), gateway));
+    let procs = guest_agent::procs::ProcConfig {
+        log_bytes: config.process_log_bytes,
+        ..Default::default()
+    };
+    let ops = Arc::new(Ops::with_gateway(home, screens.clone(), gateway).with_processes(procs));
     runtime.block_on(async move {
         tokio::select! {
             r = guest_agent::tunnel::run(config, ops) => {

@@ -22,6 +22,7 @@ use crate::home::stream::{self, FileChanged};
 use crate::home::Home;
 use crate::machine::{self, HomeUseCache};
 use crate::opstream::write_frame;
+use crate::procs::{ProcConfig, Procs};
 use crate::screens::Screens;
 use gateway_proto::desktop::{
     ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease, ScreenRequest,
@@ -34,6 +35,9 @@ use gateway_proto::op::{
 };
 use gateway_proto::page::{
     NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest,
+};
+use gateway_proto::process::{
+    ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart,
 };
 use gateway_proto::{
     BotId, BotLease, ErrorCode, ExecRequest, FileEntry, FrameDecoder, LeaseToken, ListFiles, Op,
@@ -55,6 +59,8 @@ pub struct Ops {
     activity: Arc<Activity>,
     /// The home's disk use for `Status`, walked at most every few seconds.
     home_use: Arc<HomeUseCache>,
+    /// Detached processes.
+    procs: Procs,
 }
 
 /// An operation stream past its request frame: what a streaming handler serves.
@@ -99,6 +105,7 @@ impl Ops {
         let activity = Arc::new(Activity::new(home.root(), gateway.terminal_output.clone()));
         let home_use = Arc::new(HomeUseCache::new(home.root()));
         Self {
+            procs: Procs::new(home.clone(), ProcConfig::default()),
             home,
             fences: Mutex::new(FenceTable::new()),
             gateway: Gateway::new(gateway, screens.clone()),
@@ -106,6 +113,12 @@ impl Ops {
             activity,
             home_use,
         }
+    }
+
+    /// Sets the limits of the detached processes (before any starts).
+    pub fn with_processes(mut self, config: ProcConfig) -> Self {
+        self.procs = Procs::new(self.home.clone(), config);
+        self
     }
 
     /// The screen gateway.
@@ -176,6 +189,11 @@ impl Ops {
             Request::HomeImport(r) => self.streaming(r, s, Self::home_import).await,
             Request::Status => self.unary(StatusRequest, s, Self::status).await,
             Request::Activity => self.unary(ActivityRequest, s, Self::activity).await,
+            Request::ProcStart(r) => self.unary(r, s, Self::process_start).await,
+            Request::ProcList(r) => self.unary(r, s, Self::process_list).await,
+            Request::ProcKill(r) => self.unary(r, s, Self::process_kill).await,
+            Request::ProcLogs(r) => self.streaming(r, s, Self::process_logs).await,
+            Request::ProcAttach(r) => self.streaming(r, s, Self::process_attach).await,
         }
     }
 
@@ -263,6 +281,18 @@ impl Ops {
             .map_err(|e| OpError::new(ErrorCode::Failed, format!("cannot look at activity: {e}")))
     }
 
+    async fn process_start(&self, r: ProcStart) -> Result<ProcInfo, OpError> {
+        self.procs.start(r.command).await
+    }
+
+    async fn process_list(&self, _: ProcList) -> Result<Vec<ProcInfo>, OpError> {
+        Ok(self.procs.list())
+    }
+
+    async fn process_kill(&self, r: ProcKill) -> Result<ProcInfo, OpError> {
+        self.procs.kill(&r)
+    }
+
     async fn list_files(&self, r: ListFiles) -> Result<Vec<FileEntry>, OpError> {
         self.home.list(&r.path)
     }
@@ -311,6 +341,33 @@ impl Ops {
             r,
         )
         .await
+    }
+
+    async fn process_logs(&self, r: ProcLogs, mut io: Io) {
+        self.procs
+            .serve_output(
+                r.id,
+                r.offset,
+                r.follow,
+                None,
+                &mut io.send,
+                ProcEvent::Failed,
+            )
+            .await
+    }
+
+    async fn process_attach(&self, r: ProcAttach, mut io: Io) {
+        let attach = Some((io.recv, io.remainder));
+        self.procs
+            .serve_output(
+                r.id,
+                r.offset,
+                true,
+                attach,
+                &mut io.send,
+                ProcEvent::Failed,
+            )
+            .await
     }
 
     async fn read_file(&self, r: ReadFile, mut io: Io) {

@@ -71,6 +71,27 @@ async def flow(plan):
             timeout = await call(client, "shell", {"command": "sleep 5", "timeout_ms": 300})
             report["shell_timeout"] = {"error": timeout.is_error, "text": texts(timeout)}
 
+            # A detached process: started, listed, its output read until it printed, killed.
+            started = await call(
+                client, "process_start", {"command": "echo detached from mcp; sleep 600"}
+            )
+            report["process_start"] = {"error": started.is_error, "text": texts(started)}
+            proc = json.loads(texts(started)[0]) if not started.is_error else {"id": 0}
+            listed = await call(client, "process_list")
+            report["process_list"] = {"error": listed.is_error, "text": texts(listed)}
+            logs = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                logs = await call(client, "process_logs", {"id": proc["id"]})
+                if logs.is_error or "detached from mcp" in texts(logs)[0]:
+                    break
+                await asyncio.sleep(0.1)
+            report["process_logs"] = {"error": logs.is_error, "text": texts(logs)}
+            killed = await call(client, "process_kill", {"id": proc["id"], "signal": "KILL"})
+            report["process_kill"] = {"error": killed.is_error, "text": texts(killed)}
+            unknown = await call(client, "process_logs", {"id": 9999})
+            report["process_unknown"] = {"error": unknown.is_error, "text": texts(unknown)}
+
             nav = await call(client, "browser_navigate", {"url": plan["page"]})
             report["navigate"] = {"error": nav.is_error, "text": texts(nav)}
             snap = await call(client, "browser_snapshot")

@@ -22,13 +22,17 @@ const DOWNLOAD_PAGE: &str = r#"<!doctype html><html><head><meta charset="utf-8">
 
 const CSV: &str = "quarter,revenue\nQ1,10\nQ2,12\n";
 
-const TOOLS: [&str; 10] = [
+const TOOLS: [&str; 14] = [
     "browser_act",
     "browser_navigate",
     "browser_snapshot",
     "computer_act",
     "computer_observe",
     "list_files",
+    "process_kill",
+    "process_list",
+    "process_logs",
+    "process_start",
     "read_file",
     "request_takeover",
     "shell",
@@ -193,6 +197,36 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     assert!(shell.contains("exit code: 0"), "{shell}");
     assert!(shell.contains("hello from mcp"), "{shell}");
     assert!(shell.contains("/bots/bot-m"), "{shell}");
+    // The process tools: started for the session's bot, listed, read, killed; an unknown id
+    // is the API's 404.
+    for tool in [
+        "process_start",
+        "process_list",
+        "process_logs",
+        "process_kill",
+    ] {
+        assert_eq!(
+            report[tool]["error"],
+            false,
+            "{tool}: {}",
+            text(&report[tool])
+        );
+    }
+    let started: serde_json::Value = serde_json::from_str(&text(&report["process_start"]))?;
+    assert_eq!(started["bot"], "bot-m", "{started}");
+    assert!(
+        text(&report["process_list"]).contains("detached from mcp"),
+        "{report}"
+    );
+    assert!(
+        text(&report["process_logs"]).contains("detached from mcp\\n"),
+        "{report}"
+    );
+    assert_eq!(report["process_unknown"]["error"], true, "{report}");
+    assert!(
+        text(&report["process_unknown"]).starts_with("not_found: no process 9999"),
+        "{report}"
+    );
     let timed_out = text(&report["shell_timeout"]);
     assert!(timed_out.contains("exit code: 124"), "{timed_out}");
     assert!(

@@ -8,6 +8,7 @@ use crate::schema::computer::{
 };
 use crate::tokens::Principal;
 use gateway_proto::op::StatusRequest;
+use gateway_proto::process::ProcList;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use std::collections::HashMap;
@@ -223,8 +224,13 @@ async fn machine(api: &Api, c: &Computer) -> Option<schema::Machine> {
         return None;
     }
     let guest = api.core.connected_guest(c.id.as_str()).await?;
-    let asked = tokio::time::timeout(MACHINE_REPORT_WAIT, guest.call(StatusRequest)).await;
-    let s = asked.ok()?.ok()?;
+    let both = async { tokio::join!(guest.call(StatusRequest), guest.call(ProcList)) };
+    let (status, procs) = tokio::time::timeout(MACHINE_REPORT_WAIT, both).await.ok()?;
+    let s = status.ok()?;
+    // An older guest knows no processes: none are shown.
+    let processes = procs
+        .map(|all| all.into_iter().map(super::processes::view).collect())
+        .unwrap_or_default();
     Some(schema::Machine {
         uptime_secs: s.uptime_secs,
         load: s.load_milli.map(|l| f64::from(l) / 1000.0),
@@ -237,6 +243,7 @@ async fn machine(api: &Api, c: &Computer) -> Option<schema::Machine> {
         home_used_bytes: s.home_used_bytes,
         home_used_partial: s.home_used_partial,
         desktops: s.desktops,
+        processes,
     })
 }
 

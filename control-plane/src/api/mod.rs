@@ -26,6 +26,7 @@ mod mcp;
 pub mod metrics;
 mod network;
 mod openapi;
+mod processes;
 pub use openapi::document_json as openapi_json;
 mod screens;
 mod secrets;
@@ -527,6 +528,20 @@ async fn dispatch(
         Route::GetJob { job } => jobs::show(api, &job).await,
         Route::ReleaseInterrupted { job } => jobs::release_interrupted(api, &job, req).await,
         Route::Exec { computer } => exec::exec(api, &computer, req).await,
+        Route::StartProcess { computer } => processes::start(api, &computer, req).await,
+        Route::ListProcesses { computer } => processes::list(api, &computer).await,
+        Route::GetProcess { computer, process } => {
+            processes::show(api, &computer, process.get()).await
+        }
+        Route::ProcessLogs { computer, process } => {
+            processes::logs(api, &computer, process.get(), &query).await
+        }
+        Route::AttachProcess { computer, process } => {
+            processes::attach(api, &computer, process.get(), &query, req).await
+        }
+        Route::KillProcess { computer, process } => {
+            processes::kill(api, &computer, process.get(), req).await
+        }
         Route::Activity { computer } => activity::history(api, &computer, &query).await,
         Route::ActivityStream { computer } => activity::stream(api, &computer, &query).await,
         Route::ListFiles { computer } => files::list(api, &computer, &query).await,

@@ -91,7 +91,7 @@ async fn follow(c: &Client, id: &ComputerId, after: u64, json: bool) -> Result<(
 }
 
 /// `HH:MM:SS` (UTC) of a time in milliseconds since the epoch.
-fn clock(at_ms: i64) -> String {
+pub(super) fn clock(at_ms: i64) -> String {
     let secs = at_ms.div_euclid(1000).rem_euclid(86_400);
     format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }

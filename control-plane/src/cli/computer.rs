@@ -155,6 +155,9 @@ fn print_computer(c: &Computer) {
         for line in machine_lines(m) {
             println!("\t{line}");
         }
+        for p in &m.processes {
+            println!("\tprocess {}", super::process::process_line(p));
+        }
     }
 }
 
@@ -461,6 +464,7 @@ mod tests {
             home_used_bytes: 3 << 20,
             home_used_partial: true,
             desktops: 2,
+            processes: Vec::new(),
         };
         assert_eq!(
             machine_lines(&m),

@@ -6,9 +6,7 @@ use crate::client::full_body;
 use crate::route::{ComputerId, Route};
 use crate::schema::exec::{ExecLine, ExecSpec};
 use anyhow::{anyhow, Result};
-use bytes::Bytes;
 use clap::Args;
-use http_body_util::BodyExt;
 use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -25,8 +23,12 @@ pub struct ExecArgs {
     #[arg(long)]
     pub timeout_ms: Option<u64>,
     /// Stream this process's stdin to the command.
-    #[arg(long, short = 'i')]
+    #[arg(long, short = 'i', conflicts_with = "detach")]
     pub stdin: bool,
+    /// Start it as a detached process that outlives this client and print its id
+    /// (`rakazo ps`, `logs`, `attach`, `kill`).
+    #[arg(long, short = 'd')]
+    pub detach: bool,
     /// Act for this bot under `--lease`.
     #[arg(long, requires = "lease")]
     pub bot: Option<String>,
@@ -57,6 +59,9 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
         bot: a.bot,
         lease: a.lease,
     };
+    if a.detach {
+        return super::process::start(g, a.computer, spec).await;
+    }
     let path = Route::Exec {
         computer: ComputerId::new(a.computer),
     }
@@ -69,7 +74,7 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
             &path,
             Some(crate::api::EXEC_STREAM_CONTENT_TYPE),
             None,
-            stdin_body(head),
+            super::stdin_body(head, None),
         )
         .await?
     } else {
@@ -82,66 +87,37 @@ pub(super) async fn run(g: &Global, a: ExecArgs) -> Result<i32> {
         )
         .await?
     };
-    let mut body = resp.into_body();
-    let mut buf: Vec<u8> = Vec::new();
+    let mut lines = super::NdjsonLines::new(resp);
     let mut code = None;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        buf.extend_from_slice(&data);
-        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            if g.json {
-                std::io::stdout().write_all(&line)?;
+    while let Some(line) = lines.next().await? {
+        if g.json {
+            std::io::stdout().write_all(&line)?;
+            std::io::stdout().flush()?;
+        }
+        match serde_json::from_slice(&line)? {
+            ExecLine::Stdout(chunk) if !g.json => {
+                std::io::stdout().write_all(&chunk.bytes()?)?;
                 std::io::stdout().flush()?;
             }
-            match serde_json::from_slice(&line)? {
-                ExecLine::Stdout(chunk) if !g.json => {
-                    std::io::stdout().write_all(&chunk.bytes()?)?;
-                    std::io::stdout().flush()?;
-                }
-                ExecLine::Stderr(chunk) if !g.json => {
-                    std::io::stderr().write_all(&chunk.bytes()?)?;
-                }
-                ExecLine::Exit { code: c, message } => {
-                    if let (Some(m), false) = (message, g.json) {
-                        eprintln!("rakazo: {m}");
-                    }
-                    code = Some(c);
-                }
-                ExecLine::Error(e) => {
-                    if !g.json {
-                        eprintln!("rakazo: {}", e.message);
-                    }
-                    code = Some(125);
-                }
-                ExecLine::Started { .. } | ExecLine::Stdout(_) | ExecLine::Stderr(_) => {}
+            ExecLine::Stderr(chunk) if !g.json => {
+                std::io::stderr().write_all(&chunk.bytes()?)?;
             }
+            ExecLine::Exit { code: c, message } => {
+                if let (Some(m), false) = (message, g.json) {
+                    eprintln!("rakazo: {m}");
+                }
+                code = Some(c);
+            }
+            ExecLine::Error(e) => {
+                if !g.json {
+                    eprintln!("rakazo: {}", e.message);
+                }
+                code = Some(125);
+            }
+            ExecLine::Started { .. } | ExecLine::Stdout(_) | ExecLine::Stderr(_) => {}
         }
     }
     code.ok_or_else(|| {
         anyhow!("the command's output ended without an exit status; its outcome is uncertain")
     })
-}
-
-/// A request body of `head` followed by this process's stdin, read as it arrives.
-fn stdin_body(head: Vec<u8>) -> crate::client::ReqBody {
-    use tokio::io::AsyncReadExt;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
-    tokio::spawn(async move {
-        if tx.send(Ok(Bytes::from(head))).await.is_err() {
-            return;
-        }
-        let mut stdin = tokio::io::stdin();
-        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
-        while crate::api::forward(&tx, stdin.read(&mut buf).await, &buf).await {}
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|item| (item.map(hyper::body::Frame::data), rx))
-    });
-    http_body_util::StreamBody::new(stream).boxed()
 }

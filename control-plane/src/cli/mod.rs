@@ -20,6 +20,7 @@ pub mod home;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod process;
 pub mod screen;
 pub mod secret;
 pub mod serve;
@@ -102,6 +103,16 @@ pub enum Command {
     Computer(ComputerCmd),
     /// Run a command on a computer, streaming its output; exits with its exit code.
     Exec(ExecArgs),
+    /// A computer's detached processes (`exec --detach` starts one): id, state, output size,
+    /// command.
+    Ps(process::PsArgs),
+    /// A detached process's output (--follow: until it exits).
+    Logs(process::LogsArgs),
+    /// Attach to a detached process: stdin to it, its output back; closing stdin or Ctrl-]
+    /// (then Enter on a terminal) detaches.
+    Attach(process::AttachArgs),
+    /// Send a signal (default TERM) to a detached process.
+    Kill(process::KillArgs),
     /// List, read and write files of a computer's home.
     #[command(subcommand)]
     Files(FilesCmd),
@@ -261,6 +272,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Computer(cmd) => computer::run(&g, cmd).await,
         Command::Workspace(cmd) => network::run_workspace(&g, cmd).await,
         Command::Exec(args) => exec::run(&g, args).await,
+        Command::Ps(a) => process::ps(&g, a).await,
+        Command::Logs(a) => process::logs(&g, a).await,
+        Command::Attach(a) => process::attach(&g, a).await,
+        Command::Kill(a) => process::kill(&g, a).await,
         Command::Files(cmd) => files::run(&g, cmd).await,
         Command::Lease(cmd) => lease::run(&g, cmd).await,
         Command::Screen(cmd) => screen::run(&g, cmd).await,
@@ -294,6 +309,81 @@ pub fn report(e: &anyhow::Error) -> i32 {
         eprintln!("rakazo: {e:#}");
     }
     1
+}
+
+/// The lines of an NDJSON answer (exec's events, a process's output), each with its `\n`, as
+/// they arrive.
+pub(crate) struct NdjsonLines {
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl NdjsonLines {
+    pub(crate) fn new(resp: hyper::Response<hyper::body::Incoming>) -> Self {
+        Self {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next whole line; `None` once the answer ended.
+    pub(crate) async fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(nl) = self.buf.iter().position(|b| *b == b'\n') {
+                return Ok(Some(self.buf.drain(..=nl).collect()));
+            }
+            let Some(frame) = self.body.frame().await else {
+                return Ok(None);
+            };
+            let frame = frame.map_err(|e| anyhow!("output stream broke: {e}"))?;
+            if let Ok(data) = frame.into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+/// A request body of `head` followed by this process's stdin, read as it arrives, up to its end
+/// or (`until`) the first such byte, which is not sent.
+pub(crate) fn stdin_body(head: Vec<u8>, until: Option<u8>) -> crate::client::ReqBody {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    tokio::spawn(async move {
+        if tx.send(Ok(Bytes::from(head))).await.is_err() {
+            return;
+        }
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; crate::api::PUMP_CHUNK];
+        loop {
+            let read = stdin.read(&mut buf).await;
+            let stop = match (&read, until) {
+                (Ok(n), Some(b)) => buf[..*n].iter().position(|x| *x == b),
+                _ => None,
+            };
+            match stop {
+                Some(at) => {
+                    if at > 0 {
+                        let _ = tx.send(Ok(Bytes::copy_from_slice(&buf[..at]))).await;
+                    }
+                    return;
+                }
+                None => {
+                    if !crate::api::forward(&tx, read, &buf).await {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|item| (item.map(hyper::body::Frame::data), rx))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
 }
 
 #[cfg(test)]

@@ -38,12 +38,7 @@ impl Guest {
 impl ExecStdin {
     /// Sends bytes for the command's stdin, in frames of at most [`MAX_CHUNK`].
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), TunnelError> {
-        for chunk in bytes.chunks(MAX_CHUNK) {
-            self.tx
-                .send(&ExecInput::Stdin(chunk.to_vec().into()))
-                .await?;
-        }
-        Ok(())
+        write_stdin(&mut self.tx, bytes).await
     }
 
     /// Ends the command's stdin.
@@ -69,4 +64,12 @@ impl ExecEvents {
     pub async fn next(&mut self) -> Result<Option<ExecEvent>, TunnelError> {
         self.rx.recv::<ExecEvent>().await
     }
+}
+
+/// Sends `bytes` as stdin frames of at most [`MAX_CHUNK`] (an exec's, an attached process's).
+pub(super) async fn write_stdin(tx: &mut OpSender, bytes: &[u8]) -> Result<(), TunnelError> {
+    for chunk in bytes.chunks(MAX_CHUNK) {
+        tx.send(&ExecInput::Stdin(chunk.to_vec().into())).await?;
+    }
+    Ok(())
 }

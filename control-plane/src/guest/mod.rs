@@ -22,12 +22,14 @@ mod exec;
 mod files;
 mod home;
 mod live;
+mod process;
 mod raw;
 mod screen;
 
 pub use exec::{Exec, ExecEvents, ExecStdin};
 pub use home::ExportBytes;
 pub use live::{ConnectError, LiveStream};
+pub use process::{ProcEvents, ProcOutput, ProcStdin};
 pub use raw::{ByteError, ByteStream, SendError};
 pub use screen::Observation;
 

@@ -77,6 +77,10 @@ pub enum CommandAction {
     AttachFile,
     /// An attached file fetched through its URL.
     Download,
+    /// A detached process started (`POST …/processes`); its line starts with `[id]`.
+    ProcessStart,
+    /// A detached process exited (its exit code and output tail), or ended with its computer.
+    ProcessExit,
 }
 
 /// A `computer.command` event.

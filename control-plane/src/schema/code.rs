@@ -75,6 +75,8 @@ codes! {
     NoControl = "no_control", 409, "the user does not hold the bot's control";
     ControlRequired = "control_required", 409, "the user must hold the bot's control";
     Exists = "exists", 409, "the name is taken";
+    TooManyProcesses = "too_many_processes", 409, "the computer runs the most detached processes \
+        it may: kill one first";
     TooManySecrets = "too_many_secrets", 409, "the workspace holds the most secrets it may";
     AttachmentChanged = "attachment_changed", 409, "the file changed since it was attached";
     ScreenReleasing = "screen_releasing", 409, "the bot's desktop is still being released";
@@ -132,6 +134,7 @@ impl From<gateway_proto::ErrorCode> for ApiCode {
             E::ScreenReleasing => ApiCode::ScreenReleasing,
             E::ActionRefused => ApiCode::ActionRefused,
             E::Exists => ApiCode::Exists,
+            E::TooManyProcesses => ApiCode::TooManyProcesses,
         }
     }
 }
@@ -164,6 +167,7 @@ mod tests {
             E::ScreenReleasing,
             E::ActionRefused,
             E::Exists,
+            E::TooManyProcesses,
         ] {
             assert_eq!(ApiCode::from(code).as_str(), code.as_str());
         }

@@ -117,6 +117,9 @@ pub struct Machine {
     /// Live desktops.
     #[serde(default)]
     pub desktops: u32,
+    /// Its detached processes (docs/api.md#processes), running and recently exited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<super::process::Process>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

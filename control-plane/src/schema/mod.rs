@@ -27,6 +27,7 @@ pub mod job;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod process;
 pub mod screen;
 pub mod secret;
 pub mod token;

@@ -305,6 +305,13 @@ pub(super) static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             cpu_milli: 250,
             cpu_interval_ms: 30_000,
         })),
+        sample(Request::ProcList(ProcList)),
+        sample(Request::ProcLogs(ProcLogs {
+            id: 3,
+            offset: Some(1 << 20),
+            follow: true,
+        })),
+        sample(Reply::Processes(vec![])),
     ]
 });
 

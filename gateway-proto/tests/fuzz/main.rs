@@ -21,6 +21,7 @@ use gateway_proto::live::{
     CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
 };
 use gateway_proto::op::{GuestActivity, MachineStatus};
+use gateway_proto::process::{ProcAttach, ProcKill, ProcList, ProcLogs};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,

@@ -253,6 +253,21 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
         )),
         Just(Request::Status),
         Just(Request::Activity),
+        Just(Request::ProcList(ProcList)),
+        (any::<u32>(), option::of(any::<u64>()), any::<bool>())
+            .prop_map(|(id, offset, follow)| Request::ProcLogs(ProcLogs { id, offset, follow })),
+        (any::<u32>(), option::of(any::<u64>())).prop_map(|(id, offset)| Request::ProcAttach(
+            ProcAttach {
+                id,
+                offset,
+                lease: None
+            }
+        )),
+        (any::<u32>(), any::<i32>()).prop_map(|(id, signal)| Request::ProcKill(ProcKill {
+            id,
+            signal,
+            lease: None
+        })),
     ]
 }
 

@@ -54,18 +54,9 @@ async fn cli_exec_streams_output_stdin_and_exit_codes() -> Result<()> {
     let mut stdout = child.stdout.take().context("stdout")?;
     stdin.write_all(b"one\n").await?;
     stdin.flush().await?;
-    let mut seen = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        let mut buf = [0u8; 256];
-        while !seen.ends_with(b"got one\n") {
-            let n = stdout.read(&mut buf).await?;
-            anyhow::ensure!(n > 0, "stdout ended: {}", text(&seen));
-            seen.extend_from_slice(&buf[..n]);
-        }
-        Ok(())
-    })
-    .await
-    .context("no answer to the first line while stdin was open")??;
+    let seen = read_until(&mut stdout, b"got one\n")
+        .await
+        .context("no answer to the first line while stdin was open")?;
     stdin.write_all(b"two\n").await?;
     drop(stdin);
     let mut rest = Vec::new();

@@ -214,6 +214,27 @@ pub(crate) async fn refused(w: &World, args: &[&str], needle: &str) -> Result<St
     Ok(assert_refused(args, &out, needle))
 }
 
+/// Reads a child's output until it ends with `needle` (within [`CLI_TIMEOUT`]); returns all
+/// read. Fails if the output ends first.
+pub(crate) async fn read_until(
+    out: &mut (impl tokio::io::AsyncRead + Unpin),
+    needle: &[u8],
+) -> Result<Vec<u8>> {
+    let mut seen = Vec::new();
+    tokio::time::timeout(CLI_TIMEOUT, async {
+        let mut buf = [0u8; 256];
+        while !seen.ends_with(needle) {
+            let n = out.read(&mut buf).await?;
+            anyhow::ensure!(n > 0, "the output ended: {}", text(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    })
+    .await
+    .with_context(|| format!("{} never came", text(needle)))??;
+    Ok(seen)
+}
+
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

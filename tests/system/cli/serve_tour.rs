@@ -133,48 +133,9 @@ async fn cli_serve_prints_the_token_once_and_the_cli_finds_a_local_server() -> R
     Ok(())
 }
 
-/// One command of README.md's tour: its arguments after `rakazo`, the stdin piped into it, and
-/// the comment on its line.
-struct TourStep {
-    args: Vec<String>,
-    stdin: Option<String>,
-    comment: String,
-}
-
 /// The `rakazo …` commands of README.md's tour, in order.
-fn readme_tour() -> Result<Vec<TourStep>> {
-    let block = tests::readme::block("## A short tour")?;
-    let mut steps = Vec::new();
-    let mut joined = String::new();
-    for raw in block.lines() {
-        // A comment starts at " #" (the tour has no '#' inside quotes).
-        let (code, comment) = raw.split_once(" #").unwrap_or((raw, ""));
-        let code = code.trim_end();
-        if let Some(head) = code.strip_suffix('\\') {
-            joined.push_str(head);
-            continue;
-        }
-        joined.push_str(code);
-        for part in std::mem::take(&mut joined).split(" ; ") {
-            let (stdin, cmd) = match part.split_once(" | ") {
-                Some((feed, cmd)) => {
-                    let words = tests::readme::shell_words(feed);
-                    anyhow::ensure!(words.first().map(String::as_str) == Some("echo"), "{part}");
-                    (Some(format!("{}\n", words[1..].join(" "))), cmd)
-                }
-                None => (None, part),
-            };
-            let words = tests::readme::shell_words(cmd);
-            if words.first().map(String::as_str) == Some("rakazo") {
-                steps.push(TourStep {
-                    args: words[1..].to_vec(),
-                    stdin,
-                    comment: comment.trim().to_string(),
-                });
-            }
-        }
-    }
-    Ok(steps)
+fn readme_tour() -> Result<Vec<tests::readme::Command>> {
+    tests::readme::commands("## A short tour")
 }
 
 /// The README's tour, every command as written and in its order, against a World: the

@@ -169,6 +169,38 @@ pub struct ListParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ProcessStartParams {
+    /// A shell command line, run with `sh -c` as a detached process that outlives this call.
+    pub command: String,
+    /// Working directory relative to the home (default: the bot's own directory).
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessLogsParams {
+    /// The process's id (from process_start or process_list).
+    pub id: u32,
+    /// Read from this byte offset of its output (default: the oldest kept).
+    #[serde(default)]
+    pub offset: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessKillParams {
+    pub id: u32,
+    /// TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.
+    #[serde(default)]
+    pub signal: Option<String>,
+}
+
+/// The most output `process_logs` returns: the last 64 KiB of what it read.
+const PROCESS_LOGS_MAX: usize = 64 << 10;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TakeoverParams {
     /// false withdraws an earlier request; default true.
     #[serde(default)]
@@ -408,6 +440,132 @@ impl Tools {
             .run(&ctx, "mcp.shell", Endpoint::Exec, |lease| {
                 self.shell_run(lease, p)
             })
+            .await)
+    }
+
+    #[tool(
+        description = "Start a shell command (sh -c) as a detached process that keeps running \
+                       after this call (a dev server, a long build). Returns its id; read its \
+                       output with process_logs, stop it with process_kill."
+    )]
+    async fn process_start(
+        &self,
+        Parameters(p): Parameters<ProcessStartParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.process_start",
+                Endpoint::StartProcess,
+                |lease| async move {
+                    let spec = ExecSpec {
+                        argv: vec!["sh".into(), "-c".into(), p.command],
+                        cwd: p.cwd,
+                        bot: Some(self.binding.bot.as_str().to_string()),
+                        lease: Some(lease.to_string()),
+                        ..ExecSpec::default()
+                    };
+                    let info = api::processes::start_spec(&self.api, self.id(), spec).await?;
+                    Ok(CallToolResult::success(vec![json_text(
+                        &api::processes::view(info),
+                    )]))
+                },
+            )
+            .await)
+    }
+
+    #[tool(
+        description = "List the computer's detached processes: id, state (running or exited), \
+                       exit code, output size, command."
+    )]
+    async fn process_list(
+        &self,
+        Parameters(_): Parameters<NoParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.process_list",
+                Endpoint::ListProcesses,
+                |_lease| async move {
+                    let all = self
+                        .api
+                        .core
+                        .call(self.id(), gateway_proto::process::ProcList)
+                        .await?;
+                    let list = crate::schema::process::ProcessList {
+                        processes: all.into_iter().map(api::processes::view).collect(),
+                    };
+                    Ok(CallToolResult::success(vec![json_text(&list)]))
+                },
+            )
+            .await)
+    }
+
+    #[tool(
+        description = "Read a detached process's output (stdout and stderr interleaved) from \
+                       offset; returns its last 64 KiB with the offsets read, how many bytes \
+                       were dropped (older than the computer keeps), and its exit if it ended. \
+                       Call again with offset=end for what came since."
+    )]
+    async fn process_logs(
+        &self,
+        Parameters(p): Parameters<ProcessLogsParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.process_logs",
+                Endpoint::ProcessLogs,
+                |_lease| async move {
+                    let g = api::processes::gather(
+                        &self.api,
+                        self.id(),
+                        p.id,
+                        p.offset,
+                        PROCESS_LOGS_MAX,
+                    )
+                    .await?;
+                    let result = serde_json::json!({
+                        "offset": g.offset,
+                        "end": g.end,
+                        "dropped": g.dropped,
+                        "output": String::from_utf8_lossy(&g.output),
+                        "exit_code": g.exit.as_ref().map(|e| e.code),
+                    });
+                    Ok(CallToolResult::success(vec![json_text(&result)]))
+                },
+            )
+            .await)
+    }
+
+    #[tool(description = "Send a signal (default TERM) to a detached process's group.")]
+    async fn process_kill(
+        &self,
+        Parameters(p): Parameters<ProcessKillParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.process_kill",
+                Endpoint::KillProcess,
+                |_lease| async move {
+                    let info = api::processes::kill_signal(
+                        &self.api,
+                        self.id(),
+                        p.id,
+                        p.signal.as_deref(),
+                    )
+                    .await?;
+                    Ok(CallToolResult::success(vec![json_text(
+                        &api::processes::view(info),
+                    )]))
+                },
+            )
             .await)
     }
 

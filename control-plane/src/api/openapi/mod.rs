@@ -147,6 +147,10 @@ fn path_param(name: &str) -> Value {
             json!({ "type": "string", "minLength": 1, "maxLength": 64 }),
         ),
         "job" => ("The maintenance job's id.", json!({ "type": "string" })),
+        "process" => (
+            "The detached process's id on its computer.",
+            json!({ "type": "integer", "minimum": 0, "maximum": u32::MAX }),
+        ),
         "home_key" => ("A stored home's key.", json!({ "type": "string" })),
         "workspace" => (
             "The workspace's id: 1 to 128 of `[A-Za-z0-9._-]`.",
@@ -343,7 +347,11 @@ mod tests {
                 operations += 1;
                 let example: String = path
                     .split('/')
-                    .map(|p| if p.starts_with('{') { "x-1" } else { p })
+                    .map(|p| match p {
+                        "{process}" => "1",
+                        p if p.starts_with('{') => "x-1",
+                        p => p,
+                    })
                     .collect::<Vec<_>>()
                     .join("/");
                 let method: hyper::Method = method.to_uppercase().parse().unwrap();

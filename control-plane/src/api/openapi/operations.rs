@@ -21,6 +21,7 @@ use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest};
 use crate::schema::mcp::{McpToken, McpTokenRequest};
 use crate::schema::network::{NetworkPolicy, SetNetworkPolicy, WorkspaceNetworkPolicy};
+use crate::schema::process::{KillRequest, LogLine, Process, ProcessList};
 use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
@@ -414,6 +415,82 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
                 integer(0, None),
             )])
         }
+        E::StartProcess => op(
+            "processes",
+            "Start a detached process: it outlives the request, its output is kept by the \
+             computer (docs/api.md#processes). `stdin` is refused: attach to write to it.",
+            (201, json_ok("The process, started.", doc.of::<Process>())),
+            codes(&[GUEST, JSON_BODY, &[TooManyProcesses]]),
+        )
+        .body(json_body(doc.of::<ExecSpec>(), true)),
+        E::ListProcesses => op(
+            "processes",
+            "The computer's detached processes: running, and the last exited.",
+            (200, json_ok("Its processes.", doc.of::<ProcessList>())),
+            GUEST.to_vec(),
+        ),
+        E::GetProcess => op(
+            "processes",
+            "One detached process.",
+            (200, json_ok("The process.", doc.of::<Process>())),
+            GUEST.to_vec(),
+        ),
+        E::ProcessLogs | E::AttachProcess => {
+            let line = doc.of::<LogLine>();
+            let ok = (
+                200,
+                json!({
+                    "description": "NDJSON, one `LogLine` per line: `opened`, then `output` \
+                                    chunks, then `exit` (or `error`).",
+                    "content": { "application/x-ndjson": { "schema": line } },
+                }),
+            );
+            let offset = query(
+                "offset",
+                false,
+                "The byte offset to read from (default: the oldest kept; for an attach, now). \
+                 Output older than what is kept is reported as `dropped`.",
+                integer(0, None),
+            );
+            if e == E::ProcessLogs {
+                op(
+                    "processes",
+                    "A process's output (stdout and stderr interleaved), optionally followed \
+                     until it exits.",
+                    ok,
+                    GUEST.to_vec(),
+                )
+                .query([
+                    offset,
+                    query(
+                        "follow",
+                        false,
+                        "Keep the answer open and stream output as it comes, until the process \
+                         exits.",
+                        json!({ "type": "boolean" }),
+                    ),
+                ])
+            } else {
+                op(
+                    "processes",
+                    "Attach to a process: the request body streams to its stdin, its output \
+                     streams back; ending the body detaches (the process keeps running).",
+                    ok,
+                    GUEST.to_vec(),
+                )
+                .query([offset])
+                .body(without_required(bytes(
+                    "Bytes for the process's stdin, streamed.",
+                )))
+            }
+        }
+        E::KillProcess => op(
+            "processes",
+            "Send a signal (default TERM) to a process's group.",
+            (200, json_ok("The process.", doc.of::<Process>())),
+            guest_json(),
+        )
+        .body(json_body(doc.of::<KillRequest>(), false)),
         E::ListFiles => op(
             "files",
             "List a directory of the computer's home.",
