@@ -107,8 +107,7 @@ async fn flow(w: &World, c: &str, what: &str) -> Result<(Duration, serde_json::V
     let elapsed = start.elapsed();
     let last = body
         .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .next_back()
+        .rfind(|l| !l.is_empty())
         .context("no answer")?;
     let line: serde_json::Value = serde_json::from_slice(last)?;
     if line["type"] != "done" {
