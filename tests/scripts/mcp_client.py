@@ -92,6 +92,13 @@ async def flow(plan):
             unknown = await call(client, "process_logs", {"id": 9999})
             report["process_unknown"] = {"error": unknown.is_error, "text": texts(unknown)}
 
+            revs = await call(client, "home_revisions")
+            report["home_revisions"] = {"error": revs.is_error, "text": texts(revs)}
+            diff = await call(client, "home_diff", {"from": 1, "to": 2})
+            report["home_diff"] = {"error": diff.is_error, "text": texts(diff)}
+            unknown = await call(client, "home_diff", {"from": 1, "to": 99})
+            report["home_diff_unknown"] = {"error": unknown.is_error, "text": texts(unknown)}
+
             nav = await call(client, "browser_navigate", {"url": plan["page"]})
             report["navigate"] = {"error": nav.is_error, "text": texts(nav)}
             snap = await call(client, "browser_snapshot")

@@ -22,12 +22,14 @@ const DOWNLOAD_PAGE: &str = r#"<!doctype html><html><head><meta charset="utf-8">
 
 const CSV: &str = "quarter,revenue\nQ1,10\nQ2,12\n";
 
-const TOOLS: [&str; 14] = [
+const TOOLS: [&str; 16] = [
     "browser_act",
     "browser_navigate",
     "browser_snapshot",
     "computer_act",
     "computer_observe",
+    "home_diff",
+    "home_revisions",
     "list_files",
     "process_kill",
     "process_list",
@@ -147,6 +149,10 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     fx.page("report.csv", CSV);
     let mut w = World::start().await?;
     let c = w.create_computer("ws-mcp").await?;
+    // Two revisions of the home for the home tools: the second adds one file.
+    w.home_ok(&c, "checkpoint").await?;
+    w.sh(&c, "echo kept > saved.txt").await?;
+    w.home_ok(&c, "checkpoint").await?;
     let minted = rakazo_json(&w, &["mcp", "token", &c, "bot-m"]).await?;
     let token = minted["token"]
         .as_str()
@@ -225,6 +231,23 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
     assert_eq!(report["process_unknown"]["error"], true, "{report}");
     assert!(
         text(&report["process_unknown"]).starts_with("not_found: no process 9999"),
+        "{report}"
+    );
+    // The home tools: the revisions, and what changed between them.
+    let revs: serde_json::Value = serde_json::from_str(&text(&report["home_revisions"]))?;
+    assert_eq!(
+        revs["revisions"].as_array().map(Vec::len),
+        Some(2),
+        "{revs}"
+    );
+    let diff: serde_json::Value = serde_json::from_str(&text(&report["home_diff"]))?;
+    assert_eq!(
+        diff["changes"],
+        serde_json::json!([{"path": "saved.txt", "dir": false, "change": "added"}]),
+        "{diff}"
+    );
+    assert!(
+        text(&report["home_diff_unknown"]).starts_with("not_found:"),
         "{report}"
     );
     let timed_out = text(&report["shell_timeout"]);

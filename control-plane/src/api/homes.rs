@@ -364,6 +364,11 @@ fn limit_of(q: &HashMap<String, String>) -> Result<usize, ApiError> {
 }
 
 pub async fn revisions(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    Ok(json_response(StatusCode::OK, &revisions_of(api, id).await?))
+}
+
+/// The revisions of `id`'s home (HTTP and MCP).
+pub async fn revisions_of(api: &Arc<Api>, id: &str) -> Result<HomeRevisions, ApiError> {
     let key = stored_key(api, id).await?;
     let revs = api.core.homes.revisions(&key).await.map_err(home_error)?;
     let listed = HomeRevisions {
@@ -384,7 +389,7 @@ pub async fn revisions(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, A
             })
             .collect(),
     };
-    Ok(json_response(StatusCode::OK, &listed))
+    Ok(listed)
 }
 
 pub async fn diff(
@@ -397,6 +402,20 @@ pub async fn diff(
     };
     let (from, to) = (need("from")?, need("to")?);
     let limit = limit_of(q)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &diff_of(api, id, from, to, limit).await?,
+    ))
+}
+
+/// What changed in `id`'s home from revision `from` to `to` (HTTP and MCP).
+pub async fn diff_of(
+    api: &Arc<Api>,
+    id: &str,
+    from: u64,
+    to: u64,
+    limit: usize,
+) -> Result<HomeDiff, ApiError> {
     let key = stored_key(api, id).await?;
     let found = api
         .core
@@ -423,7 +442,7 @@ pub async fn diff(
             .collect(),
         truncated,
     };
-    Ok(json_response(StatusCode::OK, &body))
+    Ok(body)
 }
 
 pub async fn entries(

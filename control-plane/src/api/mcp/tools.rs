@@ -196,6 +196,18 @@ pub struct ProcessKillParams {
     pub signal: Option<String>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HomeDiffParams {
+    /// The earlier revision (from home_revisions).
+    pub from: u64,
+    /// The later revision.
+    pub to: u64,
+}
+
+/// The most changes `home_diff` returns.
+const HOME_DIFF_MAX: usize = 1000;
+
 /// The most output `process_logs` returns: the last 64 KiB of what it read.
 const PROCESS_LOGS_MAX: usize = 64 << 10;
 
@@ -537,6 +549,55 @@ impl Tools {
                         "exit_code": g.exit.as_ref().map(|e| e.code),
                     });
                     Ok(CallToolResult::success(vec![json_text(&result)]))
+                },
+            )
+            .await)
+    }
+
+    #[tool(
+        description = "List the revisions of the computer's stored home, oldest first: number, \
+                       time, cause (run_end, stop, idle, manual, restore, fork), files, size and \
+                       bytes each added. Every checkpoint is one."
+    )]
+    async fn home_revisions(
+        &self,
+        Parameters(_): Parameters<NoParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.home_revisions",
+                Endpoint::HomeRevisions,
+                |_lease| async move {
+                    let listed = api::homes::revisions_of(&self.api, self.id()).await?;
+                    Ok(CallToolResult::success(vec![json_text(&listed)]))
+                },
+            )
+            .await)
+    }
+
+    #[tool(
+        description = "What changed in the stored home between two revisions: paths added, \
+                       removed and changed (at most 1000; truncated says if more)."
+    )]
+    async fn home_diff(
+        &self,
+        Parameters(p): Parameters<HomeDiffParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self
+            .run(
+                &ctx,
+                "mcp.home_diff",
+                Endpoint::HomeDiff,
+                |_lease| async move {
+                    if p.from == 0 || p.to == 0 {
+                        return Err(ApiError::bad_request("revisions are numbered from 1"));
+                    }
+                    let d = api::homes::diff_of(&self.api, self.id(), p.from, p.to, HOME_DIFF_MAX)
+                        .await?;
+                    Ok(CallToolResult::success(vec![json_text(&d)]))
                 },
             )
             .await)
