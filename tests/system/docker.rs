@@ -345,6 +345,40 @@ async fn the_cli_creates_a_docker_computer_with_limits() -> Result<()> {
     let links =
         tests::netlab::run(std::process::Command::new("ip").args(["-n", &netns, "-o", "link"]))?;
     assert_eq!(links.lines().count(), 2, "{links}");
+
+    // A fork of a running Docker computer: checkpointed first, then a new container whose home
+    // starts from it; each side goes on alone.
+    let sh = |c: &str, script: &str| run(&["exec", c, "--", "sh", "-c", script]);
+    assert!(sh(&c, "echo docker-side > forked.txt")?.status.success());
+    let out = run(&[
+        "computer",
+        "fork",
+        &c,
+        "--workspace",
+        "ws-cli-docker-fork",
+        "--provider",
+        "docker",
+        "--json",
+    ])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let f = v["id"].as_str().context("fork id")?.to_string();
+    w.track_docker(&f);
+    assert_eq!(v["provider"], "docker");
+    let out = sh(&f, "cat forked.txt; echo fork > only-fork")?;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "docker-side\n");
+    let out = sh(&c, "ls")?;
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("only-fork"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(run(&["computer", "destroy", &f])?.status.success());
+
     let out = run(&["computer", "destroy", &c])?;
     assert!(
         out.status.success(),
