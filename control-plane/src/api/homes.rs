@@ -34,7 +34,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Longest lease wait a caller may ask for: 10 minutes.
 const MAX_WAIT_MS: u64 = 10 * 60 * 1000;
@@ -270,8 +270,15 @@ pub async fn restore(
             Some(n) => core.restore_revision(&c, n, &p).await,
             None => core.restore_home(&c, &p).await,
         };
-        if let Err(e) = &r {
-            warn!(computer_id = %c.id, error = %chain(e), "home restore failed; nothing was written");
+        match &r {
+            // A revision gone meanwhile (collected, or the home purged): the caller's to fix.
+            Err(e @ CoreError::Home(HomeError::NoRevision(_))) => {
+                info!(computer_id = %c.id, error = %chain(e), "home restore refused; nothing was written");
+            }
+            Err(e) => {
+                warn!(computer_id = %c.id, error = %chain(e), "home restore failed; nothing was written");
+            }
+            Ok(_) => {}
         }
         r.map(|d| HomeDone {
             revision: d.map(|d| d.revision.get()),
