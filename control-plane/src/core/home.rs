@@ -77,15 +77,7 @@ impl Core {
         Self::require_running(c)?;
         let restored = self.restore_into(c, progress).await?;
         if let Some(r) = &restored {
-            self.activity
-                .lifecycle_home(
-                    c.id.as_str(),
-                    LifecycleKind::Restored,
-                    Cause::User,
-                    "the stored home was restored by a user",
-                    Some(r.revision.get()),
-                    Some(r.bytes),
-                )
+            self.record_restore(c, r, Cause::User, "the stored home was restored by a user")
                 .await;
         }
         Ok(restored)
@@ -148,16 +140,7 @@ impl Core {
         }
         let restored = self.restore_locked(c, progress).await?;
         if let Some(r) = &restored {
-            self.activity
-                .lifecycle_home(
-                    c.id.as_str(),
-                    LifecycleKind::Restored,
-                    Cause::User,
-                    &reason,
-                    Some(r.revision.get()),
-                    Some(r.bytes),
-                )
-                .await;
+            self.record_restore(c, r, Cause::User, &reason).await;
         }
         Ok(restored)
     }
@@ -232,6 +215,20 @@ impl Core {
         Ok(source)
     }
 
+    /// Records a restore in the computer's activity feed.
+    async fn record_restore(&self, c: &Computer, r: &Restored, cause: Cause, reason: &str) {
+        self.activity
+            .lifecycle_home(
+                c.id.as_str(),
+                LifecycleKind::Restored,
+                cause,
+                reason,
+                Some(r.revision.get()),
+                Some(r.bytes),
+            )
+            .await;
+    }
+
     /// Records a checkpoint in the computer's activity feed.
     pub async fn record_checkpoint(
         &self,
@@ -263,16 +260,7 @@ impl Core {
     ) -> Result<Option<Restored>, CoreError> {
         let restored = self.restore_into(c, &Progress::new()).await?;
         if let Some(r) = &restored {
-            self.activity
-                .lifecycle_home(
-                    c.id.as_str(),
-                    LifecycleKind::Restored,
-                    cause,
-                    reason,
-                    Some(r.revision.get()),
-                    Some(r.bytes),
-                )
-                .await;
+            self.record_restore(c, r, cause, reason).await;
         }
         self.computers
             .set_state(&c.id, ComputerState::Running, crate::clock::now_ms())

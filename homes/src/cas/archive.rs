@@ -176,7 +176,7 @@ impl<S: BlobStore> Repo<S> {
         archive: R,
         how: Ingest,
     ) -> Result<RevisionInfo, CasError> {
-        let latest = self.revisions()?.pop();
+        let latest = self.latest()?;
         let base_root = match how.base {
             Some(n) => Some(BlobId::from_hex(&self.revision(n)?.root)?),
             None => None,

@@ -334,18 +334,31 @@ impl<S: BlobStore> Repo<S> {
 
     /// Every revision, oldest first.
     pub fn revisions(&self) -> Result<Vec<RevisionInfo>, CasError> {
-        let mut names = self.store.list("revisions/")?;
-        names.sort();
-        names
+        self.numbers()?
+            .into_iter()
+            .map(|n| self.revision(n))
+            .collect()
+    }
+
+    /// The latest revision, reading only its own object.
+    pub fn latest(&self) -> Result<Option<RevisionInfo>, CasError> {
+        self.numbers()?.pop().map(|n| self.revision(n)).transpose()
+    }
+
+    /// The numbers of the stored revisions, in order.
+    fn numbers(&self) -> Result<Vec<u64>, CasError> {
+        let mut numbers = self
+            .store
+            .list("revisions/")?
             .iter()
             .map(|n| {
-                let num: u64 = n
-                    .trim_start_matches("revisions/")
+                n.trim_start_matches("revisions/")
                     .parse()
-                    .map_err(|_| CasError::Corrupt(format!("a revision named {n:?}")))?;
-                self.revision(num)
+                    .map_err(|_| CasError::Corrupt(format!("a revision named {n:?}")))
             })
-            .collect()
+            .collect::<Result<Vec<u64>, _>>()?;
+        numbers.sort_unstable();
+        Ok(numbers)
     }
 
     pub fn revision(&self, n: u64) -> Result<RevisionInfo, CasError> {
@@ -411,7 +424,7 @@ impl<S: BlobStore> Repo<S> {
 
     /// Takes a snapshot of `s.dir` as the next revision, its parent the latest one.
     pub fn snapshot(&mut self, s: Snapshot<'_>) -> Result<RevisionInfo, CasError> {
-        let latest = self.revisions()?.pop();
+        let latest = self.latest()?;
         let parent_tree = match &latest {
             Some(r) => Some(self.tree(BlobId::from_hex(&r.root)?)?),
             None => None,
@@ -445,7 +458,7 @@ impl<S: BlobStore> Repo<S> {
                 src.revision
             )));
         }
-        let latest = self.revisions()?.pop();
+        let latest = self.latest()?;
         let mut w = self.begin(latest.as_ref(), cause, at_ms, first);
         w.info.files = src.files;
         w.info.size = src.size;

@@ -157,7 +157,7 @@ impl Inner {
         let src = Repo::open(src, CasKeys::derive(&key))?;
         let info = match n {
             Some(n) => src.revision(n)?,
-            None => src.revisions()?.pop().ok_or(CasError::NoRevision(1))?,
+            None => src.latest()?.ok_or(CasError::NoRevision(1))?,
         };
         let dst = self.blobs(to)?;
         if self.data_key(&*dst, to, false)?.is_some() {
@@ -201,6 +201,20 @@ fn task_err(home: &HomeKey) -> impl FnOnce(tokio::task::JoinError) -> HomeStoreE
     }
 }
 
+/// Runs `f` with the store's places and keys and `home` on the blocking pool (repositories are
+/// synchronous), its errors as `home`'s.
+async fn blocking<T, F>(inner: &Arc<Inner>, home: &HomeKey, f: F) -> Result<T, HomeStoreError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Inner, &HomeKey) -> Result<T, CasError> + Send + 'static,
+{
+    let (inner2, h) = (inner.clone(), home.clone());
+    tokio::task::spawn_blocking(move || f(&inner2, &h))
+        .await
+        .map_err(task_err(home))?
+        .map_err(|e| cas_err(home, e))
+}
+
 /// The wall clock in milliseconds since the epoch, as the store's owner reads it.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -241,15 +255,13 @@ impl<L: HomeStore> CasHomeStore<L> {
         F: FnOnce(&HomeRepo) -> Result<T, CasError> + Send + 'static,
     {
         let _guard = self.locks.read(home).await;
-        let inner = self.inner.clone();
-        let h = home.clone();
-        tokio::task::spawn_blocking(move || match inner.repo(&h, false)? {
-            Some(repo) => f(&repo).map(Some),
-            None => Ok(None),
+        blocking(&self.inner, home, move |inner, h| {
+            match inner.repo(h, false)? {
+                Some(repo) => f(&repo).map(Some),
+                None => Ok(None),
+            }
         })
         .await
-        .map_err(task_err(home))?
-        .map_err(|e| cas_err(home, e))
     }
 
     /// Every revision of `home`, oldest first (empty for a home with none here).
@@ -281,10 +293,7 @@ impl<L: HomeStore> CasHomeStore<L> {
         &self,
         home: &HomeKey,
     ) -> Result<Option<(u64, String)>, HomeStoreError> {
-        let latest = self
-            .read(home, |r| Ok(r.revisions()?.pop()))
-            .await?
-            .flatten();
+        let latest = self.read(home, |r| r.latest()).await?.flatten();
         Ok(latest.and_then(|r| r.export.map(|t| (r.revision, t))))
     }
 
@@ -307,15 +316,13 @@ impl<L: HomeStore> CasHomeStore<L> {
             Some(r) => r.get() + 1,
             None => 1,
         };
-        let inner = self.inner.clone();
-        let h = home.clone();
         let reader = SyncIoBridge::new(archive);
         let (base, token) = match export {
             Some(e) => (e.base, Some(e.token)),
             None => (None, None),
         };
-        tokio::task::spawn_blocking(move || {
-            let mut repo = inner.repo(&h, true)?.expect("created");
+        blocking(&self.inner, home, move |inner, h| {
+            let mut repo = inner.repo(h, true)?.expect("created");
             let how = Ingest {
                 limits: inner.limits,
                 cause,
@@ -327,8 +334,6 @@ impl<L: HomeStore> CasHomeStore<L> {
             repo.ingest_with(reader, how)
         })
         .await
-        .map_err(task_err(home))?
-        .map_err(|e| cas_err(home, e))
     }
 
     /// Revision `n` of `home` as an archive (`None` if there is no such revision here).
@@ -337,34 +342,46 @@ impl<L: HomeStore> CasHomeStore<L> {
         home: &HomeKey,
         n: u64,
     ) -> Result<Option<Checkpoint>, HomeStoreError> {
+        self.open_at(home, Some(n)).await
+    }
+
+    /// Revision `n` (default: the latest) of `home` as an archive whose length is known from
+    /// its trees; `None` if there is no such revision here. The repository is opened once: the
+    /// stream writes from the one that measured it, under the home's read lock.
+    async fn open_at(
+        &self,
+        home: &HomeKey,
+        n: Option<u64>,
+    ) -> Result<Option<Checkpoint>, HomeStoreError> {
         let guard = self.locks.read(home).await;
-        let inner = self.inner.clone();
-        let h = home.clone();
-        let size = tokio::task::spawn_blocking(move || {
-            let Some(repo) = inner.repo(&h, false)? else {
+        let found = blocking(&self.inner, home, move |inner, h| {
+            let Some(repo) = inner.repo(h, false)? else {
                 return Ok(None);
             };
+            let n = match n {
+                Some(n) => n,
+                None => match repo.latest()? {
+                    Some(info) => info.revision,
+                    None => return Ok(None),
+                },
+            };
             match repo.archive_size(n) {
-                Ok(size) => Ok(Some(size)),
+                Ok(size) => Ok(Some((repo, n, size))),
                 Err(CasError::NoRevision(_)) => Ok(None),
                 Err(e) => Err(e),
             }
         })
-        .await
-        .map_err(task_err(home))?
-        .map_err(|e| cas_err(home, e))?;
-        let Some(size) = size else { return Ok(None) };
-        let inner = self.inner.clone();
-        let h = home.clone();
-        let reader = task_reader(move |w| {
-            let repo = inner.repo(&h, false)?.ok_or(CasError::NoRevision(n))?;
-            repo.write_archive(n, w)
-        });
+        .await?;
+        let Some((repo, n, size)) = found else {
+            return Ok(None);
+        };
+        let revision = Revision::new(n).ok_or(HomeStoreError::Cas {
+            home: home.clone(),
+            source: CasError::NoRevision(0),
+        })?;
+        let reader = task_reader(move |w| repo.write_archive(n, w));
         Ok(Some(Checkpoint {
-            revision: Revision::new(n).ok_or(HomeStoreError::Cas {
-                home: home.clone(),
-                source: CasError::NoRevision(0),
-            })?,
+            revision,
             archive: Box::pin(Guarded {
                 inner: reader,
                 _guard: guard,
@@ -382,15 +399,11 @@ impl<L: HomeStore> CasHomeStore<L> {
         at_ms: i64,
     ) -> Result<RevisionInfo, HomeStoreError> {
         let _guard = self.locks.write(home).await;
-        let inner = self.inner.clone();
-        let h = home.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut repo = inner.repo(&h, false)?.ok_or(CasError::NoRevision(n))?;
+        blocking(&self.inner, home, move |inner, h| {
+            let mut repo = inner.repo(h, false)?.ok_or(CasError::NoRevision(n))?;
             repo.recommit(n, cause, at_ms)
         })
         .await
-        .map_err(task_err(home))?
-        .map_err(|e| cas_err(home, e))
     }
 
     /// Starts `to` (a home with no checkpoint) from revision `n` of `from` (default: its
@@ -420,12 +433,11 @@ impl<L: HomeStore> CasHomeStore<L> {
                 let b = self.locks.write(to).await;
                 (self.locks.read(from).await, b)
             };
-            let inner = self.inner.clone();
-            let (f, t) = (from.clone(), to.clone());
-            tokio::task::spawn_blocking(move || inner.fork(&f, n, &t, cause, at_ms))
-                .await
-                .map_err(task_err(to))?
-                .map_err(|e| cas_err(to, e))?
+            let f = from.clone();
+            blocking(&self.inner, to, move |inner, t| {
+                inner.fork(&f, n, t, cause, at_ms)
+            })
+            .await?
         };
         if shared.is_some() {
             return Ok(shared);
@@ -448,10 +460,8 @@ impl<L: HomeStore> CasHomeStore<L> {
         keep: Keep,
     ) -> Result<Option<(Vec<u64>, PruneStats)>, HomeStoreError> {
         let _guard = self.locks.write(home).await;
-        let inner = self.inner.clone();
-        let h = home.clone();
-        tokio::task::spawn_blocking(move || {
-            let Some(mut repo) = inner.repo(&h, false)? else {
+        blocking(&self.inner, home, move |inner, h| {
+            let Some(mut repo) = inner.repo(h, false)? else {
                 return Ok(None);
             };
             let gone = repo.forget(&keep)?;
@@ -459,8 +469,6 @@ impl<L: HomeStore> CasHomeStore<L> {
             Ok(Some((gone, stats)))
         })
         .await
-        .map_err(task_err(home))?
-        .map_err(|e| cas_err(home, e))
     }
 }
 
@@ -479,21 +487,14 @@ impl<L: HomeStore> HomeStore for CasHomeStore<L> {
     }
 
     async fn open_latest(&self, home: &HomeKey) -> Result<Option<Checkpoint>, HomeStoreError> {
-        let latest = self
-            .read(home, |r| Ok(r.revisions()?.pop()))
-            .await?
-            .flatten();
-        match latest {
-            Some(info) => self.open_revision(home, info.revision).await,
+        match self.open_at(home, None).await? {
+            Some(cp) => Ok(Some(cp)),
             None => self.legacy.open_latest(home).await,
         }
     }
 
     async fn current_revision(&self, home: &HomeKey) -> Result<Option<Revision>, HomeStoreError> {
-        let latest = self
-            .read(home, |r| Ok(r.revisions()?.pop()))
-            .await?
-            .flatten();
+        let latest = self.read(home, |r| r.latest()).await?.flatten();
         match latest {
             Some(info) => Ok(Revision::new(info.revision)),
             None => self.legacy.current_revision(home).await,
@@ -503,10 +504,8 @@ impl<L: HomeStore> HomeStore for CasHomeStore<L> {
     async fn delete(&self, home: &HomeKey) -> Result<(), HomeStoreError> {
         {
             let _guard = self.locks.write(home).await;
-            let inner = self.inner.clone();
-            let h = home.clone();
-            tokio::task::spawn_blocking(move || {
-                let store = inner.blobs(&h)?;
+            blocking(&self.inner, home, |inner, h| {
+                let store = inner.blobs(h)?;
                 // The key last: until then a retry can still open what is left.
                 for prefix in ["revisions/", "index/", "packs/"] {
                     for name in store.list(prefix)? {
@@ -528,9 +527,7 @@ impl<L: HomeStore> HomeStore for CasHomeStore<L> {
                 }
                 Ok(())
             })
-            .await
-            .map_err(task_err(home))?
-            .map_err(|e| cas_err(home, e))?;
+            .await?;
         }
         self.legacy.delete(home).await
     }
