@@ -18,19 +18,12 @@
 //
 // It exits 0 only when every step passed, printing `N passed, 0 failed`, and prints the
 // measurements as `console-bench: name=value` lines (printed, never asserted).
-import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import zlib from "node:zlib";
+import { LONG, axe, check, env, finish, launch, noViolations, raw, run, shot, signIn, step, until, watch } from "./harness.mjs";
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
 const BASE = env("RAKAZO_CONSOLE_URL").replace(/\/+$/, "");
 const COMPUTER = env("RAKAZO_CONSOLE_COMPUTER");
 const BOT = env("RAKAZO_CONSOLE_BOT");
@@ -44,40 +37,12 @@ const RAKAZO_BIN = env("RAKAZO_BIN");
 const SHOTS = env("RAKAZO_CONSOLE_SCREENSHOTS");
 const UPLOAD_LIMIT = Number(env("RAKAZO_CONSOLE_UPLOAD_LIMIT"));
 const SECRETS_OUT = process.env.RAKAZO_CONSOLE_SECRETS_OUT || null;
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const AXE = fs.readFileSync(path.join(HERE, "node_modules/axe-core/axe.min.js"), "utf8");
-const LONG = 60000;
+run.base = BASE;
+run.shots = SHOTS;
 
-fs.mkdirSync(SHOTS, { recursive: true });
 const cookiesSeen = new Set();
 const bench = {};
-let passed = 0;
-let failed = 0;
-let browser = null;
 const evil = [];
-
-function check(cond, what) {
-  if (!cond) throw new Error("check failed: " + what);
-}
-
-/** Runs one step; a failure is printed with a screenshot of every open page, and ends the run. */
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    passed += 1;
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failed += 1;
-    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
-    if (browser) {
-      let i = 0;
-      for (const ctx of browser.contexts())
-        for (const p of ctx.pages()) await p.screenshot({ path: path.join(SHOTS, `failure-${i++}.png`) }).catch(() => {});
-    }
-    throw e;
-  }
-}
 
 /** Records the sealed token of every capability URL a context's pages open (for the log check). */
 function track(ctx) {
@@ -86,18 +51,6 @@ function track(ctx) {
     if (m) cookiesSeen.add(m[1]);
   });
   return ctx;
-}
-
-const shot = (page, name, opts = {}) => page.screenshot(Object.assign({ path: path.join(SHOTS, name + ".png") }, opts));
-
-/** A raw request to the server, as any HTTP client would send it (no browser). */
-async function raw(method, p, { cookie, token, csrf, body } = {}) {
-  const headers = {};
-  if (cookie) headers.Cookie = "rakazo_session=" + cookie;
-  if (token) headers.Authorization = "Bearer " + token;
-  if (csrf) headers["X-CSRF-Token"] = csrf;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  return fetch(BASE + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), redirect: "manual" });
 }
 
 /** A session opened over raw HTTP: its cookie value and CSRF token. */
@@ -145,43 +98,6 @@ async function exec(argv) {
   }
 }
 
-/** Runs axe-core in `page` (not in its capability iframes): no serious or critical violation. */
-async function axe(page, where) {
-  await page.evaluate(AXE);
-  const result = await page.evaluate(() => window.axe.run(document, { iframes: false, resultTypes: ["violations"] }));
-  const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  for (const v of result.violations)
-    console.log(`axe ${where}: ${v.impact} ${v.id} (${v.nodes.length}): ${v.help} — ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
-  check(bad.length === 0, `axe found ${bad.length} serious or critical violation(s) on ${where}`);
-}
-
-/** Fails on any Content-Security-Policy violation or page error in the console page itself. */
-function watch(page, label) {
-  page.on("console", (m) => {
-    const t = m.text();
-    if (/Content Security Policy|Refused to/i.test(t)) {
-      console.log(`${label}: ${t}`);
-      watch.violations.push(t);
-    }
-  });
-  page.on("pageerror", (e) => {
-    // Playwright's own websocket stand-in (the route that cuts the shell's connection) complains
-    // when the page drops a frame it served: not the console's error.
-    if (/Raw channel missing property/.test(e.message)) return;
-    console.log(`${label}: page error ${e.message}`);
-    watch.errors.push(e.message);
-  });
-}
-watch.violations = [];
-watch.errors = [];
-
-async function signIn(page, token) {
-  await page.goto(BASE + "/console");
-  await page.getByLabel("API token").fill(token);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("button", { name: "Sign out" }).waitFor({ timeout: LONG });
-}
-
 /** Whether a canvas in the viewer frame shows a picture: its sampled pixels are not all one colour. */
 async function canvasColours(frame) {
   return frame.evaluate(() => {
@@ -198,21 +114,6 @@ async function canvasColours(frame) {
       }
     return seen.size;
   });
-}
-
-async function until(what, fn, timeout = LONG, every = 50) {
-  const deadline = Date.now() + timeout;
-  let last;
-  for (;;) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${last})`);
-    await new Promise((r) => setTimeout(r, every));
-  }
 }
 
 async function frameOf(locator) {
@@ -255,12 +156,7 @@ function evilSite() {
 }
 
 async function main() {
-  browser = await chromium.launch({
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-  });
-  browser.on("disconnected", () => console.log("the browser went away"));
+  const browser = await launch();
   const ctx = track(await browser.newContext({ viewport: { width: 1400, height: 900 } }));
   let page = await ctx.newPage();
   page.on("crash", () => console.log("the console page crashed"));
@@ -697,22 +593,11 @@ async function main() {
     check((await raw("GET", "/console/session", { cookie: s.cookie })).status === 401, "GET /console/session: 401");
   });
 
-  await step("no CSP violation and no page error in the console", async () => {
-    check(watch.violations.length === 0, "CSP violations: " + watch.violations.join(" | "));
-    check(watch.errors.length === 0, "page errors: " + watch.errors.join(" | "));
-  });
+  await noViolations();
 }
 
-let code = 0;
-try {
-  await main();
-} catch (e) {
-  code = 1;
-} finally {
+await finish(main, async () => {
   for (const s of evil) s.close();
-  if (browser) await browser.close().catch(() => {});
   if (SECRETS_OUT) fs.writeFileSync(SECRETS_OUT, [...cookiesSeen].join("\n") + "\n", { mode: 0o600 });
   for (const [k, v] of Object.entries(bench)) console.log(`console-bench: ${k}=${v}`);
-  console.log(`${passed} passed, ${failed} failed`);
-}
-process.exit(code);
+});

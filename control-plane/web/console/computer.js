@@ -1,31 +1,21 @@
 // A computer's view (docs/console.md#a-computer): its facts and lifecycle, maintenance, a tab per
-// bot with its live screen and control, and the dock (Terminal, Files, Activity).
+// bot with its live screen and control, and the dock (Terminal, Files, Activity, History).
 import { html, useCallback, useEffect, useState } from "./lib/preact.js";
 import * as server from "./api.js";
-import { bytes, duration, messageOf, useNow, usePoll } from "./util.js";
+import { bytes, duration, messageOf, useAction, useNow, usePoll } from "./util.js";
 import { Idle, Lifecycle, Memory, StateBadge } from "./list.js";
 import { Maintenance } from "./maintenance.js";
 import { Screen } from "./screen.js";
 import { Activity, Files, Shell, useActivity } from "./dock.js";
+import { History } from "./history.js";
 
 const botHash = (computer, bot) => "#/c/" + encodeURIComponent(computer) + "/" + encodeURIComponent(bot);
 
 /** Take control / release control of a bot's screen, the lease's time left and renew. */
 function ControlBar({ bot, control, onTake, onRelease }) {
   const now = useNow(1000);
-  const [busy, setBusy] = useState(null);
-  const [error, setError] = useState(null);
-  const run = async (what, fn) => {
-    setBusy(what);
-    setError(null);
-    try {
-      await fn();
-    } catch (e) {
-      setError(messageOf(e));
-    } finally {
-      setBusy(null);
-    }
-  };
+  const [busy, error, act] = useAction();
+  const run = (what, fn) => act(fn, what);
   if (!server.can("operator"))
     return html`<div class="control-bar"><span class="muted">View only: your role (viewer) can watch, not take control.</span></div>`;
   return html`<div class="control-bar">
@@ -40,22 +30,15 @@ function ControlBar({ bot, control, onTake, onRelease }) {
 }
 
 function AddBot({ computer }) {
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
-  const submit = async (e) => {
+  const [busy, error, act] = useAction();
+  const submit = (e) => {
     e.preventDefault();
     const bot = e.currentTarget.bot.value.trim();
     if (!bot) return;
-    setBusy(true);
-    setError(null);
-    try {
+    act(async () => {
       await server.post(server.c(computer, "screens", bot, "ensure"), {});
       location.hash = botHash(computer, bot);
-    } catch (err) {
-      setError(messageOf(err));
-    } finally {
-      setBusy(false);
-    }
+    });
   };
   return html`<form class="add-bot" onSubmit=${submit}>
     <label for="add-bot">Open a bot's desktop</label>
@@ -69,6 +52,7 @@ const WINDOWS = [
   ["terminal", "Terminal"],
   ["files", "Files"],
   ["activity", "Activity"],
+  ["history", "History"],
 ];
 
 export function ComputerView({ id, bot: routeBot }) {
@@ -217,6 +201,9 @@ export function ComputerView({ id, bot: routeBot }) {
           </div>
           <div role="tabpanel" id="win-activity" aria-labelledby="tab-activity" class=${"window" + (win === "activity" ? "" : " off")}>
             <${Activity} feed=${feed} bots=${all} />
+          </div>
+          <div role="tabpanel" id="win-history" aria-labelledby="tab-history" class=${"window" + (win === "history" ? "" : " off")}>
+            <${History} computer=${id} running=${running} visible=${!hidden && win === "history"} />
           </div>
         </div>
       </aside>

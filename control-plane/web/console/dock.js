@@ -1,4 +1,4 @@
-// The dock's windows (docs/console.md#the-dock): Shell, Files and Activity.
+// The dock's windows (docs/console.md#the-dock): Shell, Files and Activity (History: history.js).
 import { html, useEffect, useRef, useState } from "./lib/preact.js";
 import * as server from "./api.js";
 import { basename, bytes, clock, messageOf, usePoll } from "./util.js";
@@ -8,6 +8,8 @@ import { capabilityPath } from "./screen.js";
 const PREVIEW_MAX = 256 * 1024;
 /** How often the open folder refreshes while visible. */
 const FILES_EVERY_MS = 3000;
+/** How often a stored revision's open folder is read again (only to retry a failure, really). */
+const REVISION_EVERY_MS = 60000;
 
 /**
  * The Shell: the terminal capability page in an iframe, started on first use under control and
@@ -89,9 +91,10 @@ function childrenOf(entries, dir) {
 /**
  * Files: the open folder of a running computer (its guest) or of a stopped one (the stored
  * checkpoint), refreshed every few seconds while visible and after each bot command; a text
- * preview; uploads under control, with progress and drag and drop.
+ * preview; uploads under control, with progress and drag and drop. With `revision`, that stored
+ * revision of the home instead (History), read once per folder: a revision never changes.
  */
-export function Files({ computer, running, bot, control, visible, commandTick }) {
+export function Files({ computer, running, bot, control, visible, commandTick, revision }) {
   const [dir, setDir] = useState("");
   const [entries, setEntries] = useState(null);
   const [truncated, setTruncated] = useState(false);
@@ -100,15 +103,17 @@ export function Files({ computer, running, bot, control, visible, commandTick })
   const [upload, setUpload] = useState(null);
   const [dragging, setDragging] = useState(false);
   const picker = useRef(null);
+  const live = running && revision == null;
+  const at = revision == null ? "" : "&revision=" + revision;
   const load = async (signal) => {
     try {
       let list;
-      if (running) {
+      if (live) {
         const v = await server.get(server.c(computer, "files") + "?path=" + encodeURIComponent(dir));
         list = v.entries.slice().sort((a, b) => (a.kind === b.kind ? a.path.localeCompare(b.path) : a.kind === "dir" ? -1 : 1));
         setTruncated(false);
       } else {
-        const q = "?limit=20000" + (dir ? "&prefix=" + encodeURIComponent(dir) : "");
+        const q = "?limit=20000" + (dir ? "&prefix=" + encodeURIComponent(dir) : "") + at;
         const v = await server.get(server.c(computer, "home", "entries") + q);
         list = childrenOf(v.entries, dir);
         setTruncated(v.truncated);
@@ -119,20 +124,20 @@ export function Files({ computer, running, bot, control, visible, commandTick })
     } catch (e) {
       if (signal && signal.aborted) return;
       setEntries(null);
-      setError(e.code === "not_found" && !running ? "No saved home yet: this computer has no checkpoint." : messageOf(e));
+      setError(e.code === "not_found" && !running && revision == null ? "No saved home yet: this computer has no checkpoint." : messageOf(e));
     }
   };
-  usePoll(load, FILES_EVERY_MS, [computer, running, dir, commandTick], visible);
-  useEffect(() => setPreview(null), [dir, running]);
+  usePoll(load, revision == null ? FILES_EVERY_MS : REVISION_EVERY_MS, [computer, live, dir, revision == null && commandTick, revision], visible);
+  useEffect(() => setPreview(null), [dir, live, revision]);
 
   const open = async (entry) => {
     if (entry.kind === "dir") return setDir(entry.path);
     setPreview({ path: entry.path, text: null, note: "Loading…" });
     try {
-      const url = running
+      const url = live
         ? server.c(computer, "files", "content") + "?max_bytes=" + PREVIEW_MAX + "&path=" + encodeURIComponent(entry.path)
-        : server.c(computer, "home", "content") + "?path=" + encodeURIComponent(entry.path);
-      if (!running && entry.size > PREVIEW_MAX) throw Object.assign(new Error(""), { code: "too_large" });
+        : server.c(computer, "home", "content") + "?path=" + encodeURIComponent(entry.path) + at;
+      if (!live && entry.size > PREVIEW_MAX) throw Object.assign(new Error(""), { code: "too_large" });
       const resp = await server.request("GET", url);
       const buf = new Uint8Array(await resp.arrayBuffer());
       const text = new TextDecoder("utf-8", { fatal: true }).decode(buf.subarray(0, PREVIEW_MAX));
@@ -143,7 +148,7 @@ export function Files({ computer, running, bot, control, visible, commandTick })
     }
   };
 
-  const canUpload = running && server.can("operator") && control;
+  const canUpload = live && server.can("operator") && control;
   const send = async (file) => {
     if (!canUpload || !file) return;
     setUpload({ name: file.name, sent: 0, total: file.size, done: null, error: null });
@@ -173,7 +178,7 @@ export function Files({ computer, running, bot, control, visible, commandTick })
   return html`<div class=${"files" + (dragging ? " dragging" : "")} onDragOver=${over} onDragLeave=${() => setDragging(false)} onDrop=${canUpload ? drop : undefined}>
     <div class="files-head">
       <${Breadcrumbs} path=${dir} go=${setDir} />
-      <span class="muted">${running ? "live" : "stored home (last checkpoint)"}</span>
+      <span class="muted">${live ? "live" : revision != null ? "revision " + revision : "stored home (last checkpoint)"}</span>
     </div>
     ${canUpload && html`<div class="upload">
       <input type="file" id="upload-file" class="sr-only" ref=${picker} onChange=${(e) => { send(e.currentTarget.files[0]); e.currentTarget.value = ""; }} />
@@ -189,12 +194,12 @@ export function Files({ computer, running, bot, control, visible, commandTick })
     ${error && html`<p class="error" role="alert">${error}</p>`}
     ${truncated && html`<p class="warning">The stored home has more entries than listed.</p>`}
     ${entries && entries.length === 0 && html`<p class="empty">This folder is empty.</p>`}
-    ${entries && entries.length > 0 && html`<ul class="entries" aria-label=${"Files in " + (dir || "home")}>
+    ${entries && entries.length > 0 && html`<ul class="entries" aria-label=${"Files in " + (dir || "home") + (revision != null ? " at revision " + revision : "")}>
       ${dir && html`<li><button type="button" class="entry dir" onClick=${() => setDir(dir.split("/").slice(0, -1).join("/"))}>..</button></li>`}
       ${entries.map((e) => html`<li key=${e.path}>
         <button type="button" class=${"entry " + e.kind} onClick=${() => open(e)} aria-label=${(e.kind === "dir" ? "Folder " : "File ") + basename(e.path)}>${basename(e.path)}${e.kind === "dir" ? "/" : ""}</button>
         <span class="size">${e.kind === "dir" ? "" : bytes(e.size)}</span>
-        ${running && e.kind === "file" && html`<a class="download" href=${server.c(computer, "files", "content") + "?path=" + encodeURIComponent(e.path)} download=${basename(e.path)} aria-label=${"Download " + basename(e.path)}>Download</a>`}
+        ${live && e.kind === "file" && html`<a class="download" href=${server.c(computer, "files", "content") + "?path=" + encodeURIComponent(e.path)} download=${basename(e.path)} aria-label=${"Download " + basename(e.path)}>Download</a>`}
       </li>`)}
     </ul>`}
     ${preview && html`<section class="preview" aria-label=${"Preview of " + preview.path}>

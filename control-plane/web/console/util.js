@@ -65,6 +65,28 @@ export function usePoll(fn, every, deps, active = true) {
   }, [...deps, active, every]);
 }
 
+/**
+ * A form's or button's action: `[busy, error, act]`. `act(fn, what)` runs `fn` with `busy` set
+ * to `what` (true by default) meanwhile, and keeps its failure's message (`describe(e)`, by
+ * default the error's own).
+ */
+export function useAction(describe = messageOf) {
+  const [busy, setBusy] = useState(null);
+  const [error, setError] = useState(null);
+  const act = async (fn, what = true) => {
+    setBusy(what);
+    setError(null);
+    try {
+      await fn();
+    } catch (e) {
+      setError(describe(e));
+    } finally {
+      setBusy(null);
+    }
+  };
+  return [busy, error, act];
+}
+
 /** The last path component of a slash-separated path. */
 export function basename(p) {
   const parts = String(p).split("/").filter(Boolean);
