@@ -151,6 +151,13 @@ pub struct Core {
     pub secrets: crate::secrets::SecretStore,
     /// Scoped API tokens and console sessions (docs/security.md#api-tokens).
     pub tokens: crate::tokens::TokenStore,
+    /// Preview URLs (docs/previews.md).
+    pub previews: crate::preview::PreviewStore,
+    /// Services: detached processes started again with their computer (`crate::services`).
+    pub services: crate::services::ServiceStore,
+    /// Every computer whose machine this process booted (or restarted), once its guest is up:
+    /// the API layer starts its services.
+    pub booted: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Core {
@@ -172,6 +179,9 @@ impl Core {
             jobs: crate::jobs::Jobs::new(db.clone()),
             network: crate::network::NetworkStore::new(db.clone()),
             tokens: crate::tokens::TokenStore::new(db.clone()),
+            previews: crate::preview::PreviewStore::new(db.clone()),
+            services: crate::services::ServiceStore::new(db.clone()),
+            booted: tokio::sync::broadcast::channel(256).0,
             // A key of its own until `with_secrets_key` gives the configured one.
             secrets: crate::secrets::SecretStore::new(
                 db.clone(),
@@ -503,12 +513,28 @@ impl Core {
     /// Makes sure a computer's machine and guest run: nothing if they do, a restart if the
     /// machine stopped, a replacement if it is gone.
     pub async fn start(&self, id: &str) -> Result<Computer, CoreError> {
+        self.start_for(id, Cause::User, "started by a user").await
+    }
+
+    /// [`Core::start`] for `cause`, recorded with `reason` when it boots the machine.
+    pub async fn start_for(
+        &self,
+        id: &str,
+        cause: Cause,
+        reason: &str,
+    ) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
-        self.unreserved_act(&c.id, || self.start_held(id)).await
+        self.unreserved_act(&c.id, || self.start_held(id, cause, reason))
+            .await
     }
 
     /// [`Core::start`] once it holds the lifecycle claim and found no reservation.
-    async fn start_held(&self, id: &str) -> Result<Computer, CoreError> {
+    async fn start_held(
+        &self,
+        id: &str,
+        cause: Cause,
+        reason: &str,
+    ) -> Result<Computer, CoreError> {
         let c = self.get(id).await?;
         let previous = c.provider_ref.clone().map(ProviderRef);
         if let (Some(r), Some(provider)) = (&previous, self.providers.get(&c.provider)) {
@@ -531,8 +557,7 @@ impl Core {
                 .await;
         }
         let booted = self.boot(&c, previous, new_token()).await;
-        self.record_boot(id, &booted, Cause::User, "started by a user")
-            .await;
+        self.record_boot(id, &booted, cause, reason).await;
         booted
     }
 
@@ -548,7 +573,9 @@ impl Core {
             Ok(_) => {
                 self.activity
                     .lifecycle(id, Lifecycle::Started, cause, reason)
-                    .await
+                    .await;
+                // Nobody listening (no API in this process) is no error.
+                let _ = self.booted.send(id.to_string());
             }
             Err(e) => {
                 let cause = match e {
@@ -668,6 +695,9 @@ impl Core {
             .set_state(&c.id, ComputerState::Destroyed, now_ms())
             .await?;
         info!(computer_id = %c.id.as_str(), "computer destroyed");
+        if let Err(e) = self.previews.revoke_all(id, now_ms()).await {
+            warn!(computer_id = %id, error = %e, "could not revoke the destroyed computer's previews (they answer 410 anyway)");
+        }
         self.activity
             .lifecycle(id, Lifecycle::Destroyed, Cause::User, "destroyed by a user")
             .await;

@@ -369,6 +369,20 @@ routes! {
     KillProcess { computer: ComputerId, process: ProcessId } =
         Post "/v1/computers/{computer}/processes/{process}/kill", "process.kill", Operator,
         Refusable;
+    /// Sets a service: a detached process started again each time the computer starts.
+    SetService { computer: ComputerId, service: String } =
+        Put "/v1/computers/{computer}/services/{service}", "service.set", Operator, Refusable;
+    ListServices { computer: ComputerId } = Get "/v1/computers/{computer}/services",
+        "service.list", Viewer, None;
+    DeleteService { computer: ComputerId, service: String } =
+        Delete "/v1/computers/{computer}/services/{service}", "service.delete", Operator, None;
+    /// Makes a preview URL for a port inside the computer (docs/previews.md).
+    CreatePreview { computer: ComputerId } = Post "/v1/computers/{computer}/previews",
+        "preview.create", Operator, None;
+    ListPreviews { computer: ComputerId } = Get "/v1/computers/{computer}/previews",
+        "preview.list", Viewer, None;
+    RevokePreview { computer: ComputerId, preview: String } =
+        Delete "/v1/computers/{computer}/previews/{preview}", "preview.revoke", Operator, None;
     Activity { computer: ComputerId } = Get "/v1/computers/{computer}/activity",
         "activity.history", Viewer, None;
     ActivityStream { computer: ComputerId } = Get "/v1/computers/{computer}/activity/stream",
@@ -476,6 +490,12 @@ routes! {
     ShowSession {} = Get "/console/session", "console.session.show", Public, None;
     /// Signs the console out: the session ends everywhere.
     CloseSession {} = Delete "/console/session", "console.session.close", Public, None;
+    /// A session preview's sign-in: the console's session cookie is checked here, on the
+    /// console's origin, and the visitor is sent back to the preview with a one-time token.
+    PreviewSignIn {} = Get "/console/preview", "preview.sign_in", Public, None;
+    /// The sign-in page's form: checks the console session (its cookie comes with a request
+    /// from the console's own page) and sends the visitor back to the preview.
+    PreviewHandOff {} = Post "/console/preview", "preview.hand_off", Public, None;
     Health {} = Get "/v1/health", "health", Public, None;
     OpenApi {} = Get "/v1/openapi.json", "openapi", Public, None;
     Tunnel {} = Get "/v1/tunnel", "tunnel", Guest, None;
@@ -636,6 +656,8 @@ mod tests {
             "workspace" => "acme",
             "name" => "github",
             "process" => "7",
+            "service" => "web",
+            "preview" => "pv_0123456789ab",
             other => panic!("no example for {{{other}}}"),
         }
     }

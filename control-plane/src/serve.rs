@@ -77,6 +77,8 @@ pub struct ServeConfig {
     pub live: crate::live::LiveConfig,
     /// The MCP endpoint (allowed hosts, session idle time).
     pub mcp: crate::mcp::McpConfig,
+    /// Preview URLs: their domain, limits and waking (docs/previews.md).
+    pub preview: crate::preview::PreviewConfig,
     /// The HTTP listener: timeouts, connection cap, TLS.
     pub http: crate::api::HttpConfig,
     /// Replicas on PostgreSQL: the peer link, claims, liveness.
@@ -467,14 +469,11 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     let api = Api::new(core, &token, cfg.limits, live)
         .with_https(api_tls.is_some())
         .with_tunnel_carrier(tunnel_carrier)
-        .with_mcp(&cfg.mcp);
-    api::serve(
-        listener,
-        Arc::new(api),
-        &cfg.http,
-        api_tls.map(|t| t.config),
-    )
-    .await;
+        .with_mcp(&cfg.mcp)
+        .with_previews(cfg.preview);
+    let api = Arc::new(api);
+    api::start_services_on_boot(api.clone());
+    api::serve(listener, api, &cfg.http, api_tls.map(|t| t.config)).await;
     Ok(())
 }
 

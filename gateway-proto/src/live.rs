@@ -102,3 +102,16 @@ fn valid_id(id: &str, max: usize) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
+
+/// Open a TCP connection to a port on the computer's own loopback, for a preview URL
+/// (docs/previews.md). After [`crate::Reply::Opened`] the stream carries the connection's bytes
+/// both ways, each side finishing its direction when its peer does; a refusal (`NotFound`:
+/// nothing listens there; `BadRequest`: port 0; `Busy`: too many open) comes instead.
+///
+/// The guest connects from inside the computer, so "loopback" is the computer's own: the control
+/// plane only asks where the computer has a network of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortConnect {
+    /// 1 to 65535.
+    pub port: u16,
+}

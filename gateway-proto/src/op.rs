@@ -22,7 +22,7 @@ use crate::desktop::{
 use crate::error::{ErrorCode, OpError};
 use crate::home::{ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported};
 use crate::lease::{BotId, LeaseToken};
-use crate::live::{ConnectRequest, RevokeRequest};
+use crate::live::{ConnectRequest, PortConnect, RevokeRequest};
 use crate::msg::{BotLease, ExecEvent, ExecRequest, FileEntry, ListFiles, ReadFile, WriteFile};
 use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
 use crate::process::{ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart};
@@ -58,7 +58,8 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   error code.
 /// - 12: `HomeExportRequest.token` and `.since`: delta exports, which send files unchanged since
 ///   an earlier export as `TAG_SAME` entries without their content.
-pub const PROTOCOL_VERSION: u16 = 12;
+/// - 13: `PortConnect` request (a preview URL's connection to a port on the computer's loopback).
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -274,6 +275,9 @@ pub enum Request {
     ProcAttach(ProcAttach),
     /// Signal a process. Answer: `Process` or `Error`.
     ProcKill(ProcKill),
+    /// Connect to a port on the computer's loopback (a preview URL). Answer: `Opened`, then the
+    /// connection's bytes both ways; or `Error`.
+    PortConnect(PortConnect),
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -425,6 +429,12 @@ read {
 
 reply_op!(ConnectRequest, "connect", Duplex, Capability, (),
     request(r) Request::Connect(r),
+    authority(_r) Authority::None,
+    reply(_u) Reply::Opened,
+    read { Reply::Opened => () });
+
+reply_op!(PortConnect, "port_connect", Duplex, Capability, (),
+    request(r) Request::PortConnect(r),
     authority(_r) Authority::None,
     reply(_u) Reply::Opened,
     read { Reply::Opened => () });
@@ -617,6 +627,7 @@ impl Request {
             Request::ProcLogs(r) => r.authority(),
             Request::ProcAttach(r) => r.authority(),
             Request::ProcKill(r) => r.authority(),
+            Request::PortConnect(r) => r.authority(),
         }
     }
 
@@ -647,6 +658,7 @@ impl Request {
             Request::ProcLogs(_) => ProcLogs::NAME,
             Request::ProcAttach(_) => ProcAttach::NAME,
             Request::ProcKill(_) => ProcKill::NAME,
+            Request::PortConnect(_) => PortConnect::NAME,
         }
     }
 }
@@ -715,6 +727,7 @@ mod tests {
         round_trip::<ScreenRelease>((), Reply::Revoked);
         round_trip::<ScreenListRequest>(vec![], Reply::Files(vec![]));
         round_trip::<ConnectRequest>((), Reply::Revoked);
+        round_trip::<PortConnect>((), Reply::Revoked);
         round_trip::<RevokeRequest>((), Reply::Opened);
         let start = ExportStart {
             content_bytes: 1,

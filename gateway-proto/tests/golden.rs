@@ -18,7 +18,7 @@ use gateway_proto::home::{
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{
-    CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
+    CapabilityKind, ConnectRequest, PortConnect, RevokeRequest, RevokeScope, TerminalResume,
 };
 use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::process::{
@@ -97,7 +97,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 12);
+    assert_eq!(PROTOCOL_VERSION, 13);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -408,6 +408,15 @@ fn reply_files() {
         ),
     );
     golden(&Reply::Files(vec![]), "00000002 00 00");
+}
+
+#[test]
+fn request_port_connect() {
+    // variant 24, port 8080 (varint 90 3f)
+    golden(
+        &Request::PortConnect(PortConnect { port: 8080 }),
+        "00000003 18 903f",
+    );
 }
 
 #[test]

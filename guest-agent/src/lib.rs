@@ -21,6 +21,7 @@ pub mod ops;
 pub mod opstream;
 pub mod orphans;
 pub mod pagebrowser;
+pub mod ports;
 pub mod privilege;
 pub mod procs;
 pub mod screens;

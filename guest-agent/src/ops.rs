@@ -61,6 +61,8 @@ pub struct Ops {
     home_use: Arc<HomeUseCache>,
     /// Detached processes.
     procs: Procs,
+    /// Preview URLs' connections to the computer's ports.
+    ports: crate::ports::Ports,
 }
 
 /// An operation stream past its request frame: what a streaming handler serves.
@@ -112,6 +114,7 @@ impl Ops {
             screens,
             activity,
             home_use,
+            ports: crate::ports::Ports::default(),
         }
     }
 
@@ -194,6 +197,7 @@ impl Ops {
             Request::ProcKill(r) => self.unary(r, s, Self::process_kill).await,
             Request::ProcLogs(r) => self.streaming(r, s, Self::process_logs).await,
             Request::ProcAttach(r) => self.streaming(r, s, Self::process_attach).await,
+            Request::PortConnect(r) => self.streaming(r, s, Self::port_connect).await,
         }
     }
 
@@ -421,6 +425,10 @@ impl Ops {
         self.gateway
             .connect(io.send, io.recv, io.remainder, r)
             .await
+    }
+
+    async fn port_connect(&self, r: gateway_proto::live::PortConnect, io: Io) {
+        self.ports.connect(io.send, io.recv, io.remainder, r).await
     }
 
     async fn home_export(&self, r: HomeExportRequest, io: Io) {

@@ -440,6 +440,33 @@ impl AnyProvider {
         }
     }
 
+    /// Whether this provider's computers, as configured, have a loopback of their own: only
+    /// then may a preview URL reach a port on it (docs/previews.md). `Err` says why not.
+    pub fn own_loopback(&self) -> Result<(), &'static str> {
+        match self {
+            AnyProvider::Local(p) if p.containment() == local::Containment::Full => Ok(()),
+            AnyProvider::Local(_) => Err(
+                "local computers here share this host's network (--local-containment, or the \
+                 control plane is not root): a port on their loopback is this host's",
+            ),
+            AnyProvider::Docker(p) => match p.config().containment {
+                docker::DockerContainment::Full => Ok(()),
+                docker::DockerContainment::Off
+                    if p.config().network_mode.as_deref() != Some("host") =>
+                {
+                    Ok(())
+                }
+                _ => Err(
+                    "docker computers here share this host's network (--docker-containment \
+                     host-network, or network mode host): a port on their loopback is this \
+                     host's",
+                ),
+            },
+            AnyProvider::E2b(_) | AnyProvider::Daytona(_) => Ok(()),
+            AnyProvider::Fake(_) => Err("fake computers have no network of their own"),
+        }
+    }
+
     /// The egress gateway this provider's computers leave through, when they are contained
     /// (local and Docker computers share one).
     pub fn contained_by(&self) -> Option<&local::SharedGate> {

@@ -107,7 +107,13 @@ fn os(v: &str) -> OsString {
 /// Where the screenshots go: `RAKAZO_CONSOLE_SCREENSHOTS` (relative to the repository), or a
 /// temporary directory kept as long as the answer's second half.
 fn screenshots() -> Result<(PathBuf, Option<tempfile::TempDir>)> {
-    Ok(match std::env::var_os("RAKAZO_CONSOLE_SCREENSHOTS") {
+    screenshots_in("RAKAZO_CONSOLE_SCREENSHOTS")
+}
+
+/// Where a browser test's screenshots go: the directory `var` names (relative to the
+/// repository), or a temporary directory kept as long as the answer's second half.
+pub(crate) fn screenshots_in(var: &str) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    Ok(match std::env::var_os(var) {
         Some(d) => (repo().join(d), None),
         None => {
             let t = tempfile::Builder::new()
@@ -120,7 +126,7 @@ fn screenshots() -> Result<(PathBuf, Option<tempfile::TempDir>)> {
 
 /// Runs `tests/console/<script>` under node with only `vars` (and PATH, HOME) in its
 /// environment, within [`BROWSER_RUN`]; prints its output and fails unless it exits 0.
-async fn browser_run(script: &str, vars: &[(&str, OsString)]) -> Result<String> {
+pub(crate) async fn browser_run(script: &str, vars: &[(&str, OsString)]) -> Result<String> {
     let dir = repo().join("tests/console");
     if !dir.join("node_modules/playwright-core").exists()
         || !dir.join("node_modules/axe-core").exists()

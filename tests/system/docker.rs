@@ -346,6 +346,19 @@ async fn the_cli_creates_a_docker_computer_with_limits() -> Result<()> {
         tests::netlab::run(std::process::Command::new("ip").args(["-n", &netns, "-o", "link"]))?;
     assert_eq!(links.lines().count(), 2, "{links}");
 
+    // A dev server inside the container opens in Chromium through its preview URLs, its
+    // websocket and event stream working, its cookie on its own origin (docs/previews.md).
+    let public = crate::previews::serve_app(&mut w, &c, "8000", "docker").await?;
+    let link = crate::previews::preview(&mut w, &c, "8000", &[]).await?;
+    let shots = crate::previews::shots()?;
+    crate::previews::browse(&[
+        ("RAKAZO_PREVIEW_LINK", link),
+        ("RAKAZO_PREVIEW_PUBLIC", public),
+        ("RAKAZO_PREVIEW_SHOTS", shots.0.display().to_string()),
+        ("RAKAZO_PREVIEW_NAME", "docker".into()),
+    ])
+    .await?;
+
     // A fork of a running Docker computer: checkpointed first, then a new container whose home
     // starts from it; each side goes on alone.
     let sh = |c: &str, script: &str| run(&["exec", c, "--", "sh", "-c", script]);

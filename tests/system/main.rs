@@ -27,6 +27,7 @@ mod metrics;
 mod openapi;
 mod page_browser;
 mod placement;
+mod previews;
 mod processes;
 mod providers;
 mod replicas;

@@ -137,14 +137,19 @@ async fn file(api: &Api, rel: &str) -> Response<RespBody> {
 
 /// The value of the request's session cookie, if it has one.
 pub fn session_cookie<B>(req: &Request<B>) -> Option<String> {
+    cookie_values(req, SESSION_COOKIE).next().map(String::from)
+}
+
+/// The values of the request's cookies named `name`, in the order sent.
+pub fn cookie_values<'a, B>(req: &'a Request<B>, name: &'a str) -> impl Iterator<Item = &'a str> {
     req.headers()
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| value.to_string())
+        .filter(move |(n, _)| *n == name)
+        .map(|(_, value)| value)
 }
 
 fn info(s: &Session) -> SessionInfo {

@@ -26,10 +26,14 @@ mod mcp;
 pub mod metrics;
 mod network;
 mod openapi;
+mod preview_proxy;
+mod previews;
 mod processes;
 pub use openapi::document_json as openapi_json;
 mod screens;
 mod secrets;
+mod services;
+pub use services::spawn_on_boot as start_services_on_boot;
 mod tokens;
 pub(crate) mod tunnel_ws;
 
@@ -93,6 +97,8 @@ pub struct Api {
     tunnel_carrier: Option<carrier::Carrier>,
     /// The MCP endpoint's sessions (`crate::mcp`).
     mcp: mcp::Mcp,
+    /// Preview URLs' origins (docs/previews.md).
+    preview: preview_proxy::PreviewHttp,
     /// The machine reports the computer list reuses (`computers::list`), by computer.
     machines:
         std::sync::Mutex<HashMap<String, (std::time::Instant, crate::schema::computer::Machine)>>,
@@ -113,8 +119,15 @@ impl Api {
             https: false,
             tunnel_carrier: None,
             mcp: mcp::Mcp::default(),
+            preview: preview_proxy::PreviewHttp::new(crate::preview::PreviewConfig::default()),
             machines: Default::default(),
         }
+    }
+
+    /// Serves preview URLs with `config` (their domain, limits, waking).
+    pub fn with_previews(mut self, config: crate::preview::PreviewConfig) -> Self {
+        self.preview = preview_proxy::PreviewHttp::new(config);
+        self
     }
 
     /// Serves MCP with `config` (allowed hosts, session idle time).
@@ -168,6 +181,15 @@ impl Api {
 /// dispatches that route.
 pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody> {
     let started = crate::clock::monotonic();
+    // A preview's origin (docs/previews.md): its host label is its credential, never logged.
+    if let Some(label) = live::request_host(&req)
+        .as_deref()
+        .and_then(|h| crate::preview::label_of(h, &api.preview.config.domain))
+        .map(str::to_owned)
+    {
+        let resp = preview_proxy::serve(&api, &label, req).await;
+        return metrics::record(&api.core.metrics, None, started, None, resp);
+    }
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     // Capability pages and their assets are not routes: a capability path holds its credential
@@ -542,6 +564,22 @@ async fn dispatch(
         Route::KillProcess { computer, process } => {
             processes::kill(api, &computer, process.get(), req).await
         }
+        Route::SetService { computer, service } => {
+            services::set(api, &computer, &service, req).await
+        }
+        Route::ListServices { computer } => services::list(api, &computer).await,
+        Route::DeleteService { computer, service } => {
+            services::delete(api, &computer, &service).await
+        }
+        Route::CreatePreview { computer } => {
+            previews::create(api, principal(who)?, &computer, req).await
+        }
+        Route::ListPreviews { computer } => previews::list(api, &computer, &query).await,
+        Route::RevokePreview { computer, preview } => {
+            previews::revoke(api, &computer, &preview).await
+        }
+        Route::PreviewSignIn {} => previews::sign_in_page(api, &query).await,
+        Route::PreviewHandOff {} => previews::sign_in(api, req).await,
         Route::Activity { computer } => activity::history(api, &computer, &query).await,
         Route::ActivityStream { computer } => activity::stream(api, &computer, &query).await,
         Route::ListFiles { computer } => files::list(api, &computer, &query).await,

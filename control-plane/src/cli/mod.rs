@@ -20,10 +20,12 @@ pub mod home;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod preview;
 pub mod process;
 pub mod screen;
 pub mod secret;
 pub mod serve;
+pub mod service;
 pub mod token;
 
 pub use browser::BrowserCmd;
@@ -147,6 +149,14 @@ pub enum Command {
     /// computers hold placeholders; the egress gateway sends the value to its domains only.
     #[command(subcommand)]
     Secret(secret::SecretCmd),
+    /// Services: detached processes a computer starts again each time it starts (set, list,
+    /// rm).
+    #[command(subcommand)]
+    Service(service::ServiceCmd),
+    /// Preview URLs: a port inside a computer at its own expiring, revocable origin (url,
+    /// list, revoke).
+    #[command(subcommand)]
+    Preview(preview::PreviewCmd),
     /// Scoped API tokens: create (admin, operator or viewer; limited to workspaces;
     /// expiring), list, revoke.
     #[command(subcommand)]
@@ -291,6 +301,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Mcp(cmd) => mcp::run(&g, cmd).await,
         Command::Secret(cmd) => secret::run(&g, cmd).await,
         Command::Token(cmd) => token::run(&g, cmd).await,
+        Command::Preview(cmd) => preview::run(&g, cmd).await,
+        Command::Service(cmd) => service::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());
             Ok(0)

@@ -88,6 +88,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub mcp: crate::mcp::McpArgs,
     #[command(flatten)]
+    pub preview: crate::preview::PreviewArgs,
+    #[command(flatten)]
     pub providers: crate::provider_set::ProviderArgs,
     #[command(flatten)]
     pub http: crate::api::HttpArgs,
@@ -135,6 +137,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         jobs: args.jobs.resolve(),
         live: args.live.resolve()?,
         mcp: args.mcp.resolve(args.http_addr)?,
+        preview: args.preview.resolve()?,
         http: args.http.resolve()?,
         metrics_addr: args.metrics_addr,
         log_json: g.log_format == super::LogFormat::Json,

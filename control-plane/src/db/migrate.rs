@@ -85,6 +85,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "tokens",
         sql: include_str!("../../migrations/0013_tokens.sql"),
     },
+    Migration {
+        version: 14,
+        name: "previews_and_services",
+        sql: include_str!("../../migrations/0014_previews_and_services.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

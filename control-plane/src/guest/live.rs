@@ -1,10 +1,10 @@
 //! A live view, control or terminal connection: `Opened`, then raw bytes both ways.
 
 use super::Guest;
-use crate::tunnel::{OpReceiver, OpSender, TunnelError};
+use crate::tunnel::{OpReceiver, OpSender, OpStream, TunnelError};
 use bytes::Bytes;
 use gateway_proto::live::ConnectRequest;
-use gateway_proto::OpError;
+use gateway_proto::{Op, OpError};
 
 /// Why a live connection did not open.
 #[derive(Debug)]
@@ -28,8 +28,21 @@ impl Guest {
     /// Opens a live connection to the bot's desktop or a terminal (a new shell, or the one the
     /// request's session key finds again).
     pub async fn connect(&self, req: ConnectRequest) -> Result<LiveStream, ConnectError> {
+        let op = self.open_duplex(req).await?;
+        Ok(LiveStream {
+            tx: op.tx,
+            rx: op.rx,
+        })
+    }
+
+    /// Opens a [`gateway_proto::op::Shape::Duplex`] operation: its `Opened` answer read, the
+    /// stream switched to raw bytes.
+    pub(super) async fn open_duplex<O: Op<Reply = ()>>(
+        &self,
+        req: O,
+    ) -> Result<OpStream, ConnectError> {
         let mut op = self.open(req).await.map_err(ConnectError::Open)?;
-        match self.answer::<ConnectRequest>(&mut op.rx).await {
+        match self.answer::<O>(&mut op.rx).await {
             Ok(()) => {}
             Err(TunnelError::Guest(e)) => return Err(ConnectError::Refused(e)),
             Err(e) => {
@@ -38,10 +51,7 @@ impl Guest {
             }
         }
         op.rx.start_raw();
-        Ok(LiveStream {
-            tx: op.tx,
-            rx: op.rx,
-        })
+        Ok(op)
     }
 }
 

@@ -70,6 +70,31 @@ pub struct McpScope {
 /// The policy byte of MCP session tokens.
 const MCP_POLICY: u8 = 5;
 
+/// What a preview's tokens reach, sealed inside them: one preview (docs/previews.md#access).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewScope {
+    pub preview: String,
+}
+
+/// What a preview token is for. Each has its own policy byte, so none opens as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreviewToken {
+    /// In a link preview's URL, or handed back by the console for a session preview: opened
+    /// once, on the preview's origin, for a [`PreviewToken::Cookie`].
+    Open,
+    /// The preview origin's cookie that lets its visitor in.
+    Cookie,
+}
+
+impl PreviewToken {
+    fn policy(self) -> u8 {
+        match self {
+            PreviewToken::Open => 6,
+            PreviewToken::Cookie => 7,
+        }
+    }
+}
+
 /// An opened token: its policy, expiry and scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capability {
@@ -188,6 +213,29 @@ impl Sealer {
     pub fn open_mcp(&self, token: &str, now_ms: i64) -> Result<(i64, McpScope), SealError> {
         match self.open_bytes(token, now_ms)? {
             (MCP_POLICY, expires_at_ms, scope) => Ok((expires_at_ms, scope)),
+            _ => Err(SealError),
+        }
+    }
+
+    /// Seals a preview token of `kind` until `expires_at_ms`.
+    pub fn seal_preview(
+        &self,
+        kind: PreviewToken,
+        expires_at_ms: i64,
+        scope: &PreviewScope,
+    ) -> Result<String, SealError> {
+        self.seal_bytes(kind.policy(), expires_at_ms, scope)
+    }
+
+    /// Opens a preview token of `kind` at `now_ms`; a token of any other kind never opens.
+    pub fn open_preview(
+        &self,
+        kind: PreviewToken,
+        token: &str,
+        now_ms: i64,
+    ) -> Result<(i64, PreviewScope), SealError> {
+        match self.open_bytes(token, now_ms)? {
+            (p, expires_at_ms, scope) if p == kind.policy() => Ok((expires_at_ms, scope)),
             _ => Err(SealError),
         }
     }

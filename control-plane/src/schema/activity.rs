@@ -167,6 +167,8 @@ pub enum Cause {
     ProviderError,
     /// A fresh machine got its stored home.
     FreshMachine,
+    /// A visit to one of its preview URLs woke it (docs/previews.md#waking).
+    PreviewVisit,
 }
 
 /// A `computer.lifecycle` event.

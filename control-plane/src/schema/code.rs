@@ -77,6 +77,12 @@ codes! {
     Exists = "exists", 409, "the name is taken";
     TooManyProcesses = "too_many_processes", 409, "the computer runs the most detached processes \
         it may: kill one first";
+    TooManyServices = "too_many_services", 409, "the computer has the most services it may: \
+        remove one first";
+    TooManyPreviews = "too_many_previews", 409, "the computer has the most live preview URLs \
+        it may: revoke one first";
+    PreviewUnavailable = "preview_unavailable", 409, "the computer has no network of its own \
+        here, so a port on its loopback would be the host's: no preview";
     TooManySecrets = "too_many_secrets", 409, "the workspace holds the most secrets it may";
     AttachmentChanged = "attachment_changed", 409, "the file changed since it was attached";
     ScreenReleasing = "screen_releasing", 409, "the bot's desktop is still being released";

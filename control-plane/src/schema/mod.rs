@@ -27,9 +27,11 @@ pub mod job;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod preview;
 pub mod process;
 pub mod screen;
 pub mod secret;
+pub mod service;
 pub mod token;
 
 #[cfg(test)]

@@ -49,7 +49,9 @@ impl Deadlines {
             Request::Exec(r) => Self::for_exec(r.timeout_ms, base),
             // Until `Opened`; then a live stream is quiet while the screen is (the relay clears
             // nothing: raw bytes have no deadline here, revocation closes the stream).
-            Request::Connect(_) => Self {
+            // A preview's connection, likewise: an open websocket or a server-sent event stream
+            // is quiet as long as its app is (the preview's own bounds close it).
+            Request::Connect(_) | Request::PortConnect(_) => Self {
                 reply: Some(base),
                 raw_in: None,
                 out: None,

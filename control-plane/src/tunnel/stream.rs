@@ -130,6 +130,11 @@ impl OpSender {
         }
     }
 
+    /// The QUIC stream under it, for a relay that writes it as a byte stream.
+    pub fn into_raw(self) -> quinn::SendStream {
+        self.send
+    }
+
     /// Ends our side of the stream.
     pub fn finish(&mut self) -> Result<(), TunnelError> {
         self.send.finish().map_err(|_| self.lost())
@@ -220,6 +225,12 @@ impl OpReceiver {
     pub fn start_raw(&mut self) {
         let decoder = std::mem::take(&mut self.decoder);
         self.pending_raw = decoder.into_remainder();
+    }
+
+    /// The QUIC stream under it and the raw bytes already read past the last frame (after
+    /// [`Self::start_raw`]): for a relay that reads it as a byte stream.
+    pub fn into_raw(self) -> (quinn::RecvStream, Vec<u8>) {
+        (self.recv, self.pending_raw)
     }
 
     /// Reads up to `max` raw bytes; `None` at the end of the guest's side. Fails with

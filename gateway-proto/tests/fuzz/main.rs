@@ -18,7 +18,7 @@ use gateway_proto::home::{
 };
 use gateway_proto::lease::{MAX_BOT_ID_LEN, MAX_OWNER_LEN};
 use gateway_proto::live::{
-    CapabilityKind, ConnectRequest, RevokeRequest, RevokeScope, TerminalResume,
+    CapabilityKind, ConnectRequest, PortConnect, RevokeRequest, RevokeScope, TerminalResume,
 };
 use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::process::{ProcAttach, ProcKill, ProcList, ProcLogs};

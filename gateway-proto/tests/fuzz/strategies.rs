@@ -268,6 +268,7 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
             signal,
             lease: None
         })),
+        any::<u16>().prop_map(|port| Request::PortConnect(PortConnect { port })),
     ]
 }
 

@@ -160,6 +160,11 @@ fn path_param(name: &str) -> Value {
             "The secret's name: 1 to 64 of `[a-z0-9_-]`.",
             json!({ "type": "string", "minLength": 1, "maxLength": 64 }),
         ),
+        "service" => (
+            "The service's name: 1 to 32 of `[a-z0-9-]`, not starting with `-`.",
+            json!({ "type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,31}$" }),
+        ),
+        "preview" => ("The preview's id (`pv_…`).", json!({ "type": "string" })),
         other => (other, json!({ "type": "string" })),
     };
     json!({ "name": name, "in": "path", "required": true, "description": description,

@@ -21,12 +21,14 @@ use crate::schema::job::{Job, JobList, ReleaseInterrupted};
 use crate::schema::lease::{Lease, LeaseReleased, LeaseRequest};
 use crate::schema::mcp::{McpToken, McpTokenRequest};
 use crate::schema::network::{NetworkPolicy, SetNetworkPolicy, WorkspaceNetworkPolicy};
+use crate::schema::preview::{CreatePreview, CreatedPreview, Preview, PreviewList};
 use crate::schema::process::{KillRequest, LogLine, Process, ProcessList};
 use crate::schema::screen::{
     ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
     ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
 };
 use crate::schema::secret::{PutSecret, SecretDeleted, SecretInfo, SecretList};
+use crate::schema::service::{Service, ServiceList, SetService};
 use crate::schema::token::{
     CreateToken, CreatedToken, OpenSession, SessionInfo, TokenInfo, TokenList,
 };
@@ -208,6 +210,68 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
         }
         E::Download => return Described::No("an attachment link: its path is its credential"),
         E::Metrics => return Described::No("Prometheus' text format, outside /v1"),
+        E::PreviewSignIn | E::PreviewHandOff => {
+            return Described::No("a browser's page and form on the console's origin, not an API")
+        }
+        E::SetService => op(
+            "processes",
+            "Set a service: a detached process the computer starts again each time it starts \
+             (after a stop, an idle suspension, a crash). Started now on a running computer; a \
+             new command line ends the old one's process.",
+            (200, json_ok("The service.", doc.of::<Service>())),
+            codes(&[GUEST, JSON_BODY, &[TooManyProcesses, TooManyServices]]),
+        )
+        .body(json_body(doc.of::<SetService>(), true)),
+        E::ListServices => op(
+            "processes",
+            "The computer's services, each with its process as the computer reports it.",
+            (200, json_ok("Its services.", doc.of::<ServiceList>())),
+            vec![NotFound],
+        ),
+        E::DeleteService => op(
+            "processes",
+            "Remove a service; its process, if it runs, is sent TERM.",
+            (200, json_ok("The service, removed.", doc.of::<Service>())),
+            vec![NotFound],
+        ),
+        E::CreatePreview => op(
+            "previews",
+            "Make a preview URL for a TCP port on the computer's loopback (docs/previews.md): \
+             its own origin, expiring and revocable. Its URL is answered this once.",
+            (
+                201,
+                json_ok("The preview, with its URL.", doc.of::<CreatedPreview>()),
+            ),
+            codes(&[
+                JSON_BODY,
+                &[
+                    NotFound,
+                    ComputerDestroyed,
+                    TooManyPreviews,
+                    PreviewUnavailable,
+                ],
+            ]),
+        )
+        .body(json_body(doc.of::<CreatePreview>(), true)),
+        E::ListPreviews => op(
+            "previews",
+            "The computer's preview URLs (never the URLs themselves); `all=true` also lists \
+             expired and revoked ones.",
+            (200, json_ok("Its previews.", doc.of::<PreviewList>())),
+            vec![BadRequest, NotFound],
+        )
+        .query(vec![query(
+            "all",
+            false,
+            "Also expired and revoked previews.",
+            json!({ "type": "boolean" }),
+        )]),
+        E::RevokePreview => op(
+            "previews",
+            "Revoke a preview URL: refused from now on, its open connections closed.",
+            (200, json_ok("The preview, revoked.", doc.of::<Preview>())),
+            vec![NotFound],
+        ),
         E::CreateComputer => op(
             "computers",
             "Create a computer: a team computer (`workspace`) or a bot's private one \
