@@ -140,7 +140,7 @@ pub fn check_private_file(path: &Path, what: &str) -> Result<()> {
 }
 
 /// The API listener's TLS: the operator's certificate chain and key (PEM), TLS 1.2 and 1.3 on
-/// ring, HTTP/1.1 only.
+/// ring, HTTP/2 for clients that offer it in ALPN (browsers), HTTP/1.1 otherwise.
 #[derive(Clone)]
 pub struct ApiTls {
     pub config: Arc<rustls::ServerConfig>,
@@ -178,7 +178,7 @@ impl ApiTls {
                     key_path.display()
                 )
             })?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Self {
             config: Arc::new(config),
             fingerprint,

@@ -30,18 +30,18 @@ pub(crate) async fn preview(w: &mut World, c: &str, port: &str, more: &[&str]) -
     args.extend_from_slice(more);
     let url = text(&rakazo_ok(w, &args).await?).trim().to_string();
     anyhow::ensure!(url.starts_with("http://"), "not a URL: {url}");
-    // Its label and any token are credentials: the world fails the test if its log holds them.
-    let host = url
-        .trim_start_matches("http://")
-        .split(['.', ':', '/'])
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    w.add_secret(&host);
+    keep_secret(w, &url);
+    Ok(url)
+}
+
+/// A preview URL's label and token are credentials: the world fails the test if its log holds
+/// either.
+fn keep_secret(w: &mut World, url: &str) {
+    let host = url.split("://").nth(1).unwrap_or(url);
+    w.add_secret(host.split(['.', ':', '/']).next().unwrap_or_default());
     if let Some((_, t)) = url.split_once("t=") {
         w.add_secret(t);
     }
-    Ok(url)
 }
 
 /// One HTTP/1.1 request to the control plane for `url`'s host (Node and the test's resolver know
@@ -334,15 +334,7 @@ async fn the_readme_services_and_previews_block_runs_as_written() -> Result<()> 
             ["service", "list", ..] => assert!(stdout.starts_with("web\t1:running\t"), "{stdout}"),
             ["preview", "url", ..] => {
                 let url = stdout.trim().to_string();
-                w.add_secret(
-                    url.trim_start_matches("http://")
-                        .split('.')
-                        .next()
-                        .unwrap_or(""),
-                );
-                if let Some((_, t)) = url.split_once("t=") {
-                    w.add_secret(t);
-                }
+                keep_secret(&mut w, &url);
                 urls.push(url);
             }
             ["preview", "list", ..] => {
@@ -393,5 +385,66 @@ async fn the_readme_services_and_previews_block_runs_as_written() -> Result<()> 
             _ => {}
         }
     }
+    w.check_log()
+}
+
+/// Over TLS, a browser gets a preview over HTTP/2 (ALPN `h2`), its websocket and event stream
+/// still working (the websocket on its own HTTP/1.1 connection); the certificate names
+/// `*.preview.localhost`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_browser_gets_a_preview_over_http2_with_tls() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let certs = tempfile::tempdir()?;
+    let (cert_pem, key_pem) =
+        control_plane::tls::self_signed(&["127.0.0.1", "localhost", "*.preview.localhost"])?;
+    let (cert, key) = (
+        certs.path().join("api.pem"),
+        certs.path().join("api-key.pem"),
+    );
+    std::fs::write(&cert, cert_pem)?;
+    std::fs::write(&key, key_pem)?;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+    let mut w = World::start_with(WorldOptions {
+        env: vec![
+            ("RAKAZO_LOCAL_CONTAINMENT".into(), "full".into()),
+            ("RAKAZO_TLS_CERT".into(), cert.display().to_string()),
+            ("RAKAZO_TLS_KEY".into(), key.display().to_string()),
+        ],
+        ..WorldOptions::default()
+    })
+    .await?;
+    anyhow::ensure!(w.http.starts_with("https://"), "{}", w.http);
+    let c = w.create_computer("ws-preview-h2").await?;
+    let app = std::fs::read(repo().join("tests/scripts/preview_app.py"))?;
+    w.put_file(&c, "app.py", app, false).await?;
+    w.client
+        .json(
+            hyper::Method::PUT,
+            &format!("/v1/computers/{c}/services/web"),
+            Some(&serde_json::json!({ "argv": ["python3", "app.py", APP_PORT, "h2"] })),
+        )
+        .await?;
+    let mut urls = Vec::new();
+    for access in ["link", "public"] {
+        let made = w
+            .post(
+                &format!("/v1/computers/{c}/previews"),
+                serde_json::json!({ "port": 8000, "access": access }),
+            )
+            .await?;
+        let url = made["url"].as_str().context("url")?.to_string();
+        anyhow::ensure!(url.starts_with("https://"), "{url}");
+        keep_secret(&mut w, &url);
+        urls.push(url);
+    }
+    let shots = shots()?;
+    browse(&[
+        ("RAKAZO_PREVIEW_LINK", urls[0].clone()),
+        ("RAKAZO_PREVIEW_PUBLIC", urls[1].clone()),
+        ("RAKAZO_PREVIEW_SHOTS", shots.0.display().to_string()),
+        ("RAKAZO_PREVIEW_NAME", "h2".into()),
+        ("RAKAZO_PREVIEW_EXPECT_H2", "1".into()),
+    ])
+    .await?;
     w.check_log()
 }

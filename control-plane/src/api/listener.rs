@@ -1,7 +1,10 @@
 //! The API's listener: accepting connections, what each may hold and for how long, and TLS.
 //!
-//! HTTP/1.1 only (hyper's `http1`): the CLI, scripts and browsers speak it, and live websockets
-//! are HTTP/1.1 upgrades. Per connection:
+//! HTTP/1.1 (hyper's `http1`): the CLI, scripts and browsers speak it, and websockets are
+//! HTTP/1.1 upgrades. Over TLS a client that offers `h2` in ALPN (a browser) gets HTTP/2
+//! (hyper's `http2`: header list bounded by `max_header_bytes`, at most 100 streams, a ping every
+//! `header_timeout` and closed when unanswered for as long); browsers open websockets on a
+//! separate HTTP/1.1 connection, as no extended CONNECT is offered. Per HTTP/1.1 connection:
 //! - a request head must arrive whole within `header_timeout`, counted from when the connection
 //!   is ready for one: at connect (after the TLS handshake, which has the same bound) and after
 //!   each response. A silent, slowloris or idle keep-alive connection is closed after it.
@@ -244,13 +247,17 @@ async fn connection(
 ) {
     let mark = slot.mark();
     let work = async {
+        let mut h2 = false;
         let stream = match &server.tls {
             None => Stream::Plain(stream),
             Some(acceptor) => {
                 match tokio::time::timeout(server.header_timeout, tls_accept(acceptor, stream))
                     .await
                 {
-                    Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                    Ok(Ok(s)) => {
+                        h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                        Stream::Tls(Box::new(s))
+                    }
                     Ok(Err(e)) => {
                         debug!(%remote, error = %e, "tls handshake failed");
                         return;
@@ -276,15 +283,30 @@ async fn connection(
             async move {
                 mark.busy();
                 let resp = handle(api, req).await;
-                // A websocket stays busy for good; any other response makes the connection
-                // wait for its next request once the body is sent (or dropped).
-                Ok::<_, Infallible>(if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                // A websocket stays busy for good, and so does an HTTP/2 connection (its
+                // streams overlap); any other response makes the connection wait for its next
+                // request once the body is sent (or dropped).
+                Ok::<_, Infallible>(if resp.status() == StatusCode::SWITCHING_PROTOCOLS || h2 {
                     resp
                 } else {
                     resp.map(|body| BodyExt::boxed(Answering { body, mark }))
                 })
             }
         });
+        if h2 {
+            let mut builder =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(server.max_header_bytes).unwrap_or(u32::MAX))
+                .max_concurrent_streams(100)
+                .keep_alive_interval(Some(server.header_timeout))
+                .keep_alive_timeout(server.header_timeout);
+            if let Err(e) = builder.serve_connection(io, svc).await {
+                debug!(%remote, error = %e, "http/2 connection ended with an error");
+            }
+            return;
+        }
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())

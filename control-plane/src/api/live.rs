@@ -75,9 +75,11 @@ fn parse_policy(s: &str) -> Result<CapabilityKind, ApiError> {
 /// `POST .../screens/{bot}/url` (`terminal` fixed for `.../terminals/{bot}/url`).
 /// The request's `Host`, if it is a plain host[:port] an absolute URL can be built on.
 pub(super) fn request_host<B>(req: &hyper::Request<B>) -> Option<String> {
+    // HTTP/2 names it in `:authority`, which hyper puts in the URI.
     req.headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
         .filter(|h| {
             h.len() <= 255
                 && h.bytes().all(|b| {
