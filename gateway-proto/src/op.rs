@@ -58,7 +58,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   error code.
 /// - 12: `HomeExportRequest.token` and `.since`: delta exports, which send files unchanged since
 ///   an earlier export as `TAG_SAME` entries without their content.
-/// - 13: `PortConnect` request (a preview URL's connection to a port on the computer's loopback).
+/// - 13: `PortConnect` request (a preview URL's connection to a port on the computer's loopback);
+///   `GuestActivity.process_output_ago_ms` (detached processes count by their output and CPU,
+///   no longer by being alive).
 pub const PROTOCOL_VERSION: u16 = 13;
 
 /// The oldest protocol version this build still accepts from a peer.
@@ -509,7 +511,8 @@ pub struct GuestActivity {
     /// Commands running now (their exec streams are open).
     pub commands: u32,
     /// Live processes that finished commands left running (`nohup … &`): they carry the exec-id
-    /// marker of a command that has ended.
+    /// marker of a command that has ended. Detached processes are not counted here: their
+    /// output ([`Self::process_output_ago_ms`]) and CPU are.
     pub background: u32,
     /// Milliseconds since a terminal session last printed; `None` when none has.
     pub terminal_output_ago_ms: Option<u64>,
@@ -517,6 +520,8 @@ pub struct GuestActivity {
     /// `cpu_interval_ms`, in thousandths of one CPU.
     pub cpu_milli: u32,
     pub cpu_interval_ms: u64,
+    /// Milliseconds since a detached process last printed; `None` when none has.
+    pub process_output_ago_ms: Option<u64>,
 }
 
 reply_op!(StatusRequest, "status", Unary, Nothing, MachineStatus,

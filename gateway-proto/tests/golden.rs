@@ -584,13 +584,15 @@ fn activity_request_and_reply() {
             terminal_output_ago_ms: Some(300),
             cpu_milli: 1000,
             cpu_interval_ms: 5,
+            process_output_ago_ms: Some(70),
         }),
-        // Activity, 1 command, 2 background, output 300 ms ago, 1000 milli-CPU over 5 ms
-        "00000009 11 01 02 01ac02 e807 05",
+        // Activity, 1 command, 2 background, output 300 ms ago, 1000 milli-CPU over 5 ms, a
+        // detached process's output 70 ms ago
+        "0000000b 11 01 02 01ac02 e807 05 0146",
     );
     golden(
         &Reply::Activity(GuestActivity::default()),
-        "00000006 11 00 00 00 00 00",
+        "00000007 11 00 00 00 00 00 00",
     );
 }
 

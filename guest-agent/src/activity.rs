@@ -9,6 +9,9 @@
 //!   dropped the marker from its environment (`env -i`) is not seen; its CPU still is, below.
 //! - **Terminal output**: the time the last byte a terminal's shell printed was read from its
 //!   PTY ([`LastOutput`], stamped by the terminal's output pump).
+//! - **Detached processes** (`crate::procs`) are neither commands nor background: alive and
+//!   quiet, a dev server is no work. What counts is the time one last printed
+//!   ([`Activity::process_output`], stamped as its output reaches its ring) and its CPU.
 //! - **CPU**: the CPU time (`utime + stime` of `/proc/<pid>/stat`) the computer's processes used
 //!   between two looks, per process and keyed by pid and start time, so an exited process drops
 //!   out and a reused pid is not a negative delta. Whose counts: the guest's descendants (shells,
@@ -43,7 +46,8 @@ pub const SHORT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most processes looked at in one look: a machine with more is judged on the first ones.
 const MAX_PROCS: usize = 65_536;
 
-/// When a terminal last printed (milliseconds since the epoch; 0: never).
+/// When a terminal, or a detached process, last printed (milliseconds since the epoch; 0:
+/// never).
 #[derive(Debug, Clone, Default)]
 pub struct LastOutput(Arc<AtomicI64>);
 
@@ -166,6 +170,10 @@ struct Sample {
 pub struct Activity {
     pub running: Arc<Running>,
     pub terminal: LastOutput,
+    /// The detached processes' exec ids (`crate::procs` registers them).
+    pub detached: Arc<Running>,
+    /// When a detached process last printed.
+    pub process_output: LastOutput,
     /// This home's exec-id prefix ([`crate::exec::home_tag`]): markers of other computers on the
     /// same host (local computers share `/proc`) are not ours.
     tag: String,
@@ -177,6 +185,8 @@ impl Activity {
         Self {
             running: Arc::default(),
             terminal,
+            detached: Arc::default(),
+            process_output: LastOutput::default(),
             tag: crate::exec::home_tag(home),
             sample: Mutex::default(),
         }
@@ -211,13 +221,20 @@ impl Activity {
                 .map(|at| u64::try_from(now.saturating_sub(at)).unwrap_or(0)),
             cpu_milli,
             cpu_interval_ms,
+            process_output_ago_ms: self
+                .process_output
+                .at_ms()
+                .map(|at| u64::try_from(now.saturating_sub(at)).unwrap_or(0)),
         }
     }
 
     fn scan(&self) -> Scan {
         let me = i32::try_from(std::process::id()).unwrap_or(0);
         let (procs, markers) = read_procs(&self.tag);
-        judge(&procs, &markers, me, |id| self.running.contains(id))
+        // A detached process's marker is not a left-behind command's: never background.
+        judge(&procs, &markers, me, |id| {
+            self.running.contains(id) || self.detached.contains(id)
+        })
     }
 
     fn lock_sample(&self) -> std::sync::MutexGuard<'_, Option<Sample>> {

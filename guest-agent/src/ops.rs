@@ -107,7 +107,12 @@ impl Ops {
         let activity = Arc::new(Activity::new(home.root(), gateway.terminal_output.clone()));
         let home_use = Arc::new(HomeUseCache::new(home.root()));
         Self {
-            procs: Procs::new(home.clone(), ProcConfig::default()),
+            procs: Procs::linked(
+                home.clone(),
+                ProcConfig::default(),
+                activity.detached.clone(),
+                activity.process_output.clone(),
+            ),
             home,
             fences: Mutex::new(FenceTable::new()),
             gateway: Gateway::new(gateway, screens.clone()),
@@ -120,7 +125,12 @@ impl Ops {
 
     /// Sets the limits of the detached processes (before any starts).
     pub fn with_processes(mut self, config: ProcConfig) -> Self {
-        self.procs = Procs::new(self.home.clone(), config);
+        self.procs = Procs::linked(
+            self.home.clone(),
+            config,
+            self.activity.detached.clone(),
+            self.activity.process_output.clone(),
+        );
         self
     }
 

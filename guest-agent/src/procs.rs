@@ -11,8 +11,9 @@
 //!
 //! Bounded: at most [`ProcConfig::max_live`] live processes (a start beyond is refused with
 //! `TooManyProcesses`) and the last [`ProcConfig::keep_exited`] exited ones; each ring holds at
-//! most [`ProcConfig::log_bytes`]. Their exec ids are not registered as running commands, so
-//! idle suspension judges them as the background work they are (`crate::activity`).
+//! most [`ProcConfig::log_bytes`]. Their exec ids are registered in the activity's `detached`
+//! set, not as running commands: idle suspension judges them by their output (stamped in the
+//! activity's `process_output`) and CPU, not by being alive (`crate::activity`).
 
 use crate::clock::now_ms;
 use crate::exec::{self, Running};
@@ -159,8 +160,10 @@ impl Proc {
 pub struct Procs {
     home: Home,
     config: ProcConfig,
-    /// Not the activity's: a detached process is background work, not a running command.
+    /// The activity's `detached` set (not its running commands).
     running: Arc<Running>,
+    /// Stamped at every output: the activity's `process_output`.
+    output: crate::activity::LastOutput,
     table: Mutex<Table>,
 }
 
@@ -187,10 +190,22 @@ fn no_process(id: u32) -> OpError {
 
 impl Procs {
     pub fn new(home: Home, config: ProcConfig) -> Self {
+        Self::linked(home, config, Arc::default(), Default::default())
+    }
+
+    /// Processes whose exec ids go into `running` and whose output stamps `output` (the
+    /// activity's `detached` and `process_output`).
+    pub fn linked(
+        home: Home,
+        config: ProcConfig,
+        running: Arc<Running>,
+        output: crate::activity::LastOutput,
+    ) -> Self {
         Self {
             home,
             config,
-            running: Arc::new(Running::default()),
+            running,
+            output,
             table: Mutex::new(Table::default()),
         }
     }
@@ -275,7 +290,7 @@ impl Procs {
             input: Mutex::new(Some(input_tx)),
         });
         tracing::debug!(id, pid, "detached process started");
-        tokio::spawn(drain(proc.clone(), event_rx));
+        tokio::spawn(drain(proc.clone(), event_rx, self.output.clone()));
         Ok(proc)
     }
 
@@ -448,11 +463,16 @@ async fn feed_input(
 }
 
 /// Keeps a process's events: output into its ring, its exit into its record.
-async fn drain(proc: Arc<Proc>, mut events: mpsc::Receiver<ExecEvent>) {
+async fn drain(
+    proc: Arc<Proc>,
+    mut events: mpsc::Receiver<ExecEvent>,
+    output: crate::activity::LastOutput,
+) {
     while let Some(event) = events.recv().await {
         match event {
             ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
                 proc.lock().ring.push(&b);
+                output.stamp();
             }
             ExecEvent::Exit { code, message } => {
                 record_exit(&proc, ProcExit { code, message });

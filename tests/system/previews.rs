@@ -448,3 +448,68 @@ async fn a_browser_gets_a_preview_over_http2_with_tls() -> Result<()> {
     .await?;
     w.check_log()
 }
+
+/// A detached process counts as work while it prints (or uses CPU), not for being alive: a
+/// chatty one keeps an idle computer up; a quiet service (a dev server nobody visits) lets it
+/// suspend, and a visit then wakes it and the service, started with it, answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_service_lets_its_computer_suspend_and_a_visit_wakes_it() -> Result<()> {
+    let mut w = World::start_with(WorldOptions {
+        idle_timeout_secs: Some(2),
+        env: vec![("RAKAZO_LOCAL_CONTAINMENT".into(), "full".into())],
+        ..WorldOptions::default()
+    })
+    .await?;
+    let c = crate::cli::create(&w, "ws-preview-idle").await?;
+    let public = serve_app(&mut w, &c, APP_PORT, "idle").await?;
+    let chatty = rakazo_ok(
+        &w,
+        &[
+            "exec",
+            "--detach",
+            &c,
+            "--",
+            "sh",
+            "-c",
+            "while true; do echo tick; sleep 0.3; done",
+        ],
+    )
+    .await?;
+    let chatty = text(&chatty).trim().to_string();
+    let view = |what: &'static str, pred: fn(&serde_json::Value) -> bool| {
+        let (w, c) = (&w, &c);
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let v = w.show(c).await?;
+                if pred(&v) {
+                    return Ok::<_, anyhow::Error>(v);
+                }
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "timed out waiting for {what}: {v}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    view("the chatty process to keep it busy", |v| {
+        v["idle"]["decision"] == "busy"
+            && v["idle"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("detached process output"))
+    })
+    .await?;
+    rakazo_ok(&w, &["kill", &c, &chatty]).await?;
+    // Quiet now (the service alive, printing nothing): it suspends.
+    view("the computer to suspend", |v| {
+        v["state"] == "stopped" && v["idle"]["decision"] == "suspended"
+    })
+    .await?;
+    let (status, body) = get(&w, &format!("{public}headers"), &[]).await?;
+    assert_eq!(status, 200, "the visit to the suspended computer: {body}");
+    let feed = text(&rakazo_ok(&w, &["activity", &c]).await?);
+    assert!(feed.contains("stopped (idle)"), "{feed}");
+    assert!(feed.contains("started (preview_visit)"), "{feed}");
+    w.check_log()
+}

@@ -183,6 +183,7 @@ async fn guest_work(core: &Arc<Core>, id: &str) -> Option<rules::GuestWork> {
             commands: a.commands,
             background: a.background,
             terminal_output_ago_ms: a.terminal_output_ago_ms,
+            process_output_ago_ms: a.process_output_ago_ms,
             cpu_milli: a.cpu_milli,
         }),
         Ok(Err(e)) => {

@@ -48,6 +48,8 @@ pub struct GuestWork {
     pub terminal_output_ago_ms: Option<u64>,
     /// CPU of the computer's processes over the last interval, thousandths of one CPU.
     pub cpu_milli: u32,
+    /// Since a detached process last printed; `None`: never.
+    pub process_output_ago_ms: Option<u64>,
 }
 
 /// The settings the rule judges with.
@@ -78,6 +80,11 @@ impl GuestWork {
         if let Some(ago) = self.terminal_output_ago_ms {
             if u128::from(ago) < p.timeout.as_millis() {
                 why.push(format!("terminal output {} s ago", ago / 1000));
+            }
+        }
+        if let Some(ago) = self.process_output_ago_ms {
+            if u128::from(ago) < p.timeout.as_millis() {
+                why.push(format!("detached process output {} s ago", ago / 1000));
             }
         }
         if self.cpu_milli > p.cpu_threshold_milli {
@@ -340,6 +347,13 @@ mod tests {
         );
         busy(
             GuestWork {
+                process_output_ago_ms: Some(30_000),
+                ..Default::default()
+            },
+            "detached process output 30 s ago",
+        );
+        busy(
+            GuestWork {
                 cpu_milli: 101,
                 ..Default::default()
             },
@@ -350,6 +364,7 @@ mod tests {
             GuestWork {
                 cpu_milli: 100,
                 terminal_output_ago_ms: Some(60_000),
+                process_output_ago_ms: Some(60_000),
                 ..Default::default()
             },
         ] {

@@ -304,6 +304,7 @@ pub(super) static SAMPLES: LazyLock<Vec<Sample>> = LazyLock::new(|| {
             terminal_output_ago_ms: Some(1500),
             cpu_milli: 250,
             cpu_interval_ms: 30_000,
+            process_output_ago_ms: Some(90_000),
         })),
         sample(Request::ProcList(ProcList)),
         sample(Request::ProcLogs(ProcLogs {

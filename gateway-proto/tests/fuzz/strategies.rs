@@ -378,16 +378,25 @@ pub(super) fn reply() -> impl Strategy<Value = Reply> {
             any::<u32>(),
             proptest::option::of(any::<u64>()),
             any::<u32>(),
-            any::<u64>()
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
         )
             .prop_map(
-                |(commands, background, terminal_output_ago_ms, cpu_milli, cpu_interval_ms)| {
+                |(
+                    commands,
+                    background,
+                    terminal_output_ago_ms,
+                    cpu_milli,
+                    cpu_interval_ms,
+                    process_output_ago_ms,
+                )| {
                     Reply::Activity(GuestActivity {
                         commands,
                         background,
                         terminal_output_ago_ms,
                         cpu_milli,
                         cpu_interval_ms,
+                        process_output_ago_ms,
                     })
                 }
             ),

@@ -85,6 +85,10 @@ pub struct TerminalSession {
     socket: PathBuf,
     /// The session's profile and nss_wrapper files ([`ShellPlan::session_dir`]).
     session_dir: PathBuf,
+    /// A duplicate of the PTY's master, held until the session is stopped: while it is open the
+    /// kernel cannot give `tty` to another PTY, so the holders [`Self::kill_now`] finds by its
+    /// path are this session's, never a newer terminal's that got the same number.
+    master_hold: Option<Mutex<Box<dyn Read + Send>>>,
     stopped: bool,
 }
 
@@ -144,6 +148,8 @@ impl TerminalSession {
         };
         drop(pair.slave);
         let pid = child.process_id();
+        // A reader never read: only its duplicate of the master's fd matters.
+        let master_hold = pair.master.try_clone_reader().ok().map(Mutex::new);
         let mut session = Self {
             pid,
             tty,
@@ -151,6 +157,7 @@ impl TerminalSession {
             server: tokio::spawn(async {}),
             socket: socket.to_path_buf(),
             session_dir,
+            master_hold,
             stopped: false,
         };
         let io = (|| -> Result<_, TerminalError> {
@@ -201,13 +208,11 @@ impl TerminalSession {
         self.pid
     }
 
-    /// Whether the shell still runs.
+    /// Whether the shell still runs. Looked up without reaping it: until [`Self::stop`] waits
+    /// for it, its pid (and so its process group's id) cannot be given to another process, so
+    /// the group signals of `stop` reach this shell's group only.
     pub fn is_alive(&mut self) -> bool {
-        !self.stopped
-            && self
-                .child
-                .as_mut()
-                .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        !self.stopped && self.child.is_some() && self.pid.is_some_and(running_unreaped)
     }
 
     /// Hangs up and kills the shell's process group and everything still holding its PTY, then
@@ -236,6 +241,8 @@ impl TerminalSession {
             // Killed above: the wait is immediate.
             let _ = tokio::task::spawn_blocking(move || child.wait()).await;
         }
+        // Only now may the PTY's number go to another terminal.
+        self.master_hold = None;
         self.stopped = true;
     }
 
@@ -253,6 +260,16 @@ impl TerminalSession {
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_dir_all(&self.session_dir);
     }
+}
+
+/// Whether `pid` (a child of ours not yet waited for) still runs: its `/proc` entry exists
+/// and it is not a zombie.
+fn running_unreaped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
+    })
 }
 
 /// Creates the session directory fresh (0700, failing if anything is already there, so nothing
