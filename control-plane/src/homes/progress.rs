@@ -25,8 +25,9 @@ pub struct ProgressReport {
     pub seq: u32,
     /// Archive bytes moved so far in this phase.
     pub done: u64,
-    /// Expected bytes of the phase (the guest's estimate for an export; exact for a restore);
-    /// 0 when unknown.
+    /// Expected bytes of the phase (the guest's estimate for an export, raised to `done` when
+    /// the archive outgrows it: an export's framing is not in the estimate; exact for a
+    /// restore); 0 when unknown.
     pub total: u64,
 }
 
@@ -85,7 +86,12 @@ impl Progress {
     }
 
     pub fn add(&self, n: u64) {
-        self.tx.send_modify(|r| r.done = r.done.saturating_add(n));
+        self.tx.send_modify(|r| {
+            r.done = r.done.saturating_add(n);
+            if r.total != 0 {
+                r.total = r.total.max(r.done);
+            }
+        });
     }
 
     pub fn report(&self) -> ProgressReport {
@@ -121,6 +127,21 @@ mod tests {
             ("verifying", 1, 100)
         );
         assert!(p.ended_since(2).is_empty());
+    }
+
+    /// An estimate the work outgrows (a small home's archive framing) grows with it: a reader
+    /// never sees more done than expected; an unknown total stays unknown.
+    #[test]
+    fn done_never_exceeds_a_known_total() {
+        let p = Progress::new();
+        p.phase("exporting", 7);
+        p.add(5);
+        assert_eq!((p.report().done, p.report().total), (5, 7));
+        p.add(64);
+        assert_eq!((p.report().done, p.report().total), (69, 69));
+        p.phase("committing", 0);
+        p.add(10);
+        assert_eq!((p.report().done, p.report().total), (10, 0));
     }
 
     #[test]
