@@ -60,9 +60,22 @@ async function step(name, fn) {
 }
 
 const origin = (url) => new URL(url).origin;
+// Other tests create network namespaces and veth links while this runs; Chromium takes a new
+// interface for a network change and fails what was in flight with ERR_NETWORK_CHANGED. Such a
+// navigation is tried again (a few times); any other failure stands.
+async function goto(p, url) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await p.goto(url, { timeout: LONG });
+    } catch (e) {
+      if (attempt >= 5 || !String(e).includes("ERR_NETWORK_CHANGED")) throw e;
+      await p.waitForTimeout(200);
+    }
+  }
+}
 // Node's resolver knows no `*.localhost` (Chromium's does): read through the page.
 async function text(p, url) {
-  const resp = await p.goto(url, { timeout: LONG });
+  const resp = await goto(p, url);
   check(resp.ok(), `${url}: status ${resp.status()}`);
   return await p.evaluate(() => document.body.innerText);
 }
@@ -78,10 +91,10 @@ try {
 
   await step("the link preview opens the app, whose websocket and event stream work", async () => {
     // The app is a service that may still be starting: its preview says 502 until it listens.
-    let resp = await page.goto(LINK, { timeout: LONG });
+    let resp = await goto(page, LINK);
     for (let i = 0; i < 100 && resp.status() === 502; i++) {
       await page.waitForTimeout(200);
-      resp = await page.goto(LINK, { timeout: LONG });
+      resp = await goto(page, LINK);
     }
     check(resp.ok(), `status ${resp.status()}`);
     check(page.url() === origin(LINK) + "/", `the link lands on the origin's root: ${page.url()}`);
@@ -109,8 +122,8 @@ try {
   });
 
   await step("two previews' cookies stay apart", async () => {
-    await page.goto(origin(LINK) + "/cookie?set=from-link", { timeout: LONG });
-    await page.goto(PUBLIC + "cookie?set=from-public", { timeout: LONG });
+    await goto(page, origin(LINK) + "/cookie?set=from-link");
+    await goto(page, PUBLIC + "cookie?set=from-public");
     const seenByPublic = await text(page, PUBLIC + "cookie");
     const seenByLink = await text(page, origin(LINK) + "/cookie");
     check(seenByPublic.includes("app=from-public") && !seenByPublic.includes("from-link"), `public saw: ${seenByPublic}`);
@@ -120,10 +133,10 @@ try {
   await step("the link preview's origin alone lets nobody in", async () => {
     const fresh = await browser.newContext({ ignoreHTTPSErrors: true });
     const p = await fresh.newPage();
-    const resp = await p.goto(origin(LINK) + "/", { timeout: LONG });
+    const resp = await goto(p, origin(LINK) + "/");
     check(resp.status() === 403, `status ${resp.status()}`);
     check(!(await p.content()).includes("inside the computer"), "the app answered without the link");
-    const bad = await p.goto(origin(LINK) + "/__rakazo/open?t=AQYAAAAAAAAAAAAAAAAAAAAA", { timeout: LONG });
+    const bad = await goto(p, origin(LINK) + "/__rakazo/open?t=AQYAAAAAAAAAAAAAAAAAAAAA");
     check(bad.status() === 403, `a forged token: ${bad.status()}`);
     await fresh.close();
   });
@@ -132,7 +145,7 @@ try {
     await step("a session preview without a console session is refused", async () => {
       const fresh = await browser.newContext();
       const p = await fresh.newPage();
-      await p.goto(SESSION, { timeout: LONG });
+      await goto(p, SESSION);
       check(p.url().startsWith(CONSOLE + "/console/preview"), `sent to sign in: ${p.url()}`);
       await p.click("text=Continue to the preview");
       await p.waitForLoadState();
@@ -150,7 +163,7 @@ try {
       });
       check(signIn.ok(), `console sign-in: ${signIn.status()}`);
       const p = await fresh.newPage();
-      await p.goto(SESSION, { timeout: LONG });
+      await goto(p, SESSION);
       check(p.url().startsWith(CONSOLE + "/console/preview"), `sent to the console: ${p.url()}`);
       await p.click("text=Continue to the preview");
       await p.waitForSelector(`text=Hello from ${NAME} inside the computer`, { timeout: LONG });
@@ -161,7 +174,7 @@ try {
 
   if (EXPIRED) {
     await step("an expired preview is refused", async () => {
-      const resp = await page.goto(EXPIRED, { timeout: LONG });
+      const resp = await goto(page, EXPIRED);
       check(resp.status() === 410, `status ${resp.status()}`);
       check((await page.content()).includes("expired"), "it says so");
     });
@@ -169,10 +182,10 @@ try {
 
   if (REVOKE) {
     await step("a revoked preview is refused at once", async () => {
-      await page.goto(origin(LINK) + "/", { timeout: LONG });
+      await goto(page, origin(LINK) + "/");
       await page.waitForSelector("#sse.ok", { timeout: LONG });
       execSync(REVOKE, { stdio: "inherit" });
-      const resp = await page.goto(origin(LINK) + "/", { timeout: LONG });
+      const resp = await goto(page, origin(LINK) + "/");
       check(resp.status() === 410, `status ${resp.status()}`);
       check((await page.content()).includes("revoked"), "it says so");
       await page.screenshot({ path: path.join(SHOTS, "preview-revoked.png") });
@@ -182,7 +195,7 @@ try {
   if (STOP) {
     await step("a visit to a stopped computer gets a page that retries until the app answers", async () => {
       execSync(STOP, { stdio: "inherit" });
-      const resp = await page.goto(PUBLIC, { timeout: LONG });
+      const resp = await goto(page, PUBLIC);
       check(resp.status() === 503, `the first answer: ${resp.status()}`);
       check((await page.content()).includes("Starting"), "the starting page");
       await page.screenshot({ path: path.join(SHOTS, "preview-starting.png") });
