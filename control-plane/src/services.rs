@@ -82,7 +82,8 @@ impl ServiceStore {
         })
     }
 
-    /// Sets service `name` of `computer` (a new one, or a new command line for an old one).
+    /// Sets service `name` of `computer` (a new one, or a new command line for an old one);
+    /// answers it and the one it replaced, if any.
     pub async fn set(
         &self,
         computer: &str,
@@ -90,7 +91,7 @@ impl ServiceStore {
         argv: &[String],
         cwd: Option<&str>,
         now_ms: i64,
-    ) -> Result<ServiceRow, ServiceError> {
+    ) -> Result<(ServiceRow, Option<ServiceRow>), ServiceError> {
         check_name(name)?;
         let existing = self.get(computer, name).await?;
         if existing.is_none() {
@@ -119,14 +120,15 @@ impl ServiceStore {
         .execute(self.db.pool())
         .await
         .map_err(DbError::from)?;
-        Ok(ServiceRow {
+        let row = ServiceRow {
             computer: computer.into(),
             name: name.into(),
             argv: argv.to_vec(),
             cwd: cwd.map(String::from),
             created_at_ms: now_ms,
             process: None,
-        })
+        };
+        Ok((row, existing))
     }
 
     pub async fn get(&self, computer: &str, name: &str) -> Result<Option<ServiceRow>, DbError> {

@@ -55,7 +55,7 @@ impl From<PreviewError> for ApiError {
 
 /// The `:port` of the request's `Host`, if it names one: preview origins are on the port the
 /// API was reached on.
-fn port_suffix<B>(req: &Request<B>) -> String {
+pub(super) fn port_suffix<B>(req: &Request<B>) -> String {
     super::live::request_host(req)
         .and_then(|h| {
             h.rsplit_once(':')
@@ -65,13 +65,13 @@ fn port_suffix<B>(req: &Request<B>) -> String {
         .unwrap_or_default()
 }
 
-/// The origin of the preview served under `label`.
-fn origin<B>(api: &Api, label: &str, req: &Request<B>) -> String {
+/// The origin of the preview served under `label`, on the port `suffix` names (see
+/// [`port_suffix`]).
+fn origin_at(api: &Api, label: &str, suffix: &str) -> String {
     format!(
-        "{}://{label}.{}{}",
+        "{}://{label}.{}{suffix}",
         api.scheme(),
-        api.preview.config.domain,
-        port_suffix(req)
+        api.preview.config.domain
     )
 }
 
@@ -119,11 +119,7 @@ pub async fn create(
         .previews
         .create(id, body.port, access, &who.name, expires, now)
         .await?;
-    let origin = format!(
-        "{}://{label}.{}{suffix}",
-        api.scheme(),
-        api.preview.config.domain
-    );
+    let origin = origin_at(api, &label, &suffix);
     let url = match access {
         Access::Public | Access::Session => format!("{origin}/"),
         Access::Link => {
@@ -335,9 +331,8 @@ pub async fn sign_in(
         .map_err(ApiError::internal)?;
     let next = safe_next(form.get("next").map(String::as_str));
     let target = format!(
-        "{}://{label}.{}{suffix}{}open?t={token}&next={}",
-        api.scheme(),
-        api.preview.config.domain,
+        "{}{}open?t={token}&next={}",
+        origin_at(api, &label, &suffix),
         preview::RESERVED_PREFIX,
         form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
     );
@@ -371,7 +366,7 @@ async fn session_preview(
         .map(|r| (r, label.to_ascii_lowercase())))
 }
 
-/// The origin of a preview, for the proxy's redirects.
+/// The origin of the preview served under `label`, on the port `req` came to.
 pub(super) fn preview_origin<B>(api: &Api, label: &str, req: &Request<B>) -> String {
-    origin(api, label, req)
+    origin_at(api, label, &port_suffix(req))
 }

@@ -102,13 +102,7 @@ pub async fn set(
         }
         .into());
     }
-    let old = api
-        .core
-        .services
-        .get(id, name)
-        .await
-        .map_err(ApiError::internal)?;
-    let row = api
+    let (row, old) = api
         .core
         .services
         .set(id, name, &body.argv, body.cwd.as_deref(), now_ms())

@@ -19,7 +19,7 @@
 mod headers;
 
 use super::body::{empty, RespBody};
-use super::previews::{esc, page, preview_origin, safe_next};
+use super::previews::{esc, page, port_suffix, preview_origin, safe_next};
 use super::Api;
 use crate::clock::now_ms;
 use crate::computers::ComputerState;
@@ -364,14 +364,7 @@ fn console_origin<B>(api: &Api, req: &Request<B>) -> String {
         .domain
         .split_once('.')
         .map_or("localhost", |(_, rest)| rest);
-    let port = super::live::request_host(req)
-        .and_then(|h| {
-            h.rsplit_once(':')
-                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-                .map(|(_, p)| format!(":{p}"))
-        })
-        .unwrap_or_default();
-    format!("{}://{parent}{port}", api.scheme())
+    format!("{}://{parent}{}", api.scheme(), port_suffix(req))
 }
 
 /// `/__rakazo/open?t=<token>&next=<path>`: a link's token, or the console's hand-back, for the
