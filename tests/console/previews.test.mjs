@@ -102,7 +102,8 @@ try {
     await page.waitForSelector("#ws.ok", { timeout: LONG });
     await page.waitForSelector("#sse.ok", { timeout: LONG });
     check((await page.textContent("#ws")) === "echo:ping over the tunnel", "the websocket echo");
-    check((await page.textContent("#sse")) === "tick 1, tick 2, tick 3", "the three events");
+    const events = await page.textContent("#sse");
+    check(events === "tick 1, tick 2, tick 3", `the three events: ${events}`);
     await page.screenshot({ path: path.join(SHOTS, `preview-${NAME}.png`) });
     const proto = await page.evaluate(() => performance.getEntriesByType("navigation")[0].nextHopProtocol);
     check(!H2 || proto === "h2", `the page came over ${proto}`);

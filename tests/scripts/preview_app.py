@@ -5,7 +5,8 @@ Standard library only. `python3 preview_app.py PORT [NAME]` serves, on 127.0.0.1
   /            a page whose script opens the websocket and the event stream below and shows what
                came back (for a browser and a screenshot)
   /ws          a websocket that echoes every text message, prefixed with "echo:"
-  /events      server-sent events: three `tick N` events, one every 100 ms, then it ends
+  /events      server-sent events: three `tick N` events (ids 1-3, resumed after Last-Event-ID),
+               one every 100 ms, then it ends
   /cookie      `?set=V` sets cookie `app=V`; answers the Cookie header it got
   /headers     the request's headers as JSON
   /bytes?n=N   N bytes (streamed in 1 MiB chunks)
@@ -74,8 +75,15 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
             self.end_headers()
-            for i in range(1, 4):
-                self.wfile.write(f"data: tick {i}\n\n".encode())
+            # Event ids let a browser that lost the stream (Chromium drops what is in flight
+            # when another test adds a network interface) resume where it was, as SSE intends.
+            try:
+                first = int(self.headers.get("Last-Event-ID") or "0") + 1
+            except ValueError:
+                first = 1
+            self.wfile.write(b"retry: 100\n\n")
+            for i in range(first, 4):
+                self.wfile.write(f"id: {i}\ndata: tick {i}\n\n".encode())
                 self.wfile.flush()
                 time.sleep(0.1)
             self.close_connection = True
