@@ -4,12 +4,13 @@
 # Xvfb and x11vnc for the benchmarks' anchor ("x11vnc on Xvfb").
 # Local computers are contained with iproute2 (network namespaces), nftables and bubblewrap;
 # libnss3-tools (certutil) puts their egress CA into Chrome's store (secrets).
+# ffmpeg encodes `rakazo recording export` videos (and its ffprobe checks them in the tests).
 # Idempotent and quiet; safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 need_pkgs=()
-for p in build-essential pkg-config musl-tools file iproute2 nftables bubblewrap procps curl tigervnc-standalone-server xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd xclip libnss-wrapper libnss3-tools; do
+for p in build-essential pkg-config musl-tools file iproute2 nftables bubblewrap procps curl tigervnc-standalone-server xvfb xauth chromium x11vnc novnc xdotool scrot imagemagick x11-utils fonts-liberation postgresql zstd xclip libnss-wrapper libnss3-tools ffmpeg; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then

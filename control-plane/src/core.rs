@@ -155,6 +155,8 @@ pub struct Core {
     pub previews: crate::preview::PreviewStore,
     /// Services: detached processes started again with their computer (`crate::services`).
     pub services: crate::services::ServiceStore,
+    /// Screen recordings: which computers, and what was recorded (`crate::recordings`).
+    pub recordings: crate::recordings::Recordings,
     /// Every computer whose machine this process booted (or restarted), once its guest is up:
     /// the API layer starts its services.
     pub booted: tokio::sync::broadcast::Sender<String>,
@@ -169,6 +171,7 @@ impl Core {
         homes: Arc<crate::homes::HomeService>,
         idle: crate::idle::IdleConfig,
     ) -> Self {
+        let recording_blobs = homes.recording_blobs();
         Self {
             homes,
             idle: crate::idle::Idle::new(idle, db.clone()),
@@ -181,6 +184,7 @@ impl Core {
             tokens: crate::tokens::TokenStore::new(db.clone()),
             previews: crate::preview::PreviewStore::new(db.clone()),
             services: crate::services::ServiceStore::new(db.clone()),
+            recordings: crate::recordings::Recordings::new(db.clone(), recording_blobs),
             booted: tokio::sync::broadcast::channel(256).0,
             // A key of its own until `with_secrets_key` gives the configured one.
             secrets: crate::secrets::SecretStore::new(
@@ -697,6 +701,9 @@ impl Core {
         info!(computer_id = %c.id.as_str(), "computer destroyed");
         if let Err(e) = self.previews.revoke_all(id, now_ms()).await {
             warn!(computer_id = %id, error = %e, "could not revoke the destroyed computer's previews (they answer 410 anyway)");
+        }
+        if let Err(e) = self.recordings.forget(id).await {
+            warn!(computer_id = %id, error = %e, "could not delete the destroyed computer's recordings (they expire with the retention)");
         }
         self.activity
             .lifecycle(id, Lifecycle::Destroyed, Cause::User, "destroyed by a user")

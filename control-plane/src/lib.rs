@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod network;
 pub mod preview;
 pub mod provider_set;
+pub mod recordings;
 pub mod route;
 pub mod schema;
 pub mod secrets;

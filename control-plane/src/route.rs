@@ -383,6 +383,14 @@ routes! {
         "preview.list", Viewer, None;
     RevokePreview { computer: ComputerId, preview: String } =
         Delete "/v1/computers/{computer}/previews/{preview}", "preview.revoke", Operator, None;
+    /// Turns recording of the computer's screens on or off (docs/recordings.md).
+    SetRecording { computer: ComputerId } = Put "/v1/computers/{computer}/recording",
+        "recording.set", Operator, None;
+    ListRecordings { computer: ComputerId } = Get "/v1/computers/{computer}/recordings",
+        "recording.list", Viewer, None;
+    /// A bot's recording: its records, raw (the record format of docs/recordings.md).
+    ReadRecording { computer: ComputerId, bot: BotId } =
+        Get "/v1/computers/{computer}/recordings/{bot}", "recording.get", Viewer, None;
     Activity { computer: ComputerId } = Get "/v1/computers/{computer}/activity",
         "activity.history", Viewer, None;
     ActivityStream { computer: ComputerId } = Get "/v1/computers/{computer}/activity/stream",

@@ -71,6 +71,8 @@ pub struct ServeConfig {
     pub idle: crate::idle::IdleConfig,
     /// The activity feed (retention per computer; 0: off).
     pub activity: crate::activity::ActivityConfig,
+    /// How long screen recordings are kept (docs/recordings.md).
+    pub recording_retention: std::time::Duration,
     /// Maintenance jobs (heartbeat timeout, an update's wait for runs).
     pub jobs: crate::jobs::JobConfig,
     /// Live screens (the control lease's TTL).
@@ -368,6 +370,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         cfg.idle,
     );
     core = core.with_activity(activity_db, cfg.activity);
+    core.recordings.retention = cfg.recording_retention;
     // Secrets are sealed under a key derived from the capability key, which replicas share.
     core = core.with_secrets_key(
         secrets_db,
@@ -463,6 +466,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         }
         // After recovery, so a computer restarted by it is not judged on its stale state.
         crate::jobs::spawn(recover.clone());
+        crate::recordings::job::spawn(recover.clone());
         crate::idle::spawn(recover);
     });
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);

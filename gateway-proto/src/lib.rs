@@ -33,6 +33,7 @@ pub mod msg;
 pub mod op;
 pub mod page;
 pub mod process;
+pub mod recording;
 pub mod secret;
 pub mod termframe;
 pub mod wire;

@@ -26,6 +26,7 @@ use crate::live::{ConnectRequest, PortConnect, RevokeRequest};
 use crate::msg::{BotLease, ExecEvent, ExecRequest, FileEntry, ListFiles, ReadFile, WriteFile};
 use crate::page::{NavigateRequest, PageActFailure, PageActRequest, Snapshot, SnapshotRequest};
 use crate::process::{ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart};
+use crate::recording::{RecordingChunk, RecordingPull};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// The protocol version this build speaks.
@@ -61,7 +62,8 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 /// - 13: `PortConnect` request (a preview URL's connection to a port on the computer's loopback);
 ///   `GuestActivity.process_output_ago_ms` (detached processes count by their output and CPU,
 ///   no longer by being alive).
-pub const PROTOCOL_VERSION: u16 = 13;
+/// - 14: `RecordingPull` request and `Recording` reply (screen recordings, docs/recordings.md).
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -280,6 +282,9 @@ pub enum Request {
     /// Connect to a port on the computer's loopback (a preview URL). Answer: `Opened`, then the
     /// connection's bytes both ways; or `Error`.
     PortConnect(PortConnect),
+    /// Take a bot's screen recording. Answer: `Recording`, then `len` raw bytes of records; or
+    /// `Error`.
+    RecordingPull(RecordingPull),
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -305,6 +310,7 @@ pub enum Reply {
     Activity(GuestActivity),
     Process(ProcInfo),
     Processes(Vec<ProcInfo>),
+    Recording(RecordingChunk),
 }
 
 /// The request of [`Request::Ping`] (it carries nothing).
@@ -440,6 +446,12 @@ reply_op!(PortConnect, "port_connect", Duplex, Capability, (),
     authority(_r) Authority::None,
     reply(_u) Reply::Opened,
     read { Reply::Opened => () });
+
+reply_op!(RecordingPull, "recording_pull", BytesFromGuest, Nothing, RecordingChunk,
+    request(r) Request::RecordingPull(r),
+    authority(_r) Authority::None,
+    reply(chunk) Reply::Recording(chunk),
+    read { Reply::Recording(chunk) => chunk });
 
 reply_op!(RevokeRequest, "revoke", Unary, Nothing, (),
     request(r) Request::Revoke(r),
@@ -633,6 +645,7 @@ impl Request {
             Request::ProcAttach(r) => r.authority(),
             Request::ProcKill(r) => r.authority(),
             Request::PortConnect(r) => r.authority(),
+            Request::RecordingPull(r) => r.authority(),
         }
     }
 
@@ -664,6 +677,7 @@ impl Request {
             Request::ProcAttach(_) => ProcAttach::NAME,
             Request::ProcKill(_) => ProcKill::NAME,
             Request::PortConnect(_) => PortConnect::NAME,
+            Request::RecordingPull(_) => RecordingPull::NAME,
         }
     }
 }
@@ -734,6 +748,16 @@ mod tests {
         round_trip::<ConnectRequest>((), Reply::Revoked);
         round_trip::<PortConnect>((), Reply::Revoked);
         round_trip::<RevokeRequest>((), Reply::Opened);
+        let chunk = RecordingChunk {
+            session: "s".into(),
+            first: 0,
+            next: 0,
+            lost: 0,
+            len: 0,
+            width: 1,
+            height: 1,
+        };
+        round_trip::<RecordingPull>(chunk, Reply::Pong);
         let start = ExportStart {
             content_bytes: 1,
             entries: 2,

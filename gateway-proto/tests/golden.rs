@@ -24,6 +24,7 @@ use gateway_proto::op::{GuestActivity, MachineStatus};
 use gateway_proto::process::{
     ProcAttach, ProcEvent, ProcExit, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart,
 };
+use gateway_proto::recording::{RecordingChunk, RecordingPull};
 use gateway_proto::{
     decode, encode, BotId, BotLease, ControlMsg, ErrorCode, ExecEvent, ExecInput, ExecRequest,
     FileEntry, FileKind, FrameDecoder, FrameError, Hello, HelloReply, LeaseToken, ListFiles,
@@ -97,7 +98,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 13);
+    assert_eq!(PROTOCOL_VERSION, 14);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -416,6 +417,33 @@ fn request_port_connect() {
     golden(
         &Request::PortConnect(PortConnect { port: 8080 }),
         "00000003 18 903f",
+    );
+}
+
+#[test]
+fn recording_pull_and_its_chunk() {
+    golden(
+        &Request::RecordingPull(RecordingPull {
+            bot: bot(),
+            session: Some("s1".into()),
+            after: 5,
+            max_bytes: 1000,
+        }),
+        // variant 25, bot, Some("s1"), after 5, max_bytes 1000 (varint e8 07)
+        "0000000e 19 05626f742d31 01 027331 05 e807",
+    );
+    golden(
+        &Reply::Recording(RecordingChunk {
+            session: "s1".into(),
+            first: 1,
+            next: 3,
+            lost: 0,
+            len: 300,
+            width: 1280,
+            height: 800,
+        }),
+        // variant 20, "s1", first 1, next 3, lost 0, len 300, 1280 x 800 (varints)
+        "0000000d 14 027331 01 03 00 ac02 800a a006",
     );
 }
 

@@ -39,6 +39,7 @@ use gateway_proto::page::{
 use gateway_proto::process::{
     ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart,
 };
+use gateway_proto::recording::RecordingPull;
 use gateway_proto::{
     BotId, BotLease, ErrorCode, ExecRequest, FileEntry, FrameDecoder, LeaseToken, ListFiles, Op,
     OpError, ReadFile, Reply, Request, UnaryOp, WriteFile,
@@ -208,6 +209,7 @@ impl Ops {
             Request::ProcLogs(r) => self.streaming(r, s, Self::process_logs).await,
             Request::ProcAttach(r) => self.streaming(r, s, Self::process_attach).await,
             Request::PortConnect(r) => self.streaming(r, s, Self::port_connect).await,
+            Request::RecordingPull(r) => self.streaming(r, s, Self::recording_pull).await,
         }
     }
 
@@ -435,6 +437,24 @@ impl Ops {
         self.gateway
             .connect(io.send, io.recv, io.remainder, r)
             .await
+    }
+
+    async fn recording_pull(&self, r: RecordingPull, mut io: Io) {
+        match self.screens.recording_pull(&r).await {
+            Ok((chunk, bytes)) => {
+                let send = &mut io.send;
+                if write_frame(send, &RecordingPull::reply_frame(chunk))
+                    .await
+                    .is_ok()
+                {
+                    let _ = send.write_all(&bytes).await;
+                }
+            }
+            Err(e) => {
+                let _ = write_frame(&mut io.send, &RecordingPull::refusal_frame(e)).await;
+            }
+        }
+        let _ = io.send.finish();
     }
 
     async fn port_connect(&self, r: gateway_proto::live::PortConnect, io: Io) {

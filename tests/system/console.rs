@@ -40,7 +40,7 @@ fn repo() -> PathBuf {
 }
 
 /// A token of `workspaces` made with `rakazo token create --json`: (token, id).
-async fn token(
+pub(crate) async fn token(
     w: &mut World,
     role: &str,
     workspaces: &[&str],

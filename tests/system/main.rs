@@ -30,6 +30,7 @@ mod placement;
 mod previews;
 mod processes;
 mod providers;
+mod recordings;
 mod replicas;
 mod rfb_client;
 mod sandbox_services;

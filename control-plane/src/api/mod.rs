@@ -29,6 +29,7 @@ mod openapi;
 mod preview_proxy;
 mod previews;
 mod processes;
+mod recordings;
 pub use openapi::document_json as openapi_json;
 mod screens;
 mod secrets;
@@ -580,6 +581,13 @@ async fn dispatch(
         }
         Route::PreviewSignIn {} => previews::sign_in_page(api, &query).await,
         Route::PreviewHandOff {} => previews::sign_in(api, req).await,
+        Route::SetRecording { computer } => {
+            recordings::set(api, principal(who)?, &computer, req).await
+        }
+        Route::ListRecordings { computer } => recordings::list(api, &computer).await,
+        Route::ReadRecording { computer, bot } => {
+            recordings::read(api, &computer, &bot, &query).await
+        }
         Route::Activity { computer } => activity::history(api, &computer, &query).await,
         Route::ActivityStream { computer } => activity::stream(api, &computer, &query).await,
         Route::ListFiles { computer } => files::list(api, &computer, &query).await,

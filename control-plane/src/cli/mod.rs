@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod network;
 pub mod preview;
 pub mod process;
+pub mod recording;
 pub mod screen;
 pub mod secret;
 pub mod serve;
@@ -157,6 +158,9 @@ pub enum Command {
     /// list, revoke).
     #[command(subcommand)]
     Preview(preview::PreviewCmd),
+    /// Screen recordings: on, off, list, get (raw records), export (WebM or MP4 via ffmpeg).
+    #[command(subcommand)]
+    Recording(recording::RecordingCmd),
     /// Scoped API tokens: create (admin, operator or viewer; limited to workspaces;
     /// expiring), list, revoke.
     #[command(subcommand)]
@@ -302,6 +306,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Secret(cmd) => secret::run(&g, cmd).await,
         Command::Token(cmd) => token::run(&g, cmd).await,
         Command::Preview(cmd) => preview::run(&g, cmd).await,
+        Command::Recording(cmd) => recording::run(&g, cmd).await,
         Command::Service(cmd) => service::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());

@@ -82,6 +82,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub activity: crate::activity::ActivityArgs,
     #[command(flatten)]
+    pub recordings: crate::recordings::RecordingArgs,
+    #[command(flatten)]
     pub jobs: crate::jobs::JobArgs,
     #[command(flatten)]
     pub live: crate::live::LiveArgs,
@@ -134,6 +136,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         homes: args.homes.resolve(&crate::homes::config::process_env)?,
         idle: args.idle.resolve()?,
         activity: args.activity.resolve()?,
+        recording_retention: args.recordings.retention(),
         jobs: args.jobs.resolve(),
         live: args.live.resolve()?,
         mcp: args.mcp.resolve(args.http_addr)?,

@@ -90,6 +90,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "previews_and_services",
         sql: include_str!("../../migrations/0014_previews_and_services.sql"),
     },
+    Migration {
+        version: 15,
+        name: "recordings",
+        sql: include_str!("../../migrations/0015_recordings.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -60,3 +60,36 @@ impl Guest {
         }
     }
 }
+
+/// Largest recording reply accepted: a pull's bytes plus one record that may exceed them.
+const MAX_RECORDING: u64 = gateway_proto::recording::MAX_PULL_BYTES as u64
+    + gateway_proto::recording::MAX_BODY as u64
+    + gateway_proto::recording::MAX_HEADER as u64
+    + 8;
+
+impl Guest {
+    /// Takes what the bot's recorder recorded since `req.after` (docs/recordings.md). The bytes
+    /// are the guest's: the caller checks them as records.
+    pub async fn recording_pull(
+        &self,
+        req: gateway_proto::recording::RecordingPull,
+    ) -> Result<(gateway_proto::recording::RecordingChunk, Vec<u8>), TunnelError> {
+        use gateway_proto::recording::RecordingPull;
+        let mut op = self.open(req).await?;
+        let chunk = self.answer::<RecordingPull>(&mut op.rx).await?;
+        if chunk.len > MAX_RECORDING || chunk.next < chunk.first {
+            return Err(self.protocol(Reply::Recording(chunk)));
+        }
+        op.rx.start_raw();
+        let mut bytes = Vec::with_capacity(usize::try_from(chunk.len).unwrap_or(0));
+        let mut left = chunk.len;
+        loop {
+            match next_exact(&mut op.rx, self.computer(), &mut left, PNG_CHUNK).await {
+                Ok(Some(piece)) => bytes.extend_from_slice(&piece),
+                Ok(None) => return Ok((chunk, bytes)),
+                Err(ByteError::Overrun) => return Err(self.protocol(Reply::Recording(chunk))),
+                Err(ByteError::Tunnel(e)) => return Err(e),
+            }
+        }
+    }
+}

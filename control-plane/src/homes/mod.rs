@@ -175,6 +175,8 @@ pub struct HomeService {
     claims: Option<crate::claims::Claims>,
     /// Which revisions of a home are kept (incremental format).
     keep: Keep,
+    /// Screen recordings, kept beside the homes (docs/recordings.md).
+    recordings: Arc<homes::cas::RecordingBlobs>,
 }
 
 /// A computer's checkpoint-or-restore lock: this process's, and the cluster's claim.
@@ -190,6 +192,15 @@ impl HomeService {
     pub fn new(cfg: &HomeStoreConfig, data_dir: &Path, db: Db) -> anyhow::Result<Self> {
         let ledger = HomeLedger::new(db);
         let now: homes::store::Clock = Arc::new(crate::clock::now_ms);
+        let recordings = Arc::new(match &cfg.store {
+            StoreConfig::Local => homes::cas::RecordingBlobs::new(
+                CasPlace::Local(data_dir.join("recordings")),
+                local_content_key(data_dir)?,
+            ),
+            StoreConfig::Object { s3, content_key } => {
+                homes::cas::RecordingBlobs::new(CasPlace::Object(s3.clone()), content_key.clone())
+            }
+        });
         let backend = match (&cfg.store, cfg.format) {
             (StoreConfig::Local, HomeFormat::Archive) => {
                 Backend::Local(LocalHomeStore::new(data_dir).with_limits(cfg.quota))
@@ -225,7 +236,13 @@ impl HomeService {
             quota: cfg.quota,
             claims: None,
             keep: cfg.keep,
+            recordings,
         })
+    }
+
+    /// Where screen recordings are kept: the same place as the homes, sealed the same way.
+    pub fn recording_blobs(&self) -> Arc<homes::cas::RecordingBlobs> {
+        self.recordings.clone()
     }
 
     /// `incremental` or `archive`.

@@ -29,6 +29,7 @@ pub mod mcp;
 pub mod network;
 pub mod preview;
 pub mod process;
+pub mod recording;
 pub mod screen;
 pub mod secret;
 pub mod service;

@@ -8,6 +8,7 @@ import { Maintenance } from "./maintenance.js";
 import { Screen } from "./screen.js";
 import { Activity, Files, Shell, useActivity } from "./dock.js";
 import { History } from "./history.js";
+import { Recordings } from "./recordings.js";
 
 const botHash = (computer, bot) => "#/c/" + encodeURIComponent(computer) + "/" + encodeURIComponent(bot);
 
@@ -53,6 +54,7 @@ const WINDOWS = [
   ["files", "Files"],
   ["activity", "Activity"],
   ["history", "History"],
+  ["recordings", "Recordings"],
 ];
 
 export function ComputerView({ id, bot: routeBot }) {
@@ -204,6 +206,9 @@ export function ComputerView({ id, bot: routeBot }) {
           </div>
           <div role="tabpanel" id="win-history" aria-labelledby="tab-history" class=${"window" + (win === "history" ? "" : " off")}>
             <${History} computer=${id} running=${running} visible=${!hidden && win === "history"} />
+          </div>
+          <div role="tabpanel" id="win-recordings" aria-labelledby="tab-recordings" class=${"window" + (win === "recordings" ? "" : " off")}>
+            <${Recordings} computer=${id} visible=${!hidden && win === "recordings"} events=${feed.events} />
           </div>
         </div>
       </aside>

@@ -209,7 +209,7 @@ export function Files({ computer, running, bot, control, visible, commandTick, r
   </div>`;
 }
 
-function describe(e) {
+export function describe(e) {
   if (e.type === "computer.command") return e.line;
   if (e.type === "computer.lifecycle") return `${e.event}${e.cause ? " (" + e.cause + ")" : ""}${e.reason ? ": " + e.reason : ""}`;
   if (e.type && e.type.startsWith("network.")) return `${e.domain || e.ip}:${e.port} ${e.reason}${e.count > 1 ? " ×" + e.count : ""}`;

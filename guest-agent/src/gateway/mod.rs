@@ -30,13 +30,14 @@ pub mod rfb;
 pub mod table;
 pub mod terminal;
 
+use crate::screens::recorder::PersonInput;
 use crate::screens::{CapabilityRevoker, Screens};
 use gateway_proto::live::{
     valid_control_lease_id, valid_terminal_key, CapabilityKind, ConnectRequest, RevokeRequest,
     RevokeScope,
 };
 use gateway_proto::{BotId, ErrorCode, Op, OpError, StartDir};
-use rfb::{ClientFilter, Policy, RfbServer, RfbServerSpec};
+use rfb::{ClientFilter, Input, Policy, RfbServer, RfbServerSpec};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -199,7 +200,11 @@ impl Gateway {
             .is_ok()
         {
             info!(bot = %bot, kind = kind.as_str(), "capability connection opened");
-            relay::relay(&mut send, &mut recv, remainder, stream, filter, &cancel).await
+            let noted = self.person_inputs(&request);
+            relay::relay(
+                &mut send, &mut recv, remainder, stream, filter, &cancel, noted,
+            )
+            .await
         } else {
             relay::RelayEnd::ClientGone
         };
@@ -383,7 +388,7 @@ impl Gateway {
         };
         let filter = match req.kind {
             CapabilityKind::View => Some(ClientFilter::new(Policy::View)),
-            CapabilityKind::Control => Some(ClientFilter::new(Policy::Control)),
+            CapabilityKind::Control => Some(ClientFilter::new(Policy::Control).note_inputs()),
             CapabilityKind::Terminal => None,
         };
         Ok(Opened {
@@ -393,6 +398,31 @@ impl Gateway {
             filter,
             terminal,
         })
+    }
+
+    /// What a control connection's inputs become: a person's inputs in the bot's recording
+    /// (nothing when the bot's screen is not recorded).
+    fn person_inputs(&self, request: &ConnectRequest) -> impl FnMut(Vec<Input>) + Send {
+        let screens = self.screens.clone();
+        let bot = request.bot.clone();
+        let lease = request.control_lease.clone();
+        let mut person = PersonInput::default();
+        move |inputs| {
+            for input in inputs {
+                match input {
+                    Input::Key { down, keysym } => {
+                        if let Some(i) = person.key(down, keysym, &lease) {
+                            screens.recorders().input(&bot, i);
+                        }
+                    }
+                    Input::Pointer { mask, x, y } => {
+                        for i in person.pointer(mask, x, y, &lease) {
+                            screens.recorders().input(&bot, i);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The terminal a connection gets: the bot's shell kept under the request's session key (same

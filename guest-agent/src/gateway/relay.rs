@@ -9,7 +9,7 @@
 //! the capability revoked or expired) is told apart: its terminal ends at once rather than
 //! waiting for a reattachment.
 
-use super::rfb::{ClientFilter, FilterError};
+use super::rfb::{ClientFilter, FilterError, Input};
 use gateway_proto::wire::{RESET_PROTOCOL, RESET_REVOKED};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -36,6 +36,7 @@ pub enum RelayEnd {
 }
 
 /// Relays until one side ends; `remainder` is what the client sent right after its request.
+/// The inputs the filter notes are handed to `noted` as they pass.
 pub async fn relay(
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
@@ -43,6 +44,7 @@ pub async fn relay(
     unix: UnixStream,
     mut filter: Option<ClientFilter>,
     cancel: &CancellationToken,
+    mut noted: impl FnMut(Vec<Input>) + Send,
 ) -> RelayEnd {
     let (mut unix_rx, mut unix_tx) = unix.into_split();
     let up = async {
@@ -67,6 +69,10 @@ pub async fn relay(
                     out.clear();
                     if let Err(e) = f.push(&bytes, &mut out) {
                         return RelayEnd::Protocol(e);
+                    }
+                    let inputs = f.take_inputs();
+                    if !inputs.is_empty() {
+                        noted(inputs);
                     }
                     unix_tx.write_all(&out).await
                 }

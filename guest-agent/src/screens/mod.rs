@@ -9,6 +9,7 @@
 //! any call reaches this module.
 
 mod actions;
+pub mod recorder;
 pub mod refusal;
 pub mod slots;
 
@@ -149,6 +150,8 @@ pub struct Screens {
     /// tools; a person watching is not the bot using it), on the monotonic clock (a step of
     /// the wall clock must not reorder them): [`ScreenInfo::idle_ms`], by which eviction picks.
     used: std::sync::Mutex<HashMap<BotId, std::time::Instant>>,
+    /// The screen recorders (docs/recordings.md).
+    recorders: recorder::Recorders,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -169,7 +172,30 @@ impl Screens {
             desktops: Mutex::new(HashMap::new()),
             revoker: std::sync::Mutex::new(None),
             used: std::sync::Mutex::new(HashMap::new()),
+            recorders: recorder::Recorders::default(),
         }
+    }
+
+    /// The screen recorders, which the screen gateway gives a person's inputs to.
+    pub fn recorders(&self) -> &recorder::Recorders {
+        &self.recorders
+    }
+
+    /// recording_pull: the bot's recording since `req.after`, its recorder started when none
+    /// records its live desktop. Never starts a desktop, nor counts as the bot's use of it.
+    pub async fn recording_pull(
+        &self,
+        req: &gateway_proto::recording::RecordingPull,
+    ) -> Result<(gateway_proto::recording::RecordingChunk, Vec<u8>), OpError> {
+        let Some(live) = self.live(&req.bot).await else {
+            return Err(op_err(
+                ErrorCode::NotFound,
+                format!("bot {} has no live desktop to record", req.bot),
+            ));
+        };
+        let (access, epoch) = (live.access(), live.epoch());
+        drop(live);
+        tokio::task::block_in_place(|| self.recorders.pull(req, access, epoch))
     }
 
     /// The settings this was made with.
@@ -528,6 +554,7 @@ impl Screens {
             };
         };
         let desktop = self.desktops.lock().await.remove(bot);
+        self.recorders.stop(bot);
         let ok = match desktop {
             Some(d) => {
                 let mut d = d.lock().await;
@@ -597,6 +624,9 @@ impl Screens {
         let mut d = desktop.lock().await;
         if d.streak.should_refuse(actions) {
             return Err(op_err(ErrorCode::ActionRefused, REFUSAL_MESSAGE));
+        }
+        for a in actions {
+            self.recorders.input(bot, recorder::Input::of_action(a));
         }
         let before = capture_now(&mut d)?;
         let armed = match run_batch(self, bot, &mut d, actions, settle_ms.is_none()).await {

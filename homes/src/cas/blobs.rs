@@ -179,6 +179,16 @@ pub const ATTEMPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs
 impl ObjectBlobs {
     /// The objects of `prefix` (a home's storage id: `[A-Za-z0-9._-]`) in `config`'s bucket.
     pub fn new(config: &crate::ObjectStoreConfig, prefix: &str) -> Result<Self, CasError> {
+        Self::under(config, "cas", prefix)
+    }
+
+    /// The objects of `prefix` under `root/` rather than `cas/` (screen recordings).
+    pub fn under(
+        config: &crate::ObjectStoreConfig,
+        root: &str,
+        prefix: &str,
+    ) -> Result<Self, CasError> {
+        check_name(root)?;
         check_name(prefix)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -186,7 +196,7 @@ impl ObjectBlobs {
         Ok(Self {
             client: crate::store::object::s3_client(config),
             bucket: config.bucket.clone(),
-            prefix: format!("cas/{prefix}"),
+            prefix: format!("{root}/{prefix}"),
             rt,
             written: Default::default(),
         })

@@ -25,6 +25,8 @@ pub mod archive;
 pub mod blobs;
 pub mod chunk;
 pub mod pack;
+#[cfg(feature = "object")]
+pub mod recordings;
 pub mod repo;
 pub mod tree;
 
@@ -35,6 +37,8 @@ pub use archive::{ArchiveSize, Change, Difference, Ingest, Visit};
 #[cfg(feature = "object")]
 pub use blobs::ObjectBlobs;
 pub use blobs::{BlobStore, LocalBlobs};
+#[cfg(feature = "object")]
+pub use recordings::RecordingBlobs;
 pub use repo::{Cause, Keep, PruneStats, Repo, RevisionInfo, Snapshot};
 
 use hkdf::Hkdf;

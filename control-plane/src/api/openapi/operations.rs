@@ -60,6 +60,8 @@ pub(super) enum Described {
     No(&'static str),
 }
 
+mod recordings;
+
 /// The refusals of a JSON body.
 const JSON_BODY: &[ApiCode] = &[BadRequest, BodyTimeout, PayloadTooLarge];
 
@@ -228,6 +230,12 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             (200, json_ok("Its services.", doc.of::<ServiceList>())),
             vec![NotFound],
         ),
+        E::SetRecording | E::ListRecordings | E::ReadRecording => {
+            match recordings::describe(e, doc) {
+                Some(op) => op,
+                None => unreachable!("a recording route"),
+            }
+        }
         E::DeleteService => op(
             "processes",
             "Remove a service; its process, if it runs, is sent TERM.",

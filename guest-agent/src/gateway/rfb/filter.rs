@@ -70,9 +70,19 @@ enum Phase {
     Failed,
 }
 
+/// An input message a `Control` client sent, as a recording notes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    Key { down: bool, keysym: u32 },
+    Pointer { mask: u8, x: u16, y: u16 },
+}
+
 /// The client→server filter of one connection. Feed it every byte the client sends, in order.
 pub struct ClientFilter {
     policy: Policy,
+    /// Forwarded key and pointer messages are noted in `inputs` (a recorded screen).
+    note_inputs: bool,
+    inputs: Vec<Input>,
     phase: Phase,
     /// The bytes of the fixed part (version or message header) gathered so far.
     head: Vec<u8>,
@@ -177,11 +187,24 @@ impl ClientFilter {
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
+            note_inputs: false,
+            inputs: Vec::new(),
             phase: Phase::Version,
             head: Vec::with_capacity(20),
             error: None,
             dropped: 0,
         }
+    }
+
+    /// Notes the key and pointer messages it forwards, for [`ClientFilter::take_inputs`].
+    pub fn note_inputs(mut self) -> Self {
+        self.note_inputs = true;
+        self
+    }
+
+    /// The key and pointer messages forwarded since the last call (when noting them).
+    pub fn take_inputs(&mut self) -> Vec<Input> {
+        std::mem::take(&mut self.inputs)
     }
 
     /// Messages dropped so far (input from a viewer).
@@ -260,6 +283,9 @@ impl ClientFilter {
                 let forward = class == Class::Display || self.policy == Policy::Control;
                 if forward {
                     out.extend_from_slice(&self.head);
+                    if self.note_inputs && class == Class::Input {
+                        self.note(&self.head.clone());
+                    }
                 } else {
                     self.dropped += 1;
                 }
@@ -289,6 +315,30 @@ impl ClientFilter {
             }
             Phase::Failed => Err(self.error.clone().unwrap_or(FilterError::UnknownMessage(0))),
         }
+    }
+
+    /// Notes a forwarded key or pointer message (bounded: a flood keeps the newest 4096).
+    fn note(&mut self, head: &[u8]) {
+        let input = match head {
+            [4, down, _, _, a, b, c, d] => Input::Key {
+                down: *down != 0,
+                keysym: u32::from_be_bytes([*a, *b, *c, *d]),
+            },
+            [255, 0, d1, d2, a, b, c, d, ..] => Input::Key {
+                down: *d1 != 0 || *d2 != 0,
+                keysym: u32::from_be_bytes([*a, *b, *c, *d]),
+            },
+            [5, mask, x1, x2, y1, y2] => Input::Pointer {
+                mask: *mask,
+                x: u16::from_be_bytes([*x1, *x2]),
+                y: u16::from_be_bytes([*y1, *y2]),
+            },
+            _ => return,
+        };
+        if self.inputs.len() >= 4096 {
+            self.inputs.remove(0);
+        }
+        self.inputs.push(input);
     }
 
     /// Moves bytes from `input` into `head` until it holds `want`; returns how many it took.
@@ -522,6 +572,42 @@ mod tests {
         input.extend_from_slice(&update_request());
         let want = [HANDSHAKE_38, &update_request()].concat();
         assert_eq!(run(Policy::View, &[&input]).unwrap(), want);
+    }
+
+    #[test]
+    fn a_control_filter_notes_keys_and_pointers_and_a_view_filter_nothing() {
+        let mut bytes = b"RFB 003.008\n\x01\x01".to_vec();
+        bytes.extend_from_slice(&[4, 1, 0, 0, 0, 0, 0, 0x61]);
+        bytes.extend_from_slice(&[5, 1, 0, 10, 0, 20]);
+        bytes.extend_from_slice(&[255, 0, 0, 0, 0, 0, 0xff, 0x0d, 0, 0, 0, 28]);
+        let mut out = Vec::new();
+        let mut f = ClientFilter::new(Policy::Control).note_inputs();
+        f.push(&bytes, &mut out).unwrap();
+        assert_eq!(
+            f.take_inputs(),
+            vec![
+                Input::Key {
+                    down: true,
+                    keysym: 0x61
+                },
+                Input::Pointer {
+                    mask: 1,
+                    x: 10,
+                    y: 20
+                },
+                Input::Key {
+                    down: false,
+                    keysym: 0xff0d
+                },
+            ]
+        );
+        assert!(f.take_inputs().is_empty());
+        let mut view = ClientFilter::new(Policy::View).note_inputs();
+        view.push(&bytes, &mut out).unwrap();
+        assert!(
+            view.take_inputs().is_empty(),
+            "a viewer's input is dropped, not noted"
+        );
     }
 
     #[test]

@@ -7,5 +7,5 @@ pub mod client;
 pub mod filter;
 pub mod server;
 
-pub use filter::{ClientFilter, FilterError, Policy};
+pub use filter::{ClientFilter, FilterError, Input, Policy};
 pub use server::{RfbServer, RfbServerError, RfbServerSpec};

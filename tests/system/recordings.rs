@@ -1,0 +1,220 @@
+//! Screen recordings (issue 34, docs/recordings.md) through the real binaries: recording turned
+//! on with the CLI, an agent phase (the bot's clicks and typing through the API) and a takeover
+//! phase (a person in the console, in real Chromium: `tests/console/recording.test.mjs`), then
+//! the console's player replays both (screenshots checked there), `rakazo recording export`
+//! writes WebM and MP4 files that ffprobe (Debian's ffmpeg) reads with the recording's duration,
+//! and nothing anyone typed is in the stored recording.
+
+use crate::cli::rakazo;
+use crate::console::{browser_run, screenshots_in};
+use anyhow::{anyhow, bail, Context, Result};
+use std::ffi::OsString;
+use std::time::Duration;
+use tests::fixture::Fixture;
+use tests::World;
+
+const WORKSPACE: &str = "ws-recordings";
+const BOT: &str = "bot-rec";
+const LONG: Duration = Duration::from_secs(60);
+/// What the agent types: it must never be stored.
+const TYPED: &str = "hunter2-typed";
+
+/// A box that fills the page: grey, blue once clicked. (The run's end checkpoints the home,
+/// which restarts Chrome: the person finds the page grey again.)
+const PAGE: &str = "<html><body style='margin:0'><div id='box' \
+    style='width:100vw;height:100vh;background:rgb(128,128,128)'></div><script>\
+    document.getElementById('box').addEventListener('mousedown', () => {\
+      document.getElementById('box').style.background = 'rgb(37,99,235)';\
+    });</script></body></html>";
+
+fn ok(out: &std::process::Output, what: &str) -> Result<String> {
+    if !out.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// ffprobe's duration of `file`, in seconds.
+fn probed_duration(file: &std::path::Path) -> Result<f64> {
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(file)
+        .output()
+        .context("run ffprobe (apt-get install ffmpeg)")?;
+    ok(&out, "ffprobe")?
+        .trim()
+        .parse()
+        .map_err(|e| anyhow!("ffprobe printed no duration: {e}"))
+}
+
+#[tokio::test]
+async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video() -> Result<()> {
+    let mut w = World::start().await?;
+    let site = Fixture::start().await?;
+    let c = w.create_computer(WORKSPACE).await?;
+    let on = ok(&rakazo(&w, &["recording", "on", &c]).await?, "recording on")?;
+    assert!(on.contains("recording on"), "{on}");
+
+    // The agent phase.
+    let b = tests::bot::Bot::new(&w, &c, BOT).await?;
+    b.ensure().await?;
+    b.navigate(&site.page("box", PAGE)).await?;
+    // The recorder starts at the server's first pull: wait for its first piece.
+    let deadline = tokio::time::Instant::now() + LONG;
+    while listed_bots(&w, &c).await? == 0 {
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the recording did not start within {LONG:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.act(serde_json::json!([
+        { "type": "click", "x": 640, "y": 300 },
+        { "type": "type", "text": TYPED },
+        { "type": "key", "key": "Return" },
+        { "type": "wait", "ms": 800 }
+    ]))
+    .await?;
+    b.end_run().await?;
+
+    // The takeover phase and the player, in the console.
+    let operator = crate::console::token(&mut w, "operator", &[WORKSPACE], "rec-operator")
+        .await?
+        .0;
+    let shots = screenshots_in("RAKAZO_RECORDING_SCREENSHOTS")?;
+    browser_run(
+        "recording.test.mjs",
+        &[
+            ("RAKAZO_CONSOLE_URL", OsString::from(&w.http)),
+            ("RAKAZO_CONSOLE_COMPUTER", OsString::from(&c)),
+            ("RAKAZO_CONSOLE_BOT", OsString::from(BOT)),
+            ("RAKAZO_CONSOLE_OPERATOR_TOKEN", OsString::from(&operator)),
+            (
+                "RAKAZO_CONSOLE_SCREENSHOTS",
+                shots.0.clone().into_os_string(),
+            ),
+        ],
+    )
+    .await?;
+    println!("recording screenshots: {}", shots.0.display());
+
+    // Stop recording; what was recorded stays listed.
+    ok(
+        &rakazo(&w, &["recording", "off", &c]).await?,
+        "recording off",
+    )?;
+    let listed = ok(
+        &rakazo(&w, &["recording", "list", &c]).await?,
+        "recording list",
+    )?;
+    assert!(
+        listed.contains("recording off") && listed.contains(BOT),
+        "{listed}"
+    );
+    let v = get(&w, &format!("/v1/computers/{c}/recordings")).await?;
+    let rec = &v["bots"][0];
+    let span_s = (rec["ended_at_ms"].as_i64().unwrap_or(0)
+        - rec["started_at_ms"].as_i64().unwrap_or(0)) as f64
+        / 1000.0;
+    assert!(span_s > 2.0, "the recording spans both phases: {v}");
+
+    // Exported: ffprobe reads each file, as long as the recording (to a frame, at 10 fps).
+    let dir = tempfile::tempdir()?;
+    for ext in ["webm", "mp4"] {
+        let file = dir.path().join(format!("rec.{ext}"));
+        let path = file.to_string_lossy().into_owned();
+        ok(
+            &rakazo(&w, &["recording", "export", &c, "--bot", BOT, "-o", &path]).await?,
+            "recording export",
+        )?;
+        let d = probed_duration(&file)?;
+        assert!(
+            (d - span_s).abs() <= 0.25,
+            "{ext}: ffprobe says {d} s, the recording spans {span_s} s"
+        );
+    }
+    let bad = rakazo(&w, &["recording", "export", &c, "-o", "rec.avi"]).await?;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains(".webm or .mp4"));
+
+    // Nothing typed was stored: not in the raw records, not in the sealed pieces on disk.
+    let raw = dir.path().join("rec.raw");
+    ok(
+        &rakazo(&w, &["recording", "get", &c, "-o", &raw.to_string_lossy()]).await?,
+        "recording get",
+    )?;
+    let bytes = std::fs::read(&raw)?;
+    assert!(bytes.len() > 1000);
+    for needle in [TYPED.as_bytes(), b"xyz"] {
+        assert!(
+            !bytes.windows(needle.len()).any(|win| win == needle),
+            "typed text in the recording"
+        );
+    }
+    let stored = walk(&w.data_dir.path().join("recordings"))?;
+    assert!(!stored.is_empty(), "pieces on disk");
+    for f in stored {
+        let b = std::fs::read(&f)?;
+        assert!(!b.windows(TYPED.len()).any(|win| win == TYPED.as_bytes()));
+        assert!(
+            !b.windows(5).any(|win| win == b"\"k\":\""),
+            "{} is not sealed",
+            f.display()
+        );
+    }
+
+    // Bad input: an unknown bot, a reversed range, a bad time.
+    for (query, code) in [
+        (format!("/v1/computers/{c}/recordings/nobody"), 404),
+        (
+            format!("/v1/computers/{c}/recordings/{BOT}?since=5&until=1"),
+            400,
+        ),
+        (
+            format!("/v1/computers/{c}/recordings/{BOT}?since=soon"),
+            400,
+        ),
+    ] {
+        match get(&w, &query).await {
+            Err(control_plane::client::ClientError::Api { status, .. }) => {
+                assert_eq!(status.as_u16(), code, "{query}")
+            }
+            other => bail!("{query}: {other:?}"),
+        }
+    }
+    w.check_log()
+}
+
+async fn get(
+    w: &World,
+    path: &str,
+) -> Result<serde_json::Value, control_plane::client::ClientError> {
+    w.client.json(hyper::Method::GET, path, None).await
+}
+
+async fn listed_bots(w: &World, c: &str) -> Result<usize> {
+    let v = get(w, &format!("/v1/computers/{c}/recordings")).await?;
+    Ok(v["bots"].as_array().map_or(0, Vec::len))
+}
+
+fn walk(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    if !dir.exists() {
+        return Ok(out);
+    }
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            out.extend(walk(&p)?);
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
