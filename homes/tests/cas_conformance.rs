@@ -459,3 +459,28 @@ fn forget_and_prune_keep_what_they_promise_through_a_crash_at_every_step<B: Back
         .collect();
     assert_eq!(revs, [3, 4]);
 }
+
+/// Screen recordings (docs/recordings.md) live in the homes' bucket under `recordings/`, sealed.
+#[test]
+fn recordings_are_kept_sealed_in_the_homes_bucket() {
+    let o = Object::start();
+    let cfg = config(&o.s3.endpoint);
+    let rec = homes::cas::RecordingBlobs::new(
+        homes::CasPlace::Object(cfg.clone()),
+        homes::seal::ContentKey::generate(),
+    );
+    rec.put("c-1", "bot-1/0001", b"frames of bot-1").unwrap();
+    assert_eq!(rec.get("c-1", "bot-1/0001").unwrap(), b"frames of bot-1");
+    let raw = ObjectBlobs::under(&cfg, "recordings", "c-1").unwrap();
+    let stored = raw.get("bot-1/0001").unwrap();
+    assert!(!stored.windows(6).any(|w| w == b"frames"), "sealed at rest");
+    assert!(
+        ObjectBlobs::new(&cfg, "c-1")
+            .unwrap()
+            .get("bot-1/0001")
+            .is_err(),
+        "not under cas/"
+    );
+    rec.delete("c-1", "bot-1/0001").unwrap();
+    assert!(rec.get("c-1", "bot-1/0001").is_err());
+}

@@ -1,5 +1,5 @@
-//! Screen recordings (issue 34, docs/recordings.md) through the real binaries: recording turned
-//! on with the CLI, an agent phase (the bot's clicks and typing through the API) and a takeover
+//! Screen recordings (issue 34, docs/recordings.md) through the real binaries, README.md's
+//! "Screen recordings" block as written: recording turned on with the CLI, an agent phase (the bot's clicks and typing through the API) and a takeover
 //! phase (a person in the console, in real Chromium: `tests/console/recording.test.mjs`), then
 //! the console's player replays both (screenshots checked there), `rakazo recording export`
 //! writes WebM and MP4 files that ffprobe (Debian's ffmpeg) reads with the recording's duration,
@@ -59,7 +59,22 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
     let mut w = World::start().await?;
     let site = Fixture::start().await?;
     let c = w.create_computer(WORKSPACE).await?;
-    let on = ok(&rakazo(&w, &["recording", "on", &c]).await?, "recording on")?;
+    let dir = tempfile::tempdir()?;
+    let steps = tests::readme::commands("## Screen recordings")?;
+    assert_eq!(steps.len(), 5, "the README's block changed");
+    let readme = |i: usize| -> Vec<String> {
+        steps[i]
+            .args
+            .iter()
+            .map(|a| match a.as_str() {
+                "c-..." => c.clone(),
+                "bot-1" => BOT.to_string(),
+                "run.webm" | "run.rec" => dir.path().join(a).to_string_lossy().into_owned(),
+                other => other.to_string(),
+            })
+            .collect()
+    };
+    let on = cli(&w, readme(0)).await?;
     assert!(on.contains("recording on"), "{on}");
 
     // The agent phase.
@@ -104,17 +119,10 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
     .await?;
     println!("recording screenshots: {}", shots.0.display());
 
-    // Stop recording; what was recorded stays listed.
-    ok(
-        &rakazo(&w, &["recording", "off", &c]).await?,
-        "recording off",
-    )?;
-    let listed = ok(
-        &rakazo(&w, &["recording", "list", &c]).await?,
-        "recording list",
-    )?;
+    // The rest of the README's block: list, export, get, off.
+    let listed = cli(&w, readme(1)).await?;
     assert!(
-        listed.contains("recording off") && listed.contains(BOT),
+        listed.contains("recording on") && listed.contains(BOT),
         "{listed}"
     );
     let v = get(&w, &format!("/v1/computers/{c}/recordings")).await?;
@@ -123,20 +131,31 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
         - rec["started_at_ms"].as_i64().unwrap_or(0)) as f64
         / 1000.0;
     assert!(span_s > 2.0, "the recording spans both phases: {v}");
-
+    cli(&w, readme(2)).await?;
     // Exported: ffprobe reads each file, as long as the recording (to a frame, at 10 fps).
-    let dir = tempfile::tempdir()?;
-    for ext in ["webm", "mp4"] {
-        let file = dir.path().join(format!("rec.{ext}"));
-        let path = file.to_string_lossy().into_owned();
-        ok(
-            &rakazo(&w, &["recording", "export", &c, "--bot", BOT, "-o", &path]).await?,
-            "recording export",
-        )?;
+    let mp4 = dir.path().join("run.mp4");
+    ok(
+        &rakazo(
+            &w,
+            &[
+                "recording",
+                "export",
+                &c,
+                "--bot",
+                BOT,
+                "-o",
+                &mp4.to_string_lossy(),
+            ],
+        )
+        .await?,
+        "recording export mp4",
+    )?;
+    for file in [dir.path().join("run.webm"), mp4] {
         let d = probed_duration(&file)?;
         assert!(
             (d - span_s).abs() <= 0.25,
-            "{ext}: ffprobe says {d} s, the recording spans {span_s} s"
+            "{}: ffprobe says {d} s, the recording spans {span_s} s",
+            file.display()
         );
     }
     let bad = rakazo(&w, &["recording", "export", &c, "-o", "rec.avi"]).await?;
@@ -144,12 +163,8 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
     assert!(String::from_utf8_lossy(&bad.stderr).contains(".webm or .mp4"));
 
     // Nothing typed was stored: not in the raw records, not in the sealed pieces on disk.
-    let raw = dir.path().join("rec.raw");
-    ok(
-        &rakazo(&w, &["recording", "get", &c, "-o", &raw.to_string_lossy()]).await?,
-        "recording get",
-    )?;
-    let bytes = std::fs::read(&raw)?;
+    cli(&w, readme(3)).await?;
+    let bytes = std::fs::read(dir.path().join("run.rec"))?;
     assert!(bytes.len() > 1000);
     for needle in [TYPED.as_bytes(), b"xyz"] {
         assert!(
@@ -157,6 +172,8 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
             "typed text in the recording"
         );
     }
+    let off = cli(&w, readme(4)).await?;
+    assert!(off.contains("recording off"), "{off}");
     let stored = walk(&w.data_dir.path().join("recordings"))?;
     assert!(!stored.is_empty(), "pieces on disk");
     for f in stored {
@@ -189,6 +206,13 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
         }
     }
     w.check_log()
+}
+
+/// A README line, run with the real CLI.
+async fn cli(w: &World, args: Vec<String>) -> Result<String> {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = rakazo(w, &a).await?;
+    ok(&out, &format!("README line `rakazo {}`", args.join(" ")))
 }
 
 async fn get(
