@@ -1,7 +1,9 @@
 -- 0015: screen recordings (docs/recordings.md).
 --
 -- `recording_settings`: whether a computer's screens are recorded (`enabled` 0 or 1), who set it
--- (a token name) and when (ms). No row: not recorded.
+-- (a token name) and when (ms). No row: its workspace's default decides.
+-- `recording_workspaces`: a workspace's default for its computers without a row of their own.
+-- No row for either: not recorded.
 --
 -- `recording_pieces`: the index of what was recorded, one row per piece pulled from a guest and
 -- stored sealed beside the homes under `name` (`<bot>/<start ms>-<session>-<first seq>`).
@@ -13,6 +15,13 @@
 
 CREATE TABLE recording_settings (
     computer_id TEXT PRIMARY KEY,
+    enabled BIGINT NOT NULL,
+    set_by TEXT NOT NULL,
+    set_at BIGINT NOT NULL
+);
+
+CREATE TABLE recording_workspaces (
+    workspace TEXT PRIMARY KEY,
     enabled BIGINT NOT NULL,
     set_by TEXT NOT NULL,
     set_at BIGINT NOT NULL

@@ -386,6 +386,9 @@ routes! {
     /// Turns recording of the computer's screens on or off (docs/recordings.md).
     SetRecording { computer: ComputerId } = Put "/v1/computers/{computer}/recording",
         "recording.set", Operator, None;
+    /// The default of a workspace's computers without a recording setting of their own.
+    SetWorkspaceRecording { workspace: WorkspaceId } =
+        Put "/v1/workspaces/{workspace}/recording", "workspace.recording.set", Admin, None;
     ListRecordings { computer: ComputerId } = Get "/v1/computers/{computer}/recordings",
         "recording.list", Viewer, None;
     /// A bot's recording: its records, raw (the record format of docs/recordings.md).

@@ -242,3 +242,60 @@ fn walk(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
     }
     Ok(out)
 }
+
+/// A workspace's default (an admin's): its computers without a setting of their own are
+/// recorded; a computer's own `off` wins; other workspaces are untouched; a token limited to
+/// another workspace does not see it, and an operator may not set it.
+#[tokio::test]
+async fn a_workspaces_default_records_its_computers_unless_they_say_otherwise() -> Result<()> {
+    const WS: &str = "ws-rec-default";
+    let mut w = World::start().await?;
+    let set = ok(
+        &rakazo(&w, &["recording", "on", "--workspace", WS]).await?,
+        "recording on --workspace",
+    )?;
+    assert!(set.contains("recording on"), "{set}");
+    let c = w.create_computer(WS).await?;
+    let other = w.create_computer("ws-rec-other").await?;
+    let listed = ok(&rakazo(&w, &["recording", "list", &c]).await?, "list")?;
+    assert!(
+        listed.contains("recording on by the workspace's default"),
+        "{listed}"
+    );
+    let listed = ok(&rakazo(&w, &["recording", "list", &other]).await?, "list")?;
+    assert!(listed.contains("recording off (never set)"), "{listed}");
+
+    let b = tests::bot::Bot::new(&w, &c, BOT).await?;
+    b.ensure().await?;
+    let deadline = tokio::time::Instant::now() + LONG;
+    while listed_bots(&w, &c).await? == 0 {
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the workspace's default did not record its computer within {LONG:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ok(
+        &rakazo(&w, &["recording", "off", &c]).await?,
+        "recording off",
+    )?;
+    let listed = ok(&rakazo(&w, &["recording", "list", &c]).await?, "list")?;
+    assert!(listed.starts_with("recording off (set by"), "{listed}");
+    b.end_run().await?;
+    drop(b);
+
+    let operator = crate::console::token(&mut w, "operator", &[WS], "rec-ws-operator")
+        .await?
+        .0;
+    let outsider = crate::console::token(&mut w, "admin", &["ws-rec-other"], "rec-ws-outsider")
+        .await?
+        .0;
+    for (token, code) in [(&operator, "403"), (&outsider, "404")] {
+        let out =
+            crate::cli::rakazo_with(&w, token, &["recording", "off", "--workspace", WS], None)
+                .await?;
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(code), "{code}: {err}");
+    }
+    w.check_log()
+}

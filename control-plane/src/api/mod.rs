@@ -392,6 +392,7 @@ async fn authorize(api: &Api, who: &Principal, route: &Route) -> Result<(), ApiE
             }
             Route::GetWorkspaceNetwork { workspace }
             | Route::SetWorkspaceNetwork { workspace }
+            | Route::SetWorkspaceRecording { workspace }
             | Route::ListSecrets { workspace }
             | Route::PutSecret { workspace, .. }
             | Route::DeleteSecret { workspace, .. }
@@ -428,6 +429,7 @@ async fn authorize(api: &Api, who: &Principal, route: &Route) -> Result<(), ApiE
                 | Route::ReleaseInterrupted { .. }
                 | Route::GetWorkspaceNetwork { .. }
                 | Route::SetWorkspaceNetwork { .. }
+                | Route::SetWorkspaceRecording { .. }
                 | Route::ListSecrets { .. }
                 | Route::PutSecret { .. }
                 | Route::DeleteSecret { .. }
@@ -585,6 +587,9 @@ async fn dispatch(
             recordings::set(api, principal(who)?, &computer, req).await
         }
         Route::ListRecordings { computer } => recordings::list(api, &computer).await,
+        Route::SetWorkspaceRecording { workspace } => {
+            recordings::set_workspace(api, principal(who)?, &workspace, req).await
+        }
         Route::ReadRecording { computer, bot } => {
             recordings::read(api, &computer, &bot, &query).await
         }

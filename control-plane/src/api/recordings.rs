@@ -31,17 +31,48 @@ fn shown(api: &Api, s: Option<Setting>) -> RecordingSetting {
     match s {
         Some(s) => RecordingSetting {
             enabled: s.enabled,
+            source: if s.own { "computer" } else { "workspace" }.into(),
             set_by: Some(s.set_by),
             set_at_ms: Some(s.set_at_ms),
             retention_hours,
         },
         None => RecordingSetting {
             enabled: false,
+            source: "default".into(),
             set_by: None,
             set_at_ms: None,
             retention_hours,
         },
     }
+}
+
+/// The computer's workspace, if it is a team computer.
+fn workspace_of(c: &crate::computers::Computer) -> Option<&str> {
+    match &c.kind {
+        crate::computers::ComputerKind::Team { workspace } => Some(workspace.as_str()),
+        crate::computers::ComputerKind::Private { .. } => None,
+    }
+}
+
+/// `PUT /v1/workspaces/{workspace}/recording`: the default of the workspace's computers that
+/// have no setting of their own.
+pub async fn set_workspace(
+    api: &Arc<Api>,
+    who: &Principal,
+    raw: &str,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    let ws = crate::computers::WorkspaceId::new(raw)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let body: SetRecording = read_json(req.into_body()).await?;
+    let s = api
+        .core
+        .recordings
+        .set_workspace(ws.as_str(), body.enabled, &who.name, now_ms())
+        .await
+        .map_err(ApiError::internal)?;
+    info!(workspace = %ws, enabled = body.enabled, by = %who.name, "screen recording default set");
+    Ok(json_response(StatusCode::OK, &shown(api, Some(s))))
 }
 
 /// `PUT …/recording`.
@@ -93,11 +124,11 @@ fn by_bot(pieces: &[Piece]) -> Vec<BotRecording> {
 
 /// `GET …/recordings`.
 pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiError> {
-    api.core.get(id).await?;
+    let c = api.core.get(id).await?;
     let setting = api
         .core
         .recordings
-        .setting(id)
+        .setting(id, workspace_of(&c))
         .await
         .map_err(ApiError::internal)?;
     let pieces = api

@@ -20,10 +20,12 @@ use std::path::PathBuf;
 #[derive(Subcommand)]
 pub enum RecordingCmd {
     /// Record the computer's screens from now on: frames and inputs (the bots', and a person's
-    /// under takeover; typed text only as a count).
-    On { computer: String },
-    /// Stop recording (what was recorded is kept for the server's retention).
-    Off { computer: String },
+    /// under takeover; typed text only as a count). With --workspace: the default of the
+    /// workspace's computers that have no setting of their own.
+    On(Target),
+    /// Stop recording (what was recorded is kept for the server's retention); with
+    /// --workspace, the workspace's default.
+    Off(Target),
     /// Whether the computer is recorded, and what was recorded of each bot.
     List { computer: String },
     /// Write a bot's recording, raw (the record format), to a file or standard output.
@@ -48,6 +50,15 @@ pub enum RecordingCmd {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=30))]
         fps: u32,
     },
+}
+
+#[derive(clap::Args)]
+pub struct Target {
+    #[arg(required_unless_present = "workspace")]
+    computer: Option<String>,
+    /// A workspace instead of a computer (an admin's).
+    #[arg(long, conflicts_with = "computer")]
+    workspace: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -186,14 +197,19 @@ fn print_setting(s: &RecordingSetting) {
         _ => String::new(),
     };
     let on = if s.enabled { "on" } else { "off" };
-    println!("recording {on}{by}; kept {} h", s.retention_hours);
+    let from = match s.source.as_str() {
+        "workspace" => " by the workspace's default",
+        "default" => " (never set)",
+        _ => "",
+    };
+    println!("recording {on}{from}{by}; kept {} h", s.retention_hours);
 }
 
 pub(super) async fn run(g: &Global, cmd: RecordingCmd) -> Result<i32> {
     let c = g.client()?;
     match cmd {
-        RecordingCmd::On { computer } => set(g, &c, &computer, true).await?,
-        RecordingCmd::Off { computer } => set(g, &c, &computer, false).await?,
+        RecordingCmd::On(t) => set(g, &c, &t, true).await?,
+        RecordingCmd::Off(t) => set(g, &c, &t, false).await?,
         RecordingCmd::List { computer } => {
             let l = list(&c, &computer).await?;
             if g.json {
@@ -250,9 +266,15 @@ pub(super) async fn run(g: &Global, cmd: RecordingCmd) -> Result<i32> {
     Ok(0)
 }
 
-async fn set(g: &Global, c: &Client, computer: &str, enabled: bool) -> Result<()> {
-    let route = Route::SetRecording {
-        computer: ComputerId::new(computer),
+async fn set(g: &Global, c: &Client, target: &Target, enabled: bool) -> Result<()> {
+    let route = match (&target.computer, &target.workspace) {
+        (_, Some(ws)) => Route::SetWorkspaceRecording {
+            workspace: crate::route::WorkspaceId::new(ws),
+        },
+        (Some(computer), None) => Route::SetRecording {
+            computer: ComputerId::new(computer),
+        },
+        (None, None) => bail!("name a computer or --workspace"),
     };
     let s: RecordingSetting = c
         .call(route.method(), &route.path(), &SetRecording { enabled })

@@ -51,12 +51,14 @@ pub struct Piece {
     pub lost: u64,
 }
 
-/// Whether a computer is recorded, and who said so.
+/// Whether a computer (or a workspace's computers) is recorded, and who said so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting {
     pub enabled: bool,
     pub set_by: String,
     pub set_at_ms: i64,
+    /// Set on the computer itself (`false`: its workspace's default).
+    pub own: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,24 +123,80 @@ impl Recordings {
         })
     }
 
-    /// The computer's setting (none: never set, so not recorded).
-    pub async fn setting(&self, computer: &str) -> Result<Option<Setting>, DbError> {
-        let row = sqlx::query(
-            "SELECT enabled, set_by, set_at FROM recording_settings WHERE computer_id = $1",
-        )
-        .bind(computer)
+    async fn setting_in(
+        &self,
+        table: &'static str,
+        key: &str,
+        id: &str,
+    ) -> Result<Option<Setting>, DbError> {
+        let row = sqlx::query(&format!(
+            "SELECT enabled, set_by, set_at FROM {table} WHERE {key} = $1"
+        ))
+        .bind(id)
         .fetch_optional(self.db.pool())
         .await?;
         row.map(|r| {
-            let t = "recording_settings";
-            let enabled: i64 = column(&r, t, computer, "enabled")?;
+            let enabled: i64 = column(&r, table, id, "enabled")?;
             Ok(Setting {
                 enabled: enabled != 0,
-                set_by: column(&r, t, computer, "set_by")?,
-                set_at_ms: column(&r, t, computer, "set_at")?,
+                set_by: column(&r, table, id, "set_by")?,
+                set_at_ms: column(&r, table, id, "set_at")?,
+                own: table == "recording_settings",
             })
         })
         .transpose()
+    }
+
+    /// The computer's setting: its own, else its workspace's default (`workspace`), else none
+    /// (not recorded).
+    pub async fn setting(
+        &self,
+        computer: &str,
+        workspace: Option<&str>,
+    ) -> Result<Option<Setting>, DbError> {
+        if let Some(s) = self
+            .setting_in("recording_settings", "computer_id", computer)
+            .await?
+        {
+            return Ok(Some(s));
+        }
+        match workspace {
+            Some(ws) => self.workspace_setting(ws).await,
+            None => Ok(None),
+        }
+    }
+
+    /// A workspace's default.
+    pub async fn workspace_setting(&self, workspace: &str) -> Result<Option<Setting>, DbError> {
+        self.setting_in("recording_workspaces", "workspace", workspace)
+            .await
+    }
+
+    /// Sets a workspace's default for its computers without a setting of their own.
+    pub async fn set_workspace(
+        &self,
+        workspace: &str,
+        enabled: bool,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<Setting, DbError> {
+        sqlx::query(
+            "INSERT INTO recording_workspaces (workspace, enabled, set_by, set_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (workspace) DO UPDATE \
+             SET enabled = excluded.enabled, set_by = excluded.set_by, set_at = excluded.set_at",
+        )
+        .bind(workspace)
+        .bind(i64::from(enabled))
+        .bind(by)
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await?;
+        Ok(Setting {
+            enabled,
+            set_by: by.to_string(),
+            set_at_ms: now_ms,
+            own: false,
+        })
     }
 
     /// Turns recording of the computer's screens on or off.
@@ -164,14 +222,21 @@ impl Recordings {
             enabled,
             set_by: by.to_string(),
             set_at_ms: now_ms,
+            own: true,
         })
     }
 
-    /// The computers being recorded.
+    /// The running computers being recorded: on by their own setting, or by their workspace's
+    /// default when they have none.
     pub async fn enabled(&self) -> Result<Vec<String>, DbError> {
-        let rows = sqlx::query("SELECT computer_id FROM recording_settings WHERE enabled = 1")
-            .fetch_all(self.db.pool())
-            .await?;
+        let rows = sqlx::query(
+            "SELECT c.id AS computer_id FROM computers c \
+             LEFT JOIN recording_settings s ON s.computer_id = c.id \
+             LEFT JOIN recording_workspaces w ON w.workspace = c.workspace \
+             WHERE c.state = 'running' AND COALESCE(s.enabled, w.enabled, 0) = 1",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
         rows.iter()
             .map(|r| column(r, "recording_settings", "?", "computer_id"))
             .collect()
@@ -390,9 +455,9 @@ mod tests {
             homes::seal::ContentKey::generate(),
         ));
         let rec = Recordings::new(crate::db::testing::sqlite().await.unwrap(), blobs);
-        assert!(rec.setting("c-1").await.unwrap().is_none());
+        assert!(rec.setting("c-1", None).await.unwrap().is_none());
         rec.set("c-1", true, "server", 5).await.unwrap();
-        assert_eq!(rec.enabled().await.unwrap(), vec!["c-1".to_string()]);
+        assert!(rec.setting("c-1", None).await.unwrap().unwrap().own);
         assert_eq!(rec.cursor("c-1", "b").await.unwrap(), None);
         let second = [input(300), input(400)].concat();
         rec.add("c-1", "b", "s1", (3, 5), 0, second.clone())
@@ -427,6 +492,6 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
-        assert!(rec.setting("c-1").await.unwrap().is_none());
+        assert!(rec.setting("c-1", None).await.unwrap().is_none());
     }
 }

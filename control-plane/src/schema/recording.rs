@@ -9,10 +9,13 @@ pub struct SetRecording {
     pub enabled: bool,
 }
 
-/// Whether a computer's screens are recorded.
+/// Whether a computer's screens are recorded (or, for a workspace, its computers' by default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RecordingSetting {
     pub enabled: bool,
+    /// Where it comes from: `computer` (its own), `workspace` (its workspace's default) or
+    /// `default` (never set: not recorded).
+    pub source: String,
     /// The token name that set it (absent: never set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_by: Option<String>,

@@ -230,7 +230,7 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             (200, json_ok("Its services.", doc.of::<ServiceList>())),
             vec![NotFound],
         ),
-        E::SetRecording | E::ListRecordings | E::ReadRecording => {
+        E::SetRecording | E::SetWorkspaceRecording | E::ListRecordings | E::ReadRecording => {
             match recordings::describe(e, doc) {
                 Some(op) => op,
                 None => unreachable!("a recording route"),

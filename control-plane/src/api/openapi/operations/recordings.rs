@@ -18,6 +18,17 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Option<Operation> {
             [JSON_BODY, &[NotFound, ComputerNotRunning]].concat(),
         )
         .body(json_body(doc.of::<SetRecording>(), true)),
+        Endpoint::SetWorkspaceRecording => op(
+            "recordings",
+            "Set whether a workspace's computers are recorded by default: those without a \
+             recording setting of their own.",
+            (
+                200,
+                json_ok("The workspace's default.", doc.of::<RecordingSetting>()),
+            ),
+            [JSON_BODY, &[NotFound]].concat(),
+        )
+        .body(json_body(doc.of::<SetRecording>(), true)),
         Endpoint::ListRecordings => op(
             "recordings",
             "Whether the computer is recorded, and what was recorded of each bot.",
