@@ -172,20 +172,22 @@ impl Recordings {
             .await
     }
 
-    /// Sets a workspace's default for its computers without a setting of their own.
-    pub async fn set_workspace(
+    /// Writes a setting into `table` (keyed by `key`).
+    async fn upsert(
         &self,
-        workspace: &str,
+        table: &str,
+        key: &str,
+        id: &str,
         enabled: bool,
         by: &str,
         now_ms: i64,
     ) -> Result<Setting, DbError> {
-        sqlx::query(
-            "INSERT INTO recording_workspaces (workspace, enabled, set_by, set_at) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (workspace) DO UPDATE \
-             SET enabled = excluded.enabled, set_by = excluded.set_by, set_at = excluded.set_at",
-        )
-        .bind(workspace)
+        sqlx::query(&format!(
+            "INSERT INTO {table} ({key}, enabled, set_by, set_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT ({key}) DO UPDATE \
+             SET enabled = excluded.enabled, set_by = excluded.set_by, set_at = excluded.set_at"
+        ))
+        .bind(id)
         .bind(i64::from(enabled))
         .bind(by)
         .bind(now_ms)
@@ -195,8 +197,27 @@ impl Recordings {
             enabled,
             set_by: by.to_string(),
             set_at_ms: now_ms,
-            own: false,
+            own: table == "recording_settings",
         })
+    }
+
+    /// Sets a workspace's default for its computers without a setting of their own.
+    pub async fn set_workspace(
+        &self,
+        workspace: &str,
+        enabled: bool,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<Setting, DbError> {
+        self.upsert(
+            "recording_workspaces",
+            "workspace",
+            workspace,
+            enabled,
+            by,
+            now_ms,
+        )
+        .await
     }
 
     /// Turns recording of the computer's screens on or off.
@@ -207,23 +228,15 @@ impl Recordings {
         by: &str,
         now_ms: i64,
     ) -> Result<Setting, DbError> {
-        sqlx::query(
-            "INSERT INTO recording_settings (computer_id, enabled, set_by, set_at) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (computer_id) DO UPDATE \
-             SET enabled = excluded.enabled, set_by = excluded.set_by, set_at = excluded.set_at",
-        )
-        .bind(computer)
-        .bind(i64::from(enabled))
-        .bind(by)
-        .bind(now_ms)
-        .execute(self.db.pool())
-        .await?;
-        Ok(Setting {
+        self.upsert(
+            "recording_settings",
+            "computer_id",
+            computer,
             enabled,
-            set_by: by.to_string(),
-            set_at_ms: now_ms,
-            own: true,
-        })
+            by,
+            now_ms,
+        )
+        .await
     }
 
     /// The running computers being recorded: on by their own setting, or by their workspace's
