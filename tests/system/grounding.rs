@@ -247,6 +247,28 @@ async fn refused(b: &Bot<'_>, path: &str, body: Value) -> Result<String> {
     }
 }
 
+/// An act's observation takes the observe options: scaled, marked.
+async fn act_observes_with_options(b: &Bot<'_>) -> Result<()> {
+    let body = json!({
+        "lease": b.lease,
+        "actions": [{ "type": "wait", "ms": 0 }],
+        "observe": true,
+        "observe_options": { "width": 640, "marks": true, "full": true },
+    });
+    let v = b.w.post(&b.path("act"), body).await?;
+    let o = &v["observation"];
+    ensure!(
+        o["width"] == 640 && o["height"] == 400 && o["kind"] == "full",
+        "{o}"
+    );
+    ensure!(
+        o["marks"].as_array().map(Vec::len) == Some(30),
+        "{}",
+        o["marks"]
+    );
+    Ok(())
+}
+
 async fn bad_inputs_are_refused(b: &Bot<'_>) -> Result<()> {
     let lease = b.lease.clone();
     for (body, want) in [
@@ -334,6 +356,7 @@ async fn marks_regions_and_scaled_frames_are_grounded() -> Result<()> {
                 .await
                 .with_context(|| format!("dsf {dsf}, width {width:?}"))?;
         }
+        act_observes_with_options(&b).await?;
         bad_inputs_are_refused(&b).await?;
         b.release().await?;
         drop(b);
