@@ -1,7 +1,8 @@
 //! Grounded observations (issue 34) through the real binaries, Xvnc and Chromium: marks drawn on
-//! the right elements at three frame scales and two device scale factors (each mark's box
-//! centre, given in the scaled frame's coordinates, and each mark's ref, clicked and read back
-//! from the page), changed regions that rebuild the frame exactly, and bad inputs refused.
+//! the right elements at three frame scales and two device scale factors, and under page zoom
+//! (each mark's box centre, given in the scaled frame's coordinates, and each mark's ref,
+//! clicked and read back from the page), changed regions that rebuild the frame exactly, and
+//! bad inputs refused.
 
 use anyhow::{anyhow, ensure, Context, Result};
 use base64::Engine;
@@ -355,6 +356,18 @@ async fn marks_regions_and_scaled_frames_are_grounded() -> Result<()> {
             marks_hit_their_elements(&b, width, dsf)
                 .await
                 .with_context(|| format!("dsf {dsf}, width {width:?}"))?;
+        }
+        if dsf == "1" {
+            // Page zoom 125% (ctrl+= twice): devicePixelRatio 1.25, fewer CSS pixels across.
+            let zoom = json!({ "type": "key", "key": "=", "modifiers": ["ctrl"] });
+            act(&b, json!([zoom, zoom]), None).await?;
+            for width in [None, Some(640)] {
+                marks_hit_their_elements(&b, width, "1-zoom125")
+                    .await
+                    .with_context(|| format!("zoom 125%, width {width:?}"))?;
+            }
+            let reset = json!({ "type": "key", "key": "0", "modifiers": ["ctrl"] });
+            act(&b, json!([reset]), None).await?;
         }
         act_observes_with_options(&b).await?;
         bad_inputs_are_refused(&b).await?;
