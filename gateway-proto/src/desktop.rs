@@ -30,6 +30,9 @@ pub const MIN_FRAME_WIDTH: u16 = 16;
 pub const MAX_FRAME_WIDTH: u16 = 8192;
 /// Most marks one observation lists (elements past it, in document order, are left out).
 pub const MAX_MARKS: usize = 1000;
+/// Longest name a mark lists (a snapshot's names go to 200): a thousand marks of names in any
+/// script stay well inside one frame.
+pub const MAX_MARK_NAME_CHARS: usize = 80;
 /// Most changed regions one observation sends; more fall back to the full frame.
 pub const MAX_REGIONS: usize = 64;
 /// Longest element ref (`e123`) an action may carry.
@@ -631,6 +634,58 @@ mod tests {
             ..ObserveOptions::default()
         };
         assert!(validate_observe(&budget_alone).is_err());
+    }
+
+    #[test]
+    fn the_most_marks_with_the_longest_names_fit_in_one_frame() {
+        // Names and roles in a 4-byte script, refs of 11 digits, every field at its largest.
+        let wide = |n: usize| "\u{1f600}".repeat(n);
+        let mark = Mark {
+            element: "e99999999999".into(),
+            role: wide(40),
+            name: wide(MAX_MARK_NAME_CHARS),
+            x: u16::MAX,
+            y: u16::MAX,
+            width: u16::MAX,
+            height: u16::MAX,
+        };
+        let meta = ObservationMeta {
+            frame_id: "f".repeat(64),
+            captured_at_ms: i64::MAX,
+            width: u16::MAX,
+            height: u16::MAX,
+            cursor: (i32::MIN, i32::MIN),
+            active_window: Some(WindowInfo {
+                id: u32::MAX,
+                title: wide(1024),
+            }),
+            unchanged: false,
+            png_len: u64::MAX,
+            screen_width: u16::MAX,
+            screen_height: u16::MAX,
+            kind: FrameKind::Regions,
+            base_frame_id: Some("f".repeat(64)),
+            regions: vec![
+                Region {
+                    x: u16::MAX,
+                    y: u16::MAX,
+                    width: u16::MAX,
+                    height: u16::MAX,
+                    png_len: u64::MAX,
+                };
+                MAX_REGIONS
+            ],
+            marks: Some(Marks {
+                items: vec![mark; MAX_MARKS],
+                note: Some("n".repeat(200)),
+            }),
+        };
+        let frame = crate::encode(&crate::Reply::Observation(meta)).unwrap();
+        assert!(
+            frame.len() <= crate::frame::MAX_FRAME_LEN,
+            "{}",
+            frame.len()
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@
 
 use std::time::Duration;
 
-use gateway_proto::page::{MAX_NAME_CHARS, NO_TAB};
+use gateway_proto::desktop::MAX_MARK_NAME_CHARS;
+use gateway_proto::page::NO_TAB;
 use gateway_proto::{ErrorCode, OpError};
 use serde::{Deserialize, Serialize};
 
@@ -150,7 +151,7 @@ impl PageBrowser {
         let args = MarksArgs {
             next: self.next_ref,
             max,
-            max_name: MAX_NAME_CHARS,
+            max_name: MAX_MARK_NAME_CHARS,
         };
         let raw: RawMarks = match self.call(&target, "marks", args, MARKS_TIMEOUT, true).await {
             Ok(raw) => raw,
@@ -182,7 +183,7 @@ impl PageBrowser {
                 ScreenMark {
                     element: m.element,
                     role: cut(&m.role, MAX_ROLE_CHARS),
-                    name: cut(&m.name, MAX_NAME_CHARS),
+                    name: cut(&m.name, MAX_MARK_NAME_CHARS),
                     left,
                     top,
                     right,
