@@ -448,7 +448,12 @@ pub fn validate_observe(options: &ObserveOptions) -> Result<(), OpError> {
 
 /// Checks an act's coordinate space: a frame at least `MIN_FRAME_WIDTH` wide and 1 high.
 pub fn validate_frame(frame: &FrameSize) -> Result<(), OpError> {
-    validate_width(frame.width)?;
+    if !(MIN_FRAME_WIDTH..=MAX_FRAME_WIDTH).contains(&frame.width) {
+        return Err(bad(format!(
+            "frame width must be {MIN_FRAME_WIDTH}..={MAX_FRAME_WIDTH}, got {}",
+            frame.width
+        )));
+    }
     if frame.height == 0 || frame.height > MAX_FRAME_WIDTH {
         return Err(bad(format!(
             "frame height must be 1..={MAX_FRAME_WIDTH}, got {}",

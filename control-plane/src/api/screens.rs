@@ -382,7 +382,7 @@ async fn run_batch(
     } = body;
     validate_actions(&actions, settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
     if let Some(f) = &frame {
-        validate_frame(f).map_err(|e| ApiError::bad_request(format!("frame: {}", e.message)))?;
+        validate_frame(f).map_err(|e| ApiError::bad_request(e.message))?;
     }
     // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
     // keys, typed text, which may be a password) are not.
