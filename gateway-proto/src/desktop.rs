@@ -23,6 +23,20 @@ pub const DEFAULT_SCROLL: u8 = 3;
 pub const MAX_TYPE_CHARS: usize = 10_000;
 /// Longest application name, key name, URI or path in an action.
 pub const MAX_ACTION_STRING: usize = 4096;
+/// Narrowest frame an observation may be scaled to, and the narrowest coordinate space an act
+/// may name.
+pub const MIN_FRAME_WIDTH: u16 = 16;
+/// Widest frame a request may name; the guest also refuses anything wider than its screen.
+pub const MAX_FRAME_WIDTH: u16 = 8192;
+/// Most marks one observation lists (elements past it, in document order, are left out).
+pub const MAX_MARKS: usize = 1000;
+/// Longest name a mark lists (a snapshot's names go to 200): a thousand marks of names in any
+/// script stay well inside one frame.
+pub const MAX_MARK_NAME_CHARS: usize = 80;
+/// Most changed regions one observation sends; more fall back to the full frame.
+pub const MAX_REGIONS: usize = 64;
+/// Longest element ref (`e123`) an action may carry.
+pub const MAX_REF_CHARS: usize = 24;
 
 /// Which bot a screen request is for, with the lease it acts under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,14 +79,97 @@ pub struct ScreenInfo {
 pub struct ObserveRequest {
     pub bot: BotId,
     pub lease: LeaseToken,
+    /// How the frame is taken and sent (v14).
+    pub options: ObserveOptions,
 }
 
-/// An observation's metadata; the PNG follows raw when `png_len > 0`.
+/// How an observation is taken and sent (docs/screens.md#observe-and-act). The default is the
+/// screen at its own size, no marks, the whole frame or `unchanged`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObserveOptions {
+    /// Scale the frame down to this width, keeping the aspect ratio (`MIN_FRAME_WIDTH..=` the
+    /// screen's width); `None`: the screen's own size.
+    pub width: Option<u16>,
+    /// Draw each interactive element of the bot's page as a mark labelled with its ref, and
+    /// list the marks ([`Marks`]).
+    pub marks: bool,
+    /// Whole frame, changed regions, or always the whole frame.
+    pub send: SendMode,
+    /// With [`SendMode::Changes`]: the most PNG bytes the regions may cost together; more falls
+    /// back to the whole frame. `None`: the whole frame's size (regions only when cheaper).
+    pub budget: Option<u32>,
+}
+
+/// What an observation sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SendMode {
+    /// The whole frame, or nothing when it equals the previous one ([`FrameKind::Unchanged`]).
+    #[default]
+    Auto,
+    /// As `Auto`, or only the regions changed since the previous frame when they cost less.
+    Changes,
+    /// The whole frame, always (even when unchanged).
+    Full,
+}
+
+/// What an observation's bytes are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FrameKind {
+    /// One PNG of the whole frame.
+    #[default]
+    Full,
+    /// One PNG per [`Region`], in order, to paste onto the frame `base_frame_id`.
+    Regions,
+    /// Nothing: the frame equals the previous one, which remains valid.
+    Unchanged,
+}
+
+/// A changed part of the frame (frame coordinates) and the length of its PNG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+    pub png_len: u64,
+}
+
+/// A frame's size, the coordinate space of an observation (and of an act's pointer actions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameSize {
+    pub width: u16,
+    pub height: u16,
+}
+
+/// The marks drawn on a frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marks {
+    pub items: Vec<Mark>,
+    /// Why the marks may be missing or off (no page, a page that kept changing while marked).
+    pub note: Option<String>,
+}
+
+/// One interactive element drawn on the frame: its snapshot ref (the mark's label), role,
+/// accessible name, and its visible box in frame coordinates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub element: String,
+    pub role: String,
+    pub name: String,
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+}
+
+/// An observation's metadata; `png_len` raw bytes follow (the whole frame's PNG, or the
+/// regions' PNGs one after another).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObservationMeta {
-    /// sha256 hex of the PNG bytes.
+    /// sha256 hex of the whole frame's PNG (also for regions: the frame they make up).
     pub frame_id: String,
     pub captured_at_ms: i64,
+    /// The frame's size (smaller than the screen's when scaled down).
     pub width: u16,
     pub height: u16,
     pub cursor: (i32, i32),
@@ -80,8 +177,20 @@ pub struct ObservationMeta {
     /// The frame equals the bot's previous one: the image is omitted and the previous
     /// screenshot remains valid.
     pub unchanged: bool,
-    /// Length of the raw PNG that follows this frame (0 when unchanged).
+    /// Length of the raw bytes that follow this frame (0 when unchanged).
     pub png_len: u64,
+    /// The screen's size: frame pixel `(x, y)` covers screen pixels from
+    /// `(x * screen_width / width, y * screen_height / height)` (v14).
+    pub screen_width: u16,
+    pub screen_height: u16,
+    /// What the bytes are (v14).
+    pub kind: FrameKind,
+    /// With [`FrameKind::Regions`]: the frame the regions are pasted onto.
+    pub base_frame_id: Option<String>,
+    /// With [`FrameKind::Regions`]: the regions, in the order their PNGs follow.
+    pub regions: Vec<Region>,
+    /// When marks were asked.
+    pub marks: Option<Marks>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,6 +262,13 @@ pub enum Action {
         application: String,
         uri: Option<String>,
     },
+    /// A click at the centre of the element a ref names (from a page snapshot or marks), its box
+    /// read when the action runs (v14).
+    ClickRef {
+        element: String,
+        button: MouseButton,
+        double: bool,
+    },
 }
 
 impl Action {
@@ -161,6 +277,7 @@ impl Action {
         matches!(
             self,
             Self::Click { .. }
+                | Self::ClickRef { .. }
                 | Self::Move { .. }
                 | Self::Down { .. }
                 | Self::Up { .. }
@@ -185,6 +302,11 @@ pub struct ActRequest {
     pub observe: bool,
     /// Fixed wait before observing; `None` waits for the screen to settle.
     pub settle_ms: Option<u32>,
+    /// The coordinate space of the pointer actions: a frame of this size (from an observation
+    /// scaled down); `None`: screen pixels (v14).
+    pub frame: Option<FrameSize>,
+    /// How the observation after the actions is taken (v14).
+    pub observe_options: ObserveOptions,
 }
 
 /// What a batch did. When `observe` was asked, an [`ObservationMeta`] frame (and its PNG)
@@ -220,10 +342,11 @@ pub fn validate_actions(actions: &[Action], settle_ms: Option<u32>) -> Result<us
     for (i, a) in actions.iter().enumerate() {
         let n = i + 1;
         expanded += match a {
-            Action::Click { double: true, .. } => 2,
+            Action::Click { double: true, .. } | Action::ClickRef { double: true, .. } => 2,
             _ => 1,
         };
         match a {
+            Action::ClickRef { element, .. } => check_ref(n, element)?,
             Action::Type { text } => {
                 if text.is_empty() {
                     return Err(bad(format!("action {n}: type needs text")));
@@ -285,6 +408,91 @@ pub fn validate_actions(actions: &[Action], settle_ms: Option<u32>) -> Result<us
         }
     }
     Ok(expanded)
+}
+
+/// Checks an action's element ref: `e` and digits, like the page tools mint.
+fn check_ref(n: usize, element: &str) -> Result<(), OpError> {
+    let digits = element.strip_prefix('e').unwrap_or("");
+    if digits.is_empty()
+        || element.len() > MAX_REF_CHARS
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(bad(format!(
+            "action {n}: ref must be an element ref like e12 (from a snapshot or marks), got {element:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a requested frame width against the bounds every screen shares; the guest also
+/// refuses one wider than its screen.
+pub fn validate_width(width: u16) -> Result<(), OpError> {
+    if !(MIN_FRAME_WIDTH..=MAX_FRAME_WIDTH).contains(&width) {
+        return Err(bad(format!(
+            "width must be {MIN_FRAME_WIDTH}..={MAX_FRAME_WIDTH} (and at most the screen's width), got {width}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks observe options before anything is captured.
+pub fn validate_observe(options: &ObserveOptions) -> Result<(), OpError> {
+    if let Some(w) = options.width {
+        validate_width(w)?;
+    }
+    if options.budget.is_some() && options.send != SendMode::Changes {
+        return Err(bad("budget applies only to changes"));
+    }
+    Ok(())
+}
+
+/// Checks an act's coordinate space: a frame at least `MIN_FRAME_WIDTH` wide and 1 high.
+pub fn validate_frame(frame: &FrameSize) -> Result<(), OpError> {
+    if !(MIN_FRAME_WIDTH..=MAX_FRAME_WIDTH).contains(&frame.width) {
+        return Err(bad(format!(
+            "frame width must be {MIN_FRAME_WIDTH}..={MAX_FRAME_WIDTH}, got {}",
+            frame.width
+        )));
+    }
+    if frame.height == 0 || frame.height > MAX_FRAME_WIDTH {
+        return Err(bad(format!(
+            "frame height must be 1..={MAX_FRAME_WIDTH}, got {}",
+            frame.height
+        )));
+    }
+    Ok(())
+}
+
+/// The frame size a screen of `screen` scales to at `width` (the aspect ratio kept, rounded,
+/// at least 1 high); the screen itself when `width` is `None`.
+pub fn scaled_size(screen: FrameSize, width: Option<u16>) -> FrameSize {
+    match width {
+        None => screen,
+        Some(w) => {
+            let h = (u32::from(screen.height) * u32::from(w) + u32::from(screen.width) / 2)
+                / u32::from(screen.width.max(1));
+            FrameSize {
+                width: w,
+                height: u16::try_from(h.max(1)).unwrap_or(u16::MAX),
+            }
+        }
+    }
+}
+
+/// Maps a point given in a frame's coordinates to the screen pixel at the centre of the block
+/// of screen pixels that frame pixel covers, clamped to the screen: the inverse of scaling the
+/// screen down to `frame`. A point outside the frame lands on the screen's nearest edge.
+pub fn frame_to_screen(x: i64, y: i64, frame: FrameSize, screen: FrameSize) -> (i64, i64) {
+    let axis = |v: i64, f: u16, s: u16| -> i64 {
+        let (f, s) = (i64::from(f.max(1)), i64::from(s.max(1)));
+        let v = v.clamp(0, f - 1);
+        // Centre of [v*s/f, (v+1)*s/f): (2v+1)*s / 2f, in integers.
+        ((2 * v + 1) * s / (2 * f)).clamp(0, s - 1)
+    };
+    (
+        axis(x, frame.width, screen.width),
+        axis(y, frame.height, screen.height),
+    )
 }
 
 /// Clamps a coordinate to `0..=MAX_COORD`.
@@ -371,6 +579,118 @@ mod tests {
             uri: None
         }
         .exempts_from_refusal());
+    }
+
+    #[test]
+    fn frame_points_map_to_the_centre_of_their_screen_block() {
+        let screen = FrameSize {
+            width: 1280,
+            height: 800,
+        };
+        // The screen's own size maps to itself.
+        assert_eq!(frame_to_screen(17, 799, screen, screen), (17, 799));
+        let half = scaled_size(screen, Some(640));
+        assert_eq!((half.width, half.height), (640, 400));
+        // Frame pixel 0 covers screen pixels 0 and 1: its centre rounds down to 1.
+        assert_eq!(frame_to_screen(0, 0, half, screen), (1, 1));
+        assert_eq!(frame_to_screen(639, 399, half, screen), (1279, 799));
+        let three_quarters = scaled_size(screen, Some(960));
+        assert_eq!((three_quarters.width, three_quarters.height), (960, 600));
+        // Frame pixel 1 covers screen [1.33, 2.67): its centre is 2.
+        assert_eq!(frame_to_screen(1, 1, three_quarters, screen), (2, 2));
+        assert_eq!(
+            frame_to_screen(480, 300, three_quarters, screen),
+            (640, 400)
+        );
+        // Outside the frame: the nearest edge of the screen.
+        assert_eq!(frame_to_screen(-5, 10_000, half, screen), (1, 799));
+        // Rounded to the nearest row.
+        assert_eq!(scaled_size(screen, Some(333)).height, 208);
+        assert_eq!(scaled_size(screen, None), screen);
+    }
+
+    #[test]
+    fn widths_frames_and_refs_are_checked() {
+        assert!(validate_width(0).is_err());
+        assert!(validate_width(MIN_FRAME_WIDTH).is_ok());
+        assert!(validate_width(MAX_FRAME_WIDTH + 1).is_err());
+        assert!(validate_frame(&FrameSize {
+            width: 640,
+            height: 0
+        })
+        .is_err());
+        let with_ref = |element: &str| {
+            validate_actions(
+                &[Action::ClickRef {
+                    element: element.into(),
+                    button: MouseButton::Left,
+                    double: false,
+                }],
+                None,
+            )
+        };
+        assert_eq!(with_ref("e15"), Ok(1));
+        for bad in ["", "e", "15", "e1x", "button"] {
+            let err = with_ref(bad).unwrap_err();
+            assert!(err.message.contains("element ref like e12"), "{err}");
+        }
+        let budget_alone = ObserveOptions {
+            budget: Some(10),
+            ..ObserveOptions::default()
+        };
+        assert!(validate_observe(&budget_alone).is_err());
+    }
+
+    #[test]
+    fn the_most_marks_with_the_longest_names_fit_in_one_frame() {
+        // Names and roles in a 4-byte script, refs of 11 digits, every field at its largest.
+        let wide = |n: usize| "\u{1f600}".repeat(n);
+        let mark = Mark {
+            element: "e99999999999".into(),
+            role: wide(40),
+            name: wide(MAX_MARK_NAME_CHARS),
+            x: u16::MAX,
+            y: u16::MAX,
+            width: u16::MAX,
+            height: u16::MAX,
+        };
+        let meta = ObservationMeta {
+            frame_id: "f".repeat(64),
+            captured_at_ms: i64::MAX,
+            width: u16::MAX,
+            height: u16::MAX,
+            cursor: (i32::MIN, i32::MIN),
+            active_window: Some(WindowInfo {
+                id: u32::MAX,
+                title: wide(1024),
+            }),
+            unchanged: false,
+            png_len: u64::MAX,
+            screen_width: u16::MAX,
+            screen_height: u16::MAX,
+            kind: FrameKind::Regions,
+            base_frame_id: Some("f".repeat(64)),
+            regions: vec![
+                Region {
+                    x: u16::MAX,
+                    y: u16::MAX,
+                    width: u16::MAX,
+                    height: u16::MAX,
+                    png_len: u64::MAX,
+                };
+                MAX_REGIONS
+            ],
+            marks: Some(Marks {
+                items: vec![mark; MAX_MARKS],
+                note: Some("n".repeat(200)),
+            }),
+        };
+        let frame = crate::encode(&crate::Reply::Observation(meta)).unwrap();
+        assert!(
+            frame.len() <= crate::frame::MAX_FRAME_LEN,
+            "{}",
+            frame.len()
+        );
     }
 
     #[test]

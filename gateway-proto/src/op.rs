@@ -62,8 +62,12 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 /// - 13: `PortConnect` request (a preview URL's connection to a port on the computer's loopback);
 ///   `GuestActivity.process_output_ago_ms` (detached processes count by their output and CPU,
 ///   no longer by being alive).
-/// - 14: `RecordingPull` request and `Recording` reply (screen recordings, docs/recordings.md).
-pub const PROTOCOL_VERSION: u16 = 14;
+/// - 14: grounded observations: `ObserveRequest.options` (`ObserveOptions`: a scaled-down
+///   width, marks, changed regions), `ObservationMeta` gains the screen's size, `kind`,
+///   `base_frame_id`, `regions` and `marks`; `ActRequest.frame` (the coordinate space of its
+///   pointer actions) and `.observe_options`; `Action::ClickRef` (a click on an element ref).
+/// - 15: `RecordingPull` request and `Recording` reply (screen recordings, docs/recordings.md).
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;

@@ -12,7 +12,10 @@
 //! value, strings and byte buffers are a varint length then the bytes, structs are their fields in
 //! declaration order with no names and no tags.
 
-use gateway_proto::desktop::ScreenInfo;
+use gateway_proto::desktop::{
+    ActRequest, Action, FrameKind, FrameSize, Mark, Marks, MouseButton, ObservationMeta,
+    ObserveOptions, ObserveRequest, Region, ScreenInfo, SendMode,
+};
 use gateway_proto::home::{
     ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported, LeaseFence,
 };
@@ -98,7 +101,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 14);
+    assert_eq!(PROTOCOL_VERSION, 15);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -734,6 +737,109 @@ fn screen_info_carries_its_idle_time() {
 }
 
 #[test]
+fn observe_asks_for_a_scaled_marked_frame_by_changes() {
+    golden(
+        &Request::Observe(ObserveRequest {
+            bot: bot(),
+            lease: token(),
+            options: ObserveOptions {
+                width: Some(640),
+                marks: true,
+                send: SendMode::Changes,
+                budget: Some(50_000),
+            },
+        }),
+        concat!(
+            "00000019 08",             // Observe
+            "05626f742d31",            // bot-1
+            "0672756e3a3432 ac02",     // run:42, fence 300
+            "01 8005 01 01 01 d08603", // width Some(640), marks, Changes, budget Some(50000)
+        ),
+    );
+    rejected::<SendMode>("03");
+    rejected::<FrameKind>("03");
+}
+
+#[test]
+fn observation_with_regions_and_marks() {
+    golden(
+        &Reply::Observation(ObservationMeta {
+            frame_id: "ab".into(),
+            captured_at_ms: 5,
+            width: 640,
+            height: 400,
+            cursor: (1, 2),
+            active_window: None,
+            unchanged: false,
+            png_len: 7,
+            screen_width: 1280,
+            screen_height: 800,
+            kind: FrameKind::Regions,
+            base_frame_id: Some("cd".into()),
+            regions: vec![Region {
+                x: 32,
+                y: 0,
+                width: 64,
+                height: 32,
+                png_len: 7,
+            }],
+            marks: Some(Marks {
+                items: vec![Mark {
+                    element: "e1".into(),
+                    role: "button".into(),
+                    name: "OK".into(),
+                    x: 3,
+                    y: 4,
+                    width: 50,
+                    height: 20,
+                }],
+                note: None,
+            }),
+        }),
+        concat!(
+            "00000031 08",                 // Observation
+            "026162 0a 8005 9003",         // frame id "ab", at 5 ms, 640x400
+            "0204 00 00 07",               // cursor (1, 2), no window, changed, 7 bytes follow
+            "800a a006 01",                // screen 1280x800, Regions
+            "01026364",                    // base frame "cd"
+            "01 20 00 40 20 07",           // one region: 64x32 at 32,0, 7 bytes
+            "01 01 026531 06627574746f6e", // marks: one, e1, button,
+            "024f4b 03 04 32 14 00",       //   "OK" 50x20 at 3,4; no note
+        ),
+    );
+}
+
+#[test]
+fn act_in_a_frame_with_a_click_on_a_ref() {
+    golden(
+        &Request::Act(ActRequest {
+            bot: bot(),
+            lease: token(),
+            actions: vec![Action::ClickRef {
+                element: "e15".into(),
+                button: MouseButton::Right,
+                double: true,
+            }],
+            observe: true,
+            settle_ms: None,
+            frame: Some(FrameSize {
+                width: 640,
+                height: 400,
+            }),
+            observe_options: ObserveOptions::default(),
+        }),
+        concat!(
+            "00000023 09",                      // Act
+            "05626f742d31 0672756e3a3432 ac02", // bot-1, run:42 fence 300
+            "01 0b 03653135 01 01",             // one action: ClickRef e15, right, double
+            "01 00",                            // observe, no settle_ms
+            "01 8005 9003",                     // frame 640x400
+            "00 00 00 00",                      // default observe options
+        ),
+    );
+}
+
+#[test]
 fn reply_read_start_written_pong() {
     golden(&Reply::ReadStart { size: 5 }, "00000002 01 05");
     golden(&Reply::Written { size: 200 }, "00000003 02 c801");
@@ -805,10 +911,10 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("18");
+    rejected::<Request>("1a");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
-    rejected::<Reply>("14");
+    rejected::<Reply>("15");
     rejected::<OpError>("0c 00"); // ErrorCode index 12
     rejected::<FileKind>("02");
 }

@@ -137,6 +137,9 @@ pub struct Config {
     /// `RAKAZO_PROCESS_LOG_BYTES` (4 KiB to 64 MiB, default 1 MiB): output kept per detached
     /// process (`procs`).
     pub process_log_bytes: usize,
+    /// `RAKAZO_BROWSER_SCALE` (0.5 to 4): the bots' Chrome's device scale factor
+    /// (`--force-device-scale-factor`); unset: the display's own (1 on Xvnc).
+    pub browser_scale: Option<f64>,
 }
 
 /// Where the tunnel's websocket carrier is: `http(s)://host[:port]/path` (or `ws(s)://`).
@@ -312,6 +315,7 @@ impl Config {
         let workspace_user = workspace_user(src)?;
         let terminal_grace = terminal_grace(src)?;
         let process_log_bytes = process_log_bytes(src)?;
+        let browser_scale = browser_scale(src)?;
         let run_as = src
             .get(RUN_AS)
             .map(|v| parse_run_as(&v).map_err(|reason| invalid(RUN_AS, reason)))
@@ -341,6 +345,7 @@ impl Config {
             screen_limit,
             terminal_grace,
             process_log_bytes,
+            browser_scale,
             chromium,
             workspace_user,
             run_as,
@@ -477,6 +482,21 @@ fn terminal_grace(src: &dyn ConfigSource) -> Result<Duration, ConfigError> {
         _ => Err(invalid(
             KEY,
             format!("expected whole seconds from 0 to 3600, got {v:?}"),
+        )),
+    }
+}
+
+/// `RAKAZO_BROWSER_SCALE`: a device scale factor from 0.5 to 4.
+fn browser_scale(src: &dyn ConfigSource) -> Result<Option<f64>, ConfigError> {
+    const KEY: &str = "RAKAZO_BROWSER_SCALE";
+    let Some(v) = src.get(KEY) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(f) if (0.5..=4.0).contains(&f) => Ok(Some(f)),
+        _ => Err(invalid(
+            KEY,
+            format!("expected a scale factor from 0.5 to 4, got {v:?}"),
         )),
     }
 }

@@ -82,6 +82,7 @@ fn main() {
             runtime_dir: config.runtime_dir.clone(),
             limit: config.screen_limit,
             chromium: config.chromium.clone(),
+            device_scale: config.browser_scale,
         },
         guest_agent::clock::monotonic(),
     ));

@@ -398,7 +398,7 @@ impl Ops {
     }
 
     async fn observe(&self, r: ObserveRequest, mut io: Io) {
-        match self.screens.observe(&r.bot, now_ms()).await {
+        match self.screens.observe(&r.bot, r.options, now_ms()).await {
             Ok((meta, png)) => {
                 let _ = write_observation(&mut io.send, meta, &png).await;
             }
@@ -413,7 +413,14 @@ impl Ops {
         let send = &mut io.send;
         match self
             .screens
-            .act(&r.bot, &r.actions, r.observe, r.settle_ms, now_ms)
+            .act(
+                &r.bot,
+                &r.actions,
+                r.observe.then_some(r.observe_options),
+                r.settle_ms,
+                r.frame,
+                now_ms,
+            )
             .await
         {
             Ok((outcome, observation)) => {

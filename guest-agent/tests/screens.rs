@@ -63,6 +63,7 @@ async fn an_act_sees_a_late_draw_and_a_batch_of_input_costs_one_sync() -> Result
             runtime_dir: runtime.path().to_path_buf(),
             limit: None,
             chromium: "/usr/bin/chromium".into(),
+            device_scale: None,
         },
         guest_agent::clock::monotonic(),
     );
@@ -102,7 +103,14 @@ async fn an_act_sees_a_late_draw_and_a_batch_of_input_costs_one_sync() -> Result
         }
 
         let (outcome, observation) = screens
-            .act(&bot, &[click(640, 400, false)], true, None, || 0)
+            .act(
+                &bot,
+                &[click(640, 400, false)],
+                Some(Default::default()),
+                None,
+                None,
+                || 0,
+            )
             .await?;
         let (meta, png) = observation.context("no observation")?;
         ensure!(!meta.unchanged && !png.is_empty(), "{meta:?}");
@@ -129,7 +137,7 @@ async fn an_act_sees_a_late_draw_and_a_batch_of_input_costs_one_sync() -> Result
             },
             click(30, 30, true),
         ];
-        let (outcome, _) = screens.act(&bot, &batch, false, None, || 0).await?;
+        let (outcome, _) = screens.act(&bot, &batch, None, None, None, || 0).await?;
         assert_eq!(outcome.completed, 7, "{outcome:?}");
         let after = screens.live(&bot).await.context("live")?.act_round_trips();
         assert_eq!(

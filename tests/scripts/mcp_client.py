@@ -137,6 +137,34 @@ async def flow(plan):
                 await asyncio.sleep(0.5)
             report["observations"] = observations
 
+            # A scaled, marked frame, then a move given in its coordinates, observed scaled.
+            marked = await call(
+                client, "computer_observe", {"width": 640, "marks": True, "full": True}
+            )
+            meta = json.loads(texts(marked)[0])
+            report["marked"] = {
+                "kinds": kinds(marked),
+                "size": [meta["width"], meta["height"], meta["screenWidth"]],
+                "marks": [m["ref"] for m in meta.get("marks") or []],
+            }
+            moved = await call(
+                client,
+                "computer_act",
+                {
+                    "actions": [{"type": "move", "x": 5, "y": 5}],
+                    "frame": {"width": 640, "height": 400},
+                    "observe": True,
+                    "observe_options": {"width": 320, "full": True},
+                },
+            )
+            after = json.loads(texts(moved)[1]) if not moved.is_error else {}
+            report["moved"] = {
+                "error": moved.is_error,
+                "text": texts(moved)[0],
+                "cursor": after.get("cursor"),
+                "width": after.get("width"),
+            }
+
             # The download lands in the home's Downloads; wait for it to be complete.
             listing = None
             deadline = time.monotonic() + 30

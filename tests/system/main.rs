@@ -12,6 +12,7 @@ mod desktops;
 mod docker;
 mod eviction;
 mod foundation;
+mod grounding;
 mod guest_idle;
 mod hardening;
 mod homes;

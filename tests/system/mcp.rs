@@ -298,6 +298,32 @@ async fn the_python_mcp_client_drives_a_computer_under_the_sessions_lease() -> R
         .unwrap_or_default()
         .contains("the previous screenshot remains valid"));
 
+    // computer_observe scaled and marked: a 640-wide image with the page's refs; computer_act
+    // in that frame's coordinates, observed at 320 wide.
+    let marked = &report["marked"];
+    assert_eq!(
+        marked["kinds"],
+        serde_json::json!(["text", "image"]),
+        "{marked}"
+    );
+    assert_eq!(
+        marked["size"],
+        serde_json::json!([640, 400, 1280]),
+        "{marked}"
+    );
+    assert!(
+        marked["marks"].as_array().is_some_and(|m| !m.is_empty()),
+        "{marked}"
+    );
+    let moved = &report["moved"];
+    assert_eq!(moved["error"], false, "{moved}");
+    assert_eq!(
+        moved["cursor"],
+        serde_json::json!({ "x": 11, "y": 11 }),
+        "{moved}"
+    );
+    assert_eq!(moved["width"], 320, "{moved}");
+
     // The page's download, read back through read_file.
     assert_eq!(report["read"]["error"], false, "{}", report["read"]);
     assert_eq!(text(&report["read"]), CSV);

@@ -14,13 +14,14 @@ use crate::core::CoreError;
 use crate::guest;
 use crate::schema::activity::CommandAction;
 use crate::schema::screen::{
-    self, ActRequest, ActResult, Cursor, LeaseBody, Observation, Screen, ScreenList,
-    ScreenReleased, Window,
+    self, ActRequest, ActResult, Cursor, LeaseBody, Mark, Observation, RegionImage, Screen,
+    ScreenList, ScreenReleased, Window,
 };
 use base64::Engine;
 use gateway_proto::desktop::{
-    self, validate_actions, Action, MouseButton, ObserveRequest, ScreenInfo, ScreenRelease,
-    ScreenRequest, ScrollDirection, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
+    self, validate_actions, validate_frame, validate_observe, Action, FrameKind, FrameSize,
+    MouseButton, ObserveOptions, ObserveRequest, ScreenInfo, ScreenRelease, ScreenRequest,
+    ScrollDirection, SendMode, DEFAULT_SCROLL, DEFAULT_WAIT_MS,
 };
 use gateway_proto::op::ScreenListRequest;
 use gateway_proto::{BotId, LeaseToken};
@@ -126,16 +127,79 @@ pub async fn list(api: &Arc<Api>, id: &str) -> Result<Response<RespBody>, ApiErr
     Ok(json_response(StatusCode::OK, &ScreenList { screens }))
 }
 
-/// The observation (docs/screens.md#observe-and-act): the PNG in base64, or a note that the
-/// previous one stands.
+/// What a regions observation says besides its regions.
+const REGIONS_NOTE: &str = "Only the regions changed since the previous observation are sent: \
+     paste each region's image at its x, y onto the previous frame (baseFrameId).";
+
+/// The wire options of an observe body's options (docs/screens.md#observe-and-act), checked
+/// as the guest will check them.
+pub(super) fn wire_options(o: &screen::ObserveOptions) -> Result<ObserveOptions, ApiError> {
+    if o.changes && o.full {
+        return Err(ApiError::bad_request(
+            "changes and full exclude each other: full always sends the whole frame",
+        ));
+    }
+    let send = match (o.changes, o.full) {
+        (true, _) => SendMode::Changes,
+        (_, true) => SendMode::Full,
+        _ => SendMode::Auto,
+    };
+    let options = ObserveOptions {
+        width: o.width,
+        marks: o.marks,
+        send,
+        budget: o.budget,
+    };
+    validate_observe(&options).map_err(|e| ApiError::bad_request(e.message))?;
+    Ok(options)
+}
+
+/// The observation (docs/screens.md#observe-and-act): the PNG in base64, the changed regions'
+/// PNGs, or a note that the previous one stands; with the marks when asked. The guest client
+/// checked that the regions' lengths add up to the bytes received.
 fn observation(o: guest::Observation) -> Observation {
     let meta = o.meta;
-    let (image, note) = match meta.unchanged {
-        true => (None, Some(UNCHANGED_NOTE.to_string())),
-        false => (
-            Some(base64::engine::general_purpose::STANDARD.encode(&o.png)),
-            None,
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut regions = Vec::new();
+    let (image, note, kind) = match meta.kind {
+        FrameKind::Unchanged => (None, Some(UNCHANGED_NOTE.to_string()), "unchanged"),
+        FrameKind::Full => (Some(b64(&o.png)), None, "full"),
+        FrameKind::Regions => {
+            let mut at = 0usize;
+            for r in &meta.regions {
+                let len = usize::try_from(r.png_len).unwrap_or(usize::MAX);
+                let bytes = o.png.get(at..at.saturating_add(len)).unwrap_or_default();
+                at = at.saturating_add(len);
+                regions.push(RegionImage {
+                    x: r.x,
+                    y: r.y,
+                    width: r.width,
+                    height: r.height,
+                    image: b64(bytes),
+                });
+            }
+            (None, Some(REGIONS_NOTE.to_string()), "regions")
+        }
+    };
+    let (marks, marks_note) = match meta.marks {
+        Some(m) => (
+            Some(
+                m.items
+                    .into_iter()
+                    .map(|m| Mark {
+                        element: m.element,
+                        role: m.role,
+                        name: m.name,
+                        x: m.x,
+                        y: m.y,
+                        width: m.width,
+                        height: m.height,
+                    })
+                    .collect(),
+            ),
+            m.note,
         ),
+        None => (None, None),
     };
     Observation {
         frame_id: meta.frame_id,
@@ -143,6 +207,13 @@ fn observation(o: guest::Observation) -> Observation {
         mime_type: "image/png".to_string(),
         width: meta.width,
         height: meta.height,
+        screen_width: meta.screen_width,
+        screen_height: meta.screen_height,
+        kind: kind.to_string(),
+        base_frame_id: meta.base_frame_id,
+        regions,
+        marks,
+        marks_note,
         cursor: Cursor {
             x: meta.cursor.0,
             y: meta.cursor.1,
@@ -163,8 +234,10 @@ pub async fn observe(
     bot: BotId,
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
-    let (bot, lease) = bot_and_lease(bot, req).await?;
-    let taken = observe_bot(api, id, bot, lease).await?;
+    let (bot, body): (_, screen::ObserveRequest) = bot_json(bot, req).await?;
+    let lease = lease_of(body.lease.as_deref())?;
+    let options = wire_options(&body.options())?;
+    let taken = observe_bot(api, id, bot, lease, options).await?;
     Ok(json_response(StatusCode::OK, &taken))
 }
 
@@ -175,10 +248,12 @@ pub(super) async fn observe_bot(
     id: &str,
     bot: BotId,
     lease: LeaseToken,
+    options: ObserveOptions,
 ) -> Result<Observation, ApiError> {
     let req = ObserveRequest {
         bot: bot.clone(),
         lease,
+        options,
     };
     let taken = api
         .core
@@ -214,6 +289,16 @@ async fn act_batch(
         actions,
         observe: body.observe,
         settle_ms: body.settle_ms,
+        frame: body.frame.map(|f| FrameSize {
+            width: f.width,
+            height: f.height,
+        }),
+        observe_options: body
+            .observe_options
+            .as_ref()
+            .map(wire_options)
+            .transpose()?
+            .unwrap_or_default(),
     };
     batch.run(api, id, bot).await
 }
@@ -224,6 +309,9 @@ pub(super) struct Batch {
     pub actions: Vec<Action>,
     pub observe: bool,
     pub settle_ms: Option<u32>,
+    /// The coordinate space of the pointer actions (`None`: screen pixels).
+    pub frame: Option<FrameSize>,
+    pub observe_options: ObserveOptions,
 }
 
 impl Batch {
@@ -245,7 +333,26 @@ impl Batch {
             actions,
             observe,
             settle_ms,
+            frame: None,
+            observe_options: ObserveOptions::default(),
         })
+    }
+
+    /// The same batch with its pointer coordinates in a frame of `frame`'s size, observed with
+    /// `options`.
+    pub(super) fn in_frame(
+        mut self,
+        frame: Option<screen::FrameSize>,
+        options: Option<&screen::ObserveOptions>,
+    ) -> Result<Self, ApiError> {
+        self.frame = frame.map(|f| FrameSize {
+            width: f.width,
+            height: f.height,
+        });
+        if let Some(o) = options {
+            self.observe_options = wire_options(o)?;
+        }
+        Ok(self)
     }
 
     /// Validates, runs and records the batch for `bot` on computer `id`.
@@ -270,8 +377,13 @@ async fn run_batch(
         actions,
         observe,
         settle_ms,
+        frame,
+        observe_options,
     } = body;
     validate_actions(&actions, settle_ms).map_err(|e| ApiError::bad_request(e.message))?;
+    if let Some(f) = &frame {
+        validate_frame(f).map_err(|e| ApiError::bad_request(e.message))?;
+    }
     // `open` and `launch` are recorded in the feed, one line each; other actions (pointer,
     // keys, typed text, which may be a password) are not.
     let records = feed_lines(id, &bot, &actions);
@@ -281,6 +393,8 @@ async fn run_batch(
         actions,
         observe,
         settle_ms,
+        frame,
+        observe_options,
     };
     let acted = api
         .core
@@ -417,13 +531,28 @@ fn wire_action(a: screen::Action) -> Result<Action, String> {
     use screen::Action as A;
     Ok(match a {
         A::Click {
+            element: Some(element),
+            x: None,
+            y: None,
+            button,
+            double,
+        } => Action::ClickRef {
+            element,
+            button: wire_button(button),
+            double: double.unwrap_or(false),
+        },
+        A::Click {
+            element: Some(_), ..
+        } => return Err("click takes x and y or ref, not both".to_string()),
+        A::Click {
             x,
             y,
             button,
             double,
+            element: None,
         } => Action::Click {
-            x: pixel(&x, "x")?,
-            y: pixel(&y, "y")?,
+            x: pixel(&x.ok_or("x is required")?, "x")?,
+            y: pixel(&y.ok_or("y is required")?, "y")?,
             button: wire_button(button),
             double: double.unwrap_or(false),
         },
@@ -489,6 +618,7 @@ const FIELDS: &[(&str, &[(&str, Field)])] = {
             &[
                 ("x", Coord),
                 ("y", Coord),
+                ("ref", OptText),
                 ("button", Button),
                 ("double", Flag),
             ],
@@ -569,8 +699,11 @@ fn misread(raw: &Value) -> Option<String> {
     if let Some(k) = raw.as_object()?.keys().find(|k| !known(k)) {
         return Some(format!("unknown field {k:?} for {kind}"));
     }
+    // A click by ref has no coordinates.
+    let by_ref = kind == "click" && raw.get("ref").is_some_and(|r| !r.is_null());
     fields
         .iter()
+        .filter(|(_, field)| !(by_ref && matches!(field, Field::Coord)))
         .find_map(|(name, field)| field.misread(name, &raw[*name]))
 }
 
@@ -619,6 +752,57 @@ mod tests {
     }
 
     #[test]
+    fn a_click_takes_coordinates_or_a_ref() {
+        let a = read_action(&serde_json::json!({"type": "click", "ref": "e15", "double": true}))
+            .unwrap();
+        assert_eq!(
+            a,
+            Action::ClickRef {
+                element: "e15".into(),
+                button: MouseButton::Left,
+                double: true
+            }
+        );
+        let err = read_action(&serde_json::json!({"type": "click", "ref": "e1", "x": 1, "y": 2}))
+            .unwrap_err();
+        assert!(err.contains("not both"), "{err}");
+        let err = read_action(&serde_json::json!({"type": "click", "x": 1})).unwrap_err();
+        assert_eq!(err, "y is required");
+        let err = read_action(&serde_json::json!({"type": "click", "ref": 5})).unwrap_err();
+        assert!(err.contains("ref must be a string"), "{err}");
+    }
+
+    #[test]
+    fn observe_options_are_checked_before_the_guest() {
+        let o = |v: serde_json::Value| {
+            wire_options(&serde_json::from_value::<screen::ObserveOptions>(v).unwrap())
+        };
+        assert_eq!(
+            o(serde_json::json!({"width": 640, "changes": true})).unwrap(),
+            ObserveOptions {
+                width: Some(640),
+                marks: false,
+                send: SendMode::Changes,
+                budget: None
+            }
+        );
+        for (bad, want) in [
+            (serde_json::json!({"width": 0}), "width must be"),
+            (
+                serde_json::json!({"changes": true, "full": true}),
+                "exclude each other",
+            ),
+            (
+                serde_json::json!({"budget": 5}),
+                "budget applies only to changes",
+            ),
+        ] {
+            let err = o(bad.clone()).unwrap_err();
+            assert!(err.message.contains(want), "{bad}: {}", err.message);
+        }
+    }
+
+    #[test]
     fn bad_actions_say_what_is_wrong() {
         for (v, want) in [
             (serde_json::json!({"type": "fly"}), "unknown action type"),
@@ -660,7 +844,7 @@ mod tests {
         assert_eq!(
             err(r#"{"foo":1,"lease":"r:1","actions":[{"type":"fly"}]}"#),
             "invalid JSON body: unknown field `foo`, expected one of `lease`, `actions`, \
-             `observe`, `settle_ms` at line 1 column 6"
+             `observe`, `settle_ms`, `frame`, `observe_options` at line 1 column 6"
         );
         let body = r#"{"lease":"r:1","actions":[{"type":"click","x":1.6,"y":2}],"observe":true}"#;
         let (body, _, actions) = read_batch(body.as_bytes()).unwrap();

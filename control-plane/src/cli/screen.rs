@@ -6,8 +6,8 @@ use super::{print_json, user_array, Global};
 use crate::client::Client;
 use crate::route::{ComputerId, Route};
 use crate::schema::screen::{
-    ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
-    ScreenList, ScreenReleased, UrlRequest,
+    ActRequest, ActResult, ControlReleased, ControlTaken, FrameSize, LeaseBody, LiveUrl,
+    Observation, ObserveRequest, Screen, ScreenList, ScreenReleased, UrlRequest,
 };
 use crate::schema::Empty;
 use anyhow::{Context, Result};
@@ -59,9 +59,22 @@ pub struct ObserveArgs {
     pub bot: String,
     #[arg(long)]
     pub lease: String,
-    /// Write the PNG here (unless the frame is unchanged).
+    /// Write the PNG here (unless the frame is unchanged, or only regions were sent).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Scale the frame down to this width (keeping the aspect ratio).
+    #[arg(long)]
+    pub width: Option<u16>,
+    /// Draw each interactive element of the bot's page as a mark labelled with its ref, and
+    /// list the marks.
+    #[arg(long)]
+    pub marks: bool,
+    /// Send only the regions changed since the previous observation when cheaper.
+    #[arg(long, conflicts_with = "full")]
+    pub changes: bool,
+    /// Always send the whole frame, even when unchanged.
+    #[arg(long)]
+    pub full: bool,
 }
 
 #[derive(Args)]
@@ -81,6 +94,22 @@ pub struct ActArgs {
     /// With --observe: write the PNG here.
     #[arg(long, requires = "observe")]
     pub out: Option<PathBuf>,
+    /// The actions' coordinates are in a frame of this size (`WIDTHxHEIGHT`, from a scaled-down
+    /// observation).
+    #[arg(long, value_parser = parse_frame)]
+    pub frame: Option<FrameSize>,
+}
+
+/// `--frame WIDTHxHEIGHT`.
+fn parse_frame(s: &str) -> std::result::Result<FrameSize, String> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("expected WIDTHxHEIGHT, got {s:?}"))?;
+    let num = |v: &str| v.trim().parse::<u16>().map_err(|e| format!("{v:?}: {e}"));
+    Ok(FrameSize {
+        width: num(w)?,
+        height: num(h)?,
+    })
 }
 
 /// `POST .../screens/{bot}/takeover` or `.../release-control`, which take an empty object.
@@ -214,17 +243,41 @@ fn save_observation(g: &Global, mut obs: Observation, out: Option<&PathBuf>) -> 
             obs.frame_id
         );
     } else {
+        // The screen's size when the frame was scaled down; `regions` when only those came.
+        let mut size = format!("{}x{}", obs.width, obs.height);
+        if (obs.width, obs.height) != (obs.screen_width, obs.screen_height) {
+            size.push_str(&format!(
+                " (screen {}x{})",
+                obs.screen_width, obs.screen_height
+            ));
+        }
+        if obs.kind == "regions" {
+            size.push_str(&format!(" {} regions", obs.regions.len()));
+        }
         println!(
-            "frame {} {}x{} cursor {},{} window {:?}{}",
+            "frame {} {size} cursor {},{} window {:?}{}",
             obs.frame_id,
-            obs.width,
-            obs.height,
             obs.cursor.x,
             obs.cursor.y,
             obs.active_window.as_ref().map_or("", |w| w.title.as_str()),
-            out.map(|p| format!(" -> {}", p.display()))
+            out.filter(|_| obs.image.is_some())
+                .map(|p| format!(" -> {}", p.display()))
                 .unwrap_or_default(),
         );
+        for r in &obs.regions {
+            println!("region {}x{} at {},{}", r.width, r.height, r.x, r.y);
+        }
+    }
+    if !g.json {
+        for m in obs.marks.iter().flatten() {
+            println!(
+                "{} {} {:?} at {},{} {}x{}",
+                m.element, m.role, m.name, m.x, m.y, m.width, m.height
+            );
+        }
+        if let Some(note) = &obs.marks_note {
+            println!("marks: {note}");
+        }
     }
     Ok(())
 }
@@ -243,8 +296,13 @@ pub(super) async fn observe(g: &Global, a: ObserveArgs) -> Result<i32> {
     let c = g.client()?;
     let (computer, bot) = ids(&a.computer, &a.bot)?;
     let route = Route::Observe { computer, bot };
-    let body = LeaseBody {
+    let body = ObserveRequest {
         lease: Some(a.lease),
+        width: a.width,
+        marks: a.marks,
+        changes: a.changes,
+        full: a.full,
+        budget: None,
     };
     let obs: Observation = c.call(route.method(), &route.path(), &body).await?;
     save_observation(g, obs, a.out.as_ref())?;
@@ -258,6 +316,8 @@ pub(super) async fn act(g: &Global, a: ActArgs) -> Result<i32> {
         actions: user_array(&a.actions, "--actions", "action")?,
         observe: a.observe,
         settle_ms: a.settle_ms,
+        frame: a.frame,
+        observe_options: None,
     };
     let (computer, bot) = ids(&a.computer, &a.bot)?;
     let route = Route::Act { computer, bot };

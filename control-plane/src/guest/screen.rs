@@ -3,7 +3,9 @@
 use super::raw::{next_exact, ByteError};
 use super::Guest;
 use crate::tunnel::{OpReceiver, TunnelError};
-use gateway_proto::desktop::{ActOutcome, ActRequest, ObservationMeta, ObserveRequest};
+use gateway_proto::desktop::{
+    ActOutcome, ActRequest, FrameKind, ObservationMeta, ObserveRequest, MAX_MARKS, MAX_REGIONS,
+};
 use gateway_proto::Reply;
 
 /// Largest PNG accepted from a guest (a 1280x800 desktop is far below this).
@@ -40,11 +42,12 @@ impl Guest {
     }
 
     /// Reads an observation: its meta frame (answered as an observe's is), then its PNG. A PNG
-    /// over [`MAX_PNG`], one announced for an unchanged screen, or more bytes than announced
+    /// over [`MAX_PNG`], one announced for an unchanged screen, regions whose lengths do not
+    /// add up to the bytes announced, too many regions or marks, or more bytes than announced
     /// are protocol errors.
     async fn observation(&self, rx: &mut OpReceiver) -> Result<Observation, TunnelError> {
         let meta = self.answer::<ObserveRequest>(rx).await?;
-        if meta.png_len > MAX_PNG || (meta.unchanged && meta.png_len != 0) {
+        if !consistent(&meta) {
             return Err(self.protocol(Reply::Observation(meta)));
         }
         rx.start_raw();
@@ -59,6 +62,31 @@ impl Guest {
             }
         }
     }
+}
+
+/// Whether an observation's metadata holds together (the guest is not trusted to say so).
+fn consistent(meta: &ObservationMeta) -> bool {
+    let regions_len = meta
+        .regions
+        .iter()
+        .try_fold(0u64, |sum, r| sum.checked_add(r.png_len));
+    let kind_ok = match meta.kind {
+        FrameKind::Unchanged => meta.unchanged && meta.png_len == 0 && meta.regions.is_empty(),
+        FrameKind::Full => !meta.unchanged && meta.regions.is_empty(),
+        FrameKind::Regions => {
+            !meta.unchanged
+                && !meta.regions.is_empty()
+                && meta.regions.len() <= MAX_REGIONS
+                && regions_len == Some(meta.png_len)
+                && meta.base_frame_id.is_some()
+        }
+    };
+    kind_ok
+        && meta.png_len <= MAX_PNG
+        && meta
+            .marks
+            .as_ref()
+            .is_none_or(|m| m.items.len() <= MAX_MARKS)
 }
 
 /// Largest recording reply accepted: a pull's bytes plus one record that may exceed them.

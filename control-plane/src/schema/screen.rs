@@ -13,6 +13,66 @@ pub struct LeaseBody {
     pub lease: Option<String>,
 }
 
+/// `POST …/screens/{bot}/observe`: the bot's lease and how to take the frame
+/// (docs/screens.md#observe-and-act).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveRequest {
+    pub lease: Option<String>,
+    /// See [`ObserveOptions::width`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u16>,
+    /// See [`ObserveOptions::marks`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marks: bool,
+    /// See [`ObserveOptions::changes`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changes: bool,
+    /// See [`ObserveOptions::full`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
+    /// See [`ObserveOptions::budget`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u32>,
+}
+
+impl ObserveRequest {
+    /// Its options without the lease.
+    pub fn options(&self) -> ObserveOptions {
+        ObserveOptions {
+            width: self.width,
+            marks: self.marks,
+            changes: self.changes,
+            full: self.full,
+            budget: self.budget,
+        }
+    }
+}
+
+/// How a frame is taken and sent; every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveOptions {
+    /// Scale the frame down to this width (16 up to the screen's width), keeping the aspect
+    /// ratio; pointer actions given in its coordinates need `frame` on the act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u16>,
+    /// Draw each interactive element of the bot's page as a mark labelled with its ref and
+    /// list the marks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marks: bool,
+    /// Send only the regions changed since the bot's previous frame when they cost less than
+    /// the whole frame (or `budget`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changes: bool,
+    /// Always send the whole frame (even when unchanged); not with `changes`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
+    /// With `changes`: the most PNG bytes the regions may cost together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u32>,
+}
+
 /// A bot's desktop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Screen {
@@ -57,13 +117,31 @@ pub struct ScreenReleased {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Observation {
-    /// sha256 hex of the PNG.
+    /// sha256 hex of the whole frame's PNG (also when only regions are sent).
     pub frame_id: String,
     pub captured_at: i64,
     /// `image/png`.
     pub mime_type: String,
+    /// The frame's size: the coordinate space of its marks, regions and cursor-free pointer
+    /// actions given with `frame` on an act.
     pub width: u16,
     pub height: u16,
+    /// The screen's size; `width`/`height` are smaller when the frame was scaled down.
+    pub screen_width: u16,
+    pub screen_height: u16,
+    /// `full` (`image` is the frame), `regions` (`regions` to paste onto `baseFrameId`) or
+    /// `unchanged` (nothing sent; the previous frame stands).
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_frame_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<RegionImage>,
+    /// With `marks`: each interactive element drawn on the frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<Vec<Mark>>,
+    /// Why marks are missing or may be off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks_note: Option<String>,
     pub cursor: Cursor,
     pub active_window: Option<Window>,
     /// The frame equals the bot's previous one: `image` is `null` and `note` says the previous
@@ -73,6 +151,37 @@ pub struct Observation {
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// A changed region of the frame: paste `image` (PNG, base64) at `x`, `y` (frame pixels).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RegionImage {
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+    pub image: String,
+}
+
+/// A mark: the element's ref (its label on the frame), role, name and box in frame pixels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Mark {
+    #[serde(rename = "ref")]
+    pub element: String,
+    pub role: String,
+    pub name: String,
+    pub x: u16,
+    pub y: u16,
+    pub width: u16,
+    pub height: u16,
+}
+
+/// A frame's size: the coordinate space of an act's pointer actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FrameSize {
+    pub width: u16,
+    pub height: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -99,6 +208,13 @@ pub struct ActRequest {
     /// A fixed settle time (0..5000) instead of waiting for the screen to go quiet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settle_ms: Option<u32>,
+    /// The pointer actions' coordinates are in a frame of this size (an observation scaled
+    /// down); each maps to the centre of the screen pixels its frame pixel covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<FrameSize>,
+    /// How to take the observation after the actions (with `observe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe_options: Option<ObserveOptions>,
 }
 
 /// One desktop action (docs/screens.md#observe-and-act); a field left out takes its documented
@@ -106,11 +222,17 @@ pub struct ActRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Action {
+    /// At `x`, `y`, or at the centre of the element `ref` names (from marks or a page
+    /// snapshot), its box read when the click runs.
     Click {
-        #[schema(value_type = f64)]
-        x: Number,
-        #[schema(value_type = f64)]
-        y: Number,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<f64>)]
+        x: Option<Number>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<f64>)]
+        y: Option<Number>,
+        #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+        element: Option<String>,
         /// Default `left`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         button: Option<MouseButton>,

@@ -9,8 +9,8 @@ use super::files::{Entry, EntryKind};
 use super::home::{HomeDone, HomeLine, Reconciled};
 use super::lease::{LeaseReleased, LeaseRequest, RunCheckpoint};
 use super::screen::{
-    ActRequest, ActResult, Action, Cursor, LeaseBody, MouseButton, Observation, ScrollDirection,
-    UrlRequest, WaitingTakeoverRequest,
+    ActRequest, ActResult, Action, Cursor, LeaseBody, MouseButton, Observation, ObserveRequest,
+    ScrollDirection, UrlRequest, WaitingTakeoverRequest,
 };
 use super::Empty;
 use serde::de::DeserializeOwned;
@@ -187,6 +187,13 @@ fn screens_observe_and_act() {
         mime_type: "image/png".into(),
         width: 1280,
         height: 800,
+        screen_width: 1280,
+        screen_height: 800,
+        kind: "unchanged".into(),
+        base_frame_id: None,
+        regions: Vec::new(),
+        marks: None,
+        marks_note: None,
         cursor: Cursor { x: 1, y: 2 },
         active_window: None,
         unchanged: true,
@@ -195,7 +202,8 @@ fn screens_observe_and_act() {
     };
     let want = json!({
         "frameId": "ab", "capturedAt": 5, "mimeType": "image/png", "width": 1280,
-        "height": 800, "cursor": { "x": 1, "y": 2 }, "activeWindow": null, "unchanged": true,
+        "height": 800, "screenWidth": 1280, "screenHeight": 800, "kind": "unchanged",
+        "cursor": { "x": 1, "y": 2 }, "activeWindow": null, "unchanged": true,
         "image": null, "note": "unchanged",
     });
     same(&obs, want.clone());
@@ -214,6 +222,7 @@ fn screens_observe_and_act() {
     let raw = json!([
         { "type": "click", "x": 10, "y": 20.4 },
         { "type": "click", "x": 1, "y": 1, "button": "right", "double": true },
+        { "type": "click", "ref": "e15" },
         { "type": "scroll", "direction": "down" },
         { "type": "wait" },
         { "type": "key", "key": "a", "modifiers": ["ctrl"] },
@@ -230,7 +239,7 @@ fn screens_observe_and_act() {
         }
     ));
     assert!(matches!(
-        &actions[2],
+        &actions[3],
         Action::Scroll {
             direction: ScrollDirection::Down,
             amount: None
@@ -239,7 +248,6 @@ fn screens_observe_and_act() {
     assert_eq!(serde_json::to_value(&actions).unwrap(), raw);
     for bad in [
         json!({ "type": "fly" }),
-        json!({ "type": "click", "x": 1 }),
         json!({ "type": "click", "x": 1, "y": 1, "button": "middle" }),
         json!({ "type": "click", "x": 1, "y": 1, "z": 1 }),
         json!({ "type": "scroll", "direction": "left" }),
@@ -252,11 +260,20 @@ fn screens_observe_and_act() {
         actions: vec![Action::Wait { ms: None }],
         observe: false,
         settle_ms: None,
+        frame: None,
+        observe_options: None,
     };
     same(
         &act,
         json!({ "lease": "run-1:1", "actions": [{ "type": "wait" }], "observe": false }),
     );
+    let observe: ObserveRequest =
+        serde_json::from_value(json!({ "lease": "run-1:1", "width": 640, "marks": true })).unwrap();
+    assert_eq!(
+        (observe.options().width, observe.options().marks),
+        (Some(640), true)
+    );
+    refused::<ObserveRequest>(json!({ "lease": "run-1:1", "scale": 2 }));
     same(
         &UrlRequest {
             policy: Some("control".into()),

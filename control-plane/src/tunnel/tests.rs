@@ -80,6 +80,8 @@ fn deadlines_follow_the_request() {
         actions: vec![Action::Wait { ms: 5000 }, Action::Wait { ms: 2000 }],
         observe: true,
         settle_ms: Some(1000),
+        frame: None,
+        observe_options: Default::default(),
     });
     assert_eq!(
         Deadlines::for_request(&act, base),

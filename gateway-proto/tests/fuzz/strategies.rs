@@ -269,6 +269,32 @@ pub(super) fn request() -> impl Strategy<Value = Request> {
             lease: None
         })),
         any::<u16>().prop_map(|port| Request::PortConnect(PortConnect { port })),
+        (
+            bot_id(),
+            lease_token(),
+            option::of(any::<u16>()),
+            any::<bool>(),
+            0..3u8,
+            option::of(any::<u32>())
+        )
+            .prop_map(|(bot, lease, width, marks, send, budget)| {
+                use gateway_proto::desktop::{ObserveOptions, ObserveRequest, SendMode};
+                let send = match send {
+                    0 => SendMode::Auto,
+                    1 => SendMode::Changes,
+                    _ => SendMode::Full,
+                };
+                Request::Observe(ObserveRequest {
+                    bot,
+                    lease,
+                    options: ObserveOptions {
+                        width,
+                        marks,
+                        send,
+                        budget,
+                    },
+                })
+            }),
     ]
 }
 

@@ -136,6 +136,9 @@ pub struct BrowserOptions {
     pub stop_grace: Duration,
     /// Whether Chrome's sandbox is on ([`Sandbox::detect`]).
     pub sandbox: Sandbox,
+    /// `--force-device-scale-factor`, in hundredths (200 is 2), when set (`None`: the
+    /// display's).
+    pub device_scale_percent: Option<u16>,
 }
 
 impl BrowserOptions {
@@ -165,12 +168,13 @@ impl BrowserOptions {
             ready_timeout: Duration::from_secs(30),
             stop_grace: STOP_GRACE,
             sandbox: Sandbox::detect(),
+            device_scale_percent: None,
         }
     }
 
     /// Chrome's arguments: [`NO_SANDBOX_FLAGS`] when the sandbox is off, [`CONTRACT_FLAGS`],
     /// `--user-data-dir`, [`DEVTOOLS_PIPE_FLAG`], [`QUIET_FLAGS`], the window size,
-    /// `--start-maximized`, then the first URL.
+    /// `--start-maximized`, the device scale factor when set, then the first URL.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
         if let Sandbox::Off { .. } = self.sandbox {
@@ -184,6 +188,10 @@ impl BrowserOptions {
         args.extend(QUIET_FLAGS.iter().map(OsString::from));
         args.push(format!("--window-size={},{}", self.width, self.height).into());
         args.push("--start-maximized".into());
+        if let Some(percent) = self.device_scale_percent {
+            let scale = f64::from(percent) / 100.0;
+            args.push(format!("--force-device-scale-factor={scale}").into());
+        }
         if let Some(url) = &self.first_url {
             args.push(url.into());
         }

@@ -72,6 +72,7 @@
 
 mod cdp;
 mod keys;
+mod marks;
 mod seal;
 mod snapshot;
 mod steps;
@@ -88,6 +89,7 @@ use tokio::time::Instant;
 
 use crate::browser::CdpClient;
 use cdp::CdpError;
+pub use marks::{PageMarks, ScreenMark, View};
 
 /// The helper evaluated in every isolated world.
 const HELPER: &str = include_str!("page.js");

@@ -522,6 +522,71 @@
     };
   }
 
+  // ---------------------------------------------------------------- marks
+
+  // Where the viewport sits on the screen, for Rust to map CSS pixels to screen pixels:
+  // window position and outer size in DIPs, the viewport in CSS pixels, the device pixel ratio
+  // (device scale factor times zoom) and the screen's width in DIPs.
+  function view() {
+    return {
+      dpr: win.devicePixelRatio,
+      screenX: win.screenX,
+      screenY: win.screenY,
+      outerWidth: win.outerWidth,
+      outerHeight: win.outerHeight,
+      innerWidth: win.innerWidth,
+      innerHeight: win.innerHeight,
+      screenWidth: win.screen.width,
+    };
+  }
+
+  // Every visible interactive element with a box in the viewport (up to `a.max`, in document
+  // order), with its ref, role, name and viewport box in CSS pixels, and the view to map them.
+  function marks(a) {
+    const started = performance.now();
+    const { w: vw, h: vh } = viewport();
+    const list = candidates(shadowRoots(doc, [doc]));
+    const counter = { next: a.next };
+    const out = [];
+    let more = false;
+    for (let i = 0; i < list.length; i += 1) {
+      const el = list.at(i);
+      if (!interactive(el)) continue;
+      const r = el.getBoundingClientRect();
+      if (r.width < 2 || r.height < 2 || r.right <= 0 || r.bottom <= 0 || r.left >= vw
+        || r.top >= vh || !shown(el)) continue;
+      if (out.length >= a.max) {
+        more = true;
+        break;
+      }
+      const tag = tagOf(el);
+      const type = typeOf(el);
+      out.push({
+        ref: refFor(el, counter),
+        role: roleOf(el, tag, type),
+        name: nameOf(el, tag, type, a.maxName),
+        x: r.left,
+        y: r.top,
+        w: r.width,
+        h: r.height,
+      });
+    }
+    prune();
+    const tab = probe();
+    return {
+      marks: out, more, next: counter.next, vw, vh, view: view(), visible: tab.visible,
+      ms: performance.now() - started,
+    };
+  }
+
+  // The click point of a ref (as prepareClick finds it: scrolled into view, hit-tested) and the
+  // view to map it to the screen.
+  function locate(a) {
+    const p = prepareClick(a);
+    if (p.error) return p;
+    return { x: p.x, y: p.y, view: view() };
+  }
+
   // ---------------------------------------------------------------- click
 
   // Deepest element at a viewport point, through open shadow roots.
@@ -807,5 +872,6 @@
 
   return {
     probe, snapshot, prepareClick, fill, sealBegin, sealFill, select, focusForTyping, waitReady,
+    marks, locate,
   };
 })()

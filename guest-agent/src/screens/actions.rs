@@ -8,12 +8,31 @@
 
 use std::time::Duration;
 
-use gateway_proto::desktop::{Action, MouseButton, ScrollDirection};
+use gateway_proto::desktop::{frame_to_screen, Action, FrameSize, MouseButton, ScrollDirection};
 use gateway_proto::{BotId, ErrorCode, OpError};
 
 use super::{failed, op_err, Desktop, Screens};
 use crate::browser::Browser;
 use crate::display::{self, Activation, Button, DisplayError, KeyCombo, WindowMatch};
+
+/// The coordinate space of a batch's pointer actions: a frame's (mapped to the screen pixel at
+/// the centre of the block each frame pixel covers) or, without `frame`, the screen's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Space {
+    pub frame: Option<FrameSize>,
+    pub screen: FrameSize,
+}
+
+impl Space {
+    /// The screen point of `(x, y)` given in this space.
+    pub(super) fn point(&self, x: i64, y: i64) -> (i64, i64) {
+        use gateway_proto::desktop::clamp_coord;
+        match self.frame {
+            Some(frame) => frame_to_screen(x, y, frame, self.screen),
+            None => (clamp_coord(x), clamp_coord(y)),
+        }
+    }
+}
 
 fn button(b: MouseButton) -> Button {
     match b {
@@ -71,30 +90,34 @@ fn open_url(home: &std::path::Path, target: &str) -> Result<String, OpError> {
 /// [`Input`](crate::display::Input) without waiting, a run of them confirmed by one
 /// [`Input::finish`](crate::display::Input::finish).
 fn is_input(action: &Action) -> bool {
-    action.is_visual() || matches!(action, Action::Type { .. })
+    (action.is_visual() && !matches!(action, Action::ClickRef { .. }))
+        || matches!(action, Action::Type { .. })
 }
 
 /// Sends an input action ([`is_input`]); the server's answer comes with the run's
 /// [`Input::finish`](crate::display::Input::finish). Other actions do nothing here.
-fn send_input(d: &mut Desktop, action: &Action) -> Result<(), DisplayError> {
-    use gateway_proto::desktop::clamp_coord;
+fn send_input(d: &mut Desktop, action: &Action, space: Space) -> Result<(), DisplayError> {
     tokio::task::block_in_place(|| match action {
         Action::Click {
             x,
             y,
             button: b,
             double,
-        } => d
-            .input
-            .click(clamp_coord(*x), clamp_coord(*y), button(*b), *double),
-        Action::Move { x, y } => d.input.move_to(clamp_coord(*x), clamp_coord(*y)).map(drop),
+        } => {
+            let (x, y) = space.point(*x, *y);
+            d.input.click(x, y, button(*b), *double)
+        }
+        Action::Move { x, y } => {
+            let (x, y) = space.point(*x, *y);
+            d.input.move_to(x, y).map(drop)
+        }
         Action::Down { x, y, button: b } => {
-            d.input
-                .button_down(clamp_coord(*x), clamp_coord(*y), button(*b))
+            let (x, y) = space.point(*x, *y);
+            d.input.button_down(x, y, button(*b))
         }
         Action::Up { x, y, button: b } => {
-            d.input
-                .button_up(clamp_coord(*x), clamp_coord(*y), button(*b))
+            let (x, y) = space.point(*x, *y);
+            d.input.button_up(x, y, button(*b))
         }
         Action::Type { text } => d.input.type_text(text),
         Action::Key { key, modifiers } => d.input.key(&KeyCombo::parse(key, modifiers)?),
@@ -108,7 +131,8 @@ fn send_input(d: &mut Desktop, action: &Action) -> Result<(), DisplayError> {
         Action::Wait { .. }
         | Action::Open { .. }
         | Action::Focus { .. }
-        | Action::Launch { .. } => Ok(()),
+        | Action::Launch { .. }
+        | Action::ClickRef { .. } => Ok(()),
     })
 }
 
@@ -126,6 +150,7 @@ async fn run_other(
     bot: &BotId,
     d: &mut Desktop,
     action: &Action,
+    space: Space,
 ) -> Result<(), OpError> {
     match action {
         Action::Wait { ms } => {
@@ -159,6 +184,11 @@ async fn run_other(
         Action::Launch { application, uri } => {
             launch(screens, bot, d, application, uri.as_deref()).await
         }
+        Action::ClickRef {
+            element,
+            button: b,
+            double,
+        } => click_ref(d, element, *b, *double, space).await,
         // Input: sent by `send_input` and confirmed by `run_batch`.
         _ => Ok(()),
     }
@@ -182,6 +212,7 @@ pub(super) async fn run_batch(
     d: &mut Desktop,
     actions: &[Action],
     arm: bool,
+    space: Space,
 ) -> Result<bool, (usize, OpError)> {
     let mut armed = false;
     // The first action of the run of input not yet confirmed.
@@ -195,7 +226,7 @@ pub(super) async fn run_batch(
                 }
                 run = Some(i);
             }
-            if let Err(error) = send_input(d, action) {
+            if let Err(error) = send_input(d, action, space) {
                 let start = run.unwrap_or(i);
                 let own = match &error {
                     DisplayError::InputAction { action, .. } => start + action,
@@ -213,7 +244,7 @@ pub(super) async fn run_batch(
                 arm_settler(d).map_err(|e| (i, e))?;
                 armed = true;
             }
-            run_other(screens, bot, d, action)
+            run_other(screens, bot, d, action, space)
                 .await
                 .map_err(|e| (i, e))?;
         }
@@ -230,6 +261,26 @@ fn finish_input(d: &mut Desktop, start: usize) -> Result<(), (usize, OpError)> {
         DisplayError::InputAction { action, .. } => (start + action, failed(e)),
         other => (start, failed(other)),
     })
+}
+
+/// Clicks the centre of the element `element` names, its box read now through the bot's page
+/// (scrolled into view and hit-tested first, as browser_act's click), mapped to the screen.
+async fn click_ref(
+    d: &mut Desktop,
+    element: &str,
+    b: MouseButton,
+    double: bool,
+    space: Space,
+) -> Result<(), OpError> {
+    let cdp = Screens::cdp_of(d)?;
+    let (x, y) = d.page.locate(&cdp, element, space.screen.width).await?;
+    let x = (x.floor() as i64).clamp(0, i64::from(space.screen.width) - 1);
+    let y = (y.floor() as i64).clamp(0, i64::from(space.screen.height) - 1);
+    tokio::task::block_in_place(|| {
+        d.input.click(x, y, button(b), double)?;
+        d.input.finish()
+    })
+    .map_err(failed)
 }
 
 fn arm_settler(d: &mut Desktop) -> Result<(), OpError> {

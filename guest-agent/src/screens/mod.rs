@@ -9,6 +9,8 @@
 //! any call reaches this module.
 
 mod actions;
+pub mod frames;
+pub mod observe;
 pub mod recorder;
 pub mod refusal;
 pub mod slots;
@@ -21,7 +23,8 @@ use crate::display::{
 use crate::pagebrowser::PageBrowser;
 use actions::run_batch;
 use gateway_proto::desktop::{
-    validate_actions, ActOutcome, Action, ObservationMeta, ScreenInfo, WindowInfo,
+    validate_actions, validate_frame, validate_observe, ActOutcome, Action, FrameSize,
+    ObserveOptions, ScreenInfo,
 };
 use gateway_proto::page::{validate_steps, validate_url, PageActFailure, PageStep, Snapshot};
 use gateway_proto::{BotId, ErrorCode, OpError};
@@ -56,6 +59,8 @@ pub struct ScreensConfig {
     pub limit: Option<u32>,
     /// The Chromium executable.
     pub chromium: PathBuf,
+    /// Chrome's device scale factor (`RAKAZO_BROWSER_SCALE`; `None`: the display's, 1 on Xvnc).
+    pub device_scale: Option<f64>,
 }
 
 /// Ends a bot's live capabilities (the screen gateway) before its desktop stops
@@ -132,7 +137,8 @@ struct Desktop {
     windows: WindowControl,
     /// Processes started by `launch` on this display, ended at teardown.
     launched: Vec<tokio::process::Child>,
-    last_frame: Option<String>,
+    /// The frame last sent to the bot (the base of its next changed regions).
+    last_sent: Option<observe::Sent>,
     streak: RefusalStreak,
     /// The page tools' state for this bot's browser (refs, isolated worlds).
     page: PageBrowser,
@@ -375,7 +381,7 @@ impl Screens {
             settler,
             windows,
             launched: Vec::new(),
-            last_frame: None,
+            last_sent: None,
             streak: RefusalStreak::default(),
             page: PageBrowser::new(),
         };
@@ -397,6 +403,7 @@ impl Screens {
             self.cfg.runtime_dir.clone(),
         );
         opts.chromium = self.cfg.chromium.clone();
+        opts.device_scale_percent = self.cfg.device_scale.map(|f| (f * 100.0).round() as u16);
         let browser = Browser::start(&opts)
             .await
             .map_err(|e| failed(format!("start the browser of bot {bot}: {e}")))?;
@@ -591,17 +598,6 @@ impl Screens {
         }
     }
 
-    /// computer_observe: a screenshot, with the image omitted when the frame is unchanged.
-    pub async fn observe(
-        &self,
-        bot: &BotId,
-        now_ms: i64,
-    ) -> Result<(ObservationMeta, Vec<u8>), OpError> {
-        let (desktop, _) = self.desktop(bot).await?;
-        let mut d = desktop.lock().await;
-        observe_locked(&mut d, now_ms)
-    }
-
     /// Resets the bot's repeated-action streak (a successful browser_navigate or browser_act).
     pub async fn reset_streak(&self, bot: &BotId) {
         if let Some(d) = self.desktops.lock().await.get(bot).cloned() {
@@ -610,26 +606,40 @@ impl Screens {
     }
 
     /// computer_act: validates the whole batch, applies the refusal rule, runs the actions in
-    /// order, settles, and observes if asked.
+    /// order (pointer coordinates in `frame`'s space when given, else screen pixels), settles,
+    /// and observes if asked.
     pub async fn act(
         &self,
         bot: &BotId,
         actions: &[Action],
-        observe: bool,
+        observe: Option<ObserveOptions>,
         settle_ms: Option<u32>,
+        frame: Option<FrameSize>,
         now_ms: impl Fn() -> i64,
-    ) -> Result<(ActOutcome, Option<(ObservationMeta, Vec<u8>)>), OpError> {
+    ) -> Result<(ActOutcome, Option<observe::Taken>), OpError> {
         validate_actions(actions, settle_ms)?;
+        if let Some(f) = &frame {
+            validate_frame(f)?;
+        }
+        if let Some(o) = &observe {
+            validate_observe(o)?;
+        }
         let (desktop, _) = self.desktop(bot).await?;
         let mut d = desktop.lock().await;
         if d.streak.should_refuse(actions) {
             return Err(op_err(ErrorCode::ActionRefused, REFUSAL_MESSAGE));
         }
-        for a in actions {
-            self.recorders.input(bot, recorder::Input::of_action(a));
-        }
         let before = capture_now(&mut d)?;
-        let armed = match run_batch(self, bot, &mut d, actions, settle_ms.is_none()).await {
+        let screen = FrameSize {
+            width: u16::try_from(before.width).unwrap_or(u16::MAX),
+            height: u16::try_from(before.height).unwrap_or(u16::MAX),
+        };
+        let space = actions::Space { frame, screen };
+        for a in actions {
+            let input = recorder::Input::of_action(a, |x, y| space.point(x, y));
+            self.recorders.input(bot, input);
+        }
+        let armed = match run_batch(self, bot, &mut d, actions, settle_ms.is_none(), space).await {
             Ok(armed) => armed,
             Err((index, e)) => {
                 // Counted as the contract expands the batch (a double click is two clicks).
@@ -670,10 +680,9 @@ impl Screens {
         };
         let after = capture_now(&mut d)?;
         d.streak.record(actions, after == before);
-        let observation = if observe {
-            Some(observe_frame_locked(&mut d, after, now_ms())?)
-        } else {
-            None
+        let observation = match observe {
+            Some(options) => Some(observe::observe_frame(&mut d, after, &options, now_ms()).await?),
+            None => None,
         };
         Ok((
             ActOutcome {
@@ -738,7 +747,7 @@ fn completed_count(actions: &[Action]) -> u32 {
     actions
         .iter()
         .map(|a| match a {
-            Action::Click { double: true, .. } => 2,
+            Action::Click { double: true, .. } | Action::ClickRef { double: true, .. } => 2,
             _ => 1,
         })
         .sum()
@@ -748,38 +757,4 @@ fn completed_count(actions: &[Action]) -> u32 {
 /// are an identical frame (the PNG encoding is deterministic), without encoding either.
 fn capture_now(d: &mut Desktop) -> Result<display::Frame, OpError> {
     tokio::task::block_in_place(|| d.capturer.capture()).map_err(failed)
-}
-
-fn observe_locked(d: &mut Desktop, now_ms: i64) -> Result<(ObservationMeta, Vec<u8>), OpError> {
-    let frame = capture_now(d)?;
-    observe_frame_locked(d, frame, now_ms)
-}
-
-/// The observation of `frame`, captured just now.
-fn observe_frame_locked(
-    d: &mut Desktop,
-    frame: display::Frame,
-    now_ms: i64,
-) -> Result<(ObservationMeta, Vec<u8>), OpError> {
-    let obs = tokio::task::block_in_place(|| d.capturer.observe_frame(frame)).map_err(failed)?;
-    let unchanged = d.last_frame.as_deref() == Some(obs.frame_id.as_str());
-    if !unchanged {
-        // A new frame resets the repeated-action streak.
-        d.streak.reset();
-    }
-    d.last_frame = Some(obs.frame_id.clone());
-    let png = if unchanged { Vec::new() } else { obs.png };
-    let meta = ObservationMeta {
-        frame_id: obs.frame_id,
-        captured_at_ms: now_ms,
-        width: u16::try_from(obs.width).unwrap_or(u16::MAX),
-        height: u16::try_from(obs.height).unwrap_or(u16::MAX),
-        cursor: obs.cursor,
-        active_window: obs
-            .active_window
-            .map(|(id, title)| WindowInfo { id, title }),
-        unchanged,
-        png_len: png.len() as u64,
-    };
-    Ok((meta, png))
 }

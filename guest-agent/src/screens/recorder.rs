@@ -244,19 +244,27 @@ pub enum Input {
 }
 
 impl Input {
-    /// The bot's action as a record says it (typed text as its length only).
-    pub fn of_action(a: &Action) -> Input {
+    /// The bot's action as a record says it (typed text as its length only), its points
+    /// mapped to the screen by `screen` (an act may give them in a scaled frame's space).
+    pub fn of_action(a: &Action, screen: impl Fn(i64, i64) -> (i64, i64)) -> Input {
         let by = InputSource::Agent;
-        let other = |what: String, at: Option<(i64, i64)>| Input::Other {
-            by,
-            lease: None,
-            what,
-            at: at.map(|(x, y)| {
-                (
-                    i32::try_from(x).unwrap_or(i32::MAX),
-                    i32::try_from(y).unwrap_or(i32::MAX),
-                )
-            }),
+        let other = |what: String, at: Option<(i64, i64)>| {
+            let at = at.map(|(x, y)| screen(x, y));
+            let what = match at {
+                Some((x, y)) => what.replace("{at}", &format!("{x},{y}")),
+                None => what,
+            };
+            Input::Other {
+                by,
+                lease: None,
+                what,
+                at: at.map(|(x, y)| {
+                    (
+                        i32::try_from(x).unwrap_or(i32::MAX),
+                        i32::try_from(y).unwrap_or(i32::MAX),
+                    )
+                }),
+            }
         };
         let button = |b: &MouseButton| match b {
             MouseButton::Left => "left",
@@ -275,14 +283,14 @@ impl Input {
                 double,
             } => {
                 let kind = if *double { "double-click" } else { "click" };
-                other(format!("{kind} {} at {x},{y}", button(b)), Some((*x, *y)))
+                other(format!("{kind} {} at {{at}}", button(b)), Some((*x, *y)))
             }
-            Action::Move { x, y } => other(format!("move to {x},{y}"), Some((*x, *y))),
+            Action::Move { x, y } => other("move to {at}".into(), Some((*x, *y))),
             Action::Down { x, y, button: b } => {
-                other(format!("press {} at {x},{y}", button(b)), Some((*x, *y)))
+                other(format!("press {} at {{at}}", button(b)), Some((*x, *y)))
             }
             Action::Up { x, y, button: b } => {
-                other(format!("release {} at {x},{y}", button(b)), Some((*x, *y)))
+                other(format!("release {} at {{at}}", button(b)), Some((*x, *y)))
             }
             Action::Key { key, modifiers } => {
                 let mut combo = modifiers.join("+");
@@ -302,6 +310,14 @@ impl Input {
             Action::Wait { ms } => other(format!("wait {ms} ms"), None),
             Action::Focus { application, .. } => other(format!("focus {application}"), None),
             Action::Launch { application, .. } => other(format!("launch {application}"), None),
+            Action::ClickRef {
+                element,
+                button: b,
+                double,
+            } => {
+                let kind = if *double { "double-click" } else { "click" };
+                other(format!("{kind} {} on {element}", button(b)), None)
+            }
             Action::Open { .. } => other("open a file or page".into(), None),
         }
     }
@@ -808,6 +824,27 @@ mod tests {
             (4, 6, 3),
             "record 4 was never acknowledged"
         );
+    }
+
+    #[test]
+    fn the_bots_clicks_are_recorded_at_their_screen_point_and_its_text_as_a_count() {
+        let click = Action::Click {
+            x: 10,
+            y: 20,
+            button: MouseButton::Left,
+            double: false,
+        };
+        let Input::Other { what, at, .. } = Input::of_action(&click, |x, y| (x * 2, y * 2)) else {
+            panic!("a click is not text");
+        };
+        assert_eq!((what.as_str(), at), ("click left at 20,40", Some((20, 40))));
+        let typed = Action::Type {
+            text: "hunter2".into(),
+        };
+        assert!(matches!(
+            Input::of_action(&typed, |x, y| (x, y)),
+            Input::Text { chars: 7, .. }
+        ));
     }
 
     #[test]

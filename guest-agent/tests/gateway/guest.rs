@@ -97,6 +97,7 @@ impl Guest {
                 runtime_dir: runtime.path().to_path_buf(),
                 limit,
                 chromium: "/usr/bin/chromium".into(),
+                device_scale: None,
             },
             guest_agent::clock::monotonic(),
         ));

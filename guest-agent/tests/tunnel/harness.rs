@@ -156,6 +156,7 @@ impl Harness {
                 runtime_dir: config.runtime_dir.clone(),
                 limit: None,
                 chromium: config.chromium.clone(),
+                device_scale: None,
             },
             guest_agent::clock::monotonic(),
         ));

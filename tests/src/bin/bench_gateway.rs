@@ -125,6 +125,7 @@ impl Bench {
                 runtime_dir: runtime.path().to_path_buf(),
                 limit: None,
                 chromium: "/usr/bin/chromium".into(),
+                device_scale: None,
             },
             guest_agent::clock::monotonic(),
         ));

@@ -92,6 +92,24 @@ async fn cli_drives_a_desktop() -> Result<()> {
     let cursor = &v["observation"]["cursor"];
     assert_eq!(*cursor, serde_json::json!({ "x": 10, "y": 10 }), "{v}");
     assert_eq!(png_size(&json_png)?, (1280, 800));
+    // A scaled-down, marked frame: its size and the screen's, then one line per mark; a click
+    // in the frame's coordinates with --frame.
+    let small = dir.path().join("small.png");
+    let small_str = small.display().to_string();
+    let args = ["--width", "640", "--marks", "--full", "--out", &small_str];
+    let out = text(&rakazo_ok(&w, &bot1(&["observe"], &c, "run-42:1", &args)).await?);
+    assert!(out.contains(" 640x400 (screen 1280x800) cursor "), "{out}");
+    assert!(out.lines().skip(1).any(|l| l.starts_with('e')), "{out}");
+    assert_eq!(png_size(&small)?, (640, 400));
+    let framed = [
+        "--frame",
+        "640x400",
+        "--actions",
+        r#"[{"type":"move","x":5,"y":5}]"#,
+    ];
+    rakazo_ok(&w, &bot1(&["act"], &c, "run-42:1", &framed)).await?;
+    let v = rakazo_json(&w, &bot1(&["observe"], &c, "run-42:1", &["--full"])).await?;
+    assert_eq!(v["cursor"], serde_json::json!({ "x": 11, "y": 11 }), "{v}");
     // Actions from stdin.
     let act = bot1(&["act"], &c, "run-42:1", &["--actions", "-"]);
     let waited = Some(&br#"[{"type":"wait","ms":1}]"#[..]);

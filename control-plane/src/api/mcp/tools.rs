@@ -73,13 +73,63 @@ fn json_text<T: serde::Serialize>(v: &T) -> ContentBlock {
 
 /// An observation as tool content: its metadata as JSON text, then the PNG as image content,
 /// or (an identical frame) no image and the note that the previous screenshot remains valid.
+/// Changed regions follow as one image each, in the order the metadata lists them (their
+/// `image` fields emptied there).
 fn observation_content(mut o: Observation) -> Vec<ContentBlock> {
     let image = o.image.take();
+    let regions: Vec<String> = o
+        .regions
+        .iter_mut()
+        .map(|r| std::mem::take(&mut r.image))
+        .collect();
     let mut content = vec![json_text(&o)];
     if let Some(png) = image {
         content.push(ContentBlock::image(png, o.mime_type.clone()));
     }
+    for png in regions {
+        content.push(ContentBlock::image(png, o.mime_type.clone()));
+    }
     content
+}
+
+/// How computer_observe takes its frame (docs/screens.md#observe-and-act).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveParams {
+    /// Scale the frame down to this width (keeping the aspect ratio); pointer actions given in
+    /// its coordinates need `frame` on computer_act.
+    #[serde(default)]
+    pub width: Option<u16>,
+    /// Draw each interactive element of the page as a mark labelled with its ref (usable as
+    /// {"type": "click", "ref": ...}) and list the marks with their boxes.
+    #[serde(default)]
+    pub marks: bool,
+    /// Send only the regions changed since the previous observation when cheaper.
+    #[serde(default)]
+    pub changes: bool,
+    /// Always send the whole frame.
+    #[serde(default)]
+    pub full: bool,
+}
+
+impl ObserveParams {
+    fn options(&self) -> crate::schema::screen::ObserveOptions {
+        crate::schema::screen::ObserveOptions {
+            width: self.width,
+            marks: self.marks,
+            changes: self.changes,
+            full: self.full,
+            budget: None,
+        }
+    }
+}
+
+/// A frame's size: the coordinate space of computer_act's pointer actions.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FrameParams {
+    pub width: u16,
+    pub height: u16,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -90,9 +140,10 @@ pub struct NoParams {}
 #[serde(deny_unknown_fields)]
 pub struct ActParams {
     /// 1 to 24 actions, run in order. Each is an object with "type": click|move|down|up {x, y,
-    /// button?: left|right, double?: bool}, type {text}, key {key, modifiers?: [ctrl, alt,
-    /// shift, meta]}, scroll {direction: up|down, amount?: 1..20}, wait {ms?: 0..5000},
-    /// focus|launch {application, uri?}, open {target: path or http(s) URL}.
+    /// button?: left|right, double?: bool}, click {ref: an element ref from marks or a
+    /// snapshot, button?, double?}, type {text}, key {key, modifiers?: [ctrl, alt, shift,
+    /// meta]}, scroll {direction: up|down, amount?: 1..20}, wait {ms?: 0..5000}, focus|launch
+    /// {application, uri?}, open {target: path or http(s) URL}.
     pub actions: Vec<serde_json::Value>,
     /// Return an observation after the actions.
     #[serde(default)]
@@ -100,6 +151,13 @@ pub struct ActParams {
     /// Wait this long (0..5000 ms) after the actions instead of until the screen is quiet.
     #[serde(default)]
     pub settle_ms: Option<u32>,
+    /// The coordinates are in a frame of this size (a scaled-down observation's width and
+    /// height); omitted: screen pixels.
+    #[serde(default)]
+    pub frame: Option<FrameParams>,
+    /// How to take the observation after the actions.
+    #[serde(default)]
+    pub observe_options: Option<ObserveParams>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -324,13 +382,14 @@ impl Tools {
 #[tool_router]
 impl Tools {
     #[tool(
-        description = "Screenshot the bot's desktop. Returns metadata (frameId, size, cursor, \
-                       activeWindow) and a PNG; when the frame is identical to the previous \
-                       one, no image: the previous screenshot remains valid."
+        description = "Screenshot the bot's desktop: metadata (frameId, size, cursor, kind) and \
+                       a PNG, or none when unchanged. Options: width (scale down), marks \
+                       (interactive elements drawn and listed with their refs and boxes), \
+                       changes (only the changed regions, each an image to paste at its x, y)."
     )]
     async fn computer_observe(
         &self,
-        Parameters(_): Parameters<NoParams>,
+        Parameters(p): Parameters<ObserveParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
@@ -339,11 +398,13 @@ impl Tools {
                 "mcp.computer_observe",
                 Endpoint::Observe,
                 |lease| async move {
+                    let options = api::screens::wire_options(&p.options())?;
                     let o = api::screens::observe_bot(
                         &self.api,
                         self.id(),
                         self.binding.bot.clone(),
                         lease,
+                        options,
                     )
                     .await?;
                     Ok(CallToolResult::success(observation_content(o)))
@@ -355,8 +416,8 @@ impl Tools {
     #[tool(
         description = "Run 1-24 desktop actions in order (pointer, keys, typing, scroll, wait, \
                        focus/launch an application, open a path or URL). Coordinates are \
-                       screen pixels. The same visual action on an unchanged screen is refused \
-                       after 3 tries: use browser_snapshot or another action."
+                       screen pixels, or a scaled frame's with `frame`; a click may take a ref. \
+                       A visual action repeated on an unchanged screen is refused after 3 tries."
     )]
     async fn computer_act(
         &self,
@@ -369,7 +430,13 @@ impl Tools {
                 "mcp.computer_act",
                 Endpoint::Act,
                 |lease| async move {
-                    let batch = Batch::of_values(lease, &p.actions, p.observe, p.settle_ms)?;
+                    let options = p.observe_options.as_ref().map(ObserveParams::options);
+                    let frame = p.frame.map(|f| crate::schema::screen::FrameSize {
+                        width: f.width,
+                        height: f.height,
+                    });
+                    let batch = Batch::of_values(lease, &p.actions, p.observe, p.settle_ms)?
+                        .in_frame(frame, options.as_ref())?;
                     let bot = self.binding.bot.clone();
                     let mut result = batch.run(&self.api, self.id(), bot).await?;
                     let observation = result.observation.take();

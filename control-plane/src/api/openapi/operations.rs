@@ -24,8 +24,9 @@ use crate::schema::network::{NetworkPolicy, SetNetworkPolicy, WorkspaceNetworkPo
 use crate::schema::preview::{CreatePreview, CreatedPreview, Preview, PreviewList};
 use crate::schema::process::{KillRequest, LogLine, Process, ProcessList};
 use crate::schema::screen::{
-    ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation, Screen,
-    ScreenList, ScreenReleased, UrlRequest, WaitingTakeover, WaitingTakeoverRequest,
+    ActRequest, ActResult, ControlReleased, ControlTaken, LeaseBody, LiveUrl, Observation,
+    ObserveRequest, Screen, ScreenList, ScreenReleased, UrlRequest, WaitingTakeover,
+    WaitingTakeoverRequest,
 };
 use crate::schema::secret::{PutSecret, SecretDeleted, SecretInfo, SecretList};
 use crate::schema::service::{Service, ServiceList, SetService};
@@ -783,11 +784,12 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
         E::Observe => op(
             "desktops",
             "A screenshot of the bot's desktop (PNG in base64), or a note that it is unchanged \
-             since the previous one.",
+             since the previous one; optionally scaled down, with the page's interactive \
+             elements marked, or only the regions changed since the previous one.",
             (200, json_ok("The observation.", doc.of::<Observation>())),
             guest_json(),
         )
-        .body(json_body(doc.of::<LeaseBody>(), true)),
+        .body(json_body(doc.of::<ObserveRequest>(), true)),
         E::Act => op(
             "desktops",
             "Mouse and keyboard actions on the bot's desktop, optionally observed after the \
