@@ -9,10 +9,11 @@
 //! plane pulls them (the oldest are dropped first, and the next frame is then a full one).
 //!
 //! Recording is the control plane's choice: its first pull starts a recorder, and a recorder
-//! nobody pulls from for [`UNPULLED_STOP`] stops. The recorder never takes the desktop's lock,
+//! nobody pulls from for [`UNPULLED_STOP`] stops. A screen that changes everywhere (a scroll) is
+//! captured less often, within [`BYTES_PER_SEC`]. The recorder never takes the desktop's lock,
 //! so the bot's own observations and actions never wait for it.
 
-use crate::display::capture::encode_png;
+use crate::display::capture::encode_png_with;
 use crate::display::{self, DisplayAccess, Frame};
 use gateway_proto::desktop::{Action, MouseButton, ScrollDirection};
 use gateway_proto::error::{ErrorCode, OpError};
@@ -27,14 +28,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
-/// Time between captures (5 per second).
+/// Time between captures (5 per second) while little changes.
 pub const INTERVAL: Duration = Duration::from_millis(200);
+/// Bytes of frames per second a recorder writes on average at most: after a capture that wrote
+/// more than `INTERVAL` allows (a scrolled or redrawn screen is a full frame), the next one
+/// waits in proportion, so a screen that changes everywhere is recorded at about one frame a
+/// second rather than five.
+pub const BYTES_PER_SEC: u64 = 128 << 10;
 /// A full frame at least this often, so a player seeks without replaying from the start.
 pub const FULL_EVERY_MS: i64 = 30_000;
 /// Records kept for the control plane at most.
 pub const BUFFER_BYTES: usize = 64 << 20;
-/// A recorder nobody has pulled from for this long stops.
-pub const UNPULLED_STOP: Duration = Duration::from_secs(60);
+/// A recorder nobody has pulled from for this long stops (the control plane pulls every 2 s;
+/// turning recording off stops it this long after).
+pub const UNPULLED_STOP: Duration = Duration::from_secs(10);
 /// Side of the square tiles compared between captures.
 const TILE: u32 = 16;
 /// Typed characters closer together than this are one input record.
@@ -525,31 +532,44 @@ fn start(bot: &BotId, access: DisplayAccess, epoch: u64) -> Result<Arc<Recorder>
                 frame: None,
                 full_at: 0,
             };
-            if let Err(e) = record_frame(&r, &mut capturer, first, &mut last) {
-                warn!(bot = %bot, error = %e, "recording stopped");
-                return;
-            }
+            let mut wrote = match record_frame(&r, &mut capturer, first, &mut last) {
+                Ok(n) => n,
+                Err(e) => {
+                    warn!(bot = %bot, error = %e, "recording stopped");
+                    return;
+                }
+            };
             while !r.stopped() {
-                std::thread::sleep(INTERVAL);
+                std::thread::sleep(pause_after(wrote));
                 let unpulled = r.pulled.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
                 if unpulled > UNPULLED_STOP {
-                    info!(bot = %bot, "nobody pulled the recording for a minute: stopped");
+                    info!(bot = %bot, "nobody pulls the recording: stopped");
                     break;
                 }
                 let step = capturer
                     .capture()
                     .map_err(|e| e.to_string())
                     .and_then(|f| record_frame(&r, &mut capturer, f, &mut last));
-                if let Err(e) = step {
-                    // The display stopped (a teardown races this) or cannot be read.
-                    info!(bot = %bot, error = %e, "recording stopped");
-                    break;
+                match step {
+                    Ok(n) => wrote = n,
+                    Err(e) => {
+                        // The display stopped (a teardown races this) or cannot be read.
+                        info!(bot = %bot, error = %e, "recording stopped");
+                        break;
+                    }
                 }
             }
             r.stop.store(true, Ordering::Relaxed);
         })
         .map_err(|e| failed(&e))?;
     Ok(recorder)
+}
+
+/// How long to wait before the next capture after one that wrote `bytes`: [`INTERVAL`], or
+/// longer when it wrote more than [`BYTES_PER_SEC`] allows (at most 2 s).
+fn pause_after(bytes: u64) -> Duration {
+    let earned = Duration::from_millis(bytes.saturating_mul(1000) / BYTES_PER_SEC);
+    earned.clamp(INTERVAL, Duration::from_secs(2))
 }
 
 /// What the recorder thread remembers between captures.
@@ -564,7 +584,7 @@ fn record_frame(
     capturer: &mut display::Capturer,
     frame: Frame,
     last: &mut Recorded,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let t = now_ms();
     let need_full = {
         let mut b = r.buffer();
@@ -594,15 +614,16 @@ fn record_frame(
     };
     let mut encoded = Vec::new();
     if full {
-        let png = encode_png(&frame).map_err(|e| e.to_string())?;
+        let png = encode(&frame)?;
         encoded.push((Rect::whole(&frame), png));
         last.full_at = t;
     } else {
         for rect in rects.into_iter().flatten() {
-            let png = encode_png(&crop(&frame, rect)).map_err(|e| e.to_string())?;
+            let png = encode(&crop(&frame, rect))?;
             encoded.push((rect, png));
         }
     }
+    let wrote = encoded.iter().map(|(_, png)| png.len() as u64).sum();
     if !encoded.is_empty() {
         let mut b = r.buffer();
         if full {
@@ -624,7 +645,14 @@ fn record_frame(
         }
     }
     last.frame = Some(frame);
-    Ok(())
+    Ok(wrote)
+}
+
+/// A recorded frame's PNG: the observations' fast settings with the Paeth filter, about a
+/// quarter smaller for half a millisecond more per full frame (display::capture's measurements);
+/// a recording is kept, an observation is sent once.
+fn encode(frame: &Frame) -> Result<Vec<u8>, String> {
+    encode_png_with(frame, png::Compression::Fast, png::Filter::Paeth).map_err(|e| e.to_string())
 }
 
 /// A rectangle of a frame, in pixels.
@@ -824,6 +852,13 @@ mod tests {
             (4, 6, 3),
             "record 4 was never acknowledged"
         );
+    }
+
+    #[test]
+    fn a_capture_that_wrote_much_delays_the_next() {
+        assert_eq!(pause_after(0), INTERVAL);
+        assert_eq!(pause_after(BYTES_PER_SEC), Duration::from_secs(1));
+        assert_eq!(pause_after(u64::MAX), Duration::from_secs(2));
     }
 
     #[test]
