@@ -13,6 +13,7 @@
 //! captured less often, within [`BYTES_PER_SEC`]. The recorder never takes the desktop's lock,
 //! so the bot's own observations and actions never wait for it.
 
+use super::frames::{changed_regions, crop, Rect};
 use crate::display::capture::encode_png_with;
 use crate::display::{self, DisplayAccess, Frame};
 use gateway_proto::desktop::{Action, MouseButton, ScrollDirection};
@@ -42,8 +43,6 @@ pub const BUFFER_BYTES: usize = 64 << 20;
 /// A recorder nobody has pulled from for this long stops (the control plane pulls every 2 s;
 /// turning recording off stops it this long after).
 pub const UNPULLED_STOP: Duration = Duration::from_secs(10);
-/// Side of the square tiles compared between captures.
-const TILE: u32 = 16;
 /// Typed characters closer together than this are one input record.
 const TEXT_MERGE_MS: i64 = 1500;
 
@@ -599,14 +598,14 @@ fn record_frame(
                 && prev.height == frame.height
                 && t - last.full_at < FULL_EVERY_MS =>
         {
-            Some(changed_rects(prev, &frame, TILE))
+            changed_regions(prev, &frame)
         }
         _ => None,
     };
     let area: u64 = rects
         .iter()
         .flatten()
-        .map(|r| u64::from(r.w) * u64::from(r.h))
+        .map(|r| u64::from(r.width) * u64::from(r.height))
         .sum();
     let full = match &rects {
         None => true,
@@ -615,7 +614,13 @@ fn record_frame(
     let mut encoded = Vec::new();
     if full {
         let png = encode(&frame)?;
-        encoded.push((Rect::whole(&frame), png));
+        let whole = Rect {
+            x: 0,
+            y: 0,
+            width: frame.width,
+            height: frame.height,
+        };
+        encoded.push((whole, png));
         last.full_at = t;
     } else {
         for rect in rects.into_iter().flatten() {
@@ -635,8 +640,8 @@ fn record_frame(
                 t,
                 x: rect.x as u16,
                 y: rect.y as u16,
-                w: rect.w as u16,
-                h: rect.h as u16,
+                w: rect.width as u16,
+                h: rect.height as u16,
                 full,
                 cx,
                 cy,
@@ -655,94 +660,6 @@ fn encode(frame: &Frame) -> Result<Vec<u8>, String> {
     encode_png_with(frame, png::Compression::Fast, png::Filter::Paeth).map_err(|e| e.to_string())
 }
 
-/// A rectangle of a frame, in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rect {
-    pub x: u32,
-    pub y: u32,
-    pub w: u32,
-    pub h: u32,
-}
-
-impl Rect {
-    fn whole(f: &Frame) -> Rect {
-        Rect {
-            x: 0,
-            y: 0,
-            w: f.width,
-            h: f.height,
-        }
-    }
-}
-
-/// The rectangles of `next` that differ from `prev` (same size): tiles of `tile` pixels are
-/// compared; each run of tile rows with changes becomes one rectangle spanning their changed
-/// columns.
-pub fn changed_rects(prev: &Frame, next: &Frame, tile: u32) -> Vec<Rect> {
-    let (w, h) = (next.width, next.height);
-    let stride = w as usize * 3;
-    let cols = w.div_ceil(tile);
-    let mut out: Vec<Rect> = Vec::new();
-    let mut band: Option<(u32, u32, u32, u32)> = None; // y0, y1, c0, c1
-    let mut ty = 0;
-    while ty < h {
-        let th = tile.min(h - ty);
-        let mut span: Option<(u32, u32)> = None;
-        for c in 0..cols {
-            let x0 = (c * tile) as usize * 3;
-            let x1 = ((c * tile + tile).min(w)) as usize * 3;
-            let differs = (ty..ty + th).any(|y| {
-                let row = y as usize * stride;
-                prev.rgb[row + x0..row + x1] != next.rgb[row + x0..row + x1]
-            });
-            if differs {
-                span = Some(span.map_or((c, c), |(a, _)| (a, c)));
-            }
-        }
-        match (span, band) {
-            (Some((a, b)), Some((y0, _, c0, c1))) => {
-                band = Some((y0, ty + th, c0.min(a), c1.max(b)))
-            }
-            (Some((a, b)), None) => band = Some((ty, ty + th, a, b)),
-            (None, Some(done)) => {
-                out.push(band_rect(done, tile, w));
-                band = None;
-            }
-            (None, None) => {}
-        }
-        ty += th;
-    }
-    if let Some(done) = band {
-        out.push(band_rect(done, tile, w));
-    }
-    out
-}
-
-fn band_rect((y0, y1, c0, c1): (u32, u32, u32, u32), tile: u32, w: u32) -> Rect {
-    let x = c0 * tile;
-    Rect {
-        x,
-        y: y0,
-        w: ((c1 + 1) * tile).min(w) - x,
-        h: y1 - y0,
-    }
-}
-
-/// The pixels of `r` as a frame of their own.
-pub fn crop(f: &Frame, r: Rect) -> Frame {
-    let stride = f.width as usize * 3;
-    let mut rgb = Vec::with_capacity(r.w as usize * r.h as usize * 3);
-    for y in r.y..r.y + r.h {
-        let start = y as usize * stride + r.x as usize * 3;
-        rgb.extend_from_slice(&f.rgb[start..start + r.w as usize * 3]);
-    }
-    Frame {
-        width: r.w,
-        height: r.h,
-        rgb,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,15 +674,6 @@ mod tests {
         }
     }
 
-    fn paste(dst: &mut Frame, src: &Frame, r: Rect) {
-        let stride = dst.width as usize * 3;
-        for row in 0..r.h as usize {
-            let d = (r.y as usize + row) * stride + r.x as usize * 3;
-            let s = row * r.w as usize * 3;
-            dst.rgb[d..d + r.w as usize * 3].copy_from_slice(&src.rgb[s..s + r.w as usize * 3]);
-        }
-    }
-
     #[test]
     fn changed_rectangles_pasted_on_the_old_frame_give_the_new_one() {
         let old = frame(100, 70, 0);
@@ -774,14 +682,14 @@ mod tests {
         for (x, y) in [(3u32, 4u32), (40, 5), (99, 69), (98, 50)] {
             new.rgb[(y * 100 + x) as usize * 3] ^= 0xff;
         }
-        let rects = changed_rects(&old, &new, 16);
+        let rects = changed_regions(&old, &new).expect("frames of one size");
         assert_eq!(rects.len(), 2, "{rects:?}");
         let mut rebuilt = old.clone();
         for r in &rects {
-            paste(&mut rebuilt, &crop(&new, *r), *r);
+            super::super::frames::paste(&mut rebuilt, &crop(&new, *r), r.x, r.y);
         }
         assert_eq!(rebuilt, new);
-        assert!(changed_rects(&new, &new, 16).is_empty());
+        assert!(changed_regions(&new, &new).expect("same size").is_empty());
     }
 
     #[test]
