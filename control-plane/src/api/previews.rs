@@ -5,8 +5,6 @@
 use super::body::{full, json_response, read_json, read_limited};
 use super::{Api, ApiError, RespBody};
 use crate::clock::now_ms;
-use crate::computers::ComputerState;
-use crate::core::CoreError;
 use crate::live::seal::{PreviewScope, PreviewToken};
 use crate::preview::{self, Access, PreviewError, PreviewRow};
 use crate::schema::code::ApiCode;
@@ -99,14 +97,8 @@ pub async fn create(
     if body.port == 0 {
         return Err(ApiError::bad_request("port must be 1 to 65535"));
     }
+    // A destroyed computer is a 404 from `get`.
     let c = api.core.get(id).await?;
-    if c.state == ComputerState::Destroyed {
-        return Err(CoreError::NotRunning {
-            id: id.to_string(),
-            state: c.state,
-        }
-        .into());
-    }
     if let Some(provider) = api.core.providers().get(&c.provider) {
         provider
             .own_loopback()

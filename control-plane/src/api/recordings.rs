@@ -4,7 +4,6 @@
 use super::body::{full, json_response, read_json};
 use super::{Api, ApiError, RespBody};
 use crate::clock::now_ms;
-use crate::computers::ComputerState;
 use crate::recordings::{Piece, RecordingError, Setting};
 use crate::schema::recording::{BotRecording, RecordingList, RecordingSetting, SetRecording};
 use crate::tokens::Principal;
@@ -83,14 +82,8 @@ pub async fn set(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let body: SetRecording = read_json(req.into_body()).await?;
-    let c = api.core.get(id).await?;
-    if c.state == ComputerState::Destroyed {
-        return Err(crate::core::CoreError::NotRunning {
-            id: id.to_string(),
-            state: c.state,
-        }
-        .into());
-    }
+    // A destroyed computer is a 404 from `get`.
+    api.core.get(id).await?;
     let s = api
         .core
         .recordings

@@ -94,14 +94,8 @@ pub async fn set(
             "a service's command line is at most {MAX_ARGS} arguments and {MAX_ARGV_BYTES} bytes"
         )));
     }
+    // A destroyed computer is a 404 from `get`.
     let c = api.core.get(id).await?;
-    if c.state == ComputerState::Destroyed {
-        return Err(crate::core::CoreError::NotRunning {
-            id: id.to_string(),
-            state: c.state,
-        }
-        .into());
-    }
     let (row, old) = api
         .core
         .services

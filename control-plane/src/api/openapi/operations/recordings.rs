@@ -15,7 +15,7 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Option<Operation> {
              inputs (the bots' and, under takeover, a person's; typed text only as a count), \
              kept sealed beside the homes for the server's retention.",
             (200, json_ok("The setting.", doc.of::<RecordingSetting>())),
-            [JSON_BODY, &[NotFound, ComputerNotRunning]].concat(),
+            [JSON_BODY, &[NotFound]].concat(),
         )
         .body(json_body(doc.of::<SetRecording>(), true)),
         Endpoint::SetWorkspaceRecording => op(
