@@ -26,11 +26,17 @@ pub const MAX_PROVIDER_LEN: usize = 64;
 pub const MAX_PLACEMENT_LEN: usize = 63;
 /// Prefix of a team computer's home key; bots whose ids start with it cannot own a private one.
 pub const TEAM_HOME_PREFIX: &str = "team-";
+/// Prefix of an unassigned pool member's home key: `~` is in no bot or workspace id, so it never
+/// names a real home, and a member never checkpoints (docs/pools.md).
+pub const POOL_HOME_PREFIX: &str = "~pool-";
+/// The placeholder workspace of a pool member's row (the `kind` CHECK of migration 0001 knows
+/// only `team` and `private`; the `pool` column says what the row is).
+const POOL_WORKSPACE: &str = "~pool";
 
 const TABLE: &str = "computers";
 const COLUMNS: &str = "id, kind, workspace, bot, home_key, provider, provider_ref, state, \
                        connected, last_seen_at, screen_generation, created_at, updated_at, limits, \
-                       placement";
+                       placement, pool";
 
 /// Errors of the computers boundary.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +45,8 @@ pub enum ComputerError {
     BadId(String),
     #[error("workspace id {0:?} must be 1..={MAX_ID_LEN} characters of [A-Za-z0-9._-]")]
     BadWorkspace(String),
+    #[error("pool name {0:?} must be 1..={MAX_ID_LEN} characters of [A-Za-z0-9._-]")]
+    BadPool(String),
     #[error("provider name {0:?} must be 1..={MAX_PROVIDER_LEN} characters of [A-Za-z0-9._-]")]
     BadProvider(String),
     #[error(
@@ -144,11 +152,28 @@ id_newtype!(
     ComputerError::BadWorkspace
 );
 
-/// Whose computer it is: a workspace's shared Team computer or one bot's Private computer.
+id_newtype!(
+    /// A warm pool's name, validated like a bot id (docs/pools.md).
+    PoolName,
+    ComputerError::BadPool
+);
+
+/// Whose computer it is: a workspace's shared Team computer, one bot's Private computer, or
+/// nobody's yet: a warm pool's member, booted and waiting to be handed out (docs/pools.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputerKind {
-    Team { workspace: WorkspaceId },
-    Private { bot: BotId },
+    Team {
+        workspace: WorkspaceId,
+    },
+    Private {
+        bot: BotId,
+    },
+    /// Pool `pool`'s member `member` (its own id: its home key names it, so two members never
+    /// share one).
+    Pool {
+        pool: PoolName,
+        member: ComputerId,
+    },
 }
 
 impl ComputerKind {
@@ -158,13 +183,32 @@ impl ComputerKind {
         match self {
             Self::Team { workspace } => format!("{TEAM_HOME_PREFIX}{workspace}"),
             Self::Private { bot } => bot.as_str().to_owned(),
+            Self::Pool { member, .. } => format!("{POOL_HOME_PREFIX}{member}"),
         }
     }
 
+    /// The `kind` column (a pool member's row is a placeholder team row; its `pool` column
+    /// says what it is).
     fn as_str(&self) -> &'static str {
         match self {
-            Self::Team { .. } => "team",
+            Self::Team { .. } | Self::Pool { .. } => "team",
             Self::Private { .. } => "private",
+        }
+    }
+
+    /// The workspace whose computer this is, if it is a team computer.
+    pub fn workspace(&self) -> Option<&WorkspaceId> {
+        match self {
+            Self::Team { workspace } => Some(workspace),
+            _ => None,
+        }
+    }
+
+    /// The pool this computer waits in, if it is an unassigned pool member.
+    pub fn pool(&self) -> Option<&PoolName> {
+        match self {
+            Self::Pool { pool, .. } => Some(pool),
+            _ => None,
         }
     }
 }
@@ -287,13 +331,19 @@ impl ComputerStore {
         if let Some(p) = &new.placement {
             check_placement(p)?;
         }
-        let (workspace, bot) = match &new.kind {
-            ComputerKind::Team { workspace } => (Some(workspace.as_str()), None),
+        let (workspace, bot, pool) = match &new.kind {
+            ComputerKind::Team { workspace } => (Some(workspace.as_str()), None, None),
             ComputerKind::Private { bot } => {
                 if bot.as_str().starts_with(TEAM_HOME_PREFIX) {
                     return Err(ComputerError::ReservedBotId(bot.clone()));
                 }
-                (None, Some(bot.as_str()))
+                (None, Some(bot.as_str()), None)
+            }
+            ComputerKind::Pool { pool, member } => {
+                if member != &new.id {
+                    return Err(ComputerError::BadId(member.to_string()));
+                }
+                (Some(POOL_WORKSPACE), None, Some(pool.as_str()))
             }
         };
         let home_key = new.kind.home_key();
@@ -302,8 +352,8 @@ impl ComputerStore {
         let sql = format!(
             "INSERT INTO computers (id, kind, workspace, bot, home_key, provider, provider_ref, \
              state, token_hash, connected, last_seen_at, screen_generation, created_at, updated_at, \
-             limits, placement) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9, $10, $11) \
+             limits, placement, pool) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, 0, NULL, 0, $9, $9, $10, $11, $12) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -318,6 +368,7 @@ impl ComputerStore {
             .bind(now_ms)
             .bind(serde_json::to_string(&new.limits).expect("limits serialize"))
             .bind(new.placement.as_deref())
+            .bind(pool)
             .fetch_optional(self.db.pool())
             .await?;
         match row {
@@ -512,6 +563,89 @@ impl ComputerStore {
         Ok(matches && state != ComputerState::Destroyed.as_str())
     }
 
+    /// Pool `pool`'s members not destroyed, oldest first.
+    pub async fn pool_members(&self, pool: &PoolName) -> Result<Vec<Computer>, ComputerError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM computers WHERE pool = $1 AND state <> 'destroyed' \
+             ORDER BY created_at, id"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(pool.as_str())
+            .fetch_all(self.db.pool())
+            .await?;
+        Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+    }
+
+    /// Marks pool member `member` ready: its boot has finished.
+    pub async fn set_pool_ready(&self, member: &ComputerId) -> Result<(), ComputerError> {
+        sqlx::query("UPDATE computers SET pool_ready = 1 WHERE id = $1 AND pool IS NOT NULL")
+            .bind(member.as_str())
+            .execute(self.db.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// The ids of pool `pool`'s members whose boot has finished.
+    pub async fn pool_ready_ids(&self, pool: &PoolName) -> Result<Vec<String>, ComputerError> {
+        Ok(sqlx::query_scalar::<_, String>(
+            "SELECT id FROM computers WHERE pool = $1 AND pool_ready = 1 AND state <> 'destroyed'",
+        )
+        .bind(pool.as_str())
+        .fetch_all(self.db.pool())
+        .await?)
+    }
+
+    /// Hands pool `pool`'s running member `member` out as a computer of kind `to` (team or
+    /// private), in one conditional update: of two callers racing for one member, one gets it
+    /// and the other `None`. `HomeInUse` if `to`'s home already has a live computer.
+    pub async fn hand_out(
+        &self,
+        member: &ComputerId,
+        pool: &PoolName,
+        to: &ComputerKind,
+        now_ms: i64,
+    ) -> Result<Option<Computer>, ComputerError> {
+        let (workspace, bot) = match to {
+            ComputerKind::Team { workspace } => (Some(workspace.as_str()), None),
+            ComputerKind::Private { bot } if bot.as_str().starts_with(TEAM_HOME_PREFIX) => {
+                return Err(ComputerError::ReservedBotId(bot.clone()))
+            }
+            ComputerKind::Private { bot } => (None, Some(bot.as_str())),
+            ComputerKind::Pool { .. } => return Err(ComputerError::BadId(member.to_string())),
+        };
+        let home_key = to.home_key();
+        let holder = sqlx::query_scalar::<_, String>(
+            "SELECT id FROM computers WHERE home_key = $1 AND state <> 'destroyed'",
+        )
+        .bind(home_key.as_str())
+        .fetch_optional(self.db.pool())
+        .await?;
+        if let Some(holder) = holder {
+            return Err(ComputerError::HomeInUse {
+                id: member.clone(),
+                home_key,
+                holder,
+            });
+        }
+        let sql = format!(
+            "UPDATE computers SET kind = $3, workspace = $4, bot = $5, home_key = $6, pool = NULL, \
+             pool_ready = 0, updated_at = $7, screen_generation = screen_generation + 1 \
+             WHERE id = $1 AND pool = $2 AND pool_ready = 1 AND state = 'running' \
+             RETURNING {COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(member.as_str())
+            .bind(pool.as_str())
+            .bind(to.as_str())
+            .bind(workspace)
+            .bind(bot)
+            .bind(home_key.as_str())
+            .bind(now_ms)
+            .fetch_optional(self.db.pool())
+            .await?;
+        Ok(row.as_ref().map(from_row).transpose()?)
+    }
+
     async fn exists(&self, id: &ComputerId) -> Result<bool, ComputerError> {
         let row = sqlx::query("SELECT id FROM computers WHERE id = $1")
             .bind(id.as_str())
@@ -530,7 +664,14 @@ fn from_row(row: &AnyRow) -> Result<Computer, DbError> {
     let kind: String = column(row, TABLE, key, "kind")?;
     let workspace: Option<String> = column(row, TABLE, key, "workspace")?;
     let bot: Option<String> = column(row, TABLE, key, "bot")?;
+    let pool: Option<String> = column(row, TABLE, key, "pool")?;
     let kind = match (kind.as_str(), workspace, bot) {
+        ("team", Some(ws), None) if ws == POOL_WORKSPACE => ComputerKind::Pool {
+            pool: PoolName::new(pool.ok_or_else(|| corrupt("a pool row without its pool".into()))?)
+                .map_err(|e| corrupt(e.to_string()))?,
+            member: id.clone(),
+        },
+        _ if pool.is_some() => return Err(corrupt("a pool column on a handed-out row".into())),
         ("team", Some(ws), None) => ComputerKind::Team {
             workspace: WorkspaceId::new(ws).map_err(|e| corrupt(e.to_string()))?,
         },

@@ -53,6 +53,7 @@ mod jobs;
 mod lost;
 mod network;
 mod ops;
+mod pool;
 mod secrets;
 
 pub use auth::CoreAuth;
@@ -75,6 +76,13 @@ pub enum CoreError {
     UnknownProvider(String),
     #[error("invalid limits: {0}")]
     BadLimits(String),
+    #[error(
+        "computer {id} is an unassigned member of pool {pool}: create a computer from the pool \
+         (`rakazo computer create --pool {pool}`) to use one"
+    )]
+    PoolMember { id: String, pool: String },
+    #[error(transparent)]
+    Pool(#[from] crate::pools::PoolError),
     #[error("lease {lease} is not the live lease of bot {bot}")]
     StaleLease { bot: BotId, lease: LeaseToken },
     #[error(transparent)]
@@ -157,6 +165,10 @@ pub struct Core {
     pub services: crate::services::ServiceStore,
     /// Screen recordings: which computers, and what was recorded (`crate::recordings`).
     pub recordings: crate::recordings::Recordings,
+    /// Warm pools (docs/pools.md; `core::pool`).
+    pub pools: crate::pools::PoolStore,
+    /// Told whenever a pool may need refilling (a hand-out, a new or resized pool).
+    pub pool_wake: Arc<tokio::sync::Notify>,
     /// Every computer whose machine this process booted (or restarted), once its guest is up:
     /// the API layer starts its services.
     pub booted: tokio::sync::broadcast::Sender<String>,
@@ -185,6 +197,8 @@ impl Core {
             previews: crate::preview::PreviewStore::new(db.clone()),
             services: crate::services::ServiceStore::new(db.clone()),
             recordings: crate::recordings::Recordings::new(db.clone(), recording_blobs),
+            pools: crate::pools::PoolStore::new(db.clone()),
+            pool_wake: Arc::new(tokio::sync::Notify::new()),
             booted: tokio::sync::broadcast::channel(256).0,
             // A key of its own until `with_secrets_key` gives the configured one.
             secrets: crate::secrets::SecretStore::new(
@@ -340,8 +354,13 @@ impl Core {
             chosen.check_placement(p)?;
         }
         let token = new_token();
+        // A pool member's id is in its kind already (its home key names it).
+        let id = match &kind {
+            ComputerKind::Pool { member, .. } => member.clone(),
+            _ => new_computer_id(),
+        };
         let new = NewComputer {
-            id: new_computer_id(),
+            id,
             kind,
             provider: provider_kind.to_string(),
             token_hash: TokenHash::of(token.expose()),
@@ -351,7 +370,10 @@ impl Core {
         let computer = self.computers.create(new, now_ms()).await?;
         info!(computer_id = %computer.id.as_str(), home_key = %computer.home_key, "computer created");
         let id = computer.id.as_str();
-        let mut made = format!("created by a user on provider {provider_kind}");
+        let mut made = match computer.kind.pool() {
+            Some(pool) => format!("booted on provider {provider_kind} for warm pool {pool}"),
+            None => format!("created by a user on provider {provider_kind}"),
+        };
         if let Some((src, n)) = fork {
             match self.seed_fork(&computer, src, n).await {
                 Ok(from) => made = format!("{made}, forked from {} revision {from}", src.id),
@@ -446,7 +468,8 @@ impl Core {
                 },
                 None => (provider.provision(&spec).await?, true),
             };
-            if fresh {
+            // A pool member has no home until it is handed out (`core::pool`).
+            if fresh && c.kind.pool().is_none() {
                 self.homes
                     .ledger()
                     .set_pending_restore(&c.id, true)

@@ -23,6 +23,8 @@ pub mod live;
 pub mod mcp;
 pub mod metrics;
 pub mod network;
+pub mod pool_refill;
+pub mod pools;
 pub mod preview;
 pub mod provider_set;
 pub mod recordings;

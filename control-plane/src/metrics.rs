@@ -146,6 +146,17 @@ struct JobLabels {
     state: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolStateLabels {
+    pool: String,
+    state: &'static str,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Durations from 1 ms to about 2.3 hours (a long exec) in factors of 2.
@@ -200,6 +211,10 @@ pub struct Metrics {
     egress_connections: Family<EgressLabels, Gauge>,
     egress_bytes: Family<EgressLabels, Gauge>,
     egress_dns: Family<EgressLabels, Gauge>,
+    pool_members: Family<PoolStateLabels, Gauge>,
+    pool_handouts: Family<PoolLabels, Counter>,
+    pool_misses: Family<PoolLabels, Counter>,
+    pool_refill_seconds: Histograms<PoolLabels>,
     /// Serialises sampling and encoding, so two scrapes never interleave their gauge updates.
     scrape: std::sync::Mutex<()>,
 }
@@ -287,8 +302,37 @@ impl Metrics {
             "DNS queries the computers behind this replica's egress gateway now made since each was attached, by what: answered, refused (any reason), rate_limited (also counted refused)",
             egress_dns.clone(),
         );
+        let pool_members = Family::<PoolStateLabels, Gauge>::default();
+        registry.register(
+            "pool_members",
+            "Warm pools' unassigned members by state: ready (guest connected, desktop up if asked for) or starting, as this replica's refiller last saw them",
+            pool_members.clone(),
+        );
+        let pool_handouts = Family::<PoolLabels, Counter>::default();
+        registry.register(
+            "pool_handouts",
+            "Computers created from a warm pool's ready member",
+            pool_handouts.clone(),
+        );
+        let pool_misses = Family::<PoolLabels, Counter>::default();
+        registry.register(
+            "pool_misses",
+            "Creates from a warm pool that found no ready member and booted a computer cold",
+            pool_misses.clone(),
+        );
+        let pool_refill_seconds: Histograms<PoolLabels> =
+            Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "pool_refill_duration_seconds",
+            "Time to boot one new warm-pool member until it is ready",
+            pool_refill_seconds.clone(),
+        );
         Self {
             registry,
+            pool_members,
+            pool_handouts,
+            pool_misses,
+            pool_refill_seconds,
             egress_connections,
             egress_bytes,
             egress_dns,
@@ -343,6 +387,49 @@ impl Metrics {
         self.checkpoint_seconds
             .get_or_create(&OutcomeLabels { outcome })
             .observe(took.as_secs_f64());
+    }
+
+    /// Records a create from pool `pool`: handed out a ready member, or missed (booted cold).
+    pub fn pool_create(&self, pool: &str, handed_out: bool) {
+        let labels = PoolLabels {
+            pool: pool.to_string(),
+        };
+        if handed_out {
+            self.pool_handouts.get_or_create(&labels).inc();
+        } else {
+            self.pool_misses.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Records one pool member booted until ready.
+    pub fn pool_refill(&self, pool: &str, took: Duration) {
+        self.pool_refill_seconds
+            .get_or_create(&PoolLabels {
+                pool: pool.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets pool `pool`'s members now: `ready` and `starting`.
+    pub fn pool_members(&self, pool: &str, ready: u64, starting: u64) {
+        for (state, n) in [("ready", ready), ("starting", starting)] {
+            self.pool_members
+                .get_or_create(&PoolStateLabels {
+                    pool: pool.to_string(),
+                    state,
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Forgets a deleted pool's gauges.
+    pub fn pool_deleted(&self, pool: &str) {
+        for state in ["ready", "starting"] {
+            self.pool_members.remove(&PoolStateLabels {
+                pool: pool.to_string(),
+                state,
+            });
+        }
     }
 
     /// Records an idle suspension attempt.

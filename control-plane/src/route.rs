@@ -331,6 +331,12 @@ macro_rules! routes {
 
 routes! {
     CreateComputer {} = Post "/v1/computers", "computer.create", Operator, None;
+    /// Makes a warm pool (docs/pools.md).
+    CreatePool {} = Post "/v1/pools", "pool.create", Admin, None;
+    ListPools {} = Get "/v1/pools", "pool.list", Viewer, None;
+    GetPool { pool: String } = Get "/v1/pools/{pool}", "pool.show", Viewer, None;
+    ResizePool { pool: String } = Put "/v1/pools/{pool}", "pool.resize", Admin, None;
+    DeletePool { pool: String } = Delete "/v1/pools/{pool}", "pool.delete", Admin, None;
     ForkComputer { computer: ComputerId } = Post "/v1/computers/{computer}/fork",
         "computer.fork", Operator, None;
     ListComputers {} = Get "/v1/computers", "computer.list", Viewer, None;
@@ -669,6 +675,7 @@ mod tests {
             "process" => "7",
             "service" => "web",
             "preview" => "pv_0123456789ab",
+            "pool" => "warm",
             other => panic!("no example for {{{other}}}"),
         }
     }

@@ -467,6 +467,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         // After recovery, so a computer restarted by it is not judged on its stale state.
         crate::jobs::spawn(recover.clone());
         crate::recordings::job::spawn(recover.clone());
+        crate::pool_refill::spawn(recover.clone());
         crate::idle::spawn(recover);
     });
     let live = crate::live::LiveHttp::new(&capability_key, cfg.pages, cfg.live);

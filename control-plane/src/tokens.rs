@@ -102,7 +102,7 @@ impl Principal {
         match (&self.workspaces, &c.kind) {
             (None, _) => true,
             (Some(_), ComputerKind::Team { workspace }) => self.sees_workspace(workspace.as_str()),
-            (Some(_), ComputerKind::Private { .. }) => false,
+            (Some(_), ComputerKind::Private { .. } | ComputerKind::Pool { .. }) => false,
         }
     }
 

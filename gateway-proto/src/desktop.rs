@@ -55,6 +55,11 @@ pub struct ScreenRelease {
     pub lease: Option<LeaseToken>,
 }
 
+/// Start a spare desktop (X server and Chrome) that the first bot to ask for a screen takes
+/// (docs/pools.md#desktops). Idempotent: a guest keeps at most one spare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenPrewarm {}
+
 /// A live screen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScreenInfo {

@@ -16,8 +16,8 @@
 //! fuzzed in `tests/`. ARCHITECTURE.md, "Adding an operation", is the recipe.
 
 use crate::desktop::{
-    ActOutcome, ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease,
-    ScreenRequest,
+    ActOutcome, ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenPrewarm,
+    ScreenRelease, ScreenRequest,
 };
 use crate::error::{ErrorCode, OpError};
 use crate::home::{ExportStart, HomeAuthority, HomeExportRequest, HomeImportRequest, Imported};
@@ -67,7 +67,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 ///   `base_frame_id`, `regions` and `marks`; `ActRequest.frame` (the coordinate space of its
 ///   pointer actions) and `.observe_options`; `Action::ClickRef` (a click on an element ref).
 /// - 15: `RecordingPull` request and `Recording` reply (screen recordings, docs/recordings.md).
-pub const PROTOCOL_VERSION: u16 = 15;
+/// - 16: `ScreenPrewarm` request (a warm pool's member starts a desktop and Chrome that the first
+///   bot to ask for a screen takes, docs/pools.md), answered `Pong`.
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
@@ -289,6 +291,9 @@ pub enum Request {
     /// Take a bot's screen recording. Answer: `Recording`, then `len` raw bytes of records; or
     /// `Error`.
     RecordingPull(RecordingPull),
+    /// Start a spare desktop and Chrome for the first bot that asks for a screen (a warm pool's
+    /// member). Answer: `Pong` once they run, or `Error`.
+    ScreenPrewarm(ScreenPrewarm),
 }
 
 /// The guest's single answer to a non-streaming request (or the header before raw bytes).
@@ -395,6 +400,12 @@ reply_op!(ScreenRelease, "screen_release", Unary, OptionalBotLease, (),
     reply(_u) Reply::Released,
     read { Reply::Released => () });
 
+reply_op!(ScreenPrewarm, "screen_prewarm", Unary, Nothing, (),
+    request(_r) Request::ScreenPrewarm(ScreenPrewarm {}),
+    authority(_r) Authority::None,
+    reply(_u) Reply::Pong,
+    read { Reply::Pong => () });
+
 reply_op!(ScreenListRequest, "screen_list", Unary, Nothing, Vec<ScreenInfo>,
     request(_r) Request::ScreenList,
     authority(_r) Authority::None,
@@ -479,6 +490,7 @@ impl UnaryOp for ListFiles {}
 impl UnaryOp for PingRequest {}
 impl UnaryOp for ScreenRequest {}
 impl UnaryOp for ScreenRelease {}
+impl UnaryOp for ScreenPrewarm {}
 impl UnaryOp for ScreenListRequest {}
 impl UnaryOp for NavigateRequest {}
 impl UnaryOp for SnapshotRequest {}
@@ -650,6 +662,7 @@ impl Request {
             Request::ProcKill(r) => r.authority(),
             Request::PortConnect(r) => r.authority(),
             Request::RecordingPull(r) => r.authority(),
+            Request::ScreenPrewarm(r) => r.authority(),
         }
     }
 
@@ -682,6 +695,7 @@ impl Request {
             Request::ProcKill(_) => ProcKill::NAME,
             Request::PortConnect(_) => PortConnect::NAME,
             Request::RecordingPull(_) => RecordingPull::NAME,
+            Request::ScreenPrewarm(_) => ScreenPrewarm::NAME,
         }
     }
 }

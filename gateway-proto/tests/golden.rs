@@ -101,7 +101,7 @@ fn bot_lease() -> BotLease {
 fn protocol_version_is_the_one_these_goldens_pin() {
     // Bumping the version means revisiting every golden below (and keeping the old ones if the
     // old version is still accepted, see MIN_PROTOCOL_VERSION).
-    assert_eq!(PROTOCOL_VERSION, 15);
+    assert_eq!(PROTOCOL_VERSION, 16);
     assert_eq!(MIN_PROTOCOL_VERSION, 1);
 }
 
@@ -420,6 +420,15 @@ fn request_port_connect() {
     golden(
         &Request::PortConnect(PortConnect { port: 8080 }),
         "00000003 18 903f",
+    );
+}
+
+#[test]
+fn request_screen_prewarm() {
+    // variant 26, no fields
+    golden(
+        &Request::ScreenPrewarm(gateway_proto::desktop::ScreenPrewarm {}),
+        "00000001 1a",
     );
 }
 
@@ -911,7 +920,7 @@ fn variant_index_past_the_last_is_rejected() {
     rejected::<HelloReply>("02");
     rejected::<HelloReply>("01 04"); // RefuseReason index 4
     rejected::<ControlMsg>("03");
-    rejected::<Request>("1a");
+    rejected::<Request>("1b");
     rejected::<ExecInput>("03");
     rejected::<ExecEvent>("05");
     rejected::<Reply>("15");

@@ -25,7 +25,8 @@ use crate::opstream::write_frame;
 use crate::procs::{ProcConfig, Procs};
 use crate::screens::Screens;
 use gateway_proto::desktop::{
-    ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenRelease, ScreenRequest,
+    ActRequest, ObservationMeta, ObserveRequest, ScreenInfo, ScreenPrewarm, ScreenRelease,
+    ScreenRequest,
 };
 use gateway_proto::home::{HomeExportRequest, HomeImportRequest};
 use gateway_proto::live::{ConnectRequest, RevokeRequest};
@@ -210,6 +211,7 @@ impl Ops {
             Request::ProcAttach(r) => self.streaming(r, s, Self::process_attach).await,
             Request::PortConnect(r) => self.streaming(r, s, Self::port_connect).await,
             Request::RecordingPull(r) => self.streaming(r, s, Self::recording_pull).await,
+            Request::ScreenPrewarm(r) => self.unary(r, s, Self::screen_prewarm).await,
         }
     }
 
@@ -319,6 +321,10 @@ impl Ops {
 
     async fn screen_release(&self, r: ScreenRelease) -> Result<(), OpError> {
         self.screens.release(&r.bot).await
+    }
+
+    async fn screen_prewarm(&self, _: ScreenPrewarm) -> Result<(), OpError> {
+        self.screens.prewarm().await
     }
 
     async fn screen_list(&self, _: ScreenListRequest) -> Result<Vec<ScreenInfo>, OpError> {

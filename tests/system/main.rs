@@ -28,6 +28,7 @@ mod metrics;
 mod openapi;
 mod page_browser;
 mod placement;
+mod pools;
 mod previews;
 mod processes;
 mod providers;

@@ -41,7 +41,7 @@ const MAX_SUFFIX: u32 = 1000;
 fn upload_dir(kind: &ComputerKind, bot: &BotId) -> String {
     match kind {
         ComputerKind::Team { .. } => format!("bots/{}/uploads", bot.as_str()),
-        ComputerKind::Private { .. } => "uploads".to_string(),
+        ComputerKind::Private { .. } | ComputerKind::Pool { .. } => "uploads".to_string(),
     }
 }
 

@@ -31,6 +31,7 @@ fn view(c: &Computer) -> schema::Computer {
             None,
             Some(bot.as_str().to_string()),
         ),
+        ComputerKind::Pool { .. } => (schema::ComputerKind::Pool, None, None),
     };
     schema::Computer {
         id: c.id.as_str().to_string(),
@@ -52,6 +53,8 @@ fn view(c: &Computer) -> schema::Computer {
         updated_at_ms: c.updated_at_ms,
         idle: None,
         machine: None,
+        pool: c.kind.pool().map(|p| p.to_string()),
+        from_pool: None,
     }
 }
 
@@ -74,6 +77,22 @@ pub async fn create(
 ) -> Result<Response<RespBody>, ApiError> {
     let body: CreateComputer = read_json(req.into_body()).await?;
     let kind = kind_of(who, body.workspace, body.private_bot)?;
+    if let Some(pool) = body.pool {
+        if body.provider.is_some() || body.placement.is_some() || body.limits != Default::default()
+        {
+            return Err(ApiError::bad_request(
+                "a create from a pool takes the pool's provider, limits and placement: give \
+                 none of them",
+            ));
+        }
+        let made = api.core.create_from_pool(&pool, kind).await?;
+        let mut v = view(&made.computer);
+        v.from_pool = Some(schema::FromPool {
+            pool,
+            handed_out: made.handed_out,
+        });
+        return Ok(json_response(StatusCode::CREATED, &v));
+    }
     let c = api
         .core
         .create(kind, body.provider.as_deref(), body.limits, body.placement)

@@ -196,7 +196,7 @@ pub(super) async fn start(
 pub fn start_dir(kind: &ComputerKind) -> StartDir {
     match kind {
         ComputerKind::Team { .. } => StartDir::BotDir,
-        ComputerKind::Private { .. } => StartDir::Home,
+        ComputerKind::Private { .. } | ComputerKind::Pool { .. } => StartDir::Home,
     }
 }
 

@@ -26,6 +26,7 @@ mod mcp;
 pub mod metrics;
 mod network;
 mod openapi;
+mod pools;
 mod preview_proxy;
 mod previews;
 mod processes;
@@ -539,6 +540,11 @@ async fn dispatch(
         Route::Mcp { computer, bot } => mcp::serve(api, who, &computer, &bot, req).await,
         Route::Download { token } => attachments::download(api, &token).await,
         Route::CreateComputer {} => computers::create(api, principal(who)?, req).await,
+        Route::CreatePool {} => pools::create(api, principal(who)?, req).await,
+        Route::ListPools {} => pools::list(api).await,
+        Route::GetPool { pool } => pools::show(api, &pool).await,
+        Route::ResizePool { pool } => pools::resize(api, &pool, req).await,
+        Route::DeletePool { pool } => pools::delete(api, &pool).await,
         Route::ForkComputer { computer } => {
             computers::fork(api, principal(who)?, &computer, req).await
         }
@@ -724,6 +730,8 @@ impl From<CoreError> for ApiError {
             CoreError::Computer(c) => computer_error(c, msg),
             CoreError::Home(h) => homes::home_error(h),
             CoreError::BadLimits(_) => ApiError::bad_request(msg),
+            CoreError::PoolMember { .. } => ApiError::new(ApiCode::ComputerNotRunning, msg),
+            CoreError::Pool(p) => pools::pool_error(p),
             CoreError::Provider(p) => provider_error(&p),
             CoreError::Job(j) => jobs::job_error(j),
         }
@@ -737,6 +745,7 @@ fn computer_error(e: crate::computers::ComputerError, msg: String) -> ApiError {
     match e {
         E::BadId(_)
         | E::BadWorkspace(_)
+        | E::BadPool(_)
         | E::BadProvider(_)
         | E::BadPlacement(_)
         | E::ReservedBotId(_) => ApiError::bad_request(msg),

@@ -49,7 +49,8 @@ fn shown(api: &Api, s: Option<Setting>) -> RecordingSetting {
 fn workspace_of(c: &crate::computers::Computer) -> Option<&str> {
     match &c.kind {
         crate::computers::ComputerKind::Team { workspace } => Some(workspace.as_str()),
-        crate::computers::ComputerKind::Private { .. } => None,
+        crate::computers::ComputerKind::Private { .. }
+        | crate::computers::ComputerKind::Pool { .. } => None,
     }
 }
 

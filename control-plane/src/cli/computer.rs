@@ -44,6 +44,11 @@ pub enum ComputerCmd {
         /// computers).
         #[arg(long, value_name = "NAME")]
         placement: Option<String>,
+        /// Take it from this warm pool (docs/pools.md): a ready member at once, the stored home
+        /// of a returning workspace or bot imported first; none ready, it boots cold on the
+        /// pool's provider. Excludes --provider, the limits and --placement.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["provider", "placement", "memory_mb", "cpu_millis", "pids", "shm_mb"])]
+        pool: Option<String>,
     },
     /// A new computer (team or private) whose home starts from a revision of this one's:
     /// its latest by default, after a checkpoint if it runs. Bots' browser profiles come
@@ -287,8 +292,10 @@ pub(super) async fn run(g: &Global, cmd: ComputerCmd) -> Result<i32> {
             pids,
             shm_mb,
             placement,
+            pool,
         } => {
             let body = CreateComputer {
+                pool,
                 workspace,
                 private_bot,
                 provider,

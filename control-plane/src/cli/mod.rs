@@ -20,6 +20,7 @@ pub mod home;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod pool;
 pub mod preview;
 pub mod process;
 pub mod recording;
@@ -161,6 +162,10 @@ pub enum Command {
     /// Screen recordings: on, off, list, get (raw records), export (WebM or MP4 via ffmpeg).
     #[command(subcommand)]
     Recording(recording::RecordingCmd),
+    /// Warm pools: computers booted ahead, handed out by `computer create --pool` (create,
+    /// list, show, resize, delete).
+    #[command(subcommand)]
+    Pool(pool::PoolCmd),
     /// Scoped API tokens: create (admin, operator or viewer; limited to workspaces;
     /// expiring), list, revoke.
     #[command(subcommand)]
@@ -307,6 +312,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Token(cmd) => token::run(&g, cmd).await,
         Command::Preview(cmd) => preview::run(&g, cmd).await,
         Command::Recording(cmd) => recording::run(&g, cmd).await,
+        Command::Pool(cmd) => pool::run(&g, cmd).await,
         Command::Service(cmd) => service::run(&g, cmd).await,
         Command::Openapi => {
             print!("{}", crate::api::openapi_json());

@@ -54,6 +54,12 @@ impl Core {
         progress: &Progress,
     ) -> Result<Checkpointed, CoreError> {
         Self::require_running(c)?;
+        if let Some(pool) = c.kind.pool() {
+            return Err(CoreError::PoolMember {
+                id: c.id.to_string(),
+                pool: pool.to_string(),
+            });
+        }
         let _busy = self.homes.lock(&c.id).await?;
         if self.restore_pending(c).await? {
             return Err(HomeError::PendingRestore(c.id.clone()).into());
@@ -364,6 +370,10 @@ impl Core {
     pub(crate) async fn checkpoint_before_stop(&self, c: &Computer) -> Result<(), CoreError> {
         if c.state != ComputerState::Running || !self.guest_connected(c.id.as_str()).await {
             info!(computer_id = %c.id, "stopping without a checkpoint: the guest is not connected");
+            return Ok(());
+        }
+        if c.kind.pool().is_some() {
+            // A pool member's home is nobody's yet: nothing to save.
             return Ok(());
         }
         if self.restore_pending(c).await? {

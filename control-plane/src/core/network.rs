@@ -113,7 +113,7 @@ impl Core {
     }
 
     /// Hands `c`'s policy in force to its provider; `true` when a running machine took it.
-    async fn apply_network_policy(&self, c: &Computer) -> Result<bool, CoreError> {
+    pub(crate) async fn apply_network_policy(&self, c: &Computer) -> Result<bool, CoreError> {
         let provider = self.provider_of(c)?;
         let (policy, _) = self.network.effective(c).await.map_err(db)?;
         let Some(policy) = policy.or_else(|| provider.default_network_policy().cloned()) else {

@@ -28,6 +28,12 @@ impl Core {
                 state: c.state,
             });
         }
+        if let Some(pool) = c.kind.pool() {
+            return Err(CoreError::PoolMember {
+                id: id.to_string(),
+                pool: pool.to_string(),
+            });
+        }
         if let Some(lease) = op.authority().lease() {
             self.check_lease(&c, &lease).await?;
         }

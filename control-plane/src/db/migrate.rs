@@ -95,6 +95,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "recordings",
         sql: include_str!("../../migrations/0015_recordings.sql"),
     },
+    Migration {
+        version: 16,
+        name: "pools",
+        sql: include_str!("../../migrations/0016_pools.sql"),
+    },
 ];
 
 /// Key of the PostgreSQL advisory lock serializing migration runners ("rakazo" in ASCII).

@@ -53,7 +53,9 @@ async fn scan(core: &Arc<Core>, timeout: Duration) {
         .collect();
     core.idle.gate.retain(&live);
     for c in list {
-        if c.state != ComputerState::Running || !core.has_provider(&c) {
+        // A pool member waits to be handed out: it has no home to save and is kept up on purpose
+        // (docs/pools.md).
+        if c.state != ComputerState::Running || !core.has_provider(&c) || c.kind.pool().is_some() {
             continue;
         }
         let id = c.id.as_str().to_owned();

@@ -47,6 +47,7 @@ codes! {
         `X-CSRF-Token`";
     NotFound = "not_found", 404, "no such computer, bot lease, stored home or path";
     JobNotFound = "job_not_found", 404, "no such maintenance job";
+    PoolNotFound = "pool_not_found", 404, "no such warm pool";
     NoRoute = "no_route", 404, "no route for that method and path";
     MethodNotAllowed = "method_not_allowed", 405, "the path takes another method";
     BodyTimeout = "body_timeout", 408, "the request body did not arrive in time";

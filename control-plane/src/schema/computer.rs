@@ -25,6 +25,12 @@ pub struct CreateComputer {
     /// the create.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
+    /// A warm pool to take the computer from (docs/pools.md): a ready member is handed out at
+    /// once, with the stored home of a returning workspace or bot imported first; none ready,
+    /// one boots cold on the pool's provider with its limits. Excludes `provider`, `limits` and
+    /// `placement` (the pool's are used).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// `POST /v1/computers/{id}/fork`: a new computer, made like [`CreateComputer`], whose home
@@ -85,6 +91,20 @@ pub struct Computer {
     /// guest answers in time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<Machine>,
+    /// An unassigned warm-pool member's pool (kind `pool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// How a create from a pool went (only in the answer to that create).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_pool: Option<FromPool>,
+}
+
+/// How a create from a warm pool went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FromPool {
+    pub pool: String,
+    /// `true`: a ready member was handed out; `false`: none was ready, so it booted cold.
+    pub handed_out: bool,
 }
 
 /// A running computer's machine, as its guest reports it.
@@ -127,6 +147,8 @@ pub struct Machine {
 pub enum ComputerKind {
     Team,
     Private,
+    /// A warm pool's member, not handed out yet.
+    Pool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -27,6 +27,7 @@ pub mod job;
 pub mod lease;
 pub mod mcp;
 pub mod network;
+pub mod pool;
 pub mod preview;
 pub mod process;
 pub mod recording;

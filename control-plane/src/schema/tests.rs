@@ -95,6 +95,8 @@ fn computers() {
             until_ms: Some(4),
         }),
         machine: None,
+        pool: None,
+        from_pool: None,
     };
     assert_eq!(super::wire_name(&c.state), "running");
     assert_eq!(super::wire_name(&c.id), "c-1");

@@ -46,6 +46,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 pub use cdp::{CdpClient, CdpError};
+pub(crate) use profile::create_profile;
 pub use profile::{
     ensure_profile_dir, profile_dir, DEVTOOLS_ACTIVE_PORT, PROFILES_DIR, SINGLETON_COOKIE,
     SINGLETON_LOCK, SINGLETON_SOCKET,

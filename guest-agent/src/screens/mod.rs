@@ -14,6 +14,7 @@ pub mod observe;
 pub mod recorder;
 pub mod refusal;
 pub mod slots;
+mod spare;
 
 use crate::browser::{ensure_profile_dir, Browser, BrowserOptions, CdpClient};
 use crate::display::{
@@ -142,6 +143,9 @@ struct Desktop {
     streak: RefusalStreak,
     /// The page tools' state for this bot's browser (refs, isolated worlds).
     page: PageBrowser,
+    /// The spare profile its Chrome runs on, when it was a warm pool's spare desktop
+    /// (`spare`): the bot's once that Chrome closes.
+    spare_profile: Option<PathBuf>,
 }
 
 /// All desktops of this computer.
@@ -158,6 +162,9 @@ pub struct Screens {
     used: std::sync::Mutex<HashMap<BotId, std::time::Instant>>,
     /// The screen recorders (docs/recordings.md).
     recorders: recorder::Recorders,
+    /// A warm pool member's spare desktop, which the first bot to ask for a screen takes
+    /// (`spare`).
+    spare: Mutex<Option<Desktop>>,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -179,6 +186,7 @@ impl Screens {
             revoker: std::sync::Mutex::new(None),
             used: std::sync::Mutex::new(HashMap::new()),
             recorders: recorder::Recorders::default(),
+            spare: Mutex::new(None),
         }
     }
 
@@ -315,22 +323,40 @@ impl Screens {
                     )),
                 }
             }
-            Claim::New(slot) => match self.start(bot, slot).await {
-                Ok(d) => {
-                    let d = Arc::new(Mutex::new(d));
-                    self.desktops.lock().await.insert(bot.clone(), d.clone());
-                    Ok((d, true))
+            Claim::New(slot) => {
+                // A warm pool member's spare desktop, if it has one; else a cold start.
+                let started = match self.take_spare(bot, slot).await {
+                    Some(d) => Ok(d),
+                    None => self.start(bot, slot).await,
+                };
+                match started {
+                    Ok(d) => {
+                        let d = Arc::new(Mutex::new(d));
+                        self.desktops.lock().await.insert(bot.clone(), d.clone());
+                        Ok((d, true))
+                    }
+                    Err(e) => {
+                        self.table().abandon(slot);
+                        Err(e)
+                    }
                 }
-                Err(e) => {
-                    self.table().abandon(slot);
-                    Err(e)
-                }
-            },
+            }
         }
     }
 
     /// Starts the X server (Xvnc), the X clients and Chrome for a new slot.
     async fn start(&self, bot: &BotId, slot: u32) -> Result<Desktop, OpError> {
+        let mut desktop = self.start_display(bot.as_str(), slot).await?;
+        if let Err(e) = self.start_browser(bot, &mut desktop).await {
+            let _ = desktop.xserver.stop().await;
+            return Err(e);
+        }
+        info!(bot = %bot, slot, display = desktop.xserver.display().get(), "desktop started");
+        Ok(desktop)
+    }
+
+    /// Starts the X server (Xvnc) and the X clients for `slot`, for `bot` (a name for messages).
+    async fn start_display(&self, bot: &str, slot: u32) -> Result<Desktop, OpError> {
         let base = DisplayNum::for_slot(slot).map_err(failed)?.get();
         let mut last_err = None;
         let mut xserver = None;
@@ -370,7 +396,7 @@ impl Screens {
                 return Err(failed(format!("connect to the display of bot {bot}: {e}")));
             }
         };
-        let mut desktop = Desktop {
+        Ok(Desktop {
             slot,
             epoch: NEXT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             released: false,
@@ -384,17 +410,24 @@ impl Screens {
             last_sent: None,
             streak: RefusalStreak::default(),
             page: PageBrowser::new(),
-        };
-        if let Err(e) = self.start_browser(bot, &mut desktop).await {
-            let _ = desktop.xserver.stop().await;
-            return Err(e);
-        }
-        info!(bot = %bot, slot, display = desktop.xserver.display().get(), "desktop started");
-        Ok(desktop)
+            spare_profile: None,
+        })
     }
 
+    /// Starts `bot`'s Chrome on its profile (a spare profile its desktop ran on becomes it).
     async fn start_browser(&self, bot: &BotId, d: &mut Desktop) -> Result<(), OpError> {
+        self.settle_profile(bot, d);
         let profile = ensure_profile_dir(&self.cfg.home, bot).map_err(failed)?;
+        self.start_browser_on(bot.as_str(), d, profile).await
+    }
+
+    /// Starts Chrome on `d`'s display with `profile`, for `bot` (a name for messages).
+    async fn start_browser_on(
+        &self,
+        bot: &str,
+        d: &mut Desktop,
+        profile: PathBuf,
+    ) -> Result<(), OpError> {
         let mut opts = BrowserOptions::new(
             profile,
             self.cfg.home.clone(),
@@ -466,7 +499,10 @@ impl Screens {
                 continue;
             };
             match browser.stop().await {
-                Ok(outcome) => info!(bot = %bot, ?outcome, "browser quiesced"),
+                Ok(outcome) => {
+                    info!(bot = %bot, ?outcome, "browser quiesced");
+                    self.settle_profile(&bot, &mut d);
+                }
                 // Stop kills the group as a last resort; an error here means it could not even
                 // do that. Keep the handle so the next call repairs it.
                 Err(e) => {
@@ -569,7 +605,9 @@ impl Screens {
                 // desktop is locked, so no connection can be opened to it in between.
                 d.released = true;
                 self.revoke_capabilities(bot).await;
-                teardown(bot, &mut d).await
+                let ok = teardown(bot, &mut d).await;
+                self.settle_profile(bot, &mut d);
+                ok
             }
             None => {
                 self.revoke_capabilities(bot).await;
@@ -596,6 +634,7 @@ impl Screens {
                 warn!(error = %e, "desktop teardown at shutdown failed");
             }
         }
+        self.discard_spare().await;
     }
 
     /// Resets the bot's repeated-action streak (a successful browser_navigate or browser_act).

@@ -61,6 +61,7 @@ pub(super) enum Described {
     No(&'static str),
 }
 
+mod pools;
 mod recordings;
 
 /// The refusals of a JSON body.
@@ -231,6 +232,12 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             (200, json_ok("Its services.", doc.of::<ServiceList>())),
             vec![NotFound],
         ),
+        E::CreatePool | E::ListPools | E::GetPool | E::ResizePool | E::DeletePool => {
+            match pools::describe(e, doc) {
+                Some(op) => op,
+                None => unreachable!("a pool route"),
+            }
+        }
         E::SetRecording | E::SetWorkspaceRecording | E::ListRecordings | E::ReadRecording => {
             match recordings::describe(e, doc) {
                 Some(op) => op,
@@ -288,7 +295,7 @@ pub(super) fn describe(e: Endpoint, doc: &mut Doc) -> Described {
             (201, json_ok("The computer, created.", doc.of::<Computer>())),
             codes(&[
                 JSON_BODY,
-                &[ComputerExists, HomeInUse, ProviderInvalid],
+                &[ComputerExists, HomeInUse, ProviderInvalid, PoolNotFound],
                 &[ProviderCapacity, ProviderUnavailable],
             ]),
         )
