@@ -585,6 +585,21 @@ impl ComputerStore {
         Ok(())
     }
 
+    /// Takes pool member `member` out of reach of hand-outs (before it is destroyed): `false`
+    /// when it is no longer an unassigned member of `pool` (handed out meanwhile).
+    pub async fn retire_member(
+        &self,
+        member: &ComputerId,
+        pool: &PoolName,
+    ) -> Result<bool, ComputerError> {
+        let done = sqlx::query("UPDATE computers SET pool_ready = 0 WHERE id = $1 AND pool = $2")
+            .bind(member.as_str())
+            .bind(pool.as_str())
+            .execute(self.db.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// The ids of pool `pool`'s members whose boot has finished.
     pub async fn pool_ready_ids(&self, pool: &PoolName) -> Result<Vec<String>, ComputerError> {
         Ok(sqlx::query_scalar::<_, String>(

@@ -155,11 +155,11 @@ async fn refill(
     };
     for id in lost {
         info!(pool = %pool.name, computer_id = %id, "warm pool member lost (its guest is gone): replacing it");
-        core.drop_member(id.as_str()).await;
+        core.drop_member(&pool.name, &id).await;
     }
     for id in extra {
         info!(pool = %pool.name, computer_id = %id, "warm pool member beyond the pool's size: destroying it");
-        core.drop_member(id.as_str()).await;
+        core.drop_member(&pool.name, &id).await;
     }
     for id in boots {
         tokio::spawn(boot(core.clone(), pool.clone(), id, states.clone()));

@@ -181,3 +181,133 @@ fn from_row(row: &AnyRow) -> Result<Pool, DbError> {
         created_at_ms: column(row, TABLE, key, "created_at")?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::computers::{
+        new_computer_id, ComputerError, ComputerKind, ComputerState, ComputerStore, NewComputer,
+        TokenHash, WorkspaceId,
+    };
+    use crate::db::testing;
+
+    async fn member(computers: &ComputerStore, pool: &PoolName) -> crate::computers::ComputerId {
+        let id = new_computer_id();
+        let c = computers
+            .create(
+                NewComputer {
+                    id: id.clone(),
+                    kind: ComputerKind::Pool {
+                        pool: pool.clone(),
+                        member: id.clone(),
+                    },
+                    provider: "local".into(),
+                    token_hash: TokenHash::of("t"),
+                    limits: MachineLimits::default(),
+                    placement: None,
+                },
+                1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(c.home_key, format!("~pool-{id}"));
+        computers
+            .set_state(&id, ComputerState::Running, 2)
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn rules(db: Db) {
+        let pools = PoolStore::new(db.clone());
+        let computers = ComputerStore::new(db);
+        let name = PoolName::new("warm").unwrap();
+        let pool = Pool {
+            name: name.clone(),
+            provider: "local".into(),
+            size: 2,
+            desktop: true,
+            limits: MachineLimits::default(),
+            created_by: "admin".into(),
+            created_at_ms: 1,
+        };
+        pools.create(&pool).await.unwrap();
+        assert!(matches!(
+            pools.create(&pool).await,
+            Err(PoolError::Exists(_))
+        ));
+        assert_eq!(pools.get(&name).await.unwrap(), Some(pool.clone()));
+        assert!(matches!(
+            pools.resize(&name, MAX_POOL_SIZE + 1).await,
+            Err(PoolError::Invalid(_))
+        ));
+        pools.resize(&name, 3).await.unwrap();
+        assert_eq!(pools.list().await.unwrap()[0].size, 3);
+
+        // One replica refills at a time; a lapsed claim passes on.
+        assert!(pools.claim_refill(&name, "r1", 10, 100).await.unwrap());
+        assert!(!pools.claim_refill(&name, "r2", 50, 150).await.unwrap());
+        assert!(pools.claim_refill(&name, "r1", 60, 160).await.unwrap());
+        assert!(pools.claim_refill(&name, "r2", 161, 300).await.unwrap());
+
+        // A member is handed out only once its boot finished, and only once.
+        let a = member(&computers, &name).await;
+        let ws = |w: &str| ComputerKind::Team {
+            workspace: WorkspaceId::new(w).unwrap(),
+        };
+        assert!(computers
+            .hand_out(&a, &name, &ws("w1"), 3)
+            .await
+            .unwrap()
+            .is_none());
+        computers.set_pool_ready(&a).await.unwrap();
+        assert_eq!(
+            computers.pool_ready_ids(&name).await.unwrap(),
+            vec![a.to_string()]
+        );
+        let got = computers
+            .hand_out(&a, &name, &ws("w1"), 3)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.kind, ws("w1"));
+        assert_eq!(got.home_key, "team-w1");
+        assert!(computers
+            .hand_out(&a, &name, &ws("w2"), 4)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(computers.pool_members(&name).await.unwrap().is_empty());
+        // A retired member cannot be handed out; a handed-out one cannot be retired.
+        assert!(!computers.retire_member(&a, &name).await.unwrap());
+        let b = member(&computers, &name).await;
+        computers.set_pool_ready(&b).await.unwrap();
+        assert!(computers.retire_member(&b, &name).await.unwrap());
+        assert!(computers
+            .hand_out(&b, &name, &ws("w2"), 5)
+            .await
+            .unwrap()
+            .is_none());
+        // A home with a live computer is refused before any member is touched.
+        let c = member(&computers, &name).await;
+        computers.set_pool_ready(&c).await.unwrap();
+        assert!(matches!(
+            computers.hand_out(&c, &name, &ws("w1"), 6).await,
+            Err(ComputerError::HomeInUse { .. })
+        ));
+        assert_eq!(computers.pool_members(&name).await.unwrap().len(), 2);
+
+        assert!(pools.delete(&name).await.unwrap());
+        assert!(!pools.delete(&name).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn pools_on_sqlite() {
+        rules(testing::sqlite().await.unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn pools_on_postgres() {
+        rules(testing::postgres(testing::DEFAULT_PG_URL).await.unwrap()).await;
+    }
+}

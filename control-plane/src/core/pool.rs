@@ -91,12 +91,8 @@ impl Core {
         self.metrics.pool_deleted(name);
         let mut destroyed = 0;
         for m in self.computers.pool_members(&n).await? {
-            match self.destroy(m.id.as_str()).await {
-                Ok(()) => destroyed += 1,
-                Err(e) => {
-                    warn!(pool = %n, computer_id = %m.id, error = %e, "could not destroy a deleted pool's member")
-                }
-            }
+            self.drop_member(&n, &m.id).await;
+            destroyed += 1;
         }
         info!(pool = %n, destroyed, "warm pool deleted");
         Ok(destroyed)
@@ -223,13 +219,13 @@ impl Core {
         let c = match booted {
             Ok(c) => c,
             Err(e) => {
-                self.drop_member(member.as_str()).await;
+                self.drop_member(&pool.name, &member).await;
                 return Err(e);
             }
         };
         if pool.desktop {
             if let Err(e) = self.prewarm_desktop(&c).await {
-                self.drop_member(c.id.as_str()).await;
+                self.drop_member(&pool.name, &c.id).await;
                 return Err(e);
             }
         }
@@ -244,9 +240,18 @@ impl Core {
         Ok(())
     }
 
-    /// Destroys a member that failed or was lost (the refiller boots another).
-    pub async fn drop_member(&self, id: &str) {
-        match self.destroy(id).await {
+    /// Destroys pool `pool`'s member `id` (failed, lost, beyond the size, or its pool deleted),
+    /// unless a create took it meanwhile: it is first put out of reach of hand-outs.
+    pub async fn drop_member(&self, pool: &PoolName, id: &crate::computers::ComputerId) {
+        match self.computers.retire_member(id, pool).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                warn!(computer_id = %id, error = %e, "could not retire a pool member");
+                return;
+            }
+        }
+        match self.destroy(id.as_str()).await {
             Ok(()) | Err(CoreError::NotFound(_)) => {}
             Err(e) => warn!(computer_id = %id, error = %e, "could not destroy a pool member"),
         }
