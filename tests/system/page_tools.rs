@@ -413,15 +413,8 @@ async fn emulator_session(t: &Tools<'_>, w: &World, c: &str, page: &str) -> Resu
         matches!(state, None | Some('Z' | 'X')).then_some(())
     })
     .await?;
-    // The next calls start a new browser (one racing the death may still fail).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let s = loop {
-        match t.snapshot().await {
-            Ok(s) => break s,
-            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    };
+    // The next call starts a new browser.
+    let s = t.snapshot().await?;
     ensure!(s["title"] != "Second", "a new browser: {s}");
     let v = t
         .act(serde_json::json!([{ "type": "click", "ref": link }]))

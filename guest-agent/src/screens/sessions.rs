@@ -13,7 +13,9 @@
 //! screen ensure, live views, recordings) answer [`ErrorCode::Unsupported`] naming the provider,
 //! and a warm pool's prewarm has nothing to start. Sessions count against the screen limit like
 //! desktops, end with the bot's screen release and at shutdown, and a session whose headless
-//! browser died is started again (its refs stale) on the bot's next call.
+//! browser died is started again (its refs stale) on the bot's next call; a snapshot or
+//! navigate that finds it gone mid-call is retried once on the new one (an act is not: it may
+//! have acted).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +30,10 @@ use super::{failed, unavailable, Screens};
 use crate::browser::{Browser, BrowserOptions};
 use crate::pagebrowser::fake::FakePage;
 use crate::pagebrowser::PageBrowser;
+
+/// How long a browser whose DevTools pipe closed gets to be seen exiting before it is started
+/// again all the same.
+const GONE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What serves the page tools of every bot of this computer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,7 +133,13 @@ impl Screens {
         let entry = self.session(bot).await?;
         let mut s = entry.lock().await;
         match s.as_mut() {
-            Some(Session::Emulator(e)) => e.page.snapshot(&e.browser.cdp()).await,
+            Some(Session::Emulator(e)) => {
+                let result = e.page.snapshot(&e.browser.cdp()).await;
+                if result.is_err() && self.restarted_after(bot, e).await? {
+                    return e.page.snapshot(&e.browser.cdp()).await;
+                }
+                result
+            }
             Some(Session::Fake(page)) => page.snapshot().await,
             None => Err(failed("the page session is not running")),
         }
@@ -148,7 +160,13 @@ impl Screens {
         let entry = self.session(bot).await?;
         let mut s = entry.lock().await;
         match s.as_mut() {
-            Some(Session::Emulator(e)) => e.page.navigate(&e.browser.cdp(), url).await,
+            Some(Session::Emulator(e)) => {
+                let result = e.page.navigate(&e.browser.cdp(), url).await;
+                if result.is_err() && self.restarted_after(bot, e).await? {
+                    return e.page.navigate(&e.browser.cdp(), url).await;
+                }
+                result
+            }
             Some(Session::Fake(page)) => page.navigate(url).await,
             None => Err(failed("the page session is not running")),
         }
@@ -198,16 +216,7 @@ impl Screens {
             _ => false,
         };
         match s.as_mut() {
-            Some(Session::Emulator(e)) if dead => {
-                // The same page state (its ref counter goes on; the old refs are stale), a new
-                // browser on a new profile.
-                warn!(bot = %bot, "the headless browser is not running; starting it again");
-                let _ = e.browser.stop().await;
-                remove_profile(&e.profile);
-                let (browser, profile) = self.start_headless(bot).await?;
-                (e.browser, e.profile) = (browser, profile);
-                e.page.browser_restarted();
-            }
+            Some(Session::Emulator(e)) if dead => self.restart(bot, e).await?,
             Some(_) => {}
             None if self.provider == BrowserProvider::Fake => {
                 *s = Some(Session::Fake(Box::new(FakePage::new())));
@@ -225,6 +234,33 @@ impl Screens {
         }
         drop(s);
         Ok(entry)
+    }
+
+    /// Starts the session's browser again: the same page state (its ref counter goes on; the
+    /// old refs are stale), a new browser on a new profile.
+    async fn restart(&self, bot: &BotId, e: &mut Emulated) -> Result<(), OpError> {
+        warn!(bot = %bot, "the headless browser is not running; starting it again");
+        let _ = e.browser.stop().await;
+        remove_profile(&e.profile);
+        let (browser, profile) = self.start_headless(bot).await?;
+        (e.browser, e.profile) = (browser, profile);
+        e.page.browser_restarted();
+        Ok(())
+    }
+
+    /// After a failed call: whether the session's browser went away meanwhile (its DevTools
+    /// pipe closed), in which case it is started again for the caller to retry once. The pipe
+    /// closes before the exit can be seen, so the exit gets [`GONE_WAIT`] to show.
+    async fn restarted_after(&self, bot: &BotId, e: &mut Emulated) -> Result<bool, OpError> {
+        if !e.browser.cdp().is_closed() {
+            return Ok(false);
+        }
+        let deadline = tokio::time::Instant::now() + GONE_WAIT;
+        while e.browser.is_alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.restart(bot, e).await?;
+        Ok(true)
     }
 
     /// A headless browser on a fresh temporary profile: never the bot's logged-in one, removed

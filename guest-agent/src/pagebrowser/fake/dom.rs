@@ -117,8 +117,7 @@ impl El {
     }
 }
 
-/// A parsed page and its form state.
-#[derive(Debug)]
+/// A parsed page and its form state. Its `Debug` shows no values: a fill may be a secret.
 pub(super) struct Dom {
     pub(super) els: Vec<El>,
     /// Values of inputs and textareas that the page tools changed.
@@ -128,6 +127,15 @@ pub(super) struct Dom {
     /// The selected option of selects the page tools changed.
     selected: HashMap<usize, usize>,
     pub(super) focused: Option<usize>,
+}
+
+impl std::fmt::Debug for Dom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dom")
+            .field("elements", &self.els.len())
+            .field("values", &self.values.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a fill applies to an element (`page.js` fillKind).
