@@ -10,7 +10,8 @@
 //!   over HTTP(S) and parsed in the guest; no JavaScript.
 //!
 //! With `emulator` or `fake` the computer has no desktops: the desktop tools (observe, act,
-//! screen ensure, live views, recordings) answer [`ErrorCode::Unsupported`] naming the provider,
+//! screen ensure, live views and terminals, which attach to a desktop) answer
+//! [`ErrorCode::Unsupported`] naming the provider (recordings find no desktop to record),
 //! and a warm pool's prewarm has nothing to start. Sessions count against the screen limit like
 //! desktops, end with the bot's screen release and at shutdown, and a session whose headless
 //! browser died is started again (its refs stale) on the bot's next call; a snapshot or
@@ -107,8 +108,9 @@ impl Screens {
         self.provider
     }
 
-    /// The refusal of a desktop tool on a computer whose browser provider has no desktop.
-    pub(super) fn no_desktop(&self) -> Result<(), OpError> {
+    /// The refusal of a desktop tool (observe, act, screen ensure, a live view's or terminal's
+    /// capability) on a computer whose browser provider has no desktop.
+    pub fn no_desktop(&self) -> Result<(), OpError> {
         if self.provider.has_desktop() {
             return Ok(());
         }
