@@ -58,6 +58,8 @@ pub struct ServeConfig {
     pub guest_log: Option<String>,
     /// `SANDBOX_TEAM_SCREEN_LIMIT` handed to guests (they validate it).
     pub screen_limit: Option<String>,
+    /// `RAKAZO_BROWSER_PROVIDER` handed to guests (docs/screens.md#browser-providers).
+    pub browser_provider: Option<String>,
     /// The base deadline of every wait on a guest (`tunnel` module doc).
     pub guest_timeout: std::time::Duration,
     /// Which providers run computers, and their settings.
@@ -315,6 +317,9 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     }
     if let Some(limit) = &cfg.screen_limit {
         guest_env.push(("SANDBOX_TEAM_SCREEN_LIMIT".to_string(), limit.clone()));
+    }
+    if let Some(provider) = &cfg.browser_provider {
+        guest_env.push(("RAKAZO_BROWSER_PROVIDER".to_string(), provider.clone()));
     }
     let guest = crate::provider_set::GuestSettings {
         bin: cfg.guest_bin.clone(),

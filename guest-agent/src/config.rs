@@ -10,6 +10,7 @@
 
 use crate::gateway::terminal::user::WorkspaceUser;
 use crate::privilege::RunAs;
+pub use crate::screens::BrowserProvider;
 use gateway_proto::Secret;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -140,6 +141,9 @@ pub struct Config {
     /// `RAKAZO_BROWSER_SCALE` (0.5 to 4): the bots' Chrome's device scale factor
     /// (`--force-device-scale-factor`); unset: the display's own (1 on Xvnc).
     pub browser_scale: Option<f64>,
+    /// `RAKAZO_BROWSER_PROVIDER`, else `BROWSER_PROVIDER`: what serves the page tools
+    /// (docs/screens.md#browser-providers); default `chrome`.
+    pub browser_provider: BrowserProvider,
 }
 
 /// Where the tunnel's websocket carrier is: `http(s)://host[:port]/path` (or `ws(s)://`).
@@ -316,6 +320,7 @@ impl Config {
         let terminal_grace = terminal_grace(src)?;
         let process_log_bytes = process_log_bytes(src)?;
         let browser_scale = browser_scale(src)?;
+        let browser_provider = browser_provider(src)?;
         let run_as = src
             .get(RUN_AS)
             .map(|v| parse_run_as(&v).map_err(|reason| invalid(RUN_AS, reason)))
@@ -346,6 +351,7 @@ impl Config {
             terminal_grace,
             process_log_bytes,
             browser_scale,
+            browser_provider,
             chromium,
             workspace_user,
             run_as,
@@ -501,6 +507,16 @@ fn browser_scale(src: &dyn ConfigSource) -> Result<Option<f64>, ConfigError> {
     }
 }
 
+/// `RAKAZO_BROWSER_PROVIDER` (else `BROWSER_PROVIDER`): `chrome`, `emulator` or `fake`.
+fn browser_provider(src: &dyn ConfigSource) -> Result<BrowserProvider, ConfigError> {
+    for key in ["RAKAZO_BROWSER_PROVIDER", "BROWSER_PROVIDER"] {
+        if let Some(v) = src.get(key) {
+            return BrowserProvider::parse(&v).map_err(|reason| invalid(key, reason));
+        }
+    }
+    Ok(BrowserProvider::Chrome)
+}
+
 fn process_log_bytes(src: &dyn ConfigSource) -> Result<usize, ConfigError> {
     const KEY: &str = "RAKAZO_PROCESS_LOG_BYTES";
     let Some(v) = src.get(KEY) else {
@@ -580,6 +596,26 @@ mod tests {
         env.remove("RAKAZO_WORKSPACE_UID");
         let err = Config::from_source(&env).unwrap_err().to_string();
         assert!(err.contains("needs RAKAZO_WORKSPACE_UID"), "{err}");
+    }
+
+    #[test]
+    fn the_browser_provider_is_named_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = base(dir.path());
+        env.insert("RAKAZO_ENROLL_TOKEN".into(), "t".into());
+        let provider =
+            |env: &HashMap<String, String>| Config::from_source(env).map(|c| c.browser_provider);
+        assert_eq!(provider(&env).unwrap(), BrowserProvider::Chrome);
+        env.insert("BROWSER_PROVIDER".into(), "fake".into());
+        assert_eq!(provider(&env).unwrap(), BrowserProvider::Fake);
+        env.insert("RAKAZO_BROWSER_PROVIDER".into(), "emulator".into());
+        assert_eq!(provider(&env).unwrap(), BrowserProvider::Emulator);
+        env.insert("RAKAZO_BROWSER_PROVIDER".into(), "firefox".into());
+        let err = provider(&env).unwrap_err().to_string();
+        assert!(
+            err.contains("RAKAZO_BROWSER_PROVIDER") && err.contains("chrome, emulator or fake"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -76,16 +76,19 @@ fn main() {
     }
     // Before any display starts: a SIGKILLed predecessor's Xvnc would hold its display number.
     guest_agent::orphans::reap(&config.runtime_dir, &config.home);
-    let screens = Arc::new(Screens::new(
-        ScreensConfig {
-            home: config.home.clone(),
-            runtime_dir: config.runtime_dir.clone(),
-            limit: config.screen_limit,
-            chromium: config.chromium.clone(),
-            device_scale: config.browser_scale,
-        },
-        guest_agent::clock::monotonic(),
-    ));
+    let screens = Arc::new(
+        Screens::new(
+            ScreensConfig {
+                home: config.home.clone(),
+                runtime_dir: config.runtime_dir.clone(),
+                limit: config.screen_limit,
+                chromium: config.chromium.clone(),
+                device_scale: config.browser_scale,
+            },
+            guest_agent::clock::monotonic(),
+        )
+        .with_browser_provider(config.browser_provider),
+    );
     let mut gateway =
         guest_agent::gateway::GatewayConfig::new(config.runtime_dir.clone(), config.home.clone());
     gateway.workspace_user = config.workspace_user;

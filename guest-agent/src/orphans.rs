@@ -6,7 +6,8 @@
 //! for the same computer finds them by what their command lines must contain (its runtime dir:
 //! Xvnc's `-auth` file and RFB socket; its home's browser profiles: Chrome's `--user-data-dir`)
 //! and kills them before it serves anything. Other processes in the home (a user's commands)
-//! are left alone.
+//! are left alone. The emulator browser provider's temporary profiles in the runtime directory
+//! go too.
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -27,6 +28,7 @@ pub fn reap(runtime_dir: &Path, home: &Path) -> usize {
     ];
     let found = leftovers(&needles);
     if found.is_empty() {
+        remove_emulator_profiles(runtime_dir);
         return 0;
     }
     for &pid in &found {
@@ -47,7 +49,31 @@ pub fn reap(runtime_dir: &Path, home: &Path) -> usize {
         found = found.len(),
         "stopped processes left by an earlier run of this guest"
     );
+    remove_emulator_profiles(runtime_dir);
     found.len()
+}
+
+/// Removes the temporary profiles (and their browsers' logs) of the emulator browser provider's
+/// sessions (`screens::sessions`) an earlier run left in the runtime directory.
+fn remove_emulator_profiles(runtime_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runtime_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with("emulator-") && !name.starts_with("chromium-emulator-") {
+            continue;
+        }
+        // The entry's own type: a symlink is removed, never followed.
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(entry.path()),
+            _ => std::fs::remove_file(entry.path()),
+        };
+        if let Err(e) = removed {
+            warn!(path = %entry.path().display(), error = %e, "cannot remove a leftover profile");
+        }
+    }
 }
 
 /// Pids (other than ours) whose command line has an argument containing one of `needles`.
@@ -143,5 +169,26 @@ mod tests {
         );
         bystander.kill().unwrap();
         bystander.wait().unwrap();
+    }
+
+    #[test]
+    fn removes_the_emulators_leftover_profiles_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path().join("rt");
+        let profile = runtime.join("emulator-00000000000000ab");
+        std::fs::create_dir_all(profile.join("Default")).unwrap();
+        std::fs::write(runtime.join("chromium-emulator-00000000000000ab.log"), b"x").unwrap();
+        std::fs::write(runtime.join("xauth-9"), b"").unwrap();
+        let elsewhere = dir.path().join("kept");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, runtime.join("emulator-link")).unwrap();
+        assert_eq!(reap(&runtime, &dir.path().join("home")), 0);
+        let mut left: Vec<String> = std::fs::read_dir(&runtime)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["xauth-9"]);
+        assert!(elsewhere.is_dir(), "a symlink is removed, not followed");
     }
 }

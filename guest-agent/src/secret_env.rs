@@ -55,25 +55,26 @@ const NSS_NICKNAME: &str = "Rakazo egress CA";
 /// Bound on one `certutil` run.
 const CERTUTIL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The computer's egress CA certificate (PEM) when this is a contained computer with secrets:
+/// what Chrome and the fake browser provider trust besides the system's authorities.
+pub fn egress_ca() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(file()?).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(EGRESS_CA_VAR))
+        .filter(|p| p.starts_with('/'))
+        .map(std::path::PathBuf::from)
+}
+
 /// Chrome trusts its own store (NSS, `$HOME/.pki/nssdb`), not the system bundle: the computer's
 /// egress CA is put there (replacing an older one: a restarted control plane makes a new CA)
 /// before Chrome starts, with Debian's `certutil` (`libnss3-tools`). Nothing to do outside a
 /// contained computer with secrets; a failure is logged and Chrome starts anyway (secrets'
 /// domains then fail TLS in it, nothing else changes).
 pub async fn trust_in_chrome(home: &std::path::Path) {
-    let Some(file) = file() else {
+    let Some(ca) = egress_ca() else {
         return;
     };
-    let Ok(text) = std::fs::read_to_string(file) else {
-        return;
-    };
-    let Some(ca) = text
-        .lines()
-        .find_map(|l| l.strip_prefix(EGRESS_CA_VAR))
-        .filter(|p| p.starts_with('/'))
-    else {
-        return;
-    };
+    let ca = ca.to_string_lossy().into_owned();
     let db = home.join(".pki").join("nssdb");
     if let Err(e) = std::fs::create_dir_all(&db) {
         tracing::warn!(error = %e, "cannot create Chrome's certificate store");
@@ -114,7 +115,7 @@ pub async fn trust_in_chrome(home: &std::path::Path) {
         "-t",
         "C,,",
         "-i",
-        ca,
+        &ca,
     ])
     .await
     {

@@ -3,7 +3,10 @@
 //!
 //! Routes: `/set?bot=X` sets a persistent `bot=X` cookie; `/whoami?from=T` records the `Cookie`
 //! header under tag `T`; `/event?...` records its query (pages report their state there);
-//! `/page/<name>` serves a page registered with [`Fixture::page`]. Everything else is 404.
+//! `/page/<name>` serves a page registered with [`Fixture::page`]; `/echo` records a form
+//! submission (GET query or POST urlencoded body, see [`Fixture::forms`]) and answers a page
+//! listing its fields (a field named `password` only as "password: received"). Everything else
+//! is 404.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +18,14 @@ struct Seen {
     cookies: HashMap<String, Vec<String>>,
     events: Vec<HashMap<String, String>>,
     pages: HashMap<String, String>,
+    forms: Vec<Form>,
+}
+
+/// A form submission `/echo` received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Form {
+    pub method: String,
+    pub fields: Vec<(String, String)>,
 }
 
 /// A running fixture site on 127.0.0.1.
@@ -53,6 +64,11 @@ impl Fixture {
         self.seen().cookies.get(tag).cloned()
     }
 
+    /// Every form submission `/echo` received, in order.
+    pub fn forms(&self) -> Vec<Form> {
+        self.seen().forms.clone()
+    }
+
     /// Every `/event` query seen, in order.
     pub fn events(&self) -> Vec<HashMap<String, String>> {
         self.seen().events.clone()
@@ -75,7 +91,31 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Seen>>) {
             break;
         }
     }
-    let text = String::from_utf8_lossy(&buf).to_string();
+    // A body (a POST form): as long as Content-Length says, at most 64 KiB.
+    let head_end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(buf.len(), |p| p + 4);
+    let length = String::from_utf8_lossy(&buf[..head_end])
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0)
+        .min(64 * 1024);
+    while buf.len() < head_end + length {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut chunk)).await
+        {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    let body = String::from_utf8_lossy(&buf[head_end.min(buf.len())..]).to_string();
+    let text = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let method = text.split(' ').next().unwrap_or("GET").to_string();
     let mut lines = text.split("\r\n");
     let target = lines
         .next()
@@ -111,6 +151,19 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Seen>>) {
                     .push(cookie.clone());
                 ("200 OK", format!("<html><head><title>whoami {tag}</title></head><body>cookie: [{cookie}]</body></html>"))
             }
+            "/echo" => {
+                let raw = if method == "POST" {
+                    body.as_str()
+                } else {
+                    query
+                };
+                let fields = form_pairs(raw);
+                s.forms.push(Form {
+                    method: method.clone(),
+                    fields: fields.clone(),
+                });
+                ("200 OK", echo_page(&method, &fields))
+            }
             "/event" => {
                 s.events.push(q.clone());
                 ("204 No Content", String::new())
@@ -135,6 +188,38 @@ async fn serve(mut stream: tokio::net::TcpStream, seen: Arc<Mutex<Seen>>) {
     resp.push_str(&body);
     let _ = stream.write_all(resp.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// The fields of an urlencoded form, in order.
+fn form_pairs(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// The page `/echo` answers: its method in the title, one line per field.
+fn echo_page(method: &str, fields: &[(String, String)]) -> String {
+    let escape = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let items: String = fields
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            "password" if !v.is_empty() => "<li>password: received</li>".to_string(),
+            _ => format!("<li>{}={}</li>", escape(k), escape(v)),
+        })
+        .collect();
+    format!(
+        "<!doctype html><html><head><title>Echo {method}</title></head><body>\
+         <h1>Received {}</h1><ul>{items}</ul></body></html>",
+        fields.len()
+    )
 }
 
 pub(crate) fn form_urlencoded(q: &str) -> HashMap<String, String> {

@@ -27,6 +27,7 @@ mod mcp;
 mod metrics;
 mod openapi;
 mod page_browser;
+mod page_tools;
 mod placement;
 mod pools;
 mod previews;

@@ -34,6 +34,12 @@ pub struct ServeArgs {
     /// Cap on live desktops per computer, handed to local guests (unset or 0: no cap).
     #[arg(long, env = "SANDBOX_TEAM_SCREEN_LIMIT")]
     pub screen_limit: Option<String>,
+    /// The page tools' browser in every computer, handed to guests (docs/screens.md#browser-providers):
+    /// `chrome` (the bot's desktop Chrome), `emulator` (headless Chromium, no desktop) or `fake`
+    /// (no browser: pages fetched and parsed in the guest, no JavaScript). Unset: `chrome`.
+    #[arg(long, env = "BROWSER_PROVIDER",
+          value_parser = clap::builder::PossibleValuesParser::new(["chrome", "emulator", "fake"]))]
+    pub browser_provider: Option<String>,
     /// Debian's noVNC files, served to live screen viewers.
     #[arg(long, env = "RAKAZO_NOVNC_DIR", default_value = "/usr/share/novnc")]
     pub novnc_dir: PathBuf,
@@ -115,6 +121,7 @@ pub(super) async fn run(g: &Global, args: ServeArgs) -> Result<i32> {
         guest_bin,
         guest_log: args.guest_log,
         screen_limit: args.screen_limit,
+        browser_provider: args.browser_provider,
         guest_timeout: std::time::Duration::from_secs(args.guest_timeout_secs),
         cluster: crate::serve::ClusterConfig {
             peer_addr: args.peer_addr,

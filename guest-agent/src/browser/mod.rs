@@ -140,6 +140,9 @@ pub struct BrowserOptions {
     /// `--force-device-scale-factor`, in hundredths (200 is 2), when set (`None`: the
     /// display's).
     pub device_scale_percent: Option<u16>,
+    /// Headless (`--headless`): no window, no X server; `DISPLAY` and `XAUTHORITY` are not
+    /// set. The emulator browser provider's sessions (docs/screens.md#browser-providers).
+    pub headless: bool,
 }
 
 impl BrowserOptions {
@@ -170,6 +173,7 @@ impl BrowserOptions {
             stop_grace: STOP_GRACE,
             sandbox: Sandbox::detect(),
             device_scale_percent: None,
+            headless: false,
         }
     }
 
@@ -188,7 +192,11 @@ impl BrowserOptions {
         args.push(DEVTOOLS_PIPE_FLAG.into());
         args.extend(QUIET_FLAGS.iter().map(OsString::from));
         args.push(format!("--window-size={},{}", self.width, self.height).into());
-        args.push("--start-maximized".into());
+        if self.headless {
+            args.push("--headless".into());
+        } else {
+            args.push("--start-maximized".into());
+        }
         if let Some(percent) = self.device_scale_percent {
             let scale = f64::from(percent) / 100.0;
             args.push(format!("--force-device-scale-factor={scale}").into());
@@ -201,13 +209,16 @@ impl BrowserOptions {
 
     /// The whole environment Chrome gets. Nothing is inherited from the agent (no `RAKAZO_*`).
     pub fn env(&self) -> Vec<(&'static str, OsString)> {
-        vec![
+        let mut env = vec![
             ("PATH", self.path.clone()),
             ("LANG", self.lang.clone()),
             ("HOME", self.home.clone().into_os_string()),
-            ("DISPLAY", self.display.clone().into()),
-            ("XAUTHORITY", self.xauthority.clone().into_os_string()),
-        ]
+        ];
+        if !self.headless {
+            env.push(("DISPLAY", self.display.clone().into()));
+            env.push(("XAUTHORITY", self.xauthority.clone().into_os_string()));
+        }
+        env
     }
 
     /// Chrome's log file.

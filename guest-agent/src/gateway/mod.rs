@@ -322,6 +322,8 @@ impl Gateway {
             }
             (l, _) => l.clone(),
         };
+        // Capabilities attach to a desktop, which some browser providers never start.
+        self.screens.no_desktop()?;
         let mut live = self.screens.live(&req.bot).await.ok_or_else(|| {
             OpError::new(
                 ErrorCode::NotFound,

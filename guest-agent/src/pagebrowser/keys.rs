@@ -146,6 +146,11 @@ fn char_def(c: char) -> KeyDef {
 }
 
 impl KeyPress {
+    /// Whether this is `key` (a DOM key name) without modifiers.
+    pub(super) fn is_plain(&self, key: &str) -> bool {
+        self.modifiers == 0 && self.key.key == key
+    }
+
     /// The events of the press: modifier downs, the key down and up, modifier ups.
     pub fn events(&self) -> Vec<KeyEvent> {
         let mut out = Vec::new();

@@ -66,11 +66,15 @@
 //!   Nothing is replayed. After the last step the tab is given [`ACT_SETTLE`] to start a
 //!   navigation; if it did, the act waits for it like navigate does, then snapshots.
 //!
+//! The same contract without Chrome: [`fake`] (the fake browser provider, docs/screens.md#browser-providers)
+//! shares the validation, step planning, failure messages and snapshot bounds of this module.
+//!
 //! It leaves to others: starting Chrome and its CDP connection ([`crate::browser`]), leases,
 //! fences and the refusal streak ([`crate::screens`], [`crate::ops`]), and the wire types and
 //! their validation ([`gateway_proto::page`]).
 
 mod cdp;
+pub mod fake;
 mod keys;
 mod marks;
 mod seal;

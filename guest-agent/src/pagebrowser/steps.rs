@@ -28,7 +28,7 @@ pub(super) struct StepFailure {
 }
 
 impl StepFailure {
-    fn before(error: impl Into<String>) -> Self {
+    pub(super) fn before(error: impl Into<String>) -> Self {
         Self {
             uncertain: false,
             error: error.into(),

@@ -13,6 +13,7 @@ pub mod frames;
 pub mod observe;
 pub mod recorder;
 pub mod refusal;
+mod sessions;
 pub mod slots;
 mod spare;
 
@@ -27,9 +28,9 @@ use gateway_proto::desktop::{
     validate_actions, validate_frame, validate_observe, ActOutcome, Action, FrameSize,
     ObserveOptions, ScreenInfo,
 };
-use gateway_proto::page::{validate_steps, validate_url, PageActFailure, PageStep, Snapshot};
 use gateway_proto::{BotId, ErrorCode, OpError};
 use refusal::{RefusalStreak, REFUSAL_MESSAGE};
+pub use sessions::BrowserProvider;
 use slots::{Claim, ClaimError, SlotTable};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -165,6 +166,10 @@ pub struct Screens {
     /// A warm pool member's spare desktop, which the first bot to ask for a screen takes
     /// (`spare`).
     spare: Mutex<Option<Desktop>>,
+    /// What serves the page tools (`sessions`).
+    provider: BrowserProvider,
+    /// The bots' page sessions when the provider has no desktop (`sessions`).
+    sessions: sessions::Sessions,
 }
 
 fn op_err(code: ErrorCode, e: impl std::fmt::Display) -> OpError {
@@ -187,6 +192,8 @@ impl Screens {
             used: std::sync::Mutex::new(HashMap::new()),
             recorders: recorder::Recorders::default(),
             spare: Mutex::new(None),
+            provider: BrowserProvider::Chrome,
+            sessions: sessions::Sessions::default(),
         }
     }
 
@@ -286,6 +293,7 @@ impl Screens {
 
     /// The bot's desktop, started or repaired as needed.
     async fn desktop(&self, bot: &BotId) -> Result<(Arc<Mutex<Desktop>>, bool), OpError> {
+        self.no_desktop()?;
         self.touch(bot);
         let claim = self.table().claim(bot);
         let claim = match claim {
@@ -546,47 +554,10 @@ impl Screens {
             .ok_or_else(|| failed("the browser is not running"))
     }
 
-    /// browser_snapshot.
-    pub async fn page_snapshot(&self, bot: &BotId) -> Result<Snapshot, OpError> {
-        let (desktop, _) = self.desktop(bot).await?;
-        let mut d = desktop.lock().await;
-        let cdp = Self::cdp_of(&d)?;
-        d.page.snapshot(&cdp).await
-    }
-
-    /// browser_navigate: the URL is checked before anything starts; success resets the bot's
-    /// repeated-action streak.
-    pub async fn page_navigate(&self, bot: &BotId, url: &str) -> Result<Snapshot, OpError> {
-        validate_url(url)?;
-        let (desktop, _) = self.desktop(bot).await?;
-        let mut d = desktop.lock().await;
-        let cdp = Self::cdp_of(&d)?;
-        let snapshot = d.page.navigate(&cdp, url).await?;
-        d.streak.reset();
-        Ok(snapshot)
-    }
-
-    /// browser_act: the batch is checked before anything starts; success resets the bot's
-    /// repeated-action streak.
-    pub async fn page_act(
-        &self,
-        bot: &BotId,
-        steps: &[PageStep],
-    ) -> Result<Result<Snapshot, PageActFailure>, OpError> {
-        validate_steps(steps)?;
-        let (desktop, _) = self.desktop(bot).await?;
-        let mut d = desktop.lock().await;
-        let cdp = Self::cdp_of(&d)?;
-        let result = d.page.act(&cdp, steps).await?;
-        if result.is_ok() {
-            d.streak.reset();
-        }
-        Ok(result)
-    }
-
     /// Tears a bot's desktop down in the contract's order. Releasing a bot without a desktop
     /// succeeds.
     pub async fn release(&self, bot: &BotId) -> Result<(), OpError> {
+        self.end_session(bot).await;
         let Some(slot) = self.table().begin_release(bot) else {
             return match self.table().slot_of(bot) {
                 Some(_) => Err(op_err(
@@ -635,6 +606,7 @@ impl Screens {
             }
         }
         self.discard_spare().await;
+        self.end_sessions().await;
     }
 
     /// Resets the bot's repeated-action streak (a successful browser_navigate or browser_act).

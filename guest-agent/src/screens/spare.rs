@@ -21,6 +21,10 @@ const SPARE: &str = "(spare)";
 impl Screens {
     /// Starts the spare desktop if there is none (or the one there died). Idempotent.
     pub async fn prewarm(&self) -> Result<(), OpError> {
+        // A browser provider without desktops has nothing to warm.
+        if !self.browser_provider().has_desktop() {
+            return Ok(());
+        }
         let mut spare = self.spare.lock().await;
         if let Some(d) = spare.as_mut() {
             if d.xserver.is_alive() && d.browser.as_mut().is_some_and(Browser::is_alive) {
