@@ -737,7 +737,7 @@ impl KubernetesProvider {
         let pod = self.get(Kind::Pod, name).await?;
         match self.config.mode {
             KubeMode::Pod => match pod {
-                Some(p) => Ok(Machine::Pod(p)),
+                Some(p) => Ok(Machine::Pod(Box::new(p))),
                 None => {
                     let claim = objects::home_claim(&self.config, name);
                     Ok(match self.get(Kind::Claim, &claim).await? {
@@ -750,7 +750,7 @@ impl KubernetesProvider {
                 None => Ok(Machine::Lost("its Sandbox is gone".into())),
                 Some(sb) if sb.data["spec"]["operatingMode"] == "Suspended" => Ok(Machine::Stopped),
                 Some(_) => Ok(match pod {
-                    Some(p) => Machine::Pod(p),
+                    Some(p) => Machine::Pod(Box::new(p)),
                     // The controller is making it.
                     None => Machine::Starting,
                 }),
@@ -764,7 +764,7 @@ enum Machine {
     Lost(String),
     Stopped,
     Starting,
-    Pod(DynamicObject),
+    Pod(Box<DynamicObject>),
 }
 
 /// A pod that runs or is about to (not finished, not being deleted, not lost by its node).

@@ -38,8 +38,9 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// The namespace the fake serves.
 pub const NAMESPACE: &str = "rakazo";
@@ -193,6 +194,7 @@ pub fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     )
 }
 
+#[allow(clippy::disallowed_methods)] // reason: an API server stamps objects with wall-clock time
 fn now_rfc3339() -> String {
     // Seconds since the epoch as a valid RFC 3339 time is enough for the adapter.
     let secs = std::time::SystemTime::now()
@@ -494,31 +496,26 @@ impl Drop for FakeKube {
 }
 
 /// The resource and name a path names, in the fake's namespace.
-fn route(path: &str) -> Result<(Res, Option<String>), Response<Body>> {
+fn route(path: &str) -> Result<(Res, Option<String>), Box<Response<Body>>> {
+    let nowhere = || {
+        Box::new(status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ))
+    };
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (ns, rest) = match parts.as_slice() {
         ["api", "v1", "namespaces", ns, rest @ ..] => (*ns, rest),
         ["apis", "networking.k8s.io", "v1", "namespaces", ns, rest @ ..] => (*ns, rest),
         ["apis", "agents.x-k8s.io", "v1beta1", "namespaces", ns, rest @ ..] => (*ns, rest),
-        _ => {
-            return Err(status(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            ))
-        }
+        _ => return Err(nowhere()),
     };
     let group = parts[0..2].join("/");
     let (plural, name) = match rest {
         [p] => (*p, None),
         [p, n] => (*p, Some(n.to_string())),
-        _ => {
-            return Err(status(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            ))
-        }
+        _ => return Err(nowhere()),
     };
     let res = Res::ALL
         .into_iter()
@@ -530,19 +527,10 @@ fn route(path: &str) -> Result<(Res, Option<String>), Response<Body>> {
                     _ => group == "api/v1",
                 }
         })
-        .ok_or_else(|| {
-            status(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            )
-        })?;
+        .ok_or_else(nowhere)?;
     if ns != NAMESPACE {
-        return Err(status(
-            404,
-            "NotFound",
-            &format!("namespaces \"{ns}\" not found"),
-        ));
+        let gone = format!("namespaces \"{ns}\" not found");
+        return Err(Box::new(status(404, "NotFound", &gone)));
     }
     Ok((res, name))
 }
@@ -585,7 +573,7 @@ async fn handle(s: &Arc<Shared>, req: Req) -> Response<Body> {
     }
     let (res, name) = match route(&req.path) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(e) => return *e,
     };
     match (req.method.as_str(), name) {
         ("GET", None) if watching => watch(s, res, &req),
@@ -630,20 +618,20 @@ fn not_found(res: Res, name: &str) -> Response<Body> {
     )
 }
 
-fn invalid(res: Res, name: &str, what: &str) -> Response<Body> {
-    status(
+fn invalid(res: Res, name: &str, what: &str) -> Box<Response<Body>> {
+    Box::new(status(
         422,
         "Invalid",
         &format!("{} \"{name}\" is invalid: {what}", res.kind()),
-    )
+    ))
 }
 
 /// Checks a whole object of kind `res` as the API server would before storing it.
-fn validate(res: Res, obj: &Value) -> Result<(), Response<Body>> {
+fn validate(res: Res, obj: &Value) -> Result<(), Box<Response<Body>>> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     if let Err(r) = schema::check(res.schema(), obj, "") {
         return Err(if r.code == 400 {
-            status(400, "BadRequest", &r.message)
+            Box::new(status(400, "BadRequest", &r.message))
         } else {
             invalid(res, name, &r.message)
         });
@@ -697,7 +685,7 @@ fn validate(res: Res, obj: &Value) -> Result<(), Response<Body>> {
 
 fn create(s: &Arc<Shared>, res: Res, mut body: Value) -> Response<Body> {
     if let Err(r) = validate(res, &body) {
-        return r;
+        return *r;
     }
     if body["kind"].as_str().is_some_and(|k| k != res.kind()) {
         return status(
@@ -879,10 +867,10 @@ fn patch(s: &Arc<Shared>, res: Res, name: &str, req: &Req) -> Response<Body> {
             next.as_object_mut().map(|o| o.remove("status"));
         }
         if let Err(r) = validate(res, &next) {
-            return r;
+            return *r;
         }
         if res == Res::Pods && next["spec"] != current["spec"] {
-            return invalid(
+            return *invalid(
                 res,
                 name,
                 "spec: Forbidden: pod updates may not change fields other than those allowed",

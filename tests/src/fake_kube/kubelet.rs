@@ -7,7 +7,8 @@ use crate::fake_service::{end_processes, spawn, Proc};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Where the image keeps the guest.
 const IMAGE_GUEST: &str = "/usr/local/bin/rakazo-guest";
