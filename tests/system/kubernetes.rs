@@ -196,3 +196,62 @@ async fn api_failures_reach_the_user_by_class() -> Result<()> {
     assert_eq!(w.sh(&c, "echo up").await?, "up\n");
     w.check_log()
 }
+
+/// A pod-mode computer's objects are as docs/kubernetes.md#modes says: the token only in its
+/// Secret, mounted read-only with mode 0400; everything owned by the home claim; labels; a
+/// NetworkPolicy with no ingress whose first way out is the tunnel.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_computer_s_objects_are_as_documented() -> Result<()> {
+    use base64::Engine;
+    let fake = FakeKube::start(&tests::bin("rakazo-guest")).await?;
+    let mut w = world(&fake, "pod").await?;
+    let c = w.create_computer("ws-kube-objects").await?;
+    let pod = pod_of(&fake, &c)?;
+    let get = |r: Res, n: &str| {
+        fake.object(r, n)
+            .ok_or_else(|| anyhow::anyhow!("no {r:?} {n}"))
+    };
+    let (p, claim, secret, policy) = (
+        get(Res::Pods, &pod)?,
+        get(Res::Claims, &format!("{pod}-home"))?,
+        get(Res::Secrets, &format!("{pod}-token"))?,
+        get(Res::Policies, &pod)?,
+    );
+    let token = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["enroll-token"].as_str().unwrap_or(""))?;
+    let token = String::from_utf8(token)?;
+    ensure!(token.len() > 16, "a token in the Secret");
+    w.add_secret(&token);
+    ensure!(
+        !p.to_string().contains(&token),
+        "the token is in the pod's spec"
+    );
+    let spec = &p["spec"];
+    let vol = spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "enroll"))
+        .ok_or_else(|| anyhow::anyhow!("no token volume"))?;
+    ensure!(vol["secret"]["defaultMode"] == 0o400 && vol["secret"]["items"][0]["mode"] == 0o400);
+    let mount = spec["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "enroll"))
+        .ok_or_else(|| anyhow::anyhow!("no token mount"))?;
+    ensure!(mount["readOnly"] == true && mount["mountPath"] == "/etc/rakazo");
+    ensure!(spec["automountServiceAccountToken"] == false && spec["restartPolicy"] == "Never");
+    let uid = &claim["metadata"]["uid"];
+    for o in [&p, &secret, &policy] {
+        ensure!(
+            o["metadata"]["ownerReferences"][0]["uid"] == *uid,
+            "not owned by the claim: {o}"
+        );
+        ensure!(o["metadata"]["labels"]["rakazo.dev/computer"] == c.as_str());
+    }
+    ensure!(policy["spec"]["ingress"] == serde_json::json!([]));
+    let tunnel = &policy["spec"]["egress"][0];
+    ensure!(
+        tunnel["to"][0]["ipBlock"]["cidr"] == "127.0.0.1/32",
+        "{tunnel}"
+    );
+    ensure!(tunnel["ports"][0]["protocol"] == "UDP", "{tunnel}");
+    w.check_log()
+}

@@ -542,3 +542,50 @@ pub fn labels_ok(meta: &Value) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bodies_are_checked_as_the_api_server_does() {
+        let pod = json!({ "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "c", "image": "i" }] } });
+        assert!(check(&POD, &pod, "").is_ok());
+        let r = check(
+            &POD,
+            &json!({ "spec": { "containers": [{ "image": "i" }] } }),
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (r.code, r.message.as_str()),
+            (422, "spec.containers[0].name: Required value")
+        );
+        let r = check(
+            &POD,
+            &json!({ "spec": { "containers": [], "hostPID2": true } }),
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(r.code, 400, "{}", r.message);
+        assert!(
+            r.message.contains("unknown field \"spec.hostPID2\""),
+            "{}",
+            r.message
+        );
+        let r = check(&SANDBOX, &json!({ "spec": { "podTemplate": { "spec": { "containers": [] } }, "operatingMode": "Paused" } }), "").unwrap_err();
+        assert!(
+            r.message.contains("spec.operatingMode: Unsupported value"),
+            "{}",
+            r.message
+        );
+        let e = pod_spec_semantics(&json!({ "containers": [{ "name": "c", "image": "i", "volumeMounts": [{ "name": "v", "mountPath": "/x" }] }] }), "spec").unwrap_err();
+        assert!(e.contains("volumeMounts[0].name: Not found"), "{e}");
+        assert!(
+            dns_subdomain("rakazo-c-1-abcdef")
+                && !dns_subdomain("Rakazo")
+                && !dns_subdomain("a..b")
+        );
+    }
+}
