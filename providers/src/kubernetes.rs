@@ -31,20 +31,17 @@
 //! egress gateway does not run in the cluster (`AnyProvider::network_enforcement` says so).
 //! Every API call has a deadline; failures are sorted into the crate's classes by HTTP status.
 
+mod cluster;
+mod config;
 mod objects;
 mod watch;
 
-use crate::{
-    MachineExit, MachineLimits, MachineState, ProviderError, ProviderRef, SandboxProvider,
-    SandboxSpec,
-};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use crate::{MachineExit, MachineState, ProviderError, ProviderRef, SandboxProvider, SandboxSpec};
+use cluster::{resource, Cluster, Kind, TokenPatch};
+pub use config::{parse_toleration, KubeConfig, KubeMode};
+use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -74,128 +71,6 @@ const HOME_TEMPLATE: &str = "home";
 const POLL: Duration = Duration::from_millis(50);
 /// Margin over the stop grace for a pod to be gone.
 const STOP_MARGIN: Duration = Duration::from_secs(30);
-
-/// How computers are made (`--kube-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KubeMode {
-    /// Pods, claims and Secrets of our own.
-    Pod,
-    /// agent-sandbox's `Sandbox` custom resources.
-    Sandbox,
-}
-
-impl KubeMode {
-    /// Parses `pod` or `sandbox`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "pod" => Ok(Self::Pod),
-            "sandbox" => Ok(Self::Sandbox),
-            other => Err(format!("kube mode {other:?}: expected pod or sandbox")),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Pod => "pod",
-            Self::Sandbox => "sandbox",
-        }
-    }
-}
-
-/// How the kubernetes provider reaches its cluster and what it runs there.
-#[derive(Debug, Clone)]
-pub struct KubeConfig {
-    /// A kubeconfig file; `None`: `KUBECONFIG`, `~/.kube/config` or the in-cluster service
-    /// account (kube's `Config::infer`).
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig's context (default: its current one).
-    pub context: Option<String>,
-    /// The namespace of every computer.
-    pub namespace: String,
-    /// The image every computer runs (it carries the guest at [`GUEST_PATH`]).
-    pub image: String,
-    /// The container's `imagePullPolicy` (`None`: the cluster's default).
-    pub image_pull_policy: Option<String>,
-    pub mode: KubeMode,
-    /// The home claims' storage class (`None`: the cluster's default).
-    pub storage_class: Option<String>,
-    /// The home claims' size (`10Gi`).
-    pub home_size: String,
-    /// `runtimeClassName` (gVisor, Kata).
-    pub runtime_class: Option<String>,
-    pub node_selector: BTreeMap<String, String>,
-    /// Tolerations, as the Pod API takes them.
-    pub tolerations: Vec<Value>,
-    /// The user the guest drops to after reading its token; `None` keeps it root.
-    pub run_as: Option<String>,
-    /// Limits for a computer whose spec leaves one unset.
-    pub default_limits: MachineLimits,
-    /// Extra environment for guests (log filter and the like); never secrets.
-    pub guest_env: Vec<(String, String)>,
-    /// The pods' `terminationGracePeriodSeconds`: the guest closes browsers first.
-    pub stop_grace: Duration,
-    /// Deadline of one API call.
-    pub call_timeout: Duration,
-}
-
-impl KubeConfig {
-    /// The defaults for `image` in `namespace`: pod mode, the cluster's storage class, 10 GiB
-    /// homes, the guest dropping to `rakazo`, a 20 s stop grace and 30 s calls.
-    pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
-        Self {
-            kubeconfig: None,
-            context: None,
-            namespace: namespace.into(),
-            image: image.into(),
-            image_pull_policy: None,
-            mode: KubeMode::Pod,
-            storage_class: None,
-            home_size: "10Gi".into(),
-            runtime_class: None,
-            node_selector: BTreeMap::new(),
-            tolerations: Vec::new(),
-            run_as: Some("rakazo".into()),
-            default_limits: MachineLimits::default(),
-            guest_env: Vec::new(),
-            stop_grace: Duration::from_secs(20),
-            call_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Parses a toleration `key[=value]:Effect` (or `key[=value]` for every effect).
-pub fn parse_toleration(s: &str) -> Result<Value, String> {
-    let (kv, effect) = match s.rsplit_once(':') {
-        Some((kv, e)) => (kv, Some(e)),
-        None => (s, None),
-    };
-    if let Some(e) = effect {
-        if !matches!(e, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
-            return Err(format!(
-                "toleration {s:?}: effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"
-            ));
-        }
-    }
-    let (key, value) = match kv.split_once('=') {
-        Some((k, v)) => (k, Some(v)),
-        None => (kv, None),
-    };
-    if key.is_empty() {
-        return Err(format!("toleration {s:?}: expected key[=value][:Effect]"));
-    }
-    let mut t = json!({ "key": key });
-    match value {
-        Some(v) => {
-            t["operator"] = json!("Equal");
-            t["value"] = json!(v);
-        }
-        None => t["operator"] = json!("Exists"),
-    }
-    if let Some(e) = effect {
-        t["effect"] = json!(e);
-    }
-    Ok(t)
-}
 
 /// Our labels on every object of instance `instance` of `computer`.
 pub(crate) fn instance_labels(computer: &str, instance: &str) -> Value {
@@ -229,92 +104,6 @@ fn instance_of(r: &ProviderRef) -> Result<(&str, &str), ProviderError> {
     Ok((r.0.as_str(), computer))
 }
 
-/// An API failure, sorted into the crate's classes.
-fn api_error(context: &str, r: Option<&ProviderRef>, e: kube::Error) -> ProviderError {
-    match e {
-        kube::Error::Api(status) => {
-            let message = format!("{} ({}): {}", status.code, status.reason, status.message);
-            match status.code {
-                404 => match r {
-                    Some(r) => ProviderError::NotFound(r.clone()),
-                    None => ProviderError::BadSpec(format!("{context}: {message}")),
-                },
-                400 | 409 | 422 => ProviderError::BadSpec(format!("{context}: {message}")),
-                403 if status.message.contains("exceeded quota") => {
-                    ProviderError::Capacity(format!("{context}: {message}"))
-                }
-                401 | 403 => ProviderError::BadSpec(format!(
-                    "{context}: {message} (check the provider's credentials and RBAC)"
-                )),
-                _ => ProviderError::Unavailable {
-                    context: context.to_string(),
-                    message,
-                },
-            }
-        }
-        other => ProviderError::Unavailable {
-            context: context.to_string(),
-            message: other.to_string(),
-        },
-    }
-}
-
-fn status_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    }
-}
-
-/// The deadline of one call.
-async fn timed<T>(
-    limit: Duration,
-    context: &str,
-    f: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<Result<T, kube::Error>, ProviderError> {
-    tokio::time::timeout(limit, f)
-        .await
-        .map_err(|_| ProviderError::Unavailable {
-            context: context.to_string(),
-            message: format!("the API did not answer within {} s", limit.as_secs()),
-        })
-}
-
-/// The kinds of objects this provider makes.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Pod,
-    Claim,
-    Secret,
-    Policy,
-    Sandbox,
-}
-
-/// A patch that carries a token: its `Debug` never shows it.
-struct TokenPatch(Value);
-
-impl std::fmt::Debug for TokenPatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenPatch(***)")
-    }
-}
-
-impl serde::Serialize for TokenPatch {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
-
-/// The API calls of one namespace, each with its deadline.
-#[derive(Clone)]
-struct Cluster {
-    client: kube::Client,
-    namespace: String,
-    call_timeout: Duration,
-    mode: KubeMode,
-    watch: Watch,
-}
-
 /// Runs computers as pods (or agent-sandbox Sandboxes) in a Kubernetes cluster.
 pub struct KubernetesProvider {
     config: KubeConfig,
@@ -326,110 +115,6 @@ pub struct KubernetesProvider {
 impl Drop for KubernetesProvider {
     fn drop(&mut self) {
         self.watcher.abort();
-    }
-}
-
-impl Cluster {
-    fn api(&self, kind: Kind) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), &self.namespace, &resource(kind))
-    }
-
-    async fn create(&self, kind: Kind, body: Value) -> Result<DynamicObject, ProviderError> {
-        let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let context = format!("create {kind:?} {name}");
-        let obj: DynamicObject = serde_json::from_value(body)
-            .map_err(|e| ProviderError::BadSpec(format!("{context}: {e}")))?;
-        let api = self.api(kind);
-        timed(
-            self.call_timeout,
-            &context,
-            api.create(&PostParams::default(), &obj),
-        )
-        .await?
-        .map_err(|e| api_error(&context, None, e))
-    }
-
-    /// `GET`; `None` when the object is not there.
-    async fn get(&self, kind: Kind, name: &str) -> Result<Option<DynamicObject>, ProviderError> {
-        let context = format!("read {kind:?} {name}");
-        let api = self.api(kind);
-        timed(self.call_timeout, &context, api.get_opt(name))
-            .await?
-            .map_err(|e| api_error(&context, None, e))
-    }
-
-    /// `DELETE` (in the background: owned objects are collected); one already gone is fine.
-    async fn delete(
-        &self,
-        kind: Kind,
-        name: &str,
-        grace: Option<u32>,
-    ) -> Result<(), ProviderError> {
-        let context = format!("delete {kind:?} {name}");
-        let mut dp = DeleteParams::background();
-        dp.grace_period_seconds = grace;
-        let api = self.api(kind);
-        match timed(self.call_timeout, &context, api.delete(name, &dp)).await? {
-            Ok(_) => Ok(()),
-            Err(e) if status_code(&e) == Some(404) => Ok(()),
-            Err(e) => Err(api_error(&context, None, e)),
-        }
-    }
-
-    /// A JSON merge patch; `NotFound(r)` when the object is not there.
-    async fn merge(
-        &self,
-        kind: Kind,
-        name: &str,
-        patch: TokenPatch,
-        r: &ProviderRef,
-    ) -> Result<(), ProviderError> {
-        let context = format!("patch {kind:?} {name}");
-        let api = self.api(kind);
-        timed(
-            self.call_timeout,
-            &context,
-            api.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
-        )
-        .await?
-        .map(|_| ())
-        .map_err(|e| api_error(&context, Some(r), e))
-    }
-
-    /// Deletes everything of `computer` but instance `keep`: what a lost instance left.
-    async fn sweep(&self, computer: &str, keep: Option<&str>) -> Result<(), ProviderError> {
-        let mut kinds = vec![Kind::Pod, Kind::Policy, Kind::Secret, Kind::Claim];
-        if self.mode == KubeMode::Sandbox {
-            kinds.insert(0, Kind::Sandbox);
-        }
-        let lp = ListParams::default()
-            .labels(&format!("{LABEL_MANAGED}=true,{LABEL_COMPUTER}={computer}"));
-        for kind in kinds {
-            let context = format!("list the {kind:?}s of computer {computer}");
-            let api = self.api(kind);
-            let list = timed(self.call_timeout, &context, api.list(&lp))
-                .await?
-                .map_err(|e| api_error(&context, None, e))?;
-            for obj in list.items {
-                let Some(name) = obj.metadata.name.as_deref() else {
-                    continue;
-                };
-                let instance = obj
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_INSTANCE))
-                    .map(String::as_str);
-                if keep.is_some() && instance == keep {
-                    continue;
-                }
-                if matches!(kind, Kind::Pod) {
-                    self.watch.deleting(name);
-                }
-                self.delete(kind, name, Some(0)).await?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -815,25 +500,6 @@ fn valid_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// The API resource of each kind.
-fn resource(kind: Kind) -> ApiResource {
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-    use k8s_openapi::api::networking::v1::NetworkPolicy;
-    match kind {
-        Kind::Pod => ApiResource::erase::<Pod>(&()),
-        Kind::Claim => ApiResource::erase::<PersistentVolumeClaim>(&()),
-        Kind::Secret => ApiResource::erase::<Secret>(&()),
-        Kind::Policy => ApiResource::erase::<NetworkPolicy>(&()),
-        Kind::Sandbox => ApiResource {
-            group: "agents.x-k8s.io".into(),
-            version: "v1beta1".into(),
-            api_version: "agents.x-k8s.io/v1beta1".into(),
-            kind: "Sandbox".into(),
-            plural: "sandboxes".into(),
-        },
-    }
-}
-
 impl SandboxProvider for KubernetesProvider {
     fn kind(&self) -> &'static str {
         "kubernetes"
@@ -964,6 +630,7 @@ impl SandboxProvider for KubernetesProvider {
 
 #[cfg(test)]
 mod tests {
+    use super::cluster::api_error;
     use super::*;
 
     #[test]

@@ -157,7 +157,7 @@ fn set_status(s: &Shared, name: &str, uid: &str, status: Value) {
     if pod["metadata"]["uid"] != uid || !pod["metadata"]["deletionTimestamp"].is_null() {
         return;
     }
-    super::merge(&mut pod["status"], &status);
+    super::api::merge(&mut pod["status"], &status);
     st.put(Res::Pods, pod, "MODIFIED");
 }
 
@@ -419,7 +419,7 @@ pub(super) fn reconcile_sandbox(s: Arc<Shared>, name: String) {
                     "metadata": { "name": claim, "labels": t["metadata"]["labels"], "ownerReferences": [owner] },
                     "spec": t["spec"],
                 });
-                let _ = super::create(&s, Res::Claims, body);
+                let _ = super::api::create(&s, Res::Claims, body);
             }
             if let Some(vs) = spec["volumes"].as_array_mut() {
                 vs.push(json!({ "name": tpl, "persistentVolumeClaim": { "claimName": claim } }));
@@ -435,7 +435,7 @@ pub(super) fn reconcile_sandbox(s: Arc<Shared>, name: String) {
             },
             "spec": spec,
         });
-        let _ = super::create(&s, Res::Pods, pod);
+        let _ = super::api::create(&s, Res::Pods, pod);
     });
 }
 
