@@ -13,6 +13,12 @@ fn main() {
         };
         tracing_subscriber::EnvFilter::new(default)
     });
+    // kube's client logs every 5xx answer at ERROR, without context; the kubernetes provider
+    // reports its failures itself, classified (docs/kubernetes.md).
+    let filter = match "kube_client::client::builder=off".parse() {
+        Ok(d) => filter.add_directive(d),
+        Err(_) => filter,
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

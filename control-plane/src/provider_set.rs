@@ -1,5 +1,6 @@
 //! Every configured provider at once: `rakazo serve`'s provider flags, their checks, and the
-//! [`ProviderSet`] the core picks from by kind (`local`, `docker`, `e2b`, `daytona`, `fake`).
+//! [`ProviderSet`] the core picks from by kind (`local`, `docker`, `e2b`, `daytona`,
+//! `kubernetes`, `fake`).
 //!
 //! The API keys of E2B and Daytona come from the environment (`E2B_API_KEY`,
 //! `DAYTONA_API_KEY`) or from a file only its owner can read, never from argv.
@@ -9,6 +10,8 @@
 //! default provider, restored from its last checkpoint (docs/lifecycle.md#computers: a changed
 //! provider kind means a replacement machine).
 
+mod kube;
+
 use anyhow::{bail, Context};
 use clap::Args;
 use providers::daytona::DaytonaConfig;
@@ -17,14 +20,14 @@ use providers::e2b::E2bConfig;
 use providers::local::{Containment, GateConfig, SharedGate};
 use providers::{
     AnyProvider, BaseUrl, DaytonaProvider, DockerProvider, E2bProvider, FakeProvider,
-    LocalProvider, MachineLimits, SandboxProvider, Secret,
+    KubernetesProvider, LocalProvider, MachineLimits, SandboxProvider, Secret,
 };
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// The kinds `rakazo serve` knows.
-pub const KINDS: [&str; 5] = ["local", "docker", "e2b", "daytona", "fake"];
+pub const KINDS: [&str; 6] = ["local", "docker", "e2b", "daytona", "kubernetes", "fake"];
 /// Environment variable holding the E2B API key (or use `--e2b-api-key-file`).
 pub const E2B_KEY_ENV: &str = "E2B_API_KEY";
 /// Environment variable holding the Daytona API key (or use `--daytona-api-key-file`).
@@ -33,8 +36,8 @@ pub const DAYTONA_KEY_ENV: &str = "DAYTONA_API_KEY";
 /// `rakazo serve` flags of the providers.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
-    /// Providers to run computers on, comma-separated: local, docker, e2b, daytona, fake (fake
-    /// is for tests: its computers run as this process's user, without isolation).
+    /// Providers to run computers on, comma-separated: local, docker, e2b, daytona, kubernetes,
+    /// fake (fake is for tests: its computers run as this process's user, without isolation).
     #[arg(
         long,
         env = "RAKAZO_PROVIDERS",
@@ -201,6 +204,9 @@ pub struct ProviderArgs {
     /// Disk of a Daytona sandbox, GB (default: the snapshot's).
     #[arg(long, env = "RAKAZO_DAYTONA_DISK_GB")]
     pub daytona_disk_gb: Option<u32>,
+    /// The kubernetes provider's flags (`--kube-*`).
+    #[command(flatten)]
+    pub kube: kube::KubeArgs,
 }
 
 /// Checked provider settings.
@@ -222,6 +228,9 @@ pub struct ProviderConfig {
     pub daytona: Option<DaytonaConfig>,
     /// The guest uploaded into remote sandboxes (`None`: the local guest).
     pub remote_guest_bin: Option<PathBuf>,
+    /// The kubernetes provider's settings; its guest env is filled in by
+    /// [`ProviderSet::build`].
+    pub kubernetes: Option<providers::kubernetes::KubeConfig>,
 }
 
 /// The Docker provider's settings.
@@ -252,6 +261,7 @@ impl Default for ProviderConfig {
             e2b: None,
             daytona: None,
             remote_guest_bin: None,
+            kubernetes: None,
         }
     }
 }
@@ -361,6 +371,11 @@ impl ProviderArgs {
             },
             daytona: if kinds.contains(&"daytona") {
                 Some(self.daytona(env)?)
+            } else {
+                None
+            },
+            kubernetes: if kinds.contains(&"kubernetes") {
+                Some(self.kube.resolve()?)
             } else {
                 None
             },
@@ -647,6 +662,17 @@ impl ProviderSet {
                     AnyProvider::Daytona(
                         DaytonaProvider::new(c).context("set up the daytona provider")?,
                     )
+                }
+                "kubernetes" => {
+                    let mut c = cfg
+                        .kubernetes
+                        .clone()
+                        .context("the kubernetes provider is not configured")?;
+                    c.guest_env = guest.env.clone();
+                    let ns = c.namespace.clone();
+                    AnyProvider::Kubernetes(KubernetesProvider::connect(c).await.with_context(
+                        || format!("set up the kubernetes provider (namespace {ns})"),
+                    )?)
                 }
                 other => bail!("unknown provider {other:?}"),
             };

@@ -18,6 +18,7 @@ pub mod daytona;
 pub mod docker;
 pub mod e2b;
 pub mod fake;
+pub mod kubernetes;
 pub mod local;
 mod process;
 mod remote;
@@ -26,6 +27,7 @@ pub use daytona::DaytonaProvider;
 pub use docker::DockerProvider;
 pub use e2b::E2bProvider;
 pub use fake::FakeProvider;
+pub use kubernetes::KubernetesProvider;
 pub use local::LocalProvider;
 pub use remote::http::BaseUrl;
 
@@ -390,6 +392,7 @@ pub enum AnyProvider {
     Docker(DockerProvider),
     E2b(E2bProvider),
     Daytona(DaytonaProvider),
+    Kubernetes(KubernetesProvider),
     Fake(FakeProvider),
 }
 
@@ -400,6 +403,7 @@ macro_rules! dispatch {
             AnyProvider::Docker($p) => $e,
             AnyProvider::E2b($p) => $e,
             AnyProvider::Daytona($p) => $e,
+            AnyProvider::Kubernetes($p) => $e,
             AnyProvider::Fake($p) => $e,
         }
     };
@@ -434,6 +438,11 @@ impl AnyProvider {
             AnyProvider::E2b(_) | AnyProvider::Daytona(_) => NetworkEnforcement::NotEnforced(
                 "sandbox services' own network controls are not mapped yet",
             ),
+            AnyProvider::Kubernetes(_) => NetworkEnforcement::NotEnforced(
+                "kubernetes computers are held by a NetworkPolicy each (the tunnel and the address \
+                 ranges of their policy; names are not reachable), which the cluster's network \
+                 plugin must enforce; the egress gateway does not run in the cluster",
+            ),
             AnyProvider::Fake(_) => {
                 NetworkEnforcement::NotEnforced("fake computers have no network of their own")
             }
@@ -462,7 +471,7 @@ impl AnyProvider {
                      host's",
                 ),
             },
-            AnyProvider::E2b(_) | AnyProvider::Daytona(_) => Ok(()),
+            AnyProvider::E2b(_) | AnyProvider::Daytona(_) | AnyProvider::Kubernetes(_) => Ok(()),
             AnyProvider::Fake(_) => Err("fake computers have no network of their own"),
         }
     }

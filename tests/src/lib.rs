@@ -22,6 +22,7 @@ pub mod bystander;
 pub mod engine;
 pub mod fake_daytona;
 pub mod fake_e2b;
+pub mod fake_kube;
 pub mod fake_service;
 pub mod fixture;
 pub mod garage;

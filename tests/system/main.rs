@@ -21,6 +21,7 @@ mod http_hardening;
 mod idle;
 mod image;
 mod jobs;
+mod kubernetes;
 mod live;
 mod lost;
 mod mcp;

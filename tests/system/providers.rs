@@ -1,7 +1,7 @@
-//! The provider conformance suite (issues 10, 13): one set of cases run against `local`,
-//! `docker`, `fake`, and the `e2b` and `daytona` adapters against in-memory fakes of their
-//! services (`e2b-fake`, `daytona-fake`, which run the guest for real on this host), through the
-//! real `rakazo serve`, plus the isolation boundary of the real ones.
+//! The provider conformance suite (issues 10, 13, 35): one set of cases run against `local`,
+//! `docker`, `fake`, and the `e2b`, `daytona` and `kubernetes` (pod and sandbox modes) adapters
+//! against in-memory fakes of their services (which run the guest for real on this host),
+//! through the real `rakazo serve`, plus the isolation boundary of the real ones.
 //!
 //! What "behind the control plane's back" means differs per provider (a killed guest process, a
 //! stopped or removed container, a deleted machine directory, a sandbox paused, stopped or lost
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use tests::engine::TwoEngines;
 use tests::fake_daytona::FakeDaytona;
 use tests::fake_e2b::FakeE2b;
+use tests::fake_kube::{FakeKube, Res};
 use tests::{engine, pids_with_env, World, WorldOptions};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -23,6 +24,9 @@ enum Kind {
     Fake,
     E2b,
     Daytona,
+    /// Pod mode, and agent-sandbox's Sandbox mode.
+    Kube,
+    KubeSandbox,
 }
 
 impl Kind {
@@ -33,6 +37,7 @@ impl Kind {
             Kind::Fake => "fake",
             Kind::E2b => "e2b",
             Kind::Daytona => "daytona",
+            Kind::Kube | Kind::KubeSandbox => "kubernetes",
         }
     }
 }
@@ -44,6 +49,7 @@ enum Service {
     E2b(FakeE2b),
     Daytona(FakeDaytona),
     Engines(TwoEngines),
+    Kube(FakeKube, &'static str),
 }
 
 impl Service {
@@ -51,6 +57,11 @@ impl Service {
         Ok(match kind {
             Kind::E2b => Service::E2b(FakeE2b::start().await?),
             Kind::Daytona => Service::Daytona(FakeDaytona::start().await?),
+            Kind::Kube => Service::Kube(FakeKube::start(&tests::bin("rakazo-guest")).await?, "pod"),
+            Kind::KubeSandbox => Service::Kube(
+                FakeKube::start(&tests::bin("rakazo-guest")).await?,
+                "sandbox",
+            ),
             _ => Service::Own,
         })
     }
@@ -61,6 +72,7 @@ impl Service {
             Service::E2b(f) => f.world_env(),
             Service::Daytona(f) => f.world_env(),
             Service::Engines(e) => e.world_env(),
+            Service::Kube(f, mode) => f.world_env(mode),
         }
     }
 
@@ -69,6 +81,7 @@ impl Service {
             Service::Own | Service::Engines(_) => None,
             Service::E2b(f) => Some(&f.api_key),
             Service::Daytona(f) => Some(&f.api_key),
+            Service::Kube(f, _) => Some(&f.token),
         }
     }
 
@@ -78,6 +91,7 @@ impl Service {
             Service::Own | Service::Engines(_) => Vec::new(),
             Service::E2b(f) => f.sandboxes_of(c),
             Service::Daytona(f) => f.sandboxes_of(c),
+            Service::Kube(f, _) => f.objects_of(Res::Pods, c),
         }
     }
 
@@ -138,7 +152,7 @@ impl Machine<'_> {
     /// of e2b, daytona) or the container's id and start time (docker).
     fn instance(&self) -> Result<String> {
         match self.kind {
-            Kind::E2b | Kind::Daytona => {
+            Kind::E2b | Kind::Daytona | Kind::Kube | Kind::KubeSandbox => {
                 let pids = pids_with_env("RAKAZO_COMPUTER_ID", &self.c);
                 Ok(format!("{} {pids:?}", self.sandbox()?))
             }
@@ -182,6 +196,7 @@ impl Machine<'_> {
             (Kind::E2b, Service::E2b(f)) => f.pause(&self.sandbox()?).await,
             (Kind::Daytona, Service::Daytona(f)) => f.stop(&self.sandbox()?).await,
             (Kind::E2b | Kind::Daytona, _) => bail!("no service for {:?}", self.kind),
+            // The guest dies; its pod is Failed and stays (restartPolicy Never).
             _ => self.stop_own_behind_back()?,
         }
         Ok(())
@@ -193,7 +208,7 @@ impl Machine<'_> {
                 let on = self.docker_engine()?;
                 engine::podman_on(&on, &["stop", "-t", "5", &engine::container_of(&self.c)])?;
             }
-            Kind::Local | Kind::Fake => {
+            Kind::Local | Kind::Fake | Kind::Kube | Kind::KubeSandbox => {
                 for pid in pids_with_env("RAKAZO_COMPUTER_ID", &self.c) {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid),
@@ -227,6 +242,11 @@ impl Machine<'_> {
                 f.kill(&self.sandbox()?).await;
                 return Ok(());
             }
+            // kubectl delete of everything of the computer, its home claim too.
+            (Kind::Kube | Kind::KubeSandbox, Service::Kube(f, _)) => {
+                f.delete_computer(&self.c).await;
+                return Ok(());
+            }
             _ => {}
         }
         self.stop_behind_back().await?;
@@ -248,7 +268,9 @@ impl Machine<'_> {
                     std::fs::remove_dir_all(d)?;
                 }
             }
-            Kind::E2b | Kind::Daytona => bail!("no service for {:?}", self.kind),
+            Kind::E2b | Kind::Daytona | Kind::Kube | Kind::KubeSandbox => {
+                bail!("no service for {:?}", self.kind)
+            }
         }
         Ok(())
     }
@@ -363,7 +385,10 @@ async fn conformance_in(kind: Kind, service: Service) -> Result<()> {
         w.get_file(&c, "kept/b.txt").await?.as_ref(),
         b"since the checkpoint"
     );
-    if matches!(kind, Kind::Docker | Kind::E2b | Kind::Daytona) {
+    if matches!(
+        kind,
+        Kind::Docker | Kind::E2b | Kind::Daytona | Kind::Kube | Kind::KubeSandbox
+    ) {
         assert_eq!(
             m.instance()?.split(' ').next(),
             before.split(' ').next(),
@@ -387,7 +412,7 @@ async fn conformance_in(kind: Kind, service: Service) -> Result<()> {
     );
     match kind {
         Kind::Fake => assert_eq!(m.fake_dirs().len(), 1, "one replacement machine"),
-        Kind::E2b | Kind::Daytona => {
+        Kind::E2b | Kind::Daytona | Kind::Kube | Kind::KubeSandbox => {
             let replacement = m.sandbox()?;
             assert_ne!(
                 Some(replacement.as_str()),
@@ -425,6 +450,13 @@ async fn conformance_in(kind: Kind, service: Service) -> Result<()> {
                 for sb in f.sandboxes_of(&c) {
                     assert_eq!(f.state_of(&sb), Some("destroying"), "sandbox {sb} left");
                 }
+            }
+        }
+        Kind::Kube | Kind::KubeSandbox => {
+            if let Service::Kube(f, _) = &service {
+                // Pods end after their processes; the collector follows owners.
+                let left = crate::kubernetes::settled(|| f.all_of(&c).is_empty()).await;
+                assert!(left, "objects left after destroy: {:?}", f.all_of(&c));
             }
         }
     }
@@ -596,6 +628,16 @@ async fn conformance_e2b_fake() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn conformance_daytona_fake() -> Result<()> {
     conformance(Kind::Daytona).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_kubernetes_fake() -> Result<()> {
+    conformance(Kind::Kube).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn conformance_kubernetes_sandbox_fake() -> Result<()> {
+    conformance(Kind::KubeSandbox).await
 }
 
 /// Every regular file under `dir`, recursively.
