@@ -194,7 +194,16 @@ async fn boot(core: Arc<Core>, pool: Pool, id: ComputerId, states: States) {
             info!(pool = %pool.name, computer_id = %c.id, took_ms = took.as_millis() as u64, "warm pool member ready");
         }
         Err(e) => {
-            warn!(pool = %pool.name, computer_id = %id, error = %e, "warm pool member did not boot")
+            // Destroyed while it booted (its pool deleted or shrunk): nothing went wrong.
+            let gone = matches!(
+                core.computers.get(&id).await,
+                Ok(Some(c)) if c.state == ComputerState::Destroyed
+            ) || matches!(core.pools.get(&pool.name).await, Ok(None));
+            if gone {
+                info!(pool = %pool.name, computer_id = %id, "warm pool member destroyed while it booted");
+            } else {
+                warn!(pool = %pool.name, computer_id = %id, error = %e, "warm pool member did not boot")
+            }
         }
     }
     core.pool_wake.notify_one();
