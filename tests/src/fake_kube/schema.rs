@@ -1,5 +1,9 @@
-//! The request bodies the fake API server takes, checked against the published schemas, written
-//! out by hand for the fields a Rakazo computer's objects use (and their siblings):
+//! The request bodies the fake API server takes, checked against the published schemas' types,
+//! written out by hand for the fields a Rakazo computer's objects use (and their siblings). The
+//! Kubernetes types below were written from the API as documented, not compared line by line with
+//! the 1.8 MB OpenAPI document (only its start was read here); agent-sandbox's CRD was read. The
+//! opt-in live run against a real cluster (`providers/tests/kubernetes_live.rs`) is what checks
+//! them against a real API server:
 //!
 //! - Kubernetes' OpenAPI v3 document `api/openapi-spec/v3/api__v1_openapi.json` (core/v1:
 //!   `Pod`, `PodSpec`, `Container`, `EnvVar`, `ResourceRequirements`, `SecurityContext`,
