@@ -300,14 +300,7 @@ impl KubernetesProvider {
             .await?;
         let owner = self.owner_of(Kind::Claim, &pvc);
         let made = async {
-            let secret = objects::token_secret(name);
-            self.create(
-                Kind::Secret,
-                objects::secret(spec, name, &secret, Some(&owner)),
-            )
-            .await?;
-            let policy = objects::network_policy(spec, name, Some(&owner), Self::ws_endpoint(spec));
-            self.create(Kind::Policy, policy).await?;
+            self.create_secret_and_policy(spec, name, &owner).await?;
             self.create(Kind::Pod, objects::pod(&self.config, spec, name, &owner))
                 .await
         }
@@ -322,6 +315,25 @@ impl KubernetesProvider {
         Ok(())
     }
 
+    /// The computer's token Secret and NetworkPolicy, both owned by `owner` (its home claim in
+    /// pod mode, its Sandbox in sandbox mode).
+    async fn create_secret_and_policy(
+        &self,
+        spec: &SandboxSpec,
+        name: &str,
+        owner: &Value,
+    ) -> Result<(), ProviderError> {
+        let secret = objects::token_secret(name);
+        self.create(
+            Kind::Secret,
+            objects::secret(spec, name, &secret, Some(owner)),
+        )
+        .await?;
+        let policy = objects::network_policy(spec, name, Some(owner), Self::ws_endpoint(spec));
+        self.create(Kind::Policy, policy).await?;
+        Ok(())
+    }
+
     async fn provision_sandbox(&self, spec: &SandboxSpec, name: &str) -> Result<(), ProviderError> {
         let sb = self
             .create(Kind::Sandbox, objects::sandbox(&self.config, spec, name))
@@ -329,14 +341,7 @@ impl KubernetesProvider {
         let owner = self.owner_of(Kind::Sandbox, &sb);
         let r = ProviderRef(name.to_string());
         let made = async {
-            let secret = objects::token_secret(name);
-            self.create(
-                Kind::Secret,
-                objects::secret(spec, name, &secret, Some(&owner)),
-            )
-            .await?;
-            let policy = objects::network_policy(spec, name, Some(&owner), Self::ws_endpoint(spec));
-            self.create(Kind::Policy, policy).await?;
+            self.create_secret_and_policy(spec, name, &owner).await?;
             self.set_mode(name, "Running", &r).await
         }
         .await;
