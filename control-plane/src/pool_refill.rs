@@ -103,7 +103,7 @@ async fn refill(
     let now = Instant::now();
     let mut lost = Vec::new();
     let mut extra = Vec::new();
-    let (ready, boots) = {
+    let boots = {
         let mut all = lock(states);
         let st = all.entry(pool.name.clone()).or_default();
         let listed: HashSet<&ComputerId> = members.iter().map(|(c, _)| &c.id).collect();
@@ -151,7 +151,7 @@ async fn refill(
         let starting = (members.len() as u64).saturating_sub(ready) + pending as u64;
         core.metrics
             .pool_members(pool.name.as_str(), ready, starting + boots.len() as u64);
-        (ready, boots)
+        boots
     };
     for id in lost {
         info!(pool = %pool.name, computer_id = %id, "warm pool member lost (its guest is gone): replacing it");
@@ -164,7 +164,6 @@ async fn refill(
     for id in boots {
         tokio::spawn(boot(core.clone(), pool.clone(), id, states.clone()));
     }
-    let _ = ready;
     Ok(())
 }
 

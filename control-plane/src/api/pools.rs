@@ -3,7 +3,6 @@
 
 use super::body::{json_response, read_json};
 use super::{Api, ApiError, RespBody};
-use crate::computers::ComputerState;
 use crate::pools::PoolError;
 use crate::schema::code::ApiCode;
 use crate::schema::pool::{CreatePool, Pool, PoolDeleted, PoolList, PoolMember, ResizePool};
@@ -38,13 +37,7 @@ async fn shown(api: &Api, p: crate::pools::Pool) -> Result<Pool, ApiError> {
             .into_iter()
             .map(|(c, ready)| PoolMember {
                 id: c.id.to_string(),
-                state: match c.state {
-                    ComputerState::Provisioning => "provisioning",
-                    ComputerState::Running => "running",
-                    ComputerState::Stopped => "stopped",
-                    ComputerState::Destroyed => "destroyed",
-                }
-                .to_string(),
+                state: c.state.as_str().to_string(),
                 ready,
             })
             .collect(),
