@@ -248,6 +248,21 @@ fn bind_tunnel(
     Ok(listening)
 }
 
+/// Raises this process's soft limit on open files to its hard limit: every HTTP connection,
+/// guest tunnel and relay holds descriptors, and the usual soft default (1024) would make accept
+/// fail long before the connection caps (`--http-max-connections`) decide anything.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!(from = soft, to = hard, "raised the open files limit"),
+            Err(e) => warn!(soft, hard, error = %e, "cannot raise the open files limit"),
+        },
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot read the open files limit"),
+    }
+}
+
 /// Runs the control plane until the process is killed.
 pub async fn serve(cfg: ServeConfig) -> Result<()> {
     std::fs::DirBuilder::new()
@@ -263,6 +278,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
         Some(files) => Some(crate::tls::ApiTls::load(&files.cert, &files.key)?),
         None => None,
     };
+    raise_open_files_limit();
     let (token, created) = load_or_create_token(&cfg.data_dir)?;
     if created {
         // Printed once, on the terminal of whoever started the server the first time; the file

@@ -421,7 +421,7 @@ async fn websocket(
     // costs the guest nothing; the guard gives it back however the stream ends.
     let guard = match api.core.live.streams.register(
         UrlKey::of_token(token),
-        api.live.config.max_streams_per_url,
+        api.live.config.caps(),
         &cap.scope.computer,
         &cap.scope.bot,
         policy,

@@ -1,6 +1,6 @@
 //! `rakazo serve` configuration of live screens: the flags (clap, with their environment
-//! variables) of the user's control-lease TTL and of how many streams one capability URL may have
-//! open, and their range checks. Nothing else in the module reads configuration.
+//! variables) of the user's control-lease TTL, of how many streams one capability URL may have
+//! open and of how many windows one screen may be shown in, and their range checks. Nothing else in the module reads configuration.
 
 use clap::Args;
 use std::time::Duration;
@@ -23,6 +23,12 @@ pub const DEFAULT_MAX_STREAMS_PER_URL: usize = 8;
 /// per view or control server).
 const MAX_STREAMS_PER_URL: usize = 32;
 
+/// Default cap on the viewer and control windows open at once on one screen, through however
+/// many URLs.
+pub const DEFAULT_MAX_VIEWERS_PER_SCREEN: usize = 16;
+/// Highest accepted: the guest serves at most 32 clients per screen server.
+const MAX_VIEWERS_PER_SCREEN: usize = 32;
+
 /// `rakazo serve` flags of live screens.
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
@@ -36,6 +42,11 @@ pub struct LiveArgs {
     #[arg(long, env = "RAKAZO_MAX_STREAMS_PER_URL",
           default_value_t = DEFAULT_MAX_STREAMS_PER_URL)]
     pub max_streams_per_url: usize,
+    /// How many viewer and control windows one screen (a bot's desktop) may have open at
+    /// once, through however many capability URLs; past it the upgrade answers 429.
+    #[arg(long, env = "RAKAZO_MAX_VIEWERS_PER_SCREEN",
+          default_value_t = DEFAULT_MAX_VIEWERS_PER_SCREEN)]
+    pub max_viewers_per_screen: usize,
 }
 
 impl LiveArgs {
@@ -56,9 +67,16 @@ impl LiveArgs {
                 self.max_streams_per_url
             );
         }
+        if !(1..=MAX_VIEWERS_PER_SCREEN).contains(&self.max_viewers_per_screen) {
+            anyhow::bail!(
+                "the viewers per screen must be 1..={MAX_VIEWERS_PER_SCREEN}, got {}",
+                self.max_viewers_per_screen
+            );
+        }
         Ok(LiveConfig {
             control_lease_ttl: ttl,
             max_streams_per_url: self.max_streams_per_url,
+            max_viewers_per_screen: self.max_viewers_per_screen,
         })
     }
 }
@@ -69,6 +87,18 @@ pub struct LiveConfig {
     pub control_lease_ttl: Duration,
     /// Most websockets open at once through one capability URL.
     pub max_streams_per_url: usize,
+    /// Most viewer and control windows open at once on one screen.
+    pub max_viewers_per_screen: usize,
+}
+
+impl LiveConfig {
+    /// The caps the stream registry keeps.
+    pub fn caps(&self) -> super::streams::Caps {
+        super::streams::Caps {
+            per_url: self.max_streams_per_url,
+            per_screen: self.max_viewers_per_screen,
+        }
+    }
 }
 
 impl Default for LiveConfig {
@@ -76,6 +106,7 @@ impl Default for LiveConfig {
         Self {
             control_lease_ttl: DEFAULT_CONTROL_LEASE_TTL,
             max_streams_per_url: DEFAULT_MAX_STREAMS_PER_URL,
+            max_viewers_per_screen: DEFAULT_MAX_VIEWERS_PER_SCREEN,
         }
     }
 }
@@ -88,6 +119,7 @@ mod tests {
         LiveArgs {
             control_lease_ttl_secs: secs,
             max_streams_per_url: DEFAULT_MAX_STREAMS_PER_URL,
+            max_viewers_per_screen: DEFAULT_MAX_VIEWERS_PER_SCREEN,
         }
         .resolve()
     }
@@ -132,6 +164,12 @@ mod tests {
         assert_eq!(cli.live.resolve().unwrap().max_streams_per_url, 2);
         for bad in ["0", "33"] {
             let cli = Cli::try_parse_from(["rakazo", "--max-streams-per-url", bad]).unwrap();
+            assert!(cli.live.resolve().is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["rakazo", "--max-viewers-per-screen", "3"]).unwrap();
+        assert_eq!(cli.live.resolve().unwrap().caps().per_screen, 3);
+        for bad in ["0", "33"] {
+            let cli = Cli::try_parse_from(["rakazo", "--max-viewers-per-screen", bad]).unwrap();
             assert!(cli.live.resolve().is_err(), "{bad}");
         }
     }

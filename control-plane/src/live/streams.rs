@@ -2,8 +2,11 @@
 //! desktop torn down) closes them at once instead of at their next once-per-second re-check.
 //!
 //! Each relay registers itself and holds a [`StreamGuard`]; dropping the guard unregisters it.
-//! Registration is also where the cap on streams per capability URL is kept: a URL already
-//! open in as many websockets as allowed gets no more until one closes.
+//! Registration is also where the caps are kept: a URL already open in as many websockets as
+//! allowed gets no more until one closes, and neither does a screen (a bot's desktop) already
+//! shown in as many viewer and control windows as allowed, whatever URLs they came through (one
+//! can issue many URLs for a screen). The guest bounds each screen's servers again (32 clients
+//! each), which also holds across replicas.
 //! Closing only cancels the guard's token: the relay sees it, ends its websocket and its guest
 //! stream, and logs why. This is an accelerator, not the authority: the database re-check of
 //! every stream (see `relay`) closes it anyway within a second.
@@ -35,13 +38,31 @@ impl UrlKey {
     }
 }
 
-/// The URL already has as many open streams as allowed.
+/// Why a stream was not registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "this link is already open in {max} windows, the most allowed at once; close one and try again"
-)]
-pub struct UrlFull {
-    pub max: usize,
+pub enum Full {
+    /// The URL already has as many open streams as allowed.
+    #[error(
+        "this link is already open in {max} windows, the most allowed at once; close one and try \
+         again"
+    )]
+    Url { max: usize },
+    /// The screen is already shown in as many viewer and control windows as allowed.
+    #[error(
+        "this screen is already shown in {max} windows, the most allowed at once; close one and \
+         try again"
+    )]
+    Screen { max: usize },
+}
+
+/// The caps [`Streams::register`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Streams open at once through one capability URL.
+    pub per_url: usize,
+    /// View and control streams open at once on one bot's screen (terminals are shells, not
+    /// the screen, and have their own cap in the guest).
+    pub per_screen: usize,
 }
 
 /// Which of a bot's streams to close.
@@ -85,21 +106,31 @@ impl Streams {
     }
 
     /// Registers a stream of `bot` on `computer` under `policy`, opened through the URL `url`,
-    /// unless that URL already has `max_per_url` open streams (counted and registered under one
-    /// lock, so concurrent upgrades cannot overshoot).
+    /// unless that URL, or for a view or control stream the bot's screen, is at its cap
+    /// (counted and registered under one lock, so concurrent upgrades cannot overshoot).
     pub fn register(
         self: &Arc<Self>,
         url: UrlKey,
-        max_per_url: usize,
+        caps: Caps,
         computer: &str,
         bot: &BotId,
         policy: CapabilityKind,
-    ) -> Result<StreamGuard, UrlFull> {
+    ) -> Result<StreamGuard, Full> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
         let mut map = self.lock();
-        if map.values().filter(|e| e.url == url).count() >= max_per_url {
-            return Err(UrlFull { max: max_per_url });
+        if map.values().filter(|e| e.url == url).count() >= caps.per_url {
+            return Err(Full::Url { max: caps.per_url });
+        }
+        let on_screen = |e: &&Entry| {
+            e.computer == computer && &e.bot == bot && e.policy != CapabilityKind::Terminal
+        };
+        if policy != CapabilityKind::Terminal
+            && map.values().filter(on_screen).count() >= caps.per_screen
+        {
+            return Err(Full::Screen {
+                max: caps.per_screen,
+            });
         }
         map.insert(
             id,
@@ -179,6 +210,11 @@ impl Streams {
 mod tests {
     use super::*;
 
+    const UNCAPPED: Caps = Caps {
+        per_url: usize::MAX,
+        per_screen: usize::MAX,
+    };
+
     fn bot(s: &str) -> BotId {
         BotId::new(s).unwrap()
     }
@@ -186,7 +222,7 @@ mod tests {
     /// A stream on its own URL, without a cap that matters.
     fn reg(s: &Arc<Streams>, computer: &str, b: &str, policy: CapabilityKind) -> StreamGuard {
         let url = UrlKey::of_token(&format!("{computer}/{b}/{}", s.len()));
-        s.register(url, usize::MAX, computer, &bot(b), policy)
+        s.register(url, UNCAPPED, computer, &bot(b), policy)
             .unwrap()
     }
 
@@ -224,15 +260,42 @@ mod tests {
         let s = Streams::new();
         let url = UrlKey::of_token("sealed-a");
         let other = UrlKey::of_token("sealed-b");
-        let open = |u| s.register(u, 2, "c1", &bot("a"), CapabilityKind::View);
+        let caps = Caps {
+            per_url: 2,
+            per_screen: usize::MAX,
+        };
+        let open = |u| s.register(u, caps, "c1", &bot("a"), CapabilityKind::View);
         let first = open(url).unwrap();
         let _second = open(url).unwrap();
-        assert_eq!(open(url).err(), Some(UrlFull { max: 2 }));
+        assert_eq!(open(url).err(), Some(Full::Url { max: 2 }));
         // Another URL of the same bot has its own count.
         let _third = open(other).unwrap();
         drop(first);
         let _again = open(url).unwrap();
         assert!(open(url).is_err());
         assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_screen_shows_in_at_most_its_cap_of_windows_whatever_their_urls() {
+        let s = Streams::new();
+        let caps = Caps {
+            per_url: 8,
+            per_screen: 2,
+        };
+        let open = |token: &str, b: &str, policy| {
+            s.register(UrlKey::of_token(token), caps, "c1", &bot(b), policy)
+        };
+        let view = open("u1", "a", CapabilityKind::View).unwrap();
+        let _control = open("u2", "a", CapabilityKind::Control).unwrap();
+        assert_eq!(
+            open("u3", "a", CapabilityKind::View).err(),
+            Some(Full::Screen { max: 2 })
+        );
+        // Terminals are not the screen; another bot's screen has its own count.
+        let _term = open("u4", "a", CapabilityKind::Terminal).unwrap();
+        let _other = open("u5", "b", CapabilityKind::View).unwrap();
+        drop(view);
+        assert!(open("u3", "a", CapabilityKind::View).is_ok());
     }
 }

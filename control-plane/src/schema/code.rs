@@ -50,6 +50,8 @@ codes! {
     PoolNotFound = "pool_not_found", 404, "no such warm pool";
     NoRoute = "no_route", 404, "no route for that method and path";
     MethodNotAllowed = "method_not_allowed", 405, "the path takes another method";
+    TooManyConnections = "too_many_connections", 429, "this client address holds the most HTTP \
+        connections one address may, every one mid-request";
     BodyTimeout = "body_timeout", 408, "the request body did not arrive in time";
     UnsupportedMediaType = "unsupported_media_type", 415, "the body is not of the type the \
         route takes (JSON)";

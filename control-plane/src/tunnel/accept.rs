@@ -13,7 +13,8 @@ use super::{GuestAuth, GuestConn, Registry};
 use gateway_proto::{
     encode, ControlHandshake, ControlMsg, FrameDecoder, HandshakeEvent, RefuseReason,
 };
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +26,10 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// QUIC application close codes.
 const CLOSE_REFUSED: u32 = 1;
 const CLOSE_PROTOCOL: u32 = 3;
+/// Most connections one address may have between its first packet and its hello: a guest
+/// needs one (two while its old connection times out), so past this it is somebody dialling
+/// without a token, who must not fill the endpoint for everyone else.
+const SETTING_UP_PER_ADDRESS: usize = 16;
 /// Tries at finding a port free for both UDP and TCP when the tunnel is asked for port 0.
 const PORT_0_TRIES: u32 = 16;
 
@@ -172,20 +177,72 @@ pub async fn serve<A: GuestAuth>(tunnel: Listening, registry: Arc<Registry>, aut
     over_tcp.abort();
 }
 
+/// The connections of each address still setting up (handshake and hello), for
+/// [`SETTING_UP_PER_ADDRESS`].
+#[derive(Default)]
+struct SettingUp(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection setting up; counted until dropped.
+struct SetupGuard {
+    table: Arc<SettingUp>,
+    ip: IpAddr,
+}
+
+impl SettingUp {
+    /// A place for a new connection from `ip`, unless the address has every place already.
+    fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<SetupGuard> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= SETTING_UP_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(SetupGuard {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for SetupGuard {
+    fn drop(&mut self) {
+        let mut map = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
 async fn accept_loop<A: GuestAuth>(
     endpoint: quinn::Endpoint,
     via: Via,
     registry: Arc<Registry>,
     auth: Arc<A>,
 ) {
+    let setting_up = Arc::new(SettingUp::default());
+    let mut refused = 0u64;
     while let Some(incoming) = endpoint.accept().await {
+        let peer = via.peer(incoming.remote_address());
+        let Some(setup) = setting_up.enter(peer.ip()) else {
+            // One WARN per 100 refusals at most: a flood must not flood the log too.
+            if refused.is_multiple_of(100) {
+                warn!(remote = %peer, per_address = SETTING_UP_PER_ADDRESS, refused = refused + 1,
+                      "tunnel connection refused: its address has the most connections setting up");
+            }
+            refused += 1;
+            incoming.refuse();
+            continue;
+        };
         let registry = registry.clone();
         let auth = auth.clone();
         let via = via.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             match incoming.await {
-                Ok(conn) => handle_connection(conn, via, registry, auth).await,
+                Ok(conn) => handle_connection(conn, via, registry, auth, setup).await,
                 Err(e) => {
                     let transport = via.transport(&remote);
                     let remote = via.peer(remote);
@@ -201,9 +258,10 @@ async fn handle_connection<A: GuestAuth>(
     via: Via,
     registry: Arc<Registry>,
     auth: Arc<A>,
+    setup: SetupGuard,
 ) {
     let remote = conn.remote_address();
-    serve_connection(&conn, &via, registry, auth).await;
+    serve_connection(&conn, &via, registry, auth, setup).await;
     // However it ended, the connection is over, and so is its carrier connection over TCP.
     conn.closed().await;
     via.release(&remote);
@@ -214,10 +272,12 @@ async fn serve_connection<A: GuestAuth>(
     via: &Via,
     registry: Arc<Registry>,
     auth: Arc<A>,
+    setup: SetupGuard,
 ) {
     let transport = via.transport(&conn.remote_address());
     let remote = via.peer(conn.remote_address());
     let accepted = tokio::time::timeout(HELLO_TIMEOUT, handshake(conn, auth.as_ref())).await;
+    drop(setup);
     let (computer, mut send, mut recv, remainder) = match accepted {
         Ok(Ok(v)) => v,
         Ok(Err(reason)) => {
@@ -427,5 +487,26 @@ async fn control_loop(
             },
             () = guest.leases_changed.notified() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod setting_up_tests {
+    use super::*;
+
+    #[test]
+    fn an_address_sets_up_at_most_its_places_and_a_finished_one_frees_its_place() {
+        let t = Arc::new(SettingUp::default());
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let held: Vec<_> = (0..SETTING_UP_PER_ADDRESS)
+            .map(|_| t.enter(a).expect("a place"))
+            .collect();
+        assert!(t.enter(a).is_none(), "the address has every place");
+        let other = t.enter(b).expect("another address has its own places");
+        drop(held);
+        assert!(t.enter(a).is_some());
+        drop(other);
+        assert!(t.0.lock().unwrap().is_empty(), "no count is kept at zero");
     }
 }

@@ -250,13 +250,18 @@ impl Screens {
             .insert(bot.clone(), now);
     }
 
-    /// Milliseconds since the bot last used its desktop (`u64::MAX` if it never did).
-    fn idle_ms(&self, bot: &BotId) -> u64 {
+    /// Sets each screen's `idle_ms`: milliseconds since its bot last used its desktop
+    /// (`u64::MAX` if it never did), all read at one instant, so that they order the screens
+    /// as eviction must even when listing them waited on a busy desktop in between.
+    fn set_idle(&self, screens: &mut [ScreenInfo]) {
         let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        used.get(bot).map_or(u64::MAX, |at| {
-            let idle = self.clock.now().saturating_duration_since(*at);
-            u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
-        })
+        let now = self.clock.now();
+        for s in screens {
+            s.idle_ms = used.get(&s.bot).map_or(u64::MAX, |at| {
+                let idle = now.saturating_duration_since(*at);
+                u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
+            });
+        }
     }
 
     /// The bot's desktop if it is live (its X server running), locked; never starts one.
@@ -276,10 +281,9 @@ impl Screens {
         let mut out = Vec::new();
         for (bot, d) in desktops.iter() {
             let d = d.lock().await;
-            let mut info = info_of(bot, &d, false);
-            info.idle_ms = self.idle_ms(bot);
-            out.push(info);
+            out.push(info_of(bot, &d, false));
         }
+        self.set_idle(&mut out);
         out.sort_by_key(|s| s.slot);
         out
     }
@@ -768,4 +772,61 @@ fn completed_count(actions: &[Action]) -> u32 {
 /// are an identical frame (the PNG encoding is deterministic), without encoding either.
 fn capture_now(d: &mut Desktop) -> Result<display::Frame, OpError> {
     tokio::task::block_in_place(|| d.capturer.capture()).map_err(failed)
+}
+
+#[cfg(test)]
+mod idle_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    fn screen(bot: &BotId) -> ScreenInfo {
+        ScreenInfo {
+            bot: bot.clone(),
+            slot: 0,
+            display: 101,
+            width: 1280,
+            height: 800,
+            browser_pid: None,
+            started: false,
+            idle_ms: 0,
+        }
+    }
+
+    /// Every read of this clock is a second later than the previous one: idle times read at
+    /// different instants would reorder the screens.
+    #[test]
+    fn idle_times_are_read_at_one_instant_and_keep_the_order_of_use() {
+        let base = crate::clock::monotonic().now();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let clock = {
+            let ticks = ticks.clone();
+            Clock::new(move || base + Duration::from_secs(ticks.fetch_add(1, Ordering::SeqCst)))
+        };
+        let screens = Screens::new(
+            ScreensConfig {
+                home: PathBuf::from("/nonexistent"),
+                runtime_dir: PathBuf::from("/nonexistent"),
+                limit: None,
+                chromium: PathBuf::from("/nonexistent"),
+                device_scale: None,
+            },
+            clock,
+        );
+        let (old, mid, never) = (
+            BotId::new("bot-old").unwrap(),
+            BotId::new("bot-mid").unwrap(),
+            BotId::new("bot-never").unwrap(),
+        );
+        screens.touch(&old);
+        screens.touch(&mid);
+        let mut list = vec![screen(&old), screen(&mid), screen(&never)];
+        screens.set_idle(&mut list);
+        assert_eq!(list[0].idle_ms, 2000, "touched at 0 s, read at 2 s");
+        assert_eq!(
+            list[1].idle_ms, 1000,
+            "touched at 1 s, read at the same 2 s"
+        );
+        assert_eq!(list[2].idle_ms, u64::MAX, "never used");
+    }
 }

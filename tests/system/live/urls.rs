@@ -1,5 +1,5 @@
 //! Live screens' capability URLs: sealed and failing closed, takeover, reuse of a slot, the
-//! generation bump, expiry, and the streams one URL may open.
+//! generation bump, expiry, and the streams one URL and one screen may open.
 
 use super::*;
 
@@ -323,16 +323,7 @@ async fn a_url_opens_at_most_eight_streams_and_a_closed_one_frees_a_place() -> R
     let mut first = open.remove(0);
     first.close(None).await?;
     wait_closed(&mut first, LONG).await?;
-    let deadline = tokio::time::Instant::now() + LONG;
-    let again = loop {
-        match upgrade_or_status(&w.http, &view).await? {
-            Ok(ws) => break ws,
-            Err(429) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(status) => bail!("after a close, the upgrade still answered {status}"),
-        }
-    };
+    let again = upgrade_once_freed(&w.http, &view).await?;
     let mut rfb = Rfb::handshake(WsBytes::new(again)).await?;
     rfb.sync().await?;
     assert_eq!(
@@ -343,6 +334,63 @@ async fn a_url_opens_at_most_eight_streams_and_a_closed_one_frees_a_place() -> R
     assert!(w.log().contains("too_many_streams"));
     w.check_log()?;
     Ok(())
+}
+
+/// A screen is shown in at most `RAKAZO_MAX_VIEWERS_PER_SCREEN` windows, whatever URLs they
+/// came through (anyone allowed can issue many URLs for one screen): past it the upgrade is
+/// answered 429 naming the screen's cap, and a closed window frees a place.
+#[tokio::test]
+async fn a_screen_shows_in_at_most_its_cap_of_windows_across_urls() -> Result<()> {
+    let mut w = World::start_with(tests::WorldOptions {
+        env: vec![("RAKAZO_MAX_VIEWERS_PER_SCREEN".into(), "3".into())],
+        ..Default::default()
+    })
+    .await?;
+    let c = w.create_computer("ws-live-screen-cap").await?;
+    let a = Bot::new(&c, "bot-a");
+    a.desktop(&w).await?;
+    let (u1, u2, u3) = (
+        a.url(&mut w, "view").await?,
+        a.url(&mut w, "view").await?,
+        a.url(&mut w, "view").await?,
+    );
+    let mut first = connect(&w.http, &u1).await?;
+    let _second = connect(&w.http, &u1).await?;
+    let _third = connect(&w.http, &u2).await?;
+    match tokio_tungstenite::connect_async(tests::live::ws_url(&w.http, &u3)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 429);
+            let body =
+                String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).to_string();
+            assert!(
+                body.contains("this screen is already shown in 3 windows"),
+                "{body}"
+            );
+        }
+        Ok(_) => bail!("a fourth window of one screen was upgraded through a fresh URL"),
+        Err(e) => bail!("the fourth upgrade failed otherwise: {e}"),
+    }
+    first.close(None).await?;
+    wait_closed(&mut first, LONG).await?;
+    let again = upgrade_once_freed(&w.http, &u3).await?;
+    let mut rfb = Rfb::handshake(WsBytes::new(again)).await?;
+    rfb.sync().await?;
+    w.check_log()
+}
+
+/// Opens a capability websocket once a closed one's place is free again (the relay sees the
+/// close a moment later): retried while it answers 429, for up to [`LONG`].
+async fn upgrade_once_freed(http: &str, cap_path: &str) -> Result<tests::live::Ws> {
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        match upgrade_or_status(http, cap_path).await? {
+            Ok(ws) => return Ok(ws),
+            Err(429) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => bail!("after a close, the upgrade still answered {status}"),
+        }
+    }
 }
 
 /// Opens a capability websocket: the stream, or the status of a refused upgrade.

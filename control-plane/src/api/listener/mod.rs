@@ -19,7 +19,14 @@
 //! When every connection is mid-request the new one is refused at once (503 when the socket
 //! takes it, plain HTTP only). Displacements and refusals are logged as one WARN per 10 s.
 //!
+//! A client address holds at most `max_connections_per_address` of them, and at that cap competes
+//! only with itself (`slots`): one client cannot take every connection from the others. Its
+//! connections over that cap are refused with 429 (plain HTTP only) when every one of its own is
+//! mid-request.
+//!
 //! Routing is `super::handle`'s; this module never looks at a request beyond its status.
+
+mod slots;
 
 use super::{handle, Api, RespBody};
 use crate::schema::code::ApiCode;
@@ -30,13 +37,12 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::StatusCode;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::collections::HashMap;
+use slots::{Peer, Refused, SlotGuard, SlotMark, Slots};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -44,12 +50,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 /// Default of `--http-header-timeout-secs`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Default of `--http-max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default of `--http-max-connections-per-address`: a quarter of the server's.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 /// Default of `--http-max-header-bytes`: far above any head the API needs (a bearer token, a
 /// few short headers), far below hyper's default of about 400 KiB.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 << 10;
@@ -73,6 +81,12 @@ pub struct HttpArgs {
     /// connection waiting longest for a request is closed for the new one.
     #[arg(long, env = "RAKAZO_HTTP_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub http_max_connections: usize,
+    /// Most HTTP connections one client address (an IPv4 address, an IPv6 /64) holds at once.
+    /// At this cap a new one displaces the address's own connection waiting longest for a
+    /// request, and is refused (429) when all of them are mid-request.
+    #[arg(long, env = "RAKAZO_HTTP_MAX_CONNECTIONS_PER_ADDRESS",
+          default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    pub http_max_connections_per_address: usize,
     /// Largest request head in bytes (checked between reads: one read's worth of slack); a
     /// larger one is answered 431.
     #[arg(long, env = "RAKAZO_HTTP_MAX_HEADER_BYTES", default_value_t = DEFAULT_MAX_HEADER_BYTES)]
@@ -100,6 +114,13 @@ impl HttpArgs {
                 self.http_max_connections
             );
         }
+        if !(1..=self.http_max_connections).contains(&self.http_max_connections_per_address) {
+            bail!(
+                "the HTTP connections per address must be 1..={} (the connection cap), got {}",
+                self.http_max_connections,
+                self.http_max_connections_per_address
+            );
+        }
         if !(MIN_HEADER_BYTES..=16 << 20).contains(&self.http_max_header_bytes) {
             bail!(
                 "the largest HTTP head must be {MIN_HEADER_BYTES}..={} bytes, got {}",
@@ -110,6 +131,7 @@ impl HttpArgs {
         Ok(HttpConfig {
             header_timeout: Duration::from_secs(self.http_header_timeout_secs),
             max_connections: self.http_max_connections,
+            max_connections_per_address: self.http_max_connections_per_address,
             max_header_bytes: self.http_max_header_bytes,
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles {
@@ -128,6 +150,7 @@ impl HttpArgs {
 pub struct HttpConfig {
     pub header_timeout: Duration,
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
     pub max_header_bytes: usize,
     /// Serve https with these files (loaded and checked by `serve`).
     pub tls: Option<TlsFiles>,
@@ -138,6 +161,7 @@ impl Default for HttpConfig {
         Self {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             tls: None,
         }
@@ -166,8 +190,11 @@ pub async fn serve(
     config: &HttpConfig,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) {
-    let slots = Arc::new(Slots::new(config.max_connections));
-    tokio::spawn(report(slots.clone()));
+    let slots = Arc::new(Slots::new(
+        config.max_connections,
+        config.max_connections_per_address,
+    ));
+    tokio::spawn(slots::report(slots.clone()));
     let server = Arc::new(Server {
         api,
         header_timeout: config.header_timeout,
@@ -184,9 +211,12 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some((slot, cancel)) = slots.admit() else {
-            refuse(&stream, server.tls.is_some());
-            continue;
+        let (slot, cancel) = match slots.admit(Peer::of(remote.ip())) {
+            Ok(v) => v,
+            Err(why) => {
+                refuse(&stream, server.tls.is_some(), why);
+                continue;
+            }
         };
         // Small NDJSON lines (an exec's `exit`) must not wait for the client's delayed ACK:
         // with Nagle on, each one stalled about 40 ms (BENCHMARKS.md).
@@ -226,15 +256,25 @@ fn raw_error(code: ApiCode, message: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Closes a connection over the cap, answering 503 first on plain HTTP when the socket takes it
-/// at once (never waiting: the point is to spend nothing on it).
-fn refuse(stream: &TcpStream, tls: bool) {
-    if !tls {
-        let _ = stream.try_write(&raw_error(
+/// Closes a connection over a cap, answering first on plain HTTP when the socket takes it at
+/// once (never waiting: the point is to spend nothing on it): 503 at the server's cap, 429 at
+/// the address's.
+fn refuse(stream: &TcpStream, tls: bool, why: Refused) {
+    if tls {
+        return;
+    }
+    let answer = match why {
+        Refused::Full => raw_error(
             ApiCode::ServerBusy,
             "every HTTP connection of the control plane is in use; try again shortly",
-        ));
-    }
+        ),
+        Refused::PeerFull => raw_error(
+            ApiCode::TooManyConnections,
+            "this address holds the most HTTP connections one address may, every one \
+             mid-request; finish or close some first",
+        ),
+    };
+    let _ = stream.try_write(&answer);
 }
 
 /// One connection, from the TLS handshake to its end; dropped at once when displaced.
@@ -459,303 +499,16 @@ impl Body for Answering {
         self.body.size_hint()
     }
 }
-
-/// The open connections, for the cap.
-struct Slots {
-    cap: usize,
-    table: Mutex<SlotTable>,
-    displaced: AtomicU64,
-    refused: AtomicU64,
-    accept_failures: AtomicU64,
-    last_accept_error: Mutex<Option<String>>,
-}
-
-impl Slots {
-    fn new(cap: usize) -> Self {
-        Self {
-            cap,
-            table: Mutex::new(SlotTable::default()),
-            displaced: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            accept_failures: AtomicU64::new(0),
-            last_accept_error: Mutex::new(None),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SlotTable> {
-        // The table holds no invariant a panicking holder could break halfway.
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A slot for a new connection, displacing a waiting one at the cap; `None` when every
-    /// open connection is mid-request.
-    fn admit(self: &Arc<Self>) -> Option<(SlotGuard, CancellationToken)> {
-        let admitted = self.lock().admit(self.cap);
-        match admitted {
-            Admission::Open { id, cancel } => Some((self.guard(id), cancel)),
-            Admission::Displacing { id, cancel, victim } => {
-                victim.cancel();
-                self.displaced.fetch_add(1, Ordering::Relaxed);
-                Some((self.guard(id), cancel))
-            }
-            Admission::Full => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
-    }
-
-    fn guard(self: &Arc<Self>, id: u64) -> SlotGuard {
-        SlotGuard {
-            slots: self.clone(),
-            id,
-        }
-    }
-
-    fn accept_failed(&self, e: &std::io::Error) {
-        self.accept_failures.fetch_add(1, Ordering::Relaxed);
-        *self
-            .last_accept_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-    }
-}
-
-/// One WARN per [`WARN_EVERY`] at most, summing what happened since the last one.
-async fn report(slots: Arc<Slots>) {
-    let mut tick = tokio::time::interval(WARN_EVERY);
-    loop {
-        tick.tick().await;
-        let displaced = slots.displaced.swap(0, Ordering::Relaxed);
-        let refused = slots.refused.swap(0, Ordering::Relaxed);
-        if displaced + refused > 0 {
-            warn!(
-                cap = slots.cap,
-                displaced,
-                refused,
-                "http connection cap reached: waiting connections closed for new ones \
-                 (displaced), or new ones refused because every connection was mid-request"
-            );
-        }
-        let failures = slots.accept_failures.swap(0, Ordering::Relaxed);
-        if failures > 0 {
-            let last = slots
-                .last_accept_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .unwrap_or_default();
-            warn!(failures, last_error = %last, "accepting http connections failed");
-        }
-    }
-}
-
-/// Removes its connection from the table when the socket is dropped.
-struct SlotGuard {
-    slots: Arc<Slots>,
-    id: u64,
-}
-
-impl SlotGuard {
-    fn mark(&self) -> SlotMark {
-        SlotMark {
-            slots: self.slots.clone(),
-            id: self.id,
-        }
-    }
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        self.slots.lock().remove(self.id);
-    }
-}
-
-/// Records what a connection is doing (a no-op once it is gone).
-#[derive(Clone)]
-struct SlotMark {
-    slots: Arc<Slots>,
-    id: u64,
-}
-
-impl SlotMark {
-    fn busy(&self) {
-        self.slots.lock().busy(self.id);
-    }
-
-    fn waiting(&self) {
-        self.slots.lock().waiting(self.id);
-    }
-}
-
-/// What an open connection is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Waiting for a request head, since `since` (a counter, not a clock); `served` once a
-    /// request was answered on it.
-    Waiting { served: bool, since: u64 },
-    /// Handling a request, or upgraded to a websocket.
-    Busy,
-}
-
-struct Entry {
-    state: State,
-    cancel: CancellationToken,
-}
-
-/// The decision part of [`Slots`], without atomics or tasks.
-#[derive(Default)]
-struct SlotTable {
-    entries: HashMap<u64, Entry>,
-    next_id: u64,
-    /// Orders waiting connections: every change to waiting takes the next value.
-    next_since: u64,
-}
-
-enum Admission {
-    Open {
-        id: u64,
-        cancel: CancellationToken,
-    },
-    Displacing {
-        id: u64,
-        cancel: CancellationToken,
-        victim: CancellationToken,
-    },
-    Full,
-}
-
-impl SlotTable {
-    fn admit(&mut self, cap: usize) -> Admission {
-        let victim = if self.entries.len() >= cap {
-            // Never-served connections first, then the one waiting longest.
-            let oldest = self
-                .entries
-                .iter()
-                .filter_map(|(id, e)| match e.state {
-                    State::Waiting { served, since } => Some(((served, since), *id)),
-                    State::Busy => None,
-                })
-                .min();
-            match oldest.and_then(|(_, id)| self.entries.remove(&id)) {
-                Some(e) => Some(e.cancel),
-                None => return Admission::Full,
-            }
-        } else {
-            None
-        };
-        let id = self.next_id;
-        self.next_id += 1;
-        let since = self.tick();
-        let cancel = CancellationToken::new();
-        self.entries.insert(
-            id,
-            Entry {
-                state: State::Waiting {
-                    served: false,
-                    since,
-                },
-                cancel: cancel.clone(),
-            },
-        );
-        match victim {
-            None => Admission::Open { id, cancel },
-            Some(victim) => Admission::Displacing { id, cancel, victim },
-        }
-    }
-
-    fn tick(&mut self) -> u64 {
-        self.next_since += 1;
-        self.next_since
-    }
-
-    fn busy(&mut self, id: u64) {
-        if let Some(e) = self.entries.get_mut(&id) {
-            e.state = State::Busy;
-        }
-    }
-
-    fn waiting(&mut self, id: u64) {
-        let since = self.tick();
-        if let Some(e) = self.entries.get_mut(&id) {
-            e.state = State::Waiting {
-                served: true,
-                since,
-            };
-        }
-    }
-
-    fn remove(&mut self, id: u64) {
-        self.entries.remove(&id);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn open(t: &mut SlotTable, cap: usize) -> (u64, CancellationToken) {
-        match t.admit(cap) {
-            Admission::Open { id, cancel } => (id, cancel),
-            _ => panic!("expected a free slot"),
-        }
-    }
-
-    #[test]
-    fn at_the_cap_the_oldest_never_served_connection_makes_room() {
-        let mut t = SlotTable::default();
-        let (a, a_cancel) = open(&mut t, 3);
-        let (b, b_cancel) = open(&mut t, 3);
-        let (c, c_cancel) = open(&mut t, 3);
-        // `a` answered a request and waits again (a keep-alive client); `b` and `c` never sent
-        // a whole head.
-        t.busy(a);
-        t.waiting(a);
-        match t.admit(3) {
-            Admission::Displacing { victim, .. } => {
-                victim.cancel();
-                assert!(b_cancel.is_cancelled(), "b is the oldest never-served one");
-            }
-            _ => panic!("a waiting connection makes room"),
-        }
-        assert!(!a_cancel.is_cancelled() && !c_cancel.is_cancelled());
-        assert!(!t.entries.contains_key(&b));
-        assert!(t.entries.contains_key(&c));
-    }
-
-    #[test]
-    fn a_served_connection_goes_once_no_silent_one_is_left_and_busy_ones_never() {
-        let mut t = SlotTable::default();
-        let (a, a_cancel) = open(&mut t, 2);
-        let (b, _) = open(&mut t, 2);
-        t.busy(a);
-        t.waiting(a);
-        t.busy(b);
-        let c = match t.admit(2) {
-            Admission::Displacing { id, victim, .. } => {
-                victim.cancel();
-                assert!(a_cancel.is_cancelled(), "the idle keep-alive one goes");
-                id
-            }
-            _ => panic!("a waiting connection makes room"),
-        };
-        t.busy(c);
-        assert!(
-            matches!(t.admit(2), Admission::Full),
-            "every connection is mid-request: the new one is refused"
-        );
-        t.remove(b);
-        assert!(
-            matches!(t.admit(2), Admission::Open { .. }),
-            "b's slot is free"
-        );
-    }
 
     #[test]
     fn flags_are_range_checked() {
         let args = HttpArgs {
             http_header_timeout_secs: 15,
             http_max_connections: 1024,
+            http_max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             http_max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             tls_cert: None,
             tls_key: None,
@@ -774,8 +527,14 @@ mod tests {
         assert!(err.contains("8192"), "{err}");
         let no_cap = HttpArgs {
             http_max_connections: 0,
-            ..args
+            ..args.clone()
         };
         assert!(no_cap.resolve().is_err());
+        let over = HttpArgs {
+            http_max_connections: 8,
+            http_max_connections_per_address: 9,
+            ..args.clone()
+        };
+        assert!(over.resolve().is_err());
     }
 }
