@@ -317,6 +317,22 @@ async fn after_a_30_second_cut_the_guest_comes_back_and_nothing_runs_twice() -> 
         (&"running".into(), &true.into()),
         "{shown}"
     );
+    // The cut outlasted the grace before a lost guest is recorded: the feed says so (the
+    // machine still runs, the guest may come back by itself), and nothing was stopped.
+    let lost: Vec<_> = w
+        .lifecycle(&c)
+        .await?
+        .into_iter()
+        .filter(|e| e["event"] == "crashed")
+        .collect();
+    ensure!(
+        lost.len() == 1
+            && lost[0]["cause"] == "guest_lost"
+            && lost[0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("dials in again by itself")),
+        "{lost:#?}"
+    );
     w.add_secret(view.trim_start_matches("/cap/"));
     w.check_log()
 }
