@@ -26,6 +26,7 @@ pub mod fake_kube;
 pub mod fake_service;
 pub mod fixture;
 pub mod garage;
+pub mod impair;
 pub mod live;
 pub mod netlab;
 pub mod probes;

@@ -136,7 +136,8 @@ fn loss_event(
             Cause::GuestLost,
             format!(
                 "guest lost: {lost}, while the {kind} machine still runs (the guest died or its \
-                 network is cut); start the computer to replace the guest"
+                 network is cut): a guest whose network comes back dials in again by itself; if \
+                 it does not, start the computer to replace the guest"
             ),
         ),
         Ok(MachineExit::Stopped {
@@ -210,6 +211,7 @@ mod tests {
         let (e, c, r) = loss_event("docker", lost, Ok(MachineExit::Running), None);
         assert_eq!((e, c), (Lifecycle::Crashed, Cause::GuestLost));
         assert!(r.starts_with("guest lost"), "{r}");
+        assert!(r.contains("dials in again by itself"), "{r}");
         let oom = MachineExit::Stopped {
             exit_code: Some(137),
             oom_killed: true,

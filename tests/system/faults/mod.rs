@@ -1,4 +1,6 @@
-//! The fault suite (issue 36): what holds when a link, the database, the object store or a
-//! client misbehaves, each through the real binaries.
+//! Faults (issue 36): each test breaks one thing the runtime depends on (the link, the
+//! database, the object store) or misbehaves as a client, through the real binaries, and checks
+//! what holds (docs/faults.md).
 
 mod limits;
+mod link;
