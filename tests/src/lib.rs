@@ -28,12 +28,14 @@ pub mod fixture;
 pub mod garage;
 pub mod live;
 pub mod netlab;
+pub mod pgcluster;
 pub mod probes;
 pub mod procstat;
 pub mod readme;
 pub mod replicas;
 pub mod rogue;
 pub mod s3;
+pub mod s3fault;
 pub mod tunnel;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).

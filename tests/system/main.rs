@@ -11,6 +11,7 @@ mod containment;
 mod desktops;
 mod docker;
 mod eviction;
+mod faults;
 mod foundation;
 mod grounding;
 mod guest_idle;

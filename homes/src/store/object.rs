@@ -63,6 +63,9 @@ pub struct ObjectStoreConfig {
     pub parts_in_flight: usize,
     /// Limits the archive of a commit must stay within.
     pub limits: Limits,
+    /// How long one attempt of an incremental repository's request may take before it is
+    /// abandoned and tried again (`cas::blobs::ATTEMPT_DEADLINE` unless set).
+    pub attempt_timeout: std::time::Duration,
 }
 
 impl ObjectStoreConfig {
@@ -83,6 +86,7 @@ impl ObjectStoreConfig {
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: 2,
             limits: Limits::default(),
+            attempt_timeout: crate::cas::blobs::ATTEMPT_DEADLINE,
         }
     }
 }
@@ -98,6 +102,7 @@ impl fmt::Debug for ObjectStoreConfig {
             .field("force_path_style", &self.force_path_style)
             .field("part_size", &self.part_size)
             .field("parts_in_flight", &self.parts_in_flight)
+            .field("attempt_timeout", &self.attempt_timeout)
             .field("limits", &self.limits)
             .finish()
     }

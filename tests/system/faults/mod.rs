@@ -1,0 +1,2 @@
+mod db;
+mod store;
