@@ -10,6 +10,29 @@ use std::process::Command;
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// What a replica warns of while its database is down: each answer of 503, and its background
+/// work (heartbeats, activity, idle checks, pools, recordings, secrets, jobs, claims, forwarding
+/// look-ups) failing until it returns; and, sqlx's, a pooled connection found broken.
+pub const OUTAGE_WARNS: [&str; 17] = [
+    "database unavailable",
+    "replica heartbeat failed",
+    "could not list the other replicas",
+    "could not look up the guest's replica",
+    "could not record an activity event",
+    "recording a computer's last use failed",
+    "pool refiller could not list the pools",
+    "recordings: cannot list the recorded computers",
+    "could not list computers to apply secrets to",
+    "could not read the computer's secrets",
+    "could not look for interrupted jobs",
+    "could not look for queued jobs",
+    "idle check failed",
+    "idle job could not list computers",
+    "claim renewal failed; retrying",
+    "releasing a claim failed; it expires by itself",
+    "error occurred while testing the connection",
+];
+
 /// One running (or stopped) cluster.
 pub struct PgCluster {
     dir: tempfile::TempDir,

@@ -160,6 +160,7 @@ pub fn default_quota() -> Limits {
 
 /// The resolved home store.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // reason: resolved once per process; boxing buys nothing
 pub enum StoreConfig {
     Local,
     Object {

@@ -175,7 +175,7 @@ pub const ATTEMPTS: u32 = 4;
 pub const BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
 /// How long one attempt may take, unless configured otherwise.
 #[cfg(feature = "object")]
-pub const ATTEMPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+pub const ATTEMPT_DEADLINE: std::time::Duration = crate::store::object::DEFAULT_ATTEMPT_TIMEOUT;
 
 #[cfg(feature = "object")]
 impl ObjectBlobs {

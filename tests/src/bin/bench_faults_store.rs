@@ -41,7 +41,8 @@ fn cells(v: &[f64]) -> String {
 async fn database(rounds: usize, down_requests: usize) -> Result<()> {
     let pg = PgCluster::start()?;
     let mut r = Replicas::start_on(&pg.url(), 1, |_, o| {
-        o.allow_warn.push("database unavailable".into());
+        o.allow_warn
+            .extend(tests::pgcluster::OUTAGE_WARNS.iter().map(|w| w.to_string()));
     })
     .await?;
     let w_c = r.worlds[0].create_computer("bench-faults-db").await?;
@@ -119,6 +120,7 @@ async fn database(rounds: usize, down_requests: usize) -> Result<()> {
         );
     }
     println!();
+    r.worlds[0].check_log()?;
     drop(r);
     drop(pg);
     Ok(())
