@@ -29,12 +29,14 @@ pub mod garage;
 pub mod impair;
 pub mod live;
 pub mod netlab;
+pub mod pgcluster;
 pub mod probes;
 pub mod procstat;
 pub mod readme;
 pub mod replicas;
 pub mod rogue;
 pub mod s3;
+pub mod s3fault;
 pub mod tunnel;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).

@@ -29,9 +29,27 @@ pub async fn fresh_pg() -> Result<control_plane::db::testing::PgSchema> {
 impl Replicas {
     /// Starts `n` replicas; `tune` adjusts each one's options (environment, allowed WARNs).
     pub async fn start(n: usize, tune: impl Fn(usize, &mut WorldOptions)) -> Result<Self> {
+        Self::start_with(fresh_pg().await?, n, tune).await
+    }
+
+    /// [`Self::start`] on a fresh schema of the PostgreSQL at `base_url` (a private cluster a
+    /// test may stop and start: `tests::pgcluster`).
+    pub async fn start_on(
+        base_url: &str,
+        n: usize,
+        tune: impl Fn(usize, &mut WorldOptions),
+    ) -> Result<Self> {
+        let schema = control_plane::db::testing::postgres_schema(base_url).await?;
+        Self::start_with(schema, n, tune).await
+    }
+
+    async fn start_with(
+        schema: control_plane::db::testing::PgSchema,
+        n: usize,
+        tune: impl Fn(usize, &mut WorldOptions),
+    ) -> Result<Self> {
         let s3 = S3Server::start().await?;
         let store = ObjectStoreOptions::for_server(&s3);
-        let schema = fresh_pg().await?;
         let database_url = schema.url().to_owned();
         let mut worlds: Vec<World> = Vec::with_capacity(n);
         for i in 0..n {

@@ -60,6 +60,19 @@ impl ApiError {
         Self::new(ApiCode::Internal, "internal error")
     }
 
+    /// A database failure: 503 `database_unavailable` when the database cannot be reached
+    /// (the request may be tried again as it is), else an internal failure.
+    pub fn db(e: &crate::db::DbError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %crate::homes::chain(e), "database unavailable");
+            return Self::new(
+                ApiCode::DatabaseUnavailable,
+                "the database cannot be reached: try again",
+            );
+        }
+        Self::internal(e)
+    }
+
     /// What the error body (or an NDJSON `error` line) says about it.
     pub fn info(&self) -> ErrorInfo {
         ErrorInfo {

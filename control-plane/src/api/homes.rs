@@ -76,7 +76,8 @@ pub fn home_error(e: HomeError) -> ApiError {
         }
         HomeError::NotIncremental => ApiError::new(ApiCode::HomeNotIncremental, msg),
         HomeError::Exists(_) => ApiError::new(ApiCode::Exists, msg),
-        HomeError::Db(_) | HomeError::BadKey(..) => ApiError::internal(msg),
+        HomeError::Db(d) => ApiError::db(&d),
+        HomeError::BadKey(..) => ApiError::internal(msg),
         HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
             ApiError::new(ApiCode::HomeStoreFailed, msg)
         }

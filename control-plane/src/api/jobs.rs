@@ -132,6 +132,6 @@ pub fn job_error(e: JobError) -> ApiError {
             ..
         } => ApiError::new(ApiCode::JobNotInterrupted, msg),
         JobError::Refused { .. } => ApiError::new(ApiCode::JobConflict, msg),
-        JobError::Db(_) => ApiError::internal(e),
+        JobError::Db(d) => ApiError::db(&d),
     }
 }

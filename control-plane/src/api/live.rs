@@ -44,7 +44,7 @@ impl From<LiveError> for ApiError {
             LiveError::Store(LiveStoreError::BotRunning { .. }) => {
                 ApiError::new(ApiCode::BotRunning, "Stop the bot first")
             }
-            LiveError::Store(other) => ApiError::internal(other),
+            LiveError::Store(LiveStoreError::Db(d)) => ApiError::db(&d),
             LiveError::NoControl { .. } => ApiError::new(ApiCode::NoControl, msg),
             LiveError::Seal(other) => ApiError::internal(other),
         }

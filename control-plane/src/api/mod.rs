@@ -365,7 +365,7 @@ async fn authenticate(api: &Api, req: &Request<Incoming>) -> Result<Option<Crede
         return match api.core.tokens.verify(presented, now_ms()).await {
             Ok(Some(p)) => Ok(Some(Credential::Bearer(p))),
             Ok(None) => Ok(None),
-            Err(e) => Err(ApiError::internal(e)),
+            Err(e) => Err(ApiError::db(&e)),
         };
     }
     let Some(cookie) = console::session_cookie(req) else {
@@ -373,7 +373,7 @@ async fn authenticate(api: &Api, req: &Request<Incoming>) -> Result<Option<Crede
     };
     match api.core.tokens.session(&cookie, now_ms()).await {
         Ok(s) => Ok(s.map(Credential::Session)),
-        Err(e) => Err(ApiError::internal(e)),
+        Err(e) => Err(ApiError::db(&e)),
     }
 }
 
@@ -726,7 +726,7 @@ impl From<CoreError> for ApiError {
             CoreError::Lease(LeaseError::FenceExhausted { .. }) => {
                 ApiError::new(ApiCode::FenceExhausted, msg)
             }
-            CoreError::Lease(other) => ApiError::internal(other),
+            CoreError::Lease(LeaseError::Db(d)) => ApiError::db(&d),
             CoreError::Computer(c) => computer_error(c, msg),
             CoreError::Home(h) => homes::home_error(h),
             CoreError::BadLimits(_) => ApiError::bad_request(msg),
@@ -753,7 +753,7 @@ fn computer_error(e: crate::computers::ComputerError, msg: String) -> ApiError {
         E::AlreadyExists(_) => ApiError::new(ApiCode::ComputerExists, msg),
         E::HomeInUse { .. } => ApiError::new(ApiCode::HomeInUse, msg),
         E::Destroyed(_) => ApiError::new(ApiCode::ComputerDestroyed, msg),
-        E::Db(_) => ApiError::internal(e),
+        E::Db(d) => ApiError::db(&d),
     }
 }
 

@@ -18,7 +18,7 @@ pub fn pool_error(e: PoolError) -> ApiError {
         PoolError::NotFound(_) => ApiError::new(ApiCode::PoolNotFound, msg),
         PoolError::Exists(_) => ApiError::new(ApiCode::Exists, msg),
         PoolError::Invalid(_) => ApiError::bad_request(msg),
-        PoolError::Db(_) => ApiError::internal(e),
+        PoolError::Db(d) => ApiError::db(&d),
     }
 }
 

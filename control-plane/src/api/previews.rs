@@ -46,7 +46,7 @@ impl From<PreviewError> for ApiError {
             PreviewError::Bad(m) => ApiError::bad_request(m),
             PreviewError::NotFound(_) => ApiError::new(ApiCode::NotFound, e.to_string()),
             PreviewError::TooMany => ApiError::new(ApiCode::TooManyPreviews, e.to_string()),
-            PreviewError::Db(e) => ApiError::internal(e),
+            PreviewError::Db(e) => ApiError::db(&e),
         }
     }
 }

@@ -19,7 +19,7 @@ impl From<RecordingError> for ApiError {
     fn from(e: RecordingError) -> Self {
         match e {
             RecordingError::TooLarge(m) => ApiError::bad_request(m),
-            RecordingError::Db(e) => ApiError::internal(e),
+            RecordingError::Db(e) => ApiError::db(&e),
             RecordingError::Store(m) => ApiError::internal(m),
         }
     }

@@ -18,7 +18,7 @@ fn secret_error(e: SecretError) -> ApiError {
         SecretError::Invalid(_) => ApiError::bad_request(msg),
         SecretError::NotFound { .. } => ApiError::new(ApiCode::NotFound, msg),
         SecretError::TooMany(_) => ApiError::new(ApiCode::TooManySecrets, msg),
-        SecretError::Db(_) => ApiError::internal(msg),
+        SecretError::Db(d) => ApiError::db(&d),
     }
 }
 

@@ -28,7 +28,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Bad(m) => ApiError::bad_request(m),
             ServiceError::NotFound(_) => ApiError::new(ApiCode::NotFound, e.to_string()),
             ServiceError::TooMany => ApiError::new(ApiCode::TooManyServices, e.to_string()),
-            ServiceError::Db(e) => ApiError::internal(e),
+            ServiceError::Db(e) => ApiError::db(&e),
         }
     }
 }

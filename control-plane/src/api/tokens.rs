@@ -17,7 +17,7 @@ fn token_error(e: TokenError) -> ApiError {
         TokenError::Bad(_) => ApiError::bad_request(msg),
         TokenError::NotFound(_) => ApiError::new(ApiCode::NotFound, msg),
         TokenError::TooMany => ApiError::new(ApiCode::Exists, msg),
-        TokenError::Db(e) => ApiError::internal(e),
+        TokenError::Db(e) => ApiError::db(&e),
     }
 }
 

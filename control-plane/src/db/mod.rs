@@ -30,6 +30,12 @@ pub const SQLITE_FILE: &str = "rakazo.db";
 /// How long a SQLite connection waits for another writer before failing with "database is locked".
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a query waits for a PostgreSQL connection: for a free one of the pool, or for the
+/// server to accept a new one. sqlx keeps dialling a server that refuses connections until
+/// this runs out (its default, 30 s, held every request that long while PostgreSQL was down);
+/// past it the query fails as [`DbError::is_unavailable`], which the API answers with 503.
+pub const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Which backend a [`Db`] talks to. Queries that cannot be written portably branch on this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DbKind {
@@ -91,6 +97,16 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// Whether the database could not be reached (down, restarting, every connection busy
+    /// past [`PG_ACQUIRE_TIMEOUT`], or the connection dropped under the query): a failure to
+    /// try again later, not a wrong row or query.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Query(e) | Self::Connect { source: e, .. } => unavailable(e),
+            _ => false,
+        }
+    }
+
     /// A row whose stored values break the invariants the code relies on.
     pub fn corrupt(table: &'static str, key: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::Corrupt {
@@ -98,6 +114,23 @@ impl DbError {
             key: key.into(),
             reason: reason.into(),
         }
+    }
+}
+
+/// Whether `e` says the database could not be reached: no connection within the acquire
+/// timeout, a broken connection, or PostgreSQL's connection exceptions (class 08) and
+/// operator interventions (57P: shutting down, starting up).
+fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
     }
 }
 
@@ -145,7 +178,9 @@ impl Db {
                         })
                     })
             }
-            DbKind::Postgres => AnyPoolOptions::new().max_connections(10),
+            DbKind::Postgres => AnyPoolOptions::new()
+                .max_connections(10)
+                .acquire_timeout(PG_ACQUIRE_TIMEOUT),
         };
         let pool = options
             .connect(url)

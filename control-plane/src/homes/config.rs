@@ -77,6 +77,11 @@ pub struct HomeArgs {
     /// Parts uploading at once.
     #[arg(long, env = "RAKAZO_S3_PARTS_IN_FLIGHT", default_value_t = 2)]
     pub s3_parts_in_flight: usize,
+    /// Seconds one attempt of an incremental home's bucket request may take before it is
+    /// abandoned and retried (each request is tried 4 times, backing off from 200 ms).
+    #[arg(long, env = "RAKAZO_S3_ATTEMPT_TIMEOUT_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub s3_attempt_timeout_secs: u64,
     /// File (mode 0600) holding the space's content key: 64 hex characters.
     #[arg(long, env = "RAKAZO_HOME_CONTENT_KEY_FILE")]
     pub home_content_key_file: Option<PathBuf>,
@@ -155,6 +160,7 @@ pub fn default_quota() -> Limits {
 
 /// The resolved home store.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // reason: resolved once per process; boxing buys nothing
 pub enum StoreConfig {
     Local,
     Object {
@@ -223,6 +229,7 @@ impl HomeArgs {
                 s3.force_path_style = self.s3_path_style;
                 s3.part_size = self.s3_part_mib << 20;
                 s3.parts_in_flight = self.s3_parts_in_flight;
+                s3.attempt_timeout = std::time::Duration::from_secs(self.s3_attempt_timeout_secs);
                 s3.limits = quota;
                 Ok(StoreConfig::Object { s3, content_key })
             }

@@ -175,6 +175,9 @@ pub struct HomeService {
     claims: Option<crate::claims::Claims>,
     /// Which revisions of a home are kept (incremental format).
     keep: Keep,
+    /// Homes whose last commit in this process failed (incremental format): it may have left
+    /// packs no index names, which the next commit that succeeds collects.
+    unclean: Mutex<std::collections::HashSet<HomeKey>>,
     /// Screen recordings, kept beside the homes (docs/recordings.md).
     recordings: Arc<homes::cas::RecordingBlobs>,
 }
@@ -236,6 +239,7 @@ impl HomeService {
             quota: cfg.quota,
             claims: None,
             keep: cfg.keep,
+            unclean: Mutex::default(),
             recordings,
         })
     }
@@ -331,7 +335,8 @@ impl HomeService {
 
     /// Stores the archive as the home's next revision, made for `cause`; then, in the
     /// incremental format, deletes the revisions retention no longer keeps and frees their
-    /// space (a failure there is logged: the checkpoint itself has succeeded). The caller holds
+    /// space, and what an earlier failed commit left (a failure there is logged: the
+    /// checkpoint itself has succeeded). The caller holds
     /// the home's lock ([`Self::lock`]), so no other checkpoint, restore or collection of it
     /// runs meanwhile, in this process or another replica.
     pub async fn commit<R>(
@@ -366,6 +371,10 @@ impl HomeService {
         }))
     }
 
+    fn unclean_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<HomeKey>> {
+        self.unclean.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     async fn commit_cas<L: HomeStore, R>(
         &self,
         s: &CasHomeStore<L>,
@@ -377,17 +386,25 @@ impl HomeService {
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
-        let info = s
+        let committed = s
             .commit_export(key, archive, cause, crate::clock::now_ms(), export)
-            .await?;
+            .await;
+        if committed.is_err() {
+            self.unclean_set().insert(key.clone());
+        }
+        let info = committed?;
+        let unclean = self.unclean_set().remove(key);
         let revs = s.revisions(key).await?;
-        if homes::cas::repo::kept(&revs, &self.keep).len() < revs.len() {
+        if unclean || homes::cas::repo::kept(&revs, &self.keep).len() < revs.len() {
             match s.collect(key, self.keep).await {
                 Ok(Some((gone, stats))) => tracing::info!(home = %key, forgotten = ?gone,
                     bytes_freed = stats.bytes_deleted, "old home revisions collected"),
                 Ok(None) => {}
-                Err(e) => tracing::warn!(home = %key, error = %chain(&e),
-                    "collecting old home revisions failed; they stay until the next checkpoint"),
+                Err(e) => {
+                    tracing::warn!(home = %key, error = %chain(&e),
+                    "collecting old home revisions failed; they stay until the next checkpoint");
+                    self.unclean_set().insert(key.clone());
+                }
             }
         }
         Revision::new(info.revision).ok_or(HomeError::NoRevision(0))

@@ -118,6 +118,8 @@ codes! {
     TunnelUnavailable = "tunnel_unavailable", 503, "this server carries no tunnel";
     TunnelBusy = "tunnel_busy", 503, "too many guest tunnels are logging in at once";
     ServerBusy = "server_busy", 503, "every HTTP connection of the server is in use";
+    DatabaseUnavailable = "database_unavailable", 503, "the control plane's database cannot be \
+        reached (restarting, down): try again";
     GuestTimeout = "guest_timeout", 504, "the guest did not answer in time";
 }
 

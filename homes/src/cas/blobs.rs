@@ -154,8 +154,9 @@ impl BlobStore for LocalBlobs {
 /// Objects in an S3-compatible bucket under `<prefix>/` (the home's storage id). The trait is
 /// synchronous, so this store drives the S3 client on a runtime of its own: call it from a
 /// blocking thread (`spawn_blocking`), never from inside an async task. Every request is retried
-/// ([`ATTEMPTS`] in all, backing off from [`BACKOFF`]), each attempt within [`ATTEMPT_DEADLINE`]:
-/// a store that fails or stalls costs a bounded time, then a clear error.
+/// ([`ATTEMPTS`] in all, backing off from [`BACKOFF`]), each attempt within the configuration's
+/// `attempt_timeout` ([`ATTEMPT_DEADLINE`] by default): a store that fails or stalls costs a
+/// bounded time, then a clear error.
 #[cfg(feature = "object")]
 pub struct ObjectBlobs {
     client: aws_sdk_s3::Client,
@@ -163,6 +164,7 @@ pub struct ObjectBlobs {
     prefix: String,
     rt: tokio::runtime::Runtime,
     written: std::sync::atomic::AtomicU64,
+    attempt_deadline: std::time::Duration,
 }
 
 /// Attempts of each request.
@@ -171,9 +173,9 @@ pub const ATTEMPTS: u32 = 4;
 /// The first retry's wait; each next one doubles it.
 #[cfg(feature = "object")]
 pub const BACKOFF: std::time::Duration = std::time::Duration::from_millis(200);
-/// How long one attempt may take.
+/// How long one attempt may take, unless configured otherwise.
 #[cfg(feature = "object")]
-pub const ATTEMPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+pub const ATTEMPT_DEADLINE: std::time::Duration = crate::store::object::DEFAULT_ATTEMPT_TIMEOUT;
 
 #[cfg(feature = "object")]
 impl ObjectBlobs {
@@ -199,6 +201,7 @@ impl ObjectBlobs {
             prefix: format!("{root}/{prefix}"),
             rt,
             written: Default::default(),
+            attempt_deadline: config.attempt_timeout,
         })
     }
 
@@ -213,15 +216,16 @@ impl ObjectBlobs {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, Retry>>,
     {
+        let deadline = self.attempt_deadline;
         self.rt.block_on(async {
             let mut wait = BACKOFF;
             let mut last = String::new();
             for attempt in 1..=ATTEMPTS {
-                match tokio::time::timeout(ATTEMPT_DEADLINE, op()).await {
+                match tokio::time::timeout(deadline, op()).await {
                     Ok(Ok(v)) => return Ok(v),
                     Ok(Err(Retry::Final(e))) => return Err(e),
                     Ok(Err(Retry::Again(e))) => last = e,
-                    Err(_) => last = format!("no answer within {ATTEMPT_DEADLINE:?}"),
+                    Err(_) => last = format!("no answer within {deadline:?}"),
                 }
                 if attempt < ATTEMPTS {
                     tokio::time::sleep(wait).await;

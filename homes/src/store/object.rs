@@ -63,7 +63,14 @@ pub struct ObjectStoreConfig {
     pub parts_in_flight: usize,
     /// Limits the archive of a commit must stay within.
     pub limits: Limits,
+    /// How long one attempt of an incremental repository's request may take before it is
+    /// abandoned and tried again (`DEFAULT_ATTEMPT_TIMEOUT`, 60 s, unless set).
+    pub attempt_timeout: std::time::Duration,
 }
+
+/// How long one attempt of an incremental repository's bucket request may take, unless
+/// configured otherwise.
+pub const DEFAULT_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ObjectStoreConfig {
     /// A configuration with default part size (8 MiB), 2 parts in flight and default limits.
@@ -83,6 +90,7 @@ impl ObjectStoreConfig {
             part_size: DEFAULT_PART_SIZE,
             parts_in_flight: 2,
             limits: Limits::default(),
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
         }
     }
 }
@@ -98,6 +106,7 @@ impl fmt::Debug for ObjectStoreConfig {
             .field("force_path_style", &self.force_path_style)
             .field("part_size", &self.part_size)
             .field("parts_in_flight", &self.parts_in_flight)
+            .field("attempt_timeout", &self.attempt_timeout)
             .field("limits", &self.limits)
             .finish()
     }

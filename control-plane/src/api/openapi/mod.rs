@@ -84,8 +84,13 @@ impl Doc {
         let mut codes = op.codes;
         if e.auth().token() {
             // Any token route refuses a role below its own, and a cookie-signed change
-            // without its CSRF token.
-            codes.extend([ApiCode::Unauthorized, ApiCode::Forbidden, ApiCode::Csrf]);
+            // without its CSRF token; any answers 503 while the database cannot be reached.
+            codes.extend([
+                ApiCode::Unauthorized,
+                ApiCode::Forbidden,
+                ApiCode::Csrf,
+                ApiCode::DatabaseUnavailable,
+            ]);
         }
         let mut by_status: BTreeMap<u16, Vec<ApiCode>> = BTreeMap::new();
         for code in codes {
