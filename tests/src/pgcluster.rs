@@ -13,7 +13,7 @@ const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// What a replica warns of while its database is down: each answer of 503, and its background
 /// work (heartbeats, activity, idle checks, pools, recordings, secrets, jobs, claims, forwarding
 /// look-ups) failing until it returns; and, sqlx's, a pooled connection found broken.
-pub const OUTAGE_WARNS: [&str; 17] = [
+pub const OUTAGE_WARNS: [&str; 18] = [
     "database unavailable",
     "replica heartbeat failed",
     "could not list the other replicas",
@@ -31,6 +31,7 @@ pub const OUTAGE_WARNS: [&str; 17] = [
     "claim renewal failed; retrying",
     "releasing a claim failed; it expires by itself",
     "error occurred while testing the connection",
+    "could not give back a lease granted",
 ];
 
 /// One running (or stopped) cluster.

@@ -94,6 +94,7 @@ fn contend(
     bot: &'static str,
     owner: &'static str,
     stop: Arc<AtomicBool>,
+    granted: Arc<std::sync::atomic::AtomicU32>,
 ) -> tokio::task::JoinHandle<Tally> {
     tokio::spawn(async move {
         let mut t = Tally::default();
@@ -126,6 +127,7 @@ fn contend(
                 t.unexpected.push(format!("acquire answered {v}"));
                 continue;
             };
+            granted.fetch_add(1, Ordering::Relaxed);
             let mut grant = Grant {
                 owner: owner.into(),
                 fence,
@@ -286,13 +288,38 @@ async fn a_restarted_database_fails_requests_with_503_and_loses_nothing() -> Res
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut runs = Vec::new();
+    let mut granted = Vec::new();
     for c in [&c1, &c2] {
         for (i, owner) in [(0, "run-a"), (1, "run-b")] {
             let client = r.worlds[i].client.clone();
-            runs.push(contend(client, c.clone(), "bot-x", owner, stop.clone()));
+            let count = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            granted.push(count.clone());
+            runs.push(contend(
+                client,
+                c.clone(),
+                "bot-x",
+                owner,
+                stop.clone(),
+                count,
+            ));
         }
     }
+    // Every run holds the lease at least once before the outage (on a loaded machine the
+    // contending runs may take turns slowly), and again after it.
+    let every_run_granted = |since: &[u32]| {
+        granted
+            .iter()
+            .zip(since)
+            .all(|(g, n)| g.load(Ordering::Relaxed) > *n)
+    };
+    let none = vec![0u32; granted.len()];
     tokio::time::sleep(Duration::from_secs(3)).await;
+    tests::wait_for(
+        Duration::from_secs(60),
+        "every run to get the lease",
+        || every_run_granted(&none).then_some(()),
+    )
+    .await?;
 
     let stopped_at = tokio::time::Instant::now();
     pg.stop()?;
@@ -322,7 +349,14 @@ async fn a_restarted_database_fails_requests_with_503_and_loses_nothing() -> Res
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    let at_return: Vec<u32> = granted.iter().map(|g| g.load(Ordering::Relaxed)).collect();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    tests::wait_for(
+        Duration::from_secs(60),
+        "every run to get the lease after the outage",
+        || every_run_granted(&at_return).then_some(()),
+    )
+    .await?;
     stop.store(true, Ordering::Relaxed);
     let mut tallies = Vec::new();
     for run in runs {

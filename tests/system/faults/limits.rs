@@ -71,7 +71,7 @@ async fn one_address_holding_its_connections_busy_leaves_room_for_everyone_else(
                 PER_ADDRESS.to_string(),
             ),
         ],
-        allow_warn: vec!["http connections refused: their client address".into()],
+        allow_warn: vec!["http connections of one client address reached its cap".into()],
         ..Default::default()
     })
     .await?;

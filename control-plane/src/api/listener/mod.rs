@@ -84,9 +84,9 @@ pub struct HttpArgs {
     /// Most HTTP connections one client address (an IPv4 address, an IPv6 /64) holds at once.
     /// At this cap a new one displaces the address's own connection waiting longest for a
     /// request, and is refused (429) when all of them are mid-request.
-    #[arg(long, env = "RAKAZO_HTTP_MAX_CONNECTIONS_PER_ADDRESS",
-          default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
-    pub http_max_connections_per_address: usize,
+    /// Unset: 256, or the connection cap when that is lower.
+    #[arg(long, env = "RAKAZO_HTTP_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub http_max_connections_per_address: Option<usize>,
     /// Largest request head in bytes (checked between reads: one read's worth of slack); a
     /// larger one is answered 431.
     #[arg(long, env = "RAKAZO_HTTP_MAX_HEADER_BYTES", default_value_t = DEFAULT_MAX_HEADER_BYTES)]
@@ -114,13 +114,14 @@ impl HttpArgs {
                 self.http_max_connections
             );
         }
-        if !(1..=self.http_max_connections).contains(&self.http_max_connections_per_address) {
-            bail!(
-                "the HTTP connections per address must be 1..={} (the connection cap), got {}",
-                self.http_max_connections,
-                self.http_max_connections_per_address
-            );
-        }
+        let per_address = match self.http_max_connections_per_address {
+            None => DEFAULT_MAX_CONNECTIONS_PER_ADDRESS.min(self.http_max_connections),
+            Some(n) if (1..=self.http_max_connections).contains(&n) => n,
+            Some(n) => bail!(
+                "the HTTP connections per address must be 1..={} (the connection cap), got {n}",
+                self.http_max_connections
+            ),
+        };
         if !(MIN_HEADER_BYTES..=16 << 20).contains(&self.http_max_header_bytes) {
             bail!(
                 "the largest HTTP head must be {MIN_HEADER_BYTES}..={} bytes, got {}",
@@ -131,7 +132,7 @@ impl HttpArgs {
         Ok(HttpConfig {
             header_timeout: Duration::from_secs(self.http_header_timeout_secs),
             max_connections: self.http_max_connections,
-            max_connections_per_address: self.http_max_connections_per_address,
+            max_connections_per_address: per_address,
             max_header_bytes: self.http_max_header_bytes,
             tls: match (&self.tls_cert, &self.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles {
@@ -508,7 +509,7 @@ mod tests {
         let args = HttpArgs {
             http_header_timeout_secs: 15,
             http_max_connections: 1024,
-            http_max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            http_max_connections_per_address: None,
             http_max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             tls_cert: None,
             tls_key: None,
@@ -532,9 +533,18 @@ mod tests {
         assert!(no_cap.resolve().is_err());
         let over = HttpArgs {
             http_max_connections: 8,
-            http_max_connections_per_address: 9,
+            http_max_connections_per_address: Some(9),
             ..args.clone()
         };
         assert!(over.resolve().is_err());
+        let small = HttpArgs {
+            http_max_connections: 8,
+            ..args.clone()
+        };
+        assert_eq!(
+            small.resolve().unwrap().max_connections_per_address,
+            8,
+            "unset, the share follows a lower connection cap"
+        );
     }
 }

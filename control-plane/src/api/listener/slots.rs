@@ -52,6 +52,7 @@ pub(super) struct Slots {
     displaced: AtomicU64,
     refused: AtomicU64,
     refused_peer: AtomicU64,
+    displaced_peer: AtomicU64,
     accept_failures: AtomicU64,
     last_accept_error: Mutex<Option<String>>,
 }
@@ -65,6 +66,7 @@ impl Slots {
             displaced: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             refused_peer: AtomicU64::new(0),
+            displaced_peer: AtomicU64::new(0),
             accept_failures: AtomicU64::new(0),
             last_accept_error: Mutex::new(None),
         }
@@ -83,9 +85,19 @@ impl Slots {
         let admitted = self.lock().admit(self.cap, self.per_peer, peer);
         match admitted {
             Admission::Open { id, cancel } => Ok((self.guard(id), cancel)),
-            Admission::Displacing { id, cancel, victim } => {
+            Admission::Displacing {
+                id,
+                cancel,
+                victim,
+                own,
+            } => {
                 victim.cancel();
-                self.displaced.fetch_add(1, Ordering::Relaxed);
+                if own {
+                    &self.displaced_peer
+                } else {
+                    &self.displaced
+                }
+                .fetch_add(1, Ordering::Relaxed);
                 Ok((self.guard(id), cancel))
             }
             Admission::Refused(why) => {
@@ -131,13 +143,16 @@ pub(super) async fn report(slots: Arc<Slots>) {
                  (displaced), or new ones refused because every connection was mid-request"
             );
         }
+        let displaced = slots.displaced_peer.swap(0, Ordering::Relaxed);
         let refused = slots.refused_peer.swap(0, Ordering::Relaxed);
-        if refused > 0 {
+        if displaced + refused > 0 {
             warn!(
                 per_address = slots.per_peer,
+                displaced,
                 refused,
-                "http connections refused: their client address holds the most connections one \
-                 address may, every one mid-request"
+                "http connections of one client address reached its cap: its waiting connections \
+                 closed for its new ones (displaced), or its new ones refused because all of its \
+                 connections were mid-request"
             );
         }
         let failures = slots.accept_failures.swap(0, Ordering::Relaxed);
@@ -227,6 +242,8 @@ enum Admission {
         id: u64,
         cancel: CancellationToken,
         victim: CancellationToken,
+        /// The victim is the new connection's address's own (its cap), not the server's.
+        own: bool,
     },
     Refused(Refused),
 }
@@ -238,12 +255,12 @@ impl SlotTable {
         let victim = if held >= per_peer {
             // At its own cap an address competes only with itself.
             match self.oldest_waiting(|e| e.peer == peer) {
-                Some(id) => self.take(id),
+                Some(id) => self.take(id).map(|v| (v, true)),
                 None => return Admission::Refused(Refused::PeerFull),
             }
         } else if self.entries.len() >= cap {
             match self.oldest_waiting(|_| true) {
-                Some(id) => self.take(id),
+                Some(id) => self.take(id).map(|v| (v, false)),
                 None => return Admission::Refused(Refused::Full),
             }
         } else {
@@ -267,7 +284,12 @@ impl SlotTable {
         *self.per_peer.entry(peer).or_insert(0) += 1;
         match victim {
             None => Admission::Open { id, cancel },
-            Some(victim) => Admission::Displacing { id, cancel, victim },
+            Some((victim, own)) => Admission::Displacing {
+                id,
+                cancel,
+                victim,
+                own,
+            },
         }
     }
 
