@@ -796,6 +796,23 @@ impl World {
             .collect())
     }
 
+    /// A terminal capability URL's path (`/cap/<sealed>`) for `bot` (the user holds its
+    /// control), recorded as a secret.
+    pub async fn terminal_url(&mut self, computer: &str, bot: &str) -> Result<String> {
+        let v = self
+            .post(
+                &format!("/v1/computers/{computer}/terminals/{bot}/url"),
+                serde_json::json!({}),
+            )
+            .await?;
+        let path = v["path"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no path in {v}"))?
+            .to_string();
+        self.add_secret(path.trim_start_matches("/cap/"));
+        Ok(path)
+    }
+
     /// A capability URL's path (`/cap/<sealed>`) for `bot`'s desktop under `policy`; the caller
     /// records it as a secret.
     pub async fn screen_url(&self, computer: &str, bot: &str, policy: &str) -> Result<String> {

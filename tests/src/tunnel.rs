@@ -44,3 +44,15 @@ impl Tunnel {
         self.listening.endpoints().0
     }
 }
+
+/// A QUIC client endpoint bound to `bind` that pins the certificate whose SHA-256 is
+/// `cert_sha256` (hex), configured as a guest's: for tests that dial a world's tunnel as a guest
+/// or an impostor would.
+pub fn pinned_client(cert_sha256: &str, bind: &str) -> Result<quinn::Endpoint> {
+    let fp: [u8; 32] = hex::decode(cert_sha256)?
+        .try_into()
+        .map_err(|_| anyhow!("the certificate fingerprint is not 32 bytes"))?;
+    let mut ep = quinn::Endpoint::client(bind.parse()?)?;
+    ep.set_default_client_config(guest_agent::tunnel::client_config(fp)?);
+    Ok(ep)
+}

@@ -13,11 +13,7 @@ use tests::{bin, wait_for, World};
 
 /// A QUIC client that pins the world's certificate, like a guest.
 async fn connect(w: &World) -> Result<quinn::Connection> {
-    let fp: [u8; 32] = hex::decode(&w.cert_sha256)?
-        .try_into()
-        .map_err(|_| anyhow!("fingerprint"))?;
-    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-    ep.set_default_client_config(guest_agent::tunnel::client_config(fp)?);
+    let ep = tests::tunnel::pinned_client(&w.cert_sha256, "127.0.0.1:0")?;
     let addr: SocketAddr = w.tunnel.parse()?;
     Ok(ep.connect(addr, "rakazo-control-plane")?.await?)
 }

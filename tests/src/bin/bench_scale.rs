@@ -93,8 +93,7 @@ async fn create(w: &World, i: usize) -> Result<String> {
     loop {
         match exec_once(w, &c, 0).await {
             Ok(_) => return Ok(c),
-            Err(e) if now() < deadline => {
-                let _ = e;
+            Err(_) if now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => return Err(e),

@@ -14,14 +14,6 @@ use tokio::net::{TcpSocket, TcpStream};
 /// The address floods come from: loopback, but not the 127.0.0.1 the test's client uses.
 const FLOODER: &str = "127.0.0.2";
 
-fn addr_of(http: &str) -> Result<SocketAddr> {
-    let hostport = http
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
-    Ok(hostport.parse()?)
-}
-
 /// A TCP connection to `to` from the flooder's address.
 async fn connect_from_flooder(to: SocketAddr) -> Result<TcpStream> {
     let s = TcpSocket::new_v4()?;
@@ -77,7 +69,7 @@ async fn one_address_holding_its_connections_busy_leaves_room_for_everyone_else(
     .await?;
     let c = w.create_computer("ws-flood").await?;
     let bystander = Bystander::start(w.client.clone(), c.clone());
-    let to = addr_of(&w.http)?;
+    let to: SocketAddr = tests::live::authority(&w.http).parse()?;
     let head = format!(
         "POST /v1/computers/{c}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: 64\r\n\r\n",
@@ -116,17 +108,6 @@ async fn one_address_holding_its_connections_busy_leaves_room_for_everyone_else(
     w.check_log()
 }
 
-/// A QUIC client of the tunnel from the flooder's address, pinning the world's certificate as
-/// a guest does, that never says hello.
-fn flood_endpoint(w: &World) -> Result<quinn::Endpoint> {
-    let fp: [u8; 32] = hex::decode(&w.cert_sha256)?
-        .try_into()
-        .map_err(|_| anyhow!("fingerprint"))?;
-    let mut ep = quinn::Endpoint::client(format!("{FLOODER}:0").parse()?)?;
-    ep.set_default_client_config(guest_agent::tunnel::client_config(fp)?);
-    Ok(ep)
-}
-
 /// One address dials the tunnel forty times and never says hello: it gets at most 16
 /// connections in setup at once, the rest are refused at the door; a guest restarting meanwhile
 /// (its own address) connects and works; once the held ones time out (no hello within 10 s) the
@@ -145,7 +126,9 @@ async fn one_address_dialling_the_tunnel_without_a_token_holds_only_its_places()
     .await?;
     let c = w.create_computer("ws-tunnel-flood").await?;
     let tunnel: SocketAddr = w.tunnel.parse()?;
-    let ep = flood_endpoint(&w)?;
+    // A QUIC client from the flooder's address, pinning the certificate as a guest does, that
+    // never says hello.
+    let ep = tests::tunnel::pinned_client(&w.cert_sha256, &format!("{FLOODER}:0"))?;
     let dials = (0..DIALS).map(|_| {
         let ep = ep.clone();
         async move {

@@ -76,17 +76,7 @@ async fn viewer_frame(w: &World, cap: &str) -> Result<Rfb<WsBytes>> {
 
 /// A terminal on `bot`'s desktop answers a command (the user took control first).
 async fn terminal_answers(w: &mut World, c: &str, bot: &str) -> Result<()> {
-    let v = w
-        .post(
-            &format!("/v1/computers/{c}/terminals/{bot}/url"),
-            serde_json::json!({}),
-        )
-        .await?;
-    let path = v["path"]
-        .as_str()
-        .ok_or_else(|| anyhow!("no path in {v}"))?
-        .to_string();
-    w.add_secret(path.trim_start_matches("/cap/"));
+    let path = w.terminal_url(c, bot).await?;
     let mut ws = connect(&w.http, &path).await?;
     ws.send(Message::Binary(
         encode_input(b"echo TERM-$((6*7))-OK\r").into(),

@@ -99,18 +99,7 @@ impl Bot {
     }
 
     async fn terminal_url(&self, w: &mut World) -> Result<String> {
-        let v = w
-            .post(
-                &format!("/v1/computers/{}/terminals/{}/url", self.c, self.bot),
-                serde_json::json!({}),
-            )
-            .await?;
-        let path = v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string();
-        w.add_secret(path.trim_start_matches("/cap/"));
-        Ok(path)
+        w.terminal_url(&self.c, &self.bot).await
     }
 
     /// The X pointer position, from an observation.
