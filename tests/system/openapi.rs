@@ -13,10 +13,14 @@
 //! Left out, because they cannot be exercised safely or at all by a generator: the guest
 //! tunnel's websocket upgrade (schemathesis sends no upgrade; its refusals are checked, the
 //! tunnel itself in `tunnel_tcp`), a checkpoint's wait for leases (`wait_ms` pinned to 0: the run
-//! holds leases of its own, and a generated wait would hold the run for minutes), and the
-//! stateful phase (the document declares no links). Maintenance jobs' `{job}` is never a real
-//! job (404 `job_not_found` is what is checked there). About 2,300 requests, 2 to 3 minutes on 2
-//! busy cores (5 examples per operation plus the coverage phase's boundary cases).
+//! holds leases of its own, and a generated wait would hold the run for minutes).
+//!
+//! After the operations one at a time, the stateful phase chains them along the document's
+//! links (`control-plane/src/api/openapi/links.rs`): what a create answered (a process, a pool,
+//! a preview, a service, a secret, a token, a job) is what the next calls show, follow, resize,
+//! revoke, kill or delete, so those routes run on real resources instead of stopping at 404.
+//! About 2,300 requests one at a time, 2 to 3 minutes on 2 busy cores (5 examples per operation
+//! plus the coverage phase's boundary cases), then the stateful phase.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -113,8 +117,15 @@ bearer = "${{RAKAZO_ST_TOKEN}}"
 [generation]
 max-examples = 5
 
+# The stateful phase follows the document's links (`api/openapi/links.rs`) only: a process,
+# pool, preview, service, secret, token or job it created is then shown, followed, killed,
+# resized, revoked or deleted by the id its answer gave.
 [phases.stateful]
-enabled = false
+enabled = true
+max-steps = 10
+inference.algorithms = []
+[phases.stateful.generation]
+max-examples = 60
 
 # A checkpoint waits up to wait_ms for bots' leases to end, and the run holds leases of its
 # own: do not let it wait (the bound itself is still checked by its negative cases).
@@ -196,11 +207,14 @@ async fn schemathesis_finds_nothing_against_the_live_server() -> Result<()> {
         "computer.stop",
     ];
     run(&st, dir.path(), &w, &enders)?;
+    // No link leads to them alone: one at a time only.
     let only = [
         "--include-operation-id",
         "computer.stop",
         "--include-operation-id",
         "computer.destroy",
+        "--phases",
+        "coverage,fuzzing",
     ];
     run(&st, dir.path(), &w, &only)?;
     // The token never reached the server's log in a URL or elsewhere.

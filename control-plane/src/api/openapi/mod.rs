@@ -14,6 +14,7 @@
 //! or secret, and client generators and API testers fetch it before they hold a credential.
 //! schemathesis checks the live server against it in `tests/system/openapi.rs`.
 
+mod links;
 mod operations;
 
 use crate::route::{Auth, Endpoint};
@@ -100,7 +101,11 @@ impl Doc {
             }
         }
         let mut responses = Map::new();
-        responses.insert(op.ok.0.to_string(), op.ok.1);
+        let mut ok = op.ok.1;
+        if let (Some(links), Some(o)) = (links::of(e.name()), ok.as_object_mut()) {
+            o.insert("links".into(), links);
+        }
+        responses.insert(op.ok.0.to_string(), ok);
         let error = self.of::<ErrorBody>();
         for (status, codes) in by_status {
             let description = codes
