@@ -428,6 +428,46 @@ async fn bad_process_ids_and_signals_are_refused_clearly() -> Result<()> {
     let stale = ["--bot", "bot-1", "--lease", "run-0:9"];
     let argv = [&["exec", "--detach"][..], &stale, &[&c, "--", "true"]].concat();
     refused(&w, &argv, "lease").await?;
+
+    // A kill is fenced the same way: once run-2 holds the bot's lease, run-1's kill is refused
+    // and signals nothing; run-2's kills.
+    let argv = [
+        &["exec", "--detach"][..],
+        &fenced,
+        &[&c, "--", "sleep", "60"],
+    ]
+    .concat();
+    let sleeper = text(&rakazo_ok(&w, &argv).await?).trim().to_string();
+    w.post(
+        &format!("/v1/computers/{c}/leases/bot-1/release"),
+        serde_json::json!({ "lease": lease }),
+    )
+    .await?;
+    let newer = w.lease(&c, "bot-1", "run-2").await?;
+    let kill = |lease: &'_ str| {
+        ["kill", &c, &sleeper, "--bot", "bot-1", "--lease", lease].map(String::from)
+    };
+    let argv = kill(&lease);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = refused(&w, &argv, "lease").await?;
+    assert!(out.contains("stale_lease"), "{out}");
+    let state = |p: Vec<serde_json::Value>| {
+        p.into_iter()
+            .find(|p| p["id"].as_u64() == sleeper.parse().ok())
+            .map(|p| p["state"].clone())
+    };
+    assert_eq!(state(ps(&w, &c).await?), Some("running".into()));
+    let argv = kill(&newer);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    rakazo_ok(&w, &argv).await?;
+    let deadline = tokio::time::Instant::now() + CLI_TIMEOUT;
+    while state(ps(&w, &c).await?) != Some("exited".into()) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "run-2's kill did not end it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     w.check_log()
 }
 

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use gateway_proto::process::{
     ProcAttach, ProcEvent, ProcInfo, ProcKill, ProcList, ProcLogs, ProcStart,
 };
-use gateway_proto::{ExecRequest, StartDir};
+use gateway_proto::{BotLease, ExecRequest, StartDir};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{header, Response, StatusCode};
@@ -251,16 +251,19 @@ pub async fn kill(
     req: hyper::Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     let body: KillRequest = read_json(req.into_body()).await?;
-    let info = kill_signal(api, id, process, body.signal.as_deref()).await?;
+    let lease = bot_lease(body.bot.as_deref(), body.lease.as_deref())?;
+    let info = kill_signal(api, id, process, body.signal.as_deref(), lease).await?;
     Ok(json_response(StatusCode::OK, &view(info)))
 }
 
-/// Sends `signal` (default TERM) to process `process` of `id`.
+/// Sends `signal` (default TERM) to process `process` of `id`, fenced by `lease` when it names
+/// one (the guest refuses a lease that is no longer current before it signals anything).
 pub(super) async fn kill_signal(
     api: &Arc<Api>,
     id: &str,
     process: u32,
     signal: Option<&str>,
+    lease: Option<BotLease>,
 ) -> Result<ProcInfo, ApiError> {
     let name = signal.unwrap_or("TERM");
     let signal = signal_number(name).ok_or_else(|| {
@@ -271,7 +274,7 @@ pub(super) async fn kill_signal(
     let req = ProcKill {
         id: process,
         signal,
-        lease: None,
+        lease,
     };
     api.core
         .call(id, req)

@@ -53,6 +53,12 @@ pub struct KillArgs {
     /// TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.
     #[arg(long, short = 's')]
     pub signal: Option<String>,
+    /// Act for this bot under `--lease`: refused if the lease is no longer current.
+    #[arg(long, requires = "lease")]
+    pub bot: Option<String>,
+    /// The bot's lease, `<owner>:<fence>`.
+    #[arg(long, requires = "bot")]
+    pub lease: Option<String>,
 }
 
 /// `rakazo exec --detach`: starts `spec` and prints the process's id.
@@ -162,7 +168,11 @@ pub(super) async fn kill(g: &Global, a: KillArgs) -> Result<i32> {
         process: ProcessId::new(a.process),
     }
     .path();
-    let body = KillRequest { signal: a.signal };
+    let body = KillRequest {
+        signal: a.signal,
+        bot: a.bot,
+        lease: a.lease,
+    };
     let p: Process = c.call(Method::POST, &path, &body).await?;
     if g.json {
         println!("{}", serde_json::to_string(&p)?);

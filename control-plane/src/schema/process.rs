@@ -55,6 +55,13 @@ pub struct KillRequest {
     /// (with or without `SIG`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// The bot the kill acts for, with `lease`: a kill under a lease that is no longer current
+    /// is refused (`stale_lease`), as an exec under it would be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot: Option<String>,
+    /// The bot's lease, `<owner>:<fence>`, with `bot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
 }
 
 /// One line of a logs or attach answer.

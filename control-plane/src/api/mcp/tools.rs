@@ -681,12 +681,13 @@ impl Tools {
                 &ctx,
                 "mcp.process_kill",
                 Endpoint::KillProcess,
-                |_lease| async move {
+                |lease| async move {
                     let info = api::processes::kill_signal(
                         &self.api,
                         self.id(),
                         p.id,
                         p.signal.as_deref(),
+                        Some(self.bot_lease(lease)),
                     )
                     .await?;
                     Ok(CallToolResult::success(vec![json_text(
