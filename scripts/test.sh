@@ -42,6 +42,8 @@ cargo build --workspace --bins --locked
 cargo build --target x86_64-unknown-linux-musl -p guest-agent --bin rakazo-guest --locked
 echo "== every bench, smoke mode (timings printed, never asserted)"
 bash scripts/bench-smoke.sh
+echo "== fuzz targets, a bounded run each (docs/fuzzing.md; a crash fails)"
+bash scripts/cargo-fuzz.sh ci
 echo "== test"
 cargo test --workspace --locked
 echo "== tunnel over TCP (guests told a UDP address that never answers)"; RAKAZO_TEST_TUNNEL=tcp cargo test -p tests --test system --locked -- foundation:: desktops:: live:: homes:: page_browser:: tunnel_tcp::

@@ -12,6 +12,9 @@
 //!
 //! Capability pages (`/cap/…`, `/assets/…`) are not routes: their paths are credentials and
 //! files, served by `api::live` before any route is parsed.
+//!
+//! The fuzz target `route` compiles this file on its own (fuzz/src/lib.rs, docs/fuzzing.md): it
+//! names nothing of this crate but `schema::code::ApiCode` and `tokens::Role`.
 
 use crate::schema::code::ApiCode;
 use gateway_proto::BotId;

@@ -7,6 +7,9 @@
 //! anywhere; forwarded bytes are streamed out as they arrive (a long clipboard message is never
 //! buffered whole), dropped bytes are skipped. A message type it does not know, or a length over
 //! its bound, is an error: the length of what follows is then unknown, so the connection must end.
+//!
+//! The fuzz target `rfb_filter` compiles this file on its own (fuzz/src/lib.rs,
+//! docs/fuzzing.md): it depends on std and thiserror only.
 
 use std::fmt;
 
