@@ -37,6 +37,7 @@ pub mod replicas;
 pub mod rogue;
 pub mod s3;
 pub mod s3fault;
+pub mod soak;
 pub mod tunnel;
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
@@ -892,27 +893,8 @@ impl World {
         computer: &str,
         flow: &str,
     ) -> Result<Vec<serde_json::Value>, ClientError> {
-        let resp = self
-            .client
-            .send(
-                Method::POST,
-                &format!("/v1/computers/{}/home/{flow}", q(computer)),
-                None,
-                None,
-                full_body(Bytes::new()),
-            )
-            .await?;
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?
-            .to_bytes();
-        Ok(body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_slice(l).unwrap_or(serde_json::Value::Null))
-            .collect())
+        let path = format!("/v1/computers/{}/home/{flow}", q(computer));
+        post_ndjson(&self.client, &path).await
     }
 
     /// A checkpoint or restore that must succeed; returns its `done` line.
@@ -1156,6 +1138,27 @@ pub async fn exec_via(
         .await
         .map_err(|e| ClientError::BadResponse(e.to_string()))?;
     Ok(ExecOutput::parse(&body.to_bytes()))
+}
+
+/// POSTs `path` with no body (a home checkpoint or restore); the NDJSON lines of the answer.
+pub async fn post_ndjson(
+    client: &Client,
+    path: &str,
+) -> Result<Vec<serde_json::Value>, ClientError> {
+    let resp = client
+        .send(Method::POST, path, None, None, full_body(Bytes::new()))
+        .await?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ClientError::BadResponse(e.to_string()))?
+        .to_bytes();
+    Ok(body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap_or(serde_json::Value::Null))
+        .collect())
 }
 
 /// The decoded events of an exec.

@@ -5,4 +5,5 @@
 mod db;
 mod limits;
 mod link;
+mod soak;
 mod store;
