@@ -514,7 +514,7 @@ async fn desktop_bot(ctx: Arc<Ctx>, k: usize, computer: String, url: String) -> 
         let Some(lease) = b.acquire(&owner, DESKTOP_TTL_MS).await else {
             break;
         };
-        let began = Instant::now();
+        let began = crate::bench::now();
         let ensure = json!({ "lease": lease });
         let mut ok = b.post("ensure", &screen("ensure"), &ensure).await.is_some();
         if ok {
