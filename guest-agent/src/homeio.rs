@@ -163,6 +163,15 @@ pub async fn import(
                 entries: stats.files + stats.dirs,
             })
         }
+        // A full disk is this computer's failure, not a bad archive.
+        Err(e) if homes::out_of_space(&e) => {
+            let msg = format!(
+                "home import failed, nothing written: the computer's disk is full: {}",
+                chain(&e)
+            );
+            warn!(error = %msg, "home import failed");
+            HomeImportRequest::refusal_frame(OpError::new(ErrorCode::Failed, msg))
+        }
         Err(e) => {
             let msg = format!("home import rejected, nothing written: {}", chain(&e));
             warn!(error = %msg, "home import failed");

@@ -43,6 +43,29 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// Whether `e` or one of its sources is a file system out of space: `ENOSPC` (no space left
+/// on device) or `EDQUOT` (a disk quota). Such a failure is the disk's, not the data's: callers
+/// say so instead of calling the input bad.
+pub fn out_of_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ) {
+                return true;
+            }
+            // An error wrapped in an I/O error (a stream's) shows its own sources only.
+            if io.get_ref().is_some_and(|inner| out_of_space(inner)) {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
+}
+
 /// Longest home key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 128;
 
@@ -159,5 +182,22 @@ mod tests {
         }
         assert_eq!(Revision::after(None), Revision::FIRST);
         assert_eq!(Revision::after(Some(Revision::FIRST)).get(), 2);
+    }
+
+    #[test]
+    fn out_of_space_is_found_anywhere_in_the_chain() {
+        let enospc = || std::io::Error::from_raw_os_error(28);
+        let wrapped = cas::CasError::Path {
+            path: "p".into(),
+            source: enospc(),
+        };
+        assert!(out_of_space(&wrapped));
+        assert!(out_of_space(&std::io::Error::other(wrapped)));
+        assert!(out_of_space(&std::io::Error::from_raw_os_error(122))); // EDQUOT
+        let other = cas::CasError::Path {
+            path: "p".into(),
+            source: std::io::Error::from_raw_os_error(5), // EIO
+        };
+        assert!(!out_of_space(&other));
     }
 }

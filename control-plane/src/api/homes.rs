@@ -78,6 +78,11 @@ pub fn home_error(e: HomeError) -> ApiError {
         HomeError::Exists(_) => ApiError::new(ApiCode::Exists, msg),
         HomeError::Db(d) => ApiError::db(&d),
         HomeError::BadKey(..) => ApiError::internal(msg),
+        // The control plane's own disk (the local store) is full: say so, it is not the data.
+        HomeError::Store(s) if homes::out_of_space(&s) => ApiError::new(
+            ApiCode::HomeStoreFailed,
+            format!("the home store is out of space; free space on its disk and try again: {msg}"),
+        ),
         HomeError::Store(_) | HomeError::Archive(_) | HomeError::Read(_) => {
             ApiError::new(ApiCode::HomeStoreFailed, msg)
         }

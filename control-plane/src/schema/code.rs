@@ -107,7 +107,8 @@ codes! {
     GuestProtocolError = "guest_protocol_error", 502, "the guest answered out of protocol";
     Failed = "failed", 502, "the computer failed at it: a process that would not start, a full \
         disk";
-    HomeStoreFailed = "home_store_failed", 502, "the object store failed";
+    HomeStoreFailed = "home_store_failed", 502, "the home store failed: its bucket, or its \
+        disk (full: the message says so)";
     ComputerUnavailable = "computer_unavailable", 503, "the computer's guest is not connected \
         yet";
     /// Spelled as the guest spells it.

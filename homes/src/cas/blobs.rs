@@ -84,9 +84,17 @@ impl BlobStore for LocalBlobs {
         std::fs::create_dir_all(dir).map_err(at(dir))?;
         let tmp = dir.join(format!(".tmp-{}", hex::encode(rand::random::<[u8; 8]>())));
         let mut f = std::fs::File::create(&tmp).map_err(at(&tmp))?;
-        f.write_all(bytes).map_err(at(&tmp))?;
-        f.sync_all().map_err(at(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(at(&path))?;
+        let written = f
+            .write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(at(&tmp))
+            .and_then(|()| std::fs::rename(&tmp, &path).map_err(at(&path)));
+        if written.is_err() {
+            // A write cut short (a full disk) must not keep its part: nothing lists it, and on
+            // a full disk it would hold the space the next checkpoint needs.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written?;
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(at(dir))?;

@@ -56,3 +56,18 @@ fn raw_names_are_checked_as_bytes() {
     };
     assert!(tree::Tree::decode(&t.encode()).is_err());
 }
+
+#[test]
+fn a_local_write_that_fails_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let blobs = LocalBlobs::new(dir.path());
+    // A directory where the object goes: the rename into place fails, after the bytes were
+    // written to the temporary file (as a full disk fails a write or sync).
+    std::fs::create_dir_all(dir.path().join("packs/p1/x")).unwrap();
+    assert!(blobs.put("packs/p1", b"bytes").is_err());
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["p1"], "only the directory in the way is left");
+}

@@ -3,6 +3,7 @@
 //! what holds (docs/faults.md, docs/faults-storage.md).
 
 mod db;
+mod disk;
 mod limits;
 mod link;
 mod soak;

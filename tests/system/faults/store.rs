@@ -38,7 +38,7 @@ async fn world(s3: &S3Server, proxy: &S3Fault, allow: &[&str]) -> Result<World> 
 }
 
 /// A checkpoint or restore (`flow`), bounded; its NDJSON lines.
-async fn flow(w: &World, c: &str, flow: &str) -> Result<Vec<serde_json::Value>> {
+pub(super) async fn flow(w: &World, c: &str, flow: &str) -> Result<Vec<serde_json::Value>> {
     match tokio::time::timeout(FLOW_WITHIN, w.home_flow(c, flow)).await {
         Ok(lines) => Ok(lines?),
         Err(_) => bail!("home {flow} of {c} gave no answer within {FLOW_WITHIN:?}"),
@@ -46,7 +46,7 @@ async fn flow(w: &World, c: &str, flow: &str) -> Result<Vec<serde_json::Value>> 
 }
 
 /// A flow that must succeed; its `done` line.
-async fn done(w: &World, c: &str, what: &str) -> Result<serde_json::Value> {
+pub(super) async fn done(w: &World, c: &str, what: &str) -> Result<serde_json::Value> {
     let lines = flow(w, c, what).await?;
     match lines.last() {
         Some(v) if v["type"] == "done" => Ok(v.clone()),
@@ -55,7 +55,7 @@ async fn done(w: &World, c: &str, what: &str) -> Result<serde_json::Value> {
 }
 
 /// A flow that must fail; its `error` line.
-async fn failed(w: &World, c: &str, what: &str) -> Result<serde_json::Value> {
+pub(super) async fn failed(w: &World, c: &str, what: &str) -> Result<serde_json::Value> {
     let lines = flow(w, c, what).await?;
     match lines.last() {
         Some(v) if v["type"] == "error" => Ok(v.clone()),
