@@ -317,7 +317,13 @@ async fn serve_connection<A: GuestAuth>(
     .await;
     match synced {
         Ok(Ok(())) => {}
-        Ok(Err(detail)) => {
+        Ok(Err(SyncError::Gone(detail))) => {
+            // The guest went away (stopped, killed, or replaced by its own newer connection)
+            // before its sync ended: nothing to refuse, and nothing wrong with the guest.
+            info!(computer_id = %computer, %remote, %detail, "guest connection ended during its lease sync");
+            return;
+        }
+        Ok(Err(SyncError::Protocol(detail))) => {
             warn!(computer_id = %computer, %remote, %detail, "guest connection refused: its lease sync failed");
             conn.close(CLOSE_PROTOCOL.into(), b"protocol error on control stream");
             return;
@@ -417,37 +423,54 @@ const SYNC_PING: u64 = u64::MAX;
 
 /// Sends the connection's pending leases, then a ping, and reads until the guest's pong: the
 /// guest handles control messages in order, so the pong proves the leases are applied.
+/// Why a lease sync did not end.
+enum SyncError {
+    /// The connection ended under it: the guest is gone, not misbehaving.
+    Gone(String),
+    /// The guest broke the protocol.
+    Protocol(String),
+}
+
+fn write_error(e: quinn::WriteError) -> SyncError {
+    match e {
+        quinn::WriteError::ConnectionLost(e) => SyncError::Gone(e.to_string()),
+        e => SyncError::Protocol(e.to_string()),
+    }
+}
+
 async fn sync_leases(
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
     decoder: &mut FrameDecoder,
     guest: &GuestConn,
-) -> Result<(), String> {
+) -> Result<(), SyncError> {
+    let protocol = |e: &dyn std::fmt::Display| SyncError::Protocol(e.to_string());
     let mut msgs = guest.unsent_leases();
     msgs.push(ControlMsg::Ping { seq: SYNC_PING });
     for msg in msgs {
-        let frame = encode(&msg).map_err(|e| e.to_string())?;
-        send.write_all(&frame).await.map_err(|e| e.to_string())?;
+        let frame = encode(&msg).map_err(|e| protocol(&e))?;
+        send.write_all(&frame).await.map_err(write_error)?;
     }
     loop {
         while let Some(msg) = decoder
             .next_message::<ControlMsg>()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| protocol(&e))?
         {
             match msg {
                 ControlMsg::Pong { seq: SYNC_PING } => return Ok(()),
                 ControlMsg::Pong { .. } => {}
                 ControlMsg::Ping { seq } => {
-                    let frame = encode(&ControlMsg::Pong { seq }).map_err(|e| e.to_string())?;
-                    send.write_all(&frame).await.map_err(|e| e.to_string())?;
+                    let frame = encode(&ControlMsg::Pong { seq }).map_err(|e| protocol(&e))?;
+                    send.write_all(&frame).await.map_err(write_error)?;
                 }
-                ControlMsg::Lease { .. } => return Err("guest sent a lease message".into()),
+                ControlMsg::Lease { .. } => return Err(protocol(&"guest sent a lease message")),
             }
         }
         match recv.read_chunk(64 * 1024, true).await {
             Ok(Some(chunk)) => decoder.push(&chunk.bytes),
-            Ok(None) => return Err("control stream ended during the lease sync".into()),
-            Err(e) => return Err(e.to_string()),
+            Ok(None) => return Err(protocol(&"control stream ended during the lease sync")),
+            Err(quinn::ReadError::ConnectionLost(e)) => return Err(SyncError::Gone(e.to_string())),
+            Err(e) => return Err(protocol(&e)),
         }
     }
 }
