@@ -280,9 +280,15 @@ async fn serve_connection<A: GuestAuth>(
     drop(setup);
     let (computer, mut send, mut recv, remainder) = match accepted {
         Ok(Ok(v)) => v,
-        Ok(Err(reason)) => {
+        Ok(Err(HelloError::Refused(reason))) => {
             warn!(%remote, %transport, %reason, "guest connection refused");
             conn.close(CLOSE_REFUSED.into(), reason.to_string().as_bytes());
+            return;
+        }
+        Ok(Err(HelloError::Gone(detail))) => {
+            // The connection ended before its hello did (a guest stopped or killed while it
+            // dialled): nothing to refuse, and nothing said about the guest.
+            info!(%remote, %transport, %detail, "guest connection ended during its hello");
             return;
         }
         Err(_) => {
@@ -365,14 +371,28 @@ async fn serve_connection<A: GuestAuth>(
 
 type Accepted = (String, quinn::SendStream, quinn::RecvStream, Vec<u8>);
 
+/// Why a connection did not get through its hello.
+enum HelloError {
+    /// The guest broke the handshake or failed to authenticate: refused, and worth a warning.
+    Refused(RefuseReason),
+    /// The connection ended under it (lost, reset, closed by the guest's side).
+    Gone(String),
+}
+
+impl From<RefuseReason> for HelloError {
+    fn from(reason: RefuseReason) -> Self {
+        Self::Refused(reason)
+    }
+}
+
 async fn handshake<A: GuestAuth>(
     conn: &quinn::Connection,
     auth: &A,
-) -> Result<Accepted, RefuseReason> {
+) -> Result<Accepted, HelloError> {
     let (mut send, mut recv) = conn
         .accept_bi()
         .await
-        .map_err(|_| RefuseReason::Malformed)?;
+        .map_err(|e| HelloError::Gone(e.to_string()))?;
     let mut hs = ControlHandshake::new();
     let event = loop {
         match recv.read_chunk(4096, true).await {
@@ -380,6 +400,9 @@ async fn handshake<A: GuestAuth>(
                 if let Some(ev) = hs.handle_bytes(&chunk.bytes) {
                     break ev;
                 }
+            }
+            Err(quinn::ReadError::ConnectionLost(e)) => {
+                return Err(HelloError::Gone(e.to_string()))
             }
             Ok(None) | Err(_) => {
                 break hs
