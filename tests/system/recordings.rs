@@ -16,6 +16,9 @@ use tests::World;
 const WORKSPACE: &str = "ws-recordings";
 const BOT: &str = "bot-rec";
 const LONG: Duration = Duration::from_secs(60);
+/// Bound on one video export: ffmpeg encodes every frame of a recording about a minute long,
+/// fed by a debug build, on two cores the rest of the suite shares.
+const EXPORT: Duration = Duration::from_secs(240);
 /// What the agent types: it must never be stored.
 const TYPED: &str = "hunter2-typed";
 
@@ -125,39 +128,49 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
         listed.contains("recording on") && listed.contains(BOT),
         "{listed}"
     );
-    let v = get(&w, &format!("/v1/computers/{c}/recordings")).await?;
-    let rec = &v["bots"][0];
-    let span_s = (rec["ended_at_ms"].as_i64().unwrap_or(0)
-        - rec["started_at_ms"].as_i64().unwrap_or(0)) as f64
-        / 1000.0;
-    assert!(span_s > 2.0, "the recording spans both phases: {v}");
-    cli(&w, readme(2)).await?;
-    // Exported: ffprobe reads each file, as long as the recording (to a frame, at 10 fps).
+    // Still recording (the page's caret blinks): each export holds what was recorded up to
+    // when it ran, so the README's export lasts at least the span listed before it and at most
+    // the span listed after it; the MP4 export is cut `--until` the first listing's end.
+    let (started, ended) = recorded(&w, &c).await?;
+    let span_s = (ended - started) as f64 / 1000.0;
+    assert!(span_s > 2.0, "the recording spans both phases: {span_s} s");
+    let t = tests::bench::now();
+    cli_within(&w, readme(2), EXPORT).await?;
+    println!("webm export: {:.1} s", t.elapsed().as_secs_f64());
+    let (_, ended_after) = recorded(&w, &c).await?;
+    let span_after_s = (ended_after - started) as f64 / 1000.0;
+    let webm = probed_duration(&dir.path().join("run.webm"))?;
+    assert!(
+        webm >= span_s - 0.25 && webm <= span_after_s + 0.25,
+        "run.webm: ffprobe says {webm} s, the recording spanned {span_s} s before the export \
+         and {span_after_s} s after it"
+    );
+    // Exported up to the listed end: ffprobe reads it as long as the span (to a frame, at
+    // 10 fps).
     let mp4 = dir.path().join("run.mp4");
+    let until = ended.to_string();
+    let args = [
+        "recording",
+        "export",
+        &c,
+        "--bot",
+        BOT,
+        "--until",
+        &until,
+        "-o",
+        &mp4.to_string_lossy(),
+    ];
+    let t = tests::bench::now();
     ok(
-        &rakazo(
-            &w,
-            &[
-                "recording",
-                "export",
-                &c,
-                "--bot",
-                BOT,
-                "-o",
-                &mp4.to_string_lossy(),
-            ],
-        )
-        .await?,
+        &crate::cli::rakazo_within(&w, &args, EXPORT).await?,
         "recording export mp4",
     )?;
-    for file in [dir.path().join("run.webm"), mp4] {
-        let d = probed_duration(&file)?;
-        assert!(
-            (d - span_s).abs() <= 0.25,
-            "{}: ffprobe says {d} s, the recording spans {span_s} s",
-            file.display()
-        );
-    }
+    println!("mp4 export: {:.1} s", t.elapsed().as_secs_f64());
+    let d = probed_duration(&mp4)?;
+    assert!(
+        (d - span_s).abs() <= 0.25,
+        "run.mp4: ffprobe says {d} s, the recording spans {span_s} s up to --until"
+    );
     let bad = rakazo(&w, &["recording", "export", &c, "-o", "rec.avi"]).await?;
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains(".webm or .mp4"));
@@ -210,9 +223,24 @@ async fn a_recorded_agent_and_takeover_replay_in_the_console_and_export_to_video
 
 /// A README line, run with the real CLI.
 async fn cli(w: &World, args: Vec<String>) -> Result<String> {
+    cli_within(w, args, crate::cli::CLI_TIMEOUT).await
+}
+
+/// [`cli`] bounded by `limit`.
+async fn cli_within(w: &World, args: Vec<String>, limit: Duration) -> Result<String> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = rakazo(w, &a).await?;
+    let out = crate::cli::rakazo_within(w, &a, limit).await?;
     ok(&out, &format!("README line `rakazo {}`", args.join(" ")))
+}
+
+/// The bot's recording as listed now: (started, ended), ms since 1970.
+async fn recorded(w: &World, c: &str) -> Result<(i64, i64)> {
+    let v = get(w, &format!("/v1/computers/{c}/recordings")).await?;
+    let rec = &v["bots"][0];
+    match (rec["started_at_ms"].as_i64(), rec["ended_at_ms"].as_i64()) {
+        (Some(s), Some(e)) => Ok((s, e)),
+        _ => bail!("no recording listed: {v}"),
+    }
 }
 
 async fn get(

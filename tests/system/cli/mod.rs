@@ -104,6 +104,17 @@ pub(crate) async fn run(
     args: &[&str],
     stdin: Option<&[u8]>,
 ) -> Result<Output> {
+    run_within(envs, args, stdin, CLI_TIMEOUT).await
+}
+
+/// [`run`], bounded by `limit` instead of [`CLI_TIMEOUT`] (a command whose work grows with
+/// its input, such as a video export).
+pub(crate) async fn run_within(
+    envs: &[(&str, &str)],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    limit: Duration,
+) -> Result<Output> {
     let mut cmd = command(envs, args);
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
@@ -123,9 +134,9 @@ pub(crate) async fn run(
         }
         _ => None,
     };
-    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output())
+    let out = tokio::time::timeout(limit, child.wait_with_output())
         .await
-        .map_err(|_| anyhow!("rakazo {args:?} did not finish within {CLI_TIMEOUT:?}"))??;
+        .map_err(|_| anyhow!("rakazo {args:?} did not finish within {limit:?}"))??;
     if let Some(f) = feeder {
         f.await??;
     }
@@ -143,6 +154,17 @@ pub(crate) async fn rakazo_with(
         &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", token)],
         args,
         stdin,
+    )
+    .await
+}
+
+/// [`rakazo`] bounded by `limit` instead of [`CLI_TIMEOUT`].
+pub(crate) async fn rakazo_within(w: &World, args: &[&str], limit: Duration) -> Result<Output> {
+    run_within(
+        &[("RAKAZO_URL", &w.http), ("RAKAZO_TOKEN", w.api_token())],
+        args,
+        None,
+        limit,
     )
     .await
 }
