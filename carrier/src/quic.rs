@@ -45,7 +45,8 @@ pub const SOCKET_BUFFER: usize = 4 << 20;
 /// Flow-control windows: per stream, and per connection, each way.
 const STREAM_WINDOW: u32 = 16 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
-/// Both ends notice a vanished peer within this; keepalives keep a quiet tunnel well inside it.
+/// Both ends notice a vanished peer within this; keepalives keep a quiet tunnel well inside it
+/// (the guest's end sends them; the control plane's turns its own off, `control_plane::tls`).
 const IDLE_TIMEOUT_MS: u32 = 6_000;
 const KEEP_ALIVE: Duration = Duration::from_secs(2);
 

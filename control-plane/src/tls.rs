@@ -75,9 +75,15 @@ impl TunnelIdentity {
 }
 
 /// The tunnel's transport on the control plane's end: `carrier::quic`'s, which the guest's end
-/// shares, with `incoming_bidi` streams the peer may open.
+/// shares, with `incoming_bidi` streams the peer may open, and no keep-alives of its own. The
+/// guest sends them (it must: they hold a NAT's binding open), and each one with its
+/// acknowledgement keeps both ends' idle timers fresh, so pings from this end too would double
+/// the packets of every quiet tunnel for nothing: with a thousand guests, a thousand packets a
+/// second to decrypt and answer (docs/faults.md#scale).
 pub fn transport_config(incoming_bidi: u32) -> quinn::TransportConfig {
-    carrier::quic::transport_config(incoming_bidi)
+    let mut t = carrier::quic::transport_config(incoming_bidi);
+    t.keep_alive_interval(None);
+    t
 }
 
 /// SHA-256 fingerprint of a DER certificate, lowercase hex.
