@@ -125,14 +125,14 @@ fn max(v: &[f64]) -> f64 {
 
 /// The servers under test: one `World`, or replicas on one PostgreSQL schema.
 enum Servers {
-    One(World),
-    Many(Replicas),
+    One(Box<World>),
+    Many(Box<Replicas>),
 }
 
 impl Servers {
     fn worlds(&self) -> &[World] {
         match self {
-            Servers::One(w) => std::slice::from_ref(w),
+            Servers::One(w) => std::slice::from_ref(w.as_ref()),
             Servers::Many(r) => &r.worlds,
         }
     }
@@ -172,9 +172,11 @@ async fn main() -> Result<()> {
     let servers = Arc::new(if replicas == 1 {
         let mut opts = WorldOptions::default();
         fake(&mut opts);
-        Servers::One(World::start_with(opts).await?)
+        Servers::One(Box::new(World::start_with(opts).await?))
     } else {
-        Servers::Many(Replicas::start(replicas, |_, opts| fake(opts)).await?)
+        Servers::Many(Box::new(
+            Replicas::start(replicas, |_, opts| fake(opts)).await?,
+        ))
     });
     let pids: Vec<u32> = servers
         .worlds()
