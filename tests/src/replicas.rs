@@ -5,6 +5,7 @@
 use crate::s3::S3Server;
 use crate::{ObjectStoreOptions, World, WorldOptions};
 use anyhow::Result;
+use std::collections::HashMap;
 
 /// Replicas of one cluster; `worlds[i]` is replica `i`, each its own process and data dir.
 pub struct Replicas {
@@ -101,22 +102,37 @@ impl Replicas {
     /// The replica whose log says `computer`'s guest connected to it last (and not since
     /// disconnected), if any.
     pub fn holder_of(&self, computer: &str) -> Option<usize> {
-        let mut best: Option<(usize, usize)> = None;
+        self.holders().get(computer).copied()
+    }
+
+    /// [`Self::holder_of`] for every computer at once: one read of each replica's log.
+    pub fn holders(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
         for (i, w) in self.worlds.iter().enumerate() {
+            let mut net: HashMap<&str, i64> = HashMap::new();
             let log = w.log();
-            let connected = format!("computer_id={computer}");
-            let count = log
-                .lines()
-                .filter(|l| l.contains("guest connected") && l.contains(&connected))
-                .count();
-            let gone = log
-                .lines()
-                .filter(|l| l.contains("guest disconnected") && l.contains(&connected))
-                .count();
-            if count > gone {
-                best = Some((i, count));
+            for l in log.lines() {
+                let step = if l.contains("guest connected") {
+                    1
+                } else if l.contains("guest disconnected") {
+                    -1
+                } else {
+                    continue;
+                };
+                let Some(id) = l
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("computer_id="))
+                else {
+                    continue;
+                };
+                *net.entry(id).or_default() += step;
+            }
+            for (id, n) in net {
+                if n > 0 {
+                    out.insert(id.to_owned(), i);
+                }
             }
         }
-        best.map(|(i, _)| i)
+        out
     }
 }
