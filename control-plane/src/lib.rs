@@ -14,6 +14,7 @@ pub mod computers;
 pub mod core;
 pub mod db;
 pub mod guest;
+pub mod heap;
 pub mod homes;
 pub mod idle;
 pub mod image;

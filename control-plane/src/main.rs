@@ -29,6 +29,8 @@ fn main() {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
     }
+    // Before the runtime starts its threads: they allocate in the arenas this bounds.
+    let _ = control_plane::heap::configure();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

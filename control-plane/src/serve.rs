@@ -478,6 +478,7 @@ pub async fn serve(cfg: ServeConfig) -> Result<()> {
     info!(%http_addr, %tunnel_addr, %tunnel_tcp_addr, tls = api_tls.is_some(), database = ?core_db_kind(&cfg), "control plane listening");
     info!(console = %format!("{scheme}://{http_addr}/console"), "the console: sign in with an API token (`rakazo token create`)");
 
+    tokio::spawn(crate::heap::trim_every(crate::heap::TRIM_EVERY));
     let recover = core.clone();
     tokio::spawn(async move {
         // Before any commit of this process: orphans of a crashed one are deleted.

@@ -13,7 +13,7 @@ const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// What a replica warns of while its database is down: each answer of 503, and its background
 /// work (heartbeats, activity, idle checks, pools, recordings, secrets, jobs, claims, forwarding
 /// look-ups) failing until it returns; and, sqlx's, a pooled connection found broken.
-pub const OUTAGE_WARNS: [&str; 18] = [
+pub const OUTAGE_WARNS: [&str; 19] = [
     "database unavailable",
     "replica heartbeat failed",
     "could not list the other replicas",
@@ -22,6 +22,7 @@ pub const OUTAGE_WARNS: [&str; 18] = [
     "recording a computer's last use failed",
     "pool refiller could not list the pools",
     "recordings: cannot list the recorded computers",
+    "recordings: expiry failed",
     "could not list computers to apply secrets to",
     "could not read the computer's secrets",
     "could not look for interrupted jobs",

@@ -165,6 +165,9 @@ pub struct Report {
     pub windows: Vec<Window>,
     /// (seconds, RSS kB) of replica 0.
     pub rss: Vec<(f64, u64)>,
+    /// (seconds, kB) of replica 0's anonymous memory (`RssAnon`: its heap and stacks; the rest
+    /// of its RSS is pages of its binary and libraries, shared with the other replicas).
+    pub anon: Vec<(f64, u64)>,
     pub checkpoints_ok: usize,
     /// Listed in their home's revisions at the end.
     pub checkpoints_listed: usize,
@@ -254,21 +257,27 @@ pub fn class_of(e: &ClientError) -> String {
     }
 }
 
-/// Samples replica 0's RSS every `every` until `stop`.
+/// (seconds, kB) samples of RSS and of its anonymous part.
+type Samples = Arc<Mutex<(Vec<(f64, u64)>, Vec<(f64, u64)>)>>;
+
+/// Samples replica 0's RSS and anonymous memory every `every` until `stop`.
 fn sampler(
     pid: u32,
     t0: Instant,
     every: Duration,
     stop: Arc<AtomicBool>,
-    out: Arc<Mutex<Vec<(f64, u64)>>>,
+    out: Samples,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
             let kb = crate::procstat::proc_kb(pid as i32, "status", "VmRSS:");
+            let anon = crate::procstat::proc_kb(pid as i32, "status", "RssAnon:");
+            let at = t0.elapsed().as_secs_f64();
             if let Ok(mut v) = out.lock() {
-                v.push((t0.elapsed().as_secs_f64(), kb));
+                v.0.push((at, kb));
+                v.1.push((at, anon));
             }
         }
     })
@@ -374,7 +383,7 @@ pub async fn run(plan: &Plan, say: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         .context("replica 0 is not running")?;
     let t0 = crate::bench::now();
     let stop = Arc::new(AtomicBool::new(false));
-    let rss = Arc::new(Mutex::new(Vec::new()));
+    let rss: Samples = Arc::default();
     let sampling = sampler(pid, t0, plan.sample_every, stop.clone(), rss.clone());
     let bots = Bots::start(
         plan,
@@ -401,7 +410,8 @@ pub async fn run(plan: &Plan, say: &(dyn Fn(&str) + Sync)) -> Result<Report> {
         plan_secs: plan.secs,
         marks,
         windows,
-        rss: rss.lock().map(|v| v.clone()).unwrap_or_default(),
+        rss: rss.lock().map(|v| v.0.clone()).unwrap_or_default(),
+        anon: rss.lock().map(|v| v.1.clone()).unwrap_or_default(),
         ..Default::default()
     };
     if let Err(e) = disrupted {
@@ -419,10 +429,20 @@ pub async fn run(plan: &Plan, say: &(dyn Fn(&str) + Sync)) -> Result<Report> {
     Ok(report)
 }
 
+/// The first sample at or after `secs`.
+fn at(samples: &[(f64, u64)], secs: f64) -> Option<u64> {
+    samples.iter().find(|(t, _)| *t >= secs).map(|(_, kb)| *kb)
+}
+
 impl Report {
     /// RSS (kB) of replica 0 at the first sample at or after `secs`, and at the end.
     pub fn rss_at(&self, secs: f64) -> Option<u64> {
-        self.rss.iter().find(|(t, _)| *t >= secs).map(|(_, kb)| *kb)
+        at(&self.rss, secs)
+    }
+
+    /// Anonymous memory (kB) of replica 0 at the first sample at or after `secs`.
+    pub fn anon_at(&self, secs: f64) -> Option<u64> {
+        at(&self.anon, secs)
     }
 
     /// Prints the figures as Markdown lines.
@@ -481,6 +501,19 @@ impl Report {
                 max_after as f64 / 1024.0,
                 (max_after as f64 / warm as f64 - 1.0) * 100.0,
                 self.rss.len()
+            );
+        }
+        if let (Some(first), Some(warm), Some(last)) = (
+            self.anon.first(),
+            self.anon_at(warm_up),
+            self.anon.last().map(|(_, kb)| *kb),
+        ) {
+            println!(
+                "- replica 0 anonymous memory (`RssAnon`: heap and stacks): {:.1} MiB at the start, {:.1} MiB after warm-up, {:.1} MiB at the end ({:+.1} % since warm-up)",
+                first.1 as f64 / 1024.0,
+                warm as f64 / 1024.0,
+                last as f64 / 1024.0,
+                (last as f64 / warm as f64 - 1.0) * 100.0,
             );
         }
         if self.violations.is_empty() {
