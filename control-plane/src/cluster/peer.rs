@@ -153,6 +153,19 @@ async fn read_frame<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Keeps `entry` for replica `id`, and forgets every connection that has ended: a replica
+/// started again comes back under a new id, so its old entry would otherwise stay for good
+/// (the soak restarts replicas for half an hour: docs/faults.md#soak).
+fn remember<C>(
+    conns: &mut HashMap<String, (SocketAddr, C)>,
+    id: &str,
+    entry: (SocketAddr, C),
+    open: impl Fn(&C) -> bool,
+) {
+    conns.retain(|_, (_, c)| open(c));
+    conns.insert(id.to_owned(), entry);
+}
+
 /// The dialling side: one connection per other replica, made on first use.
 pub struct Peers {
     endpoint: quinn::Endpoint,
@@ -216,10 +229,12 @@ impl Peers {
         let conn = tokio::time::timeout(DIAL_TIMEOUT, dial)
             .await
             .map_err(|_| unreachable())??;
-        self.conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(r.id.clone(), (r.peer_addr, conn.clone()));
+        remember(
+            &mut self.conns.lock().unwrap_or_else(|e| e.into_inner()),
+            &r.id,
+            (r.peer_addr, conn.clone()),
+            |c| c.close_reason().is_none(),
+        );
         Ok(conn)
     }
 
@@ -457,5 +472,34 @@ async fn pipe(mut from: quinn::RecvStream, mut to: quinn::SendStream) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remember;
+    use std::collections::HashMap;
+
+    #[test]
+    fn ended_connections_of_replicas_gone_for_good_are_forgotten() {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        // (connection number, still open)
+        let mut conns = HashMap::new();
+        for restart in 0..50 {
+            // Each restart of the other replica: a new id, the old connection ended.
+            if let Some((_, c)) = conns.values_mut().next() {
+                *c = (restart - 1, false);
+            }
+            remember(
+                &mut conns,
+                &format!("r-{restart}"),
+                (addr, (restart, true)),
+                |c| c.1,
+            );
+            assert_eq!(conns.len(), 1, "after restart {restart}: {conns:?}");
+        }
+        // A live connection to another replica stays.
+        remember(&mut conns, "other", (addr, (99, true)), |c| c.1);
+        assert_eq!(conns.len(), 2);
     }
 }
