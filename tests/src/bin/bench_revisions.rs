@@ -200,6 +200,11 @@ struct Step {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "incremental checkpoints after a small change, against the archive format and restic",
+    )
+    .operand("MIB", "the home's size in MiB (default 1024; smoke 16)")
+    .check();
     let mut total = size(1024usize, 16);
     for a in bench_args() {
         total = a.parse().context("size in MiB")?;

@@ -107,6 +107,24 @@ fn row(what: &str, p50: f64, p99: f64, max: f64, n: usize) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("one control plane with many connected guests")
+        .flag("--guests", "N", "guests started (default 1000; smoke 8)")
+        .flag(
+            "--rate",
+            "N",
+            "execs per second in the load phase (default 100; smoke 20)",
+        )
+        .flag(
+            "--load-secs",
+            "N",
+            "seconds of the load phase (default 30; smoke 2)",
+        )
+        .flag(
+            "--idle-secs",
+            "N",
+            "seconds of the idle phase (default 60; smoke 3)",
+        )
+        .check();
     let guests = arg("--guests", size(1000, 8));
     let rate = arg("--rate", size(100, 20));
     let load_secs = arg("--load-secs", size(30, 2)) as u64;
