@@ -260,7 +260,7 @@ impl HomeService {
                 StoreConfig::Local => vec![data_dir.join("home-cas"), data_dir.join("recordings")],
                 StoreConfig::Object { .. } => Vec::new(),
             },
-            started: std::time::SystemTime::now(),
+            started: wall_clock(),
         })
     }
 
@@ -496,7 +496,7 @@ impl HomeService {
         let s = match &self.backend {
             Backend::Local(_) | Backend::CasLocal(_) => {
                 let roots = self.local_roots.clone();
-                let before = std::time::SystemTime::now()
+                let before = wall_clock()
                     .checked_sub(homes::cas::STALE_TEMPORARY_AGE)
                     .map_or(self.started, |t| t.max(self.started));
                 let swept = tokio::task::spawn_blocking(move || {
@@ -525,6 +525,12 @@ impl HomeService {
         let owned = self.ledger.owned().await?;
         Ok(Reconciled::Object(s.reconcile(&owned).await?))
     }
+}
+
+/// Now, from the clock module, as the file system's timestamps are compared with it.
+fn wall_clock() -> std::time::SystemTime {
+    let ms = u64::try_from(crate::clock::now_ms()).unwrap_or(0);
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
 }
 
 /// A store's answer, with a revision it does not have as [`HomeError::NoRevision`].

@@ -73,6 +73,7 @@ fn a_local_write_that_fails_leaves_no_temporary_file() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // reason: file times are set against the wall clock
 fn the_sweep_removes_stale_temporaries_and_leaves_young_ones_and_objects() {
     use std::time::{Duration, SystemTime};
     let dir = tempfile::tempdir().unwrap();

@@ -176,6 +176,7 @@ async fn the_static_guest_exports_and_imports_a_home() -> Result<()> {
 /// (at its start) or more than an hour ago (on request), and leaves a younger one, which may be
 /// a write in progress (docs/faults-storage.md, "A full disk").
 #[tokio::test(flavor = "multi_thread")]
+#[allow(clippy::disallowed_methods)] // reason: file times are set against the wall clock
 async fn the_reconciler_removes_stale_temporaries_of_a_killed_control_plane() -> Result<()> {
     use std::time::SystemTime;
     let mut w = World::start().await?;
