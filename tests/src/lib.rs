@@ -6,10 +6,8 @@
 //! did not allow, and no secret (API token, enrollment token) anywhere in it.
 
 use anyhow::{anyhow, bail, Context, Result};
-use bytes::Bytes;
-use control_plane::client::{full_body, q, Client, ClientError};
+use control_plane::client::Client;
 use gateway_proto::Secret;
-use http_body_util::BodyExt;
 use hyper::Method;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,6 +17,7 @@ pub mod anchor;
 pub mod bench;
 pub mod bot;
 pub mod bystander;
+mod calls;
 pub mod engine;
 pub mod fake_daytona;
 pub mod fake_e2b;
@@ -31,6 +30,7 @@ pub mod live;
 pub mod netlab;
 pub mod pgcluster;
 pub mod probes;
+mod procs;
 pub mod procstat;
 pub mod readme;
 pub mod replicas;
@@ -39,6 +39,10 @@ pub mod s3;
 pub mod s3fault;
 pub mod soak;
 pub mod tunnel;
+
+pub use calls::{exec_via, home_revisions, post_ndjson, ExecOutput};
+pub use procs::{guest_pid_of, pids_with_cmdline, pids_with_env, term_then_kill};
+use procs::{kill_guest_of, remove_computer_network, remove_computer_user};
 
 /// Directory holding the workspace's built binaries (`rakazo`, `rakazo-guest`).
 pub fn bin_dir() -> PathBuf {
@@ -609,130 +613,6 @@ impl World {
         Ok(id)
     }
 
-    /// The computer's `computer.lifecycle` events (its newest 200 activity events' worth),
-    /// oldest first.
-    pub async fn lifecycle(&self, computer: &str) -> Result<Vec<serde_json::Value>> {
-        let page = self
-            .client
-            .json(
-                Method::GET,
-                &format!("/v1/computers/{}/activity?limit=200", q(computer)),
-                None,
-            )
-            .await?;
-        Ok(page["events"]
-            .as_array()
-            .ok_or_else(|| anyhow!("no events in {page}"))?
-            .iter()
-            .filter(|e| e["type"] == "computer.lifecycle")
-            .cloned()
-            .collect())
-    }
-
-    /// The computer as `GET /v1/computers/{id}` shows it.
-    pub async fn show(&self, computer: &str) -> Result<serde_json::Value> {
-        Ok(self
-            .client
-            .json(Method::GET, &format!("/v1/computers/{}", q(computer)), None)
-            .await?)
-    }
-
-    /// The stored home's revision (`GET /v1/computers/{id}/home`); `None` before the first
-    /// checkpoint.
-    pub async fn home_revision(&self, computer: &str) -> Result<Option<u64>> {
-        let v = self
-            .client
-            .json(
-                Method::GET,
-                &format!("/v1/computers/{}/home", q(computer)),
-                None,
-            )
-            .await?;
-        Ok(v["revision"].as_u64())
-    }
-
-    /// Runs a command; returns the NDJSON events.
-    pub async fn exec(
-        &self,
-        computer: &str,
-        spec: serde_json::Value,
-    ) -> Result<ExecOutput, ClientError> {
-        let path = format!("/v1/computers/{}/exec", q(computer));
-        exec_via(&self.client, &path, &spec).await
-    }
-
-    /// Runs `sh -c script` on a computer; its stdout, or an error naming the exit code and
-    /// stderr.
-    pub async fn sh(&self, computer: &str, script: &str) -> Result<String> {
-        let out = self
-            .exec(
-                computer,
-                serde_json::json!({ "argv": ["sh", "-c", script] }),
-            )
-            .await?;
-        if out.code != Some(0) {
-            bail!(
-                "`{script}` exited {:?}: {}",
-                out.code,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    pub async fn put_file(
-        &self,
-        computer: &str,
-        path: &str,
-        bytes: Vec<u8>,
-        executable: bool,
-    ) -> Result<serde_json::Value, ClientError> {
-        let len = bytes.len() as u64;
-        let resp = self
-            .client
-            .send(
-                Method::PUT,
-                &format!(
-                    "/v1/computers/{}/files/content?path={}&executable={executable}",
-                    q(computer),
-                    q(path)
-                ),
-                Some("application/octet-stream"),
-                Some(len),
-                full_body(bytes),
-            )
-            .await?;
-        let b = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
-        serde_json::from_slice(&b.to_bytes()).map_err(|e| ClientError::BadResponse(e.to_string()))
-    }
-
-    pub async fn get_file(&self, computer: &str, path: &str) -> Result<Bytes, ClientError> {
-        let resp = self
-            .client
-            .send(
-                Method::GET,
-                &format!(
-                    "/v1/computers/{}/files/content?path={}",
-                    q(computer),
-                    q(path)
-                ),
-                None,
-                None,
-                full_body(Bytes::new()),
-            )
-            .await?;
-        let b = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| ClientError::BadResponse(e.to_string()))?;
-        Ok(b.to_bytes())
-    }
-
     /// Checks the server log: no ERROR, only allowed WARNs, no secrets. Call at the end of a test.
     pub fn check_log(&mut self) -> Result<()> {
         self.checked = true;
@@ -764,146 +644,6 @@ impl World {
             }
         }
         Ok(())
-    }
-
-    /// A JSON POST that must succeed.
-    pub async fn post(
-        &self,
-        path: &str,
-        body: serde_json::Value,
-    ) -> Result<serde_json::Value, ClientError> {
-        self.client.json(Method::POST, path, Some(&body)).await
-    }
-
-    /// `GET /v1/computers/{id}/screens`: the computer's live screens as the API lists them.
-    pub async fn screens(&self, computer: &str) -> Result<serde_json::Value, ClientError> {
-        self.client
-            .json(
-                Method::GET,
-                &format!("/v1/computers/{computer}/screens"),
-                None,
-            )
-            .await
-    }
-
-    /// The bots with a live screen on `computer`, in slot order.
-    pub async fn screen_bots(&self, computer: &str) -> Result<Vec<String>> {
-        let list = self.screens(computer).await?;
-        Ok(list["screens"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s["bot"].as_str().map(String::from))
-            .collect())
-    }
-
-    /// A terminal capability URL's path (`/cap/<sealed>`) for `bot` (the user holds its
-    /// control), recorded as a secret.
-    pub async fn terminal_url(&mut self, computer: &str, bot: &str) -> Result<String> {
-        let v = self
-            .post(
-                &format!("/v1/computers/{computer}/terminals/{bot}/url"),
-                serde_json::json!({}),
-            )
-            .await?;
-        let path = v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string();
-        self.add_secret(path.trim_start_matches("/cap/"));
-        Ok(path)
-    }
-
-    /// A capability URL's path (`/cap/<sealed>`) for `bot`'s desktop under `policy`; the caller
-    /// records it as a secret.
-    pub async fn screen_url(&self, computer: &str, bot: &str, policy: &str) -> Result<String> {
-        let v = self
-            .post(
-                &format!("/v1/computers/{computer}/screens/{bot}/url"),
-                serde_json::json!({ "policy": policy }),
-            )
-            .await?;
-        Ok(v["path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no path in {v}"))?
-            .to_string())
-    }
-
-    /// The run holding `lease` asks for a takeover (it waits for the user), and the user takes
-    /// control of `bot`'s screen; returns the takeover's answer.
-    pub async fn take_over_waiting_run(
-        &self,
-        computer: &str,
-        bot: &str,
-        lease: &str,
-    ) -> Result<serde_json::Value> {
-        self.post(
-            &format!("/v1/computers/{computer}/leases/{bot}/waiting_takeover"),
-            serde_json::json!({ "lease": lease }),
-        )
-        .await?;
-        Ok(self
-            .post(
-                &format!("/v1/computers/{computer}/screens/{bot}/takeover"),
-                serde_json::json!({}),
-            )
-            .await?)
-    }
-
-    /// Ends a takeover: the user releases control of `bot`'s screen, then the run holding
-    /// `lease` ends with `outcome` (`success`, `failed`...).
-    pub async fn end_takeover(
-        &self,
-        computer: &str,
-        bot: &str,
-        lease: &str,
-        outcome: &str,
-    ) -> Result<()> {
-        self.post(
-            &format!("/v1/computers/{computer}/screens/{bot}/release-control"),
-            serde_json::json!({}),
-        )
-        .await?;
-        self.post(
-            &format!("/v1/computers/{computer}/leases/{bot}/release"),
-            serde_json::json!({ "lease": lease, "outcome": outcome }),
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Acquires `bot`'s execution lease for `owner`; returns the lease string.
-    pub async fn lease(&self, computer: &str, bot: &str, owner: &str) -> Result<String> {
-        let v = self
-            .post(
-                &format!("/v1/computers/{computer}/leases/{bot}/acquire"),
-                serde_json::json!({ "owner": owner }),
-            )
-            .await?;
-        Ok(v["lease"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no lease in {v}"))?
-            .to_string())
-    }
-
-    /// Runs `rakazo home checkpoint` or `restore` (`flow`) through the API; returns the NDJSON
-    /// lines, the last being `done` or `error`.
-    pub async fn home_flow(
-        &self,
-        computer: &str,
-        flow: &str,
-    ) -> Result<Vec<serde_json::Value>, ClientError> {
-        let path = format!("/v1/computers/{}/home/{flow}", q(computer));
-        post_ndjson(&self.client, &path).await
-    }
-
-    /// A checkpoint or restore that must succeed; returns its `done` line.
-    pub async fn home_ok(&self, computer: &str, flow: &str) -> Result<serde_json::Value> {
-        let lines = self.home_flow(computer, flow).await?;
-        match lines.last() {
-            Some(v) if v["type"] == "done" => Ok(v.clone()),
-            other => bail!("home {flow} of {computer} failed: {other:?}"),
-        }
     }
 
     /// Adds a secret the log must never contain (e.g. a capability URL's sealed token).
@@ -952,156 +692,6 @@ impl Drop for World {
     }
 }
 
-/// A fully contained computer has a network namespace (its own, or its container's named; its
-/// veth goes with it), an nftables table and (local) a resolv.conf; a test's computers are not
-/// all destroyed, so the world removes them.
-fn remove_computer_network(id: &str) {
-    let (netns, table) = providers::local::network_names(id);
-    let _ = Command::new("ip")
-        .args(["netns", "del", &netns])
-        .stderr(Stdio::null())
-        .status();
-    let _ = Command::new("nft")
-        .args(["delete", "table", "inet", &table])
-        .stderr(Stdio::null())
-        .status();
-    if let Some(tag) = netns.strip_prefix("rkz-") {
-        let _ = std::fs::remove_file(format!("/run/rakazo-resolv/{tag}.conf"));
-    }
-}
-
-/// A local computer of a root control plane runs as a user of its own (`rkz-…`, uid ≥
-/// 2,000,000), made for it and removed when it is destroyed. A test's computers are not all
-/// destroyed, so the world removes their users itself: whatever still runs as one, then the
-/// user (and its group).
-fn remove_computer_user(dir: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(dir) else {
-        return;
-    };
-    let uid = meta.uid();
-    if uid < 2_000_000 {
-        return;
-    }
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if std::fs::metadata(e.path()).is_ok_and(|m| m.uid() == uid) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        if user.name.starts_with("rkz-") {
-            let _ = Command::new("userdel")
-                .arg(&user.name)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Stops the guest whose home is under `dir` (found through /proc by its RAKAZO_HOME), then what
-/// a dead guest leaves behind: its X servers (Xvnc: their `-auth` file and RFB socket are in the
-/// guest's runtime dir, `/tmp/rakazo-guest-<computer id>`) and its Chromes (profiles in the
-/// home), which run in their own process groups. SIGTERM first, so the guest tears its desktops
-/// down and Chrome detaches its SysV shared-memory segments; SIGKILL for whatever is still there.
-fn kill_guest_of(dir: &Path) {
-    let home = dir.join("home");
-    let guests = pids_with_env("RAKAZO_HOME", &home.display().to_string());
-    term_then_kill(&guests, Duration::from_secs(10));
-    let mut leftovers = pids_with_cmdline(&format!("{}/", home.display()));
-    if let Some(id) = dir.file_name().and_then(|n| n.to_str()) {
-        leftovers.extend(pids_with_cmdline(&format!("/rakazo-guest-{id}/")));
-    }
-    term_then_kill(&leftovers, Duration::from_secs(2));
-}
-
-/// SIGTERM to each of `pids`, up to `grace` for them to exit, then SIGKILL to the rest.
-pub fn term_then_kill(pids: &[i32], grace: Duration) {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    if pids.is_empty() {
-        return;
-    }
-    for &pid in pids {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next())
-                .is_some_and(|state| state != 'Z' && state != 'X')
-        })
-    };
-    let step = Duration::from_millis(50);
-    let mut waited = Duration::ZERO;
-    while waited < grace && pids.iter().any(|&p| alive(p)) {
-        std::thread::sleep(step);
-        waited += step;
-    }
-    for &pid in pids.iter().filter(|&&p| alive(p)) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-}
-
-/// The guest process of `computer` (not the jail around it, which shares its environment),
-/// by its host pid; its `/proc/<pid>/root` is the computer's root.
-pub fn guest_pid_of(computer: &str) -> Option<i32> {
-    pids_with_env("RAKAZO_COMPUTER_ID", computer)
-        .into_iter()
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "rakazo-guest")
-        })
-}
-
-/// Processes whose environment has `key=value`.
-pub fn pids_with_env(key: &str, value: &str) -> Vec<i32> {
-    let needle = format!("{key}={value}");
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
-                if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
-                    out.push(pid);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Processes whose command line contains `needle`.
-pub fn pids_with_cmdline(needle: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-                let cmd: Vec<u8> = cmd
-                    .iter()
-                    .map(|b| if *b == 0 { b' ' } else { *b })
-                    .collect();
-                if String::from_utf8_lossy(&cmd).contains(needle) {
-                    // Zombies have an empty cmdline, so a match is a live process.
-                    out.push(pid);
-                }
-            }
-        }
-    }
-    out
-}
-
 /// The level of one server log line, text (`… WARN …`) or JSON (`RAKAZO_LOG_FORMAT=json`:
 /// `{"level":"WARN",…}`); `None` for a line that is neither (a panic message, say).
 pub fn log_level(line: &str) -> Option<&'static str> {
@@ -1114,93 +704,4 @@ pub fn log_level(line: &str) -> Option<&'static str> {
     levels
         .into_iter()
         .find(|l| line.contains(&format!(" {l} ")))
-}
-
-/// Runs a command through `client` (`path` = `/v1/computers/{id}/exec`): for tasks that
-/// cannot borrow the [`World`].
-pub async fn exec_via(
-    client: &Client,
-    path: &str,
-    spec: &serde_json::Value,
-) -> Result<ExecOutput, ClientError> {
-    let resp = client
-        .send(
-            Method::POST,
-            path,
-            Some("application/json"),
-            None,
-            full_body(serde_json::to_vec(spec).unwrap_or_default()),
-        )
-        .await?;
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ClientError::BadResponse(e.to_string()))?;
-    Ok(ExecOutput::parse(&body.to_bytes()))
-}
-
-/// POSTs `path` with no body (a home checkpoint or restore); the NDJSON lines of the answer.
-pub async fn post_ndjson(
-    client: &Client,
-    path: &str,
-) -> Result<Vec<serde_json::Value>, ClientError> {
-    let resp = client
-        .send(Method::POST, path, None, None, full_body(Bytes::new()))
-        .await?;
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ClientError::BadResponse(e.to_string()))?
-        .to_bytes();
-    Ok(body
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).unwrap_or(serde_json::Value::Null))
-        .collect())
-}
-
-/// The decoded events of an exec.
-#[derive(Debug, Default)]
-pub struct ExecOutput {
-    pub events: Vec<serde_json::Value>,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub code: Option<i64>,
-    pub message: Option<String>,
-    pub error: Option<serde_json::Value>,
-}
-
-impl ExecOutput {
-    pub fn parse(body: &[u8]) -> Self {
-        let mut out = ExecOutput::default();
-        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
-            let data = || -> Vec<u8> {
-                match (v["data"].as_str(), v["data_b64"].as_str()) {
-                    (Some(t), _) => t.as_bytes().to_vec(),
-                    (None, Some(b)) => {
-                        use base64::Engine;
-                        base64::engine::general_purpose::STANDARD
-                            .decode(b)
-                            .unwrap_or_default()
-                    }
-                    _ => Vec::new(),
-                }
-            };
-            match v["type"].as_str() {
-                Some("stdout") => out.stdout.extend(data()),
-                Some("stderr") => out.stderr.extend(data()),
-                Some("exit") => {
-                    out.code = v["code"].as_i64();
-                    out.message = v["message"].as_str().map(String::from);
-                }
-                Some("error") => out.error = Some(v.clone()),
-                _ => {}
-            }
-            out.events.push(v);
-        }
-        out
-    }
 }

@@ -545,14 +545,18 @@ pub async fn content(
 pub async fn reconcile(api: &Arc<Api>) -> Result<Response<RespBody>, ApiError> {
     let stats = api.core.homes.reconcile().await.map_err(home_error)?;
     let body = match stats {
-        Some(s) => Reconciled::Object {
+        crate::homes::Reconciled::Object(s) => Reconciled::Object {
             kept: s.kept,
             deleted: s.deleted,
             foreign: s.foreign,
             aborted_uploads: s.aborted,
             abort_failed: s.abort_failed,
         },
-        None => Reconciled::Local,
+        crate::homes::Reconciled::Local(s) => Reconciled::Local {
+            temporaries_removed: s.removed,
+            temporaries_young: s.young,
+            temporaries_failed: s.failed,
+        },
     };
     Ok(json_response(StatusCode::OK, &body))
 }

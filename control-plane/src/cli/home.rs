@@ -60,7 +60,8 @@ pub enum HomeCmd {
         #[arg(long)]
         revision: Option<u64>,
     },
-    /// Delete checkpoint objects no computer owns (object store).
+    /// Delete checkpoint objects no computer owns (object store), or the stale temporary files
+    /// of writes a killed control plane never finished (local store).
     Reconcile,
     /// Forget and delete the stored home of a destroyed computer (by home key).
     Purge { home_key: String },
@@ -233,8 +234,21 @@ pub async fn run(c: Client, json: bool, cmd: HomeCmd) -> Result<i32> {
             let done: Reconciled = c.fetch(route.method(), &route.path()).await?;
             match done {
                 _ if json => print_json(&done),
-                // Only an object store can hold objects no computer owns.
-                Reconciled::Local => println!("the local store has nothing to reconcile"),
+                Reconciled::Local {
+                    temporaries_removed,
+                    temporaries_young,
+                    temporaries_failed,
+                } => {
+                    println!(
+                        "removed {temporaries_removed} stale temporary files, left \
+                         {temporaries_young} recent ones"
+                    );
+                    if temporaries_failed > 0 {
+                        println!(
+                            "{temporaries_failed} could not be removed (see the server's log)"
+                        );
+                    }
+                }
                 Reconciled::Object {
                     kept,
                     deleted,

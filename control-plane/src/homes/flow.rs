@@ -392,10 +392,10 @@ async fn drain<R: AsyncRead + Unpin>(mut r: R, progress: &Progress) -> io::Resul
 }
 
 /// Runs the reconciler once and logs what it did (an error is logged, not fatal: the next run
-/// retries, and unowned objects are only garbage).
+/// retries, and unowned objects and stale temporary files are only garbage).
 pub async fn reconcile_logged(homes: &HomeService) {
     match homes.reconcile().await {
-        Ok(Some(stats)) => info!(
+        Ok(super::Reconciled::Object(stats)) => info!(
             kept = stats.kept,
             deleted = stats.deleted,
             foreign = stats.foreign,
@@ -403,7 +403,12 @@ pub async fn reconcile_logged(homes: &HomeService) {
             abort_failed = stats.abort_failed,
             "home reconciler ran"
         ),
-        Ok(None) => {}
+        Ok(super::Reconciled::Local(swept)) => info!(
+            temporaries_removed = swept.removed,
+            temporaries_young = swept.young,
+            temporaries_failed = swept.failed,
+            "home reconciler ran"
+        ),
         Err(e) => warn!(error = %chain(&e), "home reconciler failed"),
     }
 }

@@ -180,6 +180,21 @@ pub struct HomeService {
     unclean: Mutex<std::collections::HashSet<HomeKey>>,
     /// Screen recordings, kept beside the homes (docs/recordings.md).
     recordings: Arc<homes::cas::RecordingBlobs>,
+    /// The local directories of stores whose stale temporary files the reconciler removes
+    /// (`home-cas` and `recordings` under the data dir; none for the object store).
+    local_roots: Vec<std::path::PathBuf>,
+    /// When this service was made, after the data dir was locked for this process: a temporary
+    /// file last written before then is no write of this process, nor of any other.
+    started: std::time::SystemTime,
+}
+
+/// What [`HomeService::reconcile`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The object store's orphans and uploads.
+    Object(ReconcileStats),
+    /// The local store's temporary files left by a killed process.
+    Local(homes::cas::TemporarySweep),
 }
 
 /// A computer's checkpoint-or-restore lock: this process's, and the cluster's claim.
@@ -241,6 +256,11 @@ impl HomeService {
             keep: cfg.keep,
             unclean: Mutex::default(),
             recordings,
+            local_roots: match &cfg.store {
+                StoreConfig::Local => vec![data_dir.join("home-cas"), data_dir.join("recordings")],
+                StoreConfig::Object { .. } => Vec::new(),
+            },
+            started: wall_clock(),
         })
     }
 
@@ -466,17 +486,51 @@ impl HomeService {
         )
     }
 
-    /// Deletes checkpoint objects no computer row owns (object store only; `None` for local).
-    /// Run it where the commits run: this process, at start-up and on request.
-    pub async fn reconcile(&self) -> Result<Option<ReconcileStats>, HomeError> {
+    /// Object store: deletes checkpoint objects no computer row owns. Local store: removes the
+    /// temporary files of writes a killed process never finished: those last written before
+    /// this process started (the data dir's lock keeps every other process out, so this one
+    /// alone writes there), or more than [`homes::cas::STALE_TEMPORARY_AGE`] ago; a younger one
+    /// may be a write of this process in progress. Run it where the commits run: this process,
+    /// at start-up and on request.
+    pub async fn reconcile(&self) -> Result<Reconciled, HomeError> {
         let s = match &self.backend {
-            Backend::Local(_) | Backend::CasLocal(_) => return Ok(None),
+            Backend::Local(_) | Backend::CasLocal(_) => {
+                let roots = self.local_roots.clone();
+                let before = wall_clock()
+                    .checked_sub(homes::cas::STALE_TEMPORARY_AGE)
+                    .map_or(self.started, |t| t.max(self.started));
+                let swept = tokio::task::spawn_blocking(move || {
+                    let mut all = homes::cas::TemporarySweep::default();
+                    for root in roots {
+                        let s = homes::cas::sweep_temporaries(&root, before);
+                        all.removed += s.removed;
+                        all.young += s.young;
+                        all.failed += s.failed;
+                    }
+                    all
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "sweeping stale temporary files ended abnormally");
+                    homes::cas::TemporarySweep {
+                        failed: 1,
+                        ..Default::default()
+                    }
+                });
+                return Ok(Reconciled::Local(swept));
+            }
             Backend::Object(s) => s,
             Backend::CasObject(s) => s.legacy(),
         };
         let owned = self.ledger.owned().await?;
-        Ok(Some(s.reconcile(&owned).await?))
+        Ok(Reconciled::Object(s.reconcile(&owned).await?))
     }
+}
+
+/// Now, from the clock module, as the file system's timestamps are compared with it.
+fn wall_clock() -> std::time::SystemTime {
+    let ms = u64::try_from(crate::clock::now_ms()).unwrap_or(0);
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
 }
 
 /// A store's answer, with a revision it does not have as [`HomeError::NoRevision`].

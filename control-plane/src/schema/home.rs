@@ -116,8 +116,19 @@ pub enum Reconciled {
         aborted_uploads: u64,
         abort_failed: u64,
     },
-    /// The local store has nothing to reconcile.
-    Local,
+    /// The local store: the temporary files of writes a killed control plane never finished
+    /// (`.tmp-…`), which are removed once last written before this control plane started or
+    /// more than an hour ago.
+    Local {
+        #[serde(default)]
+        temporaries_removed: u64,
+        /// Written since: maybe a write in progress, left.
+        #[serde(default)]
+        temporaries_young: u64,
+        /// Could not be inspected or removed (each logged).
+        #[serde(default)]
+        temporaries_failed: u64,
+    },
 }
 
 /// `DELETE /v1/homes/{home_key}`.

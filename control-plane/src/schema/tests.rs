@@ -426,7 +426,24 @@ fn home_lines_and_reconcile() {
         &HomeLine::Done(nothing),
         json!({ "type": "done", "revision": null }),
     );
-    same(&Reconciled::Local, json!({ "store": "local" }));
+    same(
+        &Reconciled::Local {
+            temporaries_removed: 1,
+            temporaries_young: 2,
+            temporaries_failed: 3,
+        },
+        json!({ "store": "local", "temporaries_removed": 1, "temporaries_young": 2,
+                "temporaries_failed": 3 }),
+    );
+    // An older control plane's answer.
+    assert_eq!(
+        serde_json::from_value::<Reconciled>(json!({ "store": "local" })).unwrap(),
+        Reconciled::Local {
+            temporaries_removed: 0,
+            temporaries_young: 0,
+            temporaries_failed: 0,
+        }
+    );
     same(
         &Reconciled::Object {
             kept: 1,

@@ -82,7 +82,10 @@ impl BlobStore for LocalBlobs {
         let path = self.path(name)?;
         let dir = path.parent().unwrap_or(&self.root);
         std::fs::create_dir_all(dir).map_err(at(dir))?;
-        let tmp = dir.join(format!(".tmp-{}", hex::encode(rand::random::<[u8; 8]>())));
+        let tmp = dir.join(format!(
+            "{TEMP_PREFIX}{}",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
         let mut f = std::fs::File::create(&tmp).map_err(at(&tmp))?;
         let written = f
             .write_all(bytes)
@@ -157,6 +160,97 @@ impl BlobStore for LocalBlobs {
             Err(_) => self.put(name, &src.get(name)?),
         }
     }
+}
+
+/// How the name of a [`LocalBlobs`] temporary file begins (`.tmp-<16 hex>`): no object's name
+/// does, since a name's components never start with `.`.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// How long a temporary file must have gone unwritten before it is taken for the leftover of a
+/// killed process ([`sweep_temporaries`]). A live `put` writes one object (a pack is about
+/// [`super::pack::PACK_TARGET`]) from memory, syncs and renames it within seconds; an hour is far
+/// past that even on a disk that stalls, and past every deadline of a checkpoint.
+pub const STALE_TEMPORARY_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What [`sweep_temporaries`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TemporarySweep {
+    /// Stale temporary files removed.
+    pub removed: u64,
+    /// Temporary files written since the time asked for: maybe a live write, left.
+    pub young: u64,
+    /// Temporary files or directories that could not be inspected or removed (each logged).
+    pub failed: u64,
+}
+
+/// Removes the temporary files that [`LocalBlobs::put`] left anywhere under `root` (a directory
+/// of stores: `<data dir>/home-cas`, `<data dir>/recordings`) and that were last written before
+/// `written_before`. A process killed between creating one and renaming it leaves it forever: no
+/// listing shows names starting with `.`, so no collection finds it. Later ones are left, as they
+/// may belong to a write in progress: the caller picks a time no live write can predate. A
+/// missing `root` is an empty one. Symbolic links are not followed. An entry that cannot be read
+/// or removed is logged and counted, and the sweep goes on.
+pub fn sweep_temporaries(root: &Path, written_before: std::time::SystemTime) -> TemporarySweep {
+    let mut stats = TemporarySweep::default();
+    let mut dirs = vec![root.to_path_buf()];
+    let failed = |stats: &mut TemporarySweep, path: &Path, e: std::io::Error| {
+        tracing::warn!(path = %path.display(), error = %e, "sweeping stale temporary files");
+        stats.failed += 1;
+    };
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                failed(&mut stats, &dir, e);
+                continue;
+            }
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    failed(&mut stats, &dir, e);
+                    continue;
+                }
+            };
+            let path = entry.path();
+            // Not followed: a link's type is the link's own.
+            let kind = match entry.file_type() {
+                Ok(kind) => kind,
+                Err(e) => {
+                    failed(&mut stats, &path, e);
+                    continue;
+                }
+            };
+            if kind.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if !kind.is_file() || !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let modified = match entry.metadata().and_then(|m| m.modified()) {
+                Ok(t) => t,
+                // Renamed into place (or removed) since the listing: not a leftover.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    failed(&mut stats, &path, e);
+                    continue;
+                }
+            };
+            if modified >= written_before {
+                stats.young += 1;
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => stats.removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => failed(&mut stats, &path, e),
+            }
+        }
+    }
+    stats
 }
 
 /// Objects in an S3-compatible bucket under `<prefix>/` (the home's storage id). The trait is

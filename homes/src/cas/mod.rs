@@ -36,7 +36,7 @@ mod tests;
 pub use archive::{ArchiveSize, Change, Difference, Ingest, Visit};
 #[cfg(feature = "object")]
 pub use blobs::ObjectBlobs;
-pub use blobs::{BlobStore, LocalBlobs};
+pub use blobs::{sweep_temporaries, BlobStore, LocalBlobs, TemporarySweep, STALE_TEMPORARY_AGE};
 #[cfg(feature = "object")]
 pub use recordings::RecordingBlobs;
 pub use repo::{Cause, Keep, PruneStats, Repo, RevisionInfo, Snapshot};

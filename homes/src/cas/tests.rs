@@ -71,3 +71,48 @@ fn a_local_write_that_fails_leaves_no_temporary_file() {
         .collect();
     assert_eq!(names, ["p1"], "only the directory in the way is left");
 }
+
+#[test]
+#[allow(clippy::disallowed_methods)] // reason: file times are set against the wall clock
+fn the_sweep_removes_stale_temporaries_and_leaves_young_ones_and_objects() {
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("team-a");
+    let blobs = LocalBlobs::new(&home);
+    blobs.put("packs/p1", b"pack").unwrap();
+    blobs.put("key", b"key").unwrap();
+    let aged = |path: &std::path::Path, ago: Duration| {
+        let f = std::fs::File::create(path).unwrap();
+        f.set_modified(SystemTime::now() - ago).unwrap();
+    };
+    let hours = |n: u64| Duration::from_secs(3600 * n);
+    // What a control plane killed mid-write leaves: in a store's subdirectory and at its top.
+    aged(&home.join("packs/.tmp-0123456789abcdef"), hours(2));
+    aged(&home.join(".tmp-fedcba9876543210"), hours(5));
+    // A write in progress, and old files that are not temporaries.
+    aged(&home.join("packs/.tmp-00000000000000ff"), Duration::ZERO);
+    aged(&home.join("packs/.ballast"), hours(2));
+    aged(&home.join("index-old"), hours(2));
+    let swept = sweep_temporaries(dir.path(), SystemTime::now() - STALE_TEMPORARY_AGE);
+    assert_eq!(
+        swept,
+        TemporarySweep {
+            removed: 2,
+            young: 1,
+            failed: 0
+        }
+    );
+    let mut left: Vec<String> = std::fs::read_dir(home.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".ballast", ".tmp-00000000000000ff", "p1"]);
+    assert!(!home.join(".tmp-fedcba9876543210").exists());
+    assert_eq!(blobs.get("packs/p1").unwrap(), b"pack");
+    assert_eq!(blobs.get("key").unwrap(), b"key");
+    assert!(home.join("index-old").exists());
+    // A root that does not exist yet is an empty one.
+    let none = sweep_temporaries(&dir.path().join("missing"), SystemTime::now());
+    assert_eq!(none, TemporarySweep::default());
+}

@@ -49,6 +49,18 @@ async fn exec_once(w: &World, c: &str, n: usize) -> Result<Duration> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("what recording the activity feed costs an exec")
+        .flag(
+            "--runs",
+            "N",
+            "measured execs on each server (default 500; smoke 10)",
+        )
+        .flag(
+            "--warmups",
+            "N",
+            "execs before measuring (default 30; smoke 2)",
+        )
+        .check();
     let smoke = flag("--smoke");
     let runs = arg("--runs", if smoke { 10 } else { 500 });
     let warmups = arg("--warmups", if smoke { 2 } else { 30 });

@@ -76,6 +76,19 @@ fn quantiles(runs: &Value) -> (f64, f64) {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the console's benchmark: a fleet listed and a desktop shown")
+        .flag(
+            "--fleet",
+            "N",
+            "computers of the fleet (default 200; smoke 8)",
+        )
+        .flag("--runs", "N", "measured runs (default 10; smoke 1)")
+        .flag(
+            "--node-dir",
+            "PATH",
+            "the console test's node packages (default tests/console)",
+        )
+        .check();
     let o = options()?;
     let before = load();
     let mut w = World::start_with(WorldOptions {

@@ -98,6 +98,14 @@ async fn ensure(w: &World, c: &str, bot: &str) -> Result<Duration> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("Docker computers: create and first exec, against podman run")
+        .flag("--runs", "N", "measured creates (default 5; smoke 1)")
+        .flag(
+            "--fleet",
+            "N",
+            "computers of the fleet part (default 10; smoke 2)",
+        )
+        .check();
     let runs = arg("--runs", size(5, 1));
     let fleet = arg("--fleet", size(10, 2));
     engine::require_engine()?;

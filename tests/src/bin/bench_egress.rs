@@ -195,6 +195,16 @@ async fn measure(
 }
 
 fn main() -> Result<()> {
+    tests::bench::Usage::new("containment's cost: a contained computer against an uncontained one")
+        .flag("--mib", "N", "MiB downloaded (default 1024; smoke 16)")
+        .flag("--conns", "N", "connections opened (default 500; smoke 20)")
+        .flag(
+            "--idle",
+            "N",
+            "idle connections held (default 500; smoke 50)",
+        )
+        .flag("--runs", "N", "measured requests (default 200; smoke 10)")
+        .check();
     let mib = arg("--mib", size(1024, 16));
     let conns = arg("--conns", size(500, 20));
     let idle = arg("--idle", size(500, 50));

@@ -41,6 +41,19 @@ const ZRLE: i32 = 16;
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the guest link through a degraded path against the clean link")
+        .flag(
+            "--rounds",
+            "N",
+            "measured rounds per path (default 20; smoke 3)",
+        )
+        .flag("--cuts", "N", "link cuts (default 3; smoke 1)")
+        .flag(
+            "--cut-secs",
+            "N",
+            "seconds each cut lasts (default 30; smoke 8)",
+        )
+        .check();
     let rounds = arg("--rounds", size(20, 3));
     let cuts = arg("--cuts", size(3, 1));
     let cut_secs = arg("--cut-secs", size(30, 8)) as u64;

@@ -186,6 +186,24 @@ async fn store(rounds: usize, mib: usize, fails: u32) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the database and the object store failing")
+        .flag("--rounds", "N", "rounds of each part (default 5; smoke 1)")
+        .flag(
+            "--down-requests",
+            "N",
+            "requests while the database is down (default 5; smoke 2)",
+        )
+        .flag(
+            "--mib",
+            "N",
+            "MiB of the home checkpointed (default 16; smoke 1)",
+        )
+        .flag(
+            "--fails",
+            "N",
+            "500s in a row the store answers (default 6)",
+        )
+        .check();
     let rounds = arg("--rounds", size(5, 1));
     let down_requests = arg("--down-requests", size(5, 2));
     let mib = arg("--mib", size(16, 1));

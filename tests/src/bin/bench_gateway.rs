@@ -584,6 +584,25 @@ fn mb(v: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the guest half of the live screen, over real QUIC on loopback")
+        .flag(
+            "--latency-runs",
+            "N",
+            "measured input-to-pixel runs (default 60; smoke 5)",
+        )
+        .flag(
+            "--scroll-secs",
+            "N",
+            "seconds of scrolling (default 3; smoke 1)",
+        )
+        .flag("--rounds", "N", "rounds (default 2; smoke 1)")
+        .flag(
+            "--term-mb",
+            "N",
+            "MB through the terminal (default 200; smoke 4)",
+        )
+        .flag("--keys", "N", "keystrokes echoed (default 200; smoke 10)")
+        .check();
     let a = args()?;
     let bench = Bench::start().await?;
     let req = Request::ScreenEnsure(ScreenRequest {

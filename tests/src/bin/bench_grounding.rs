@@ -276,6 +276,14 @@ struct TaskRun {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("grounded observations on the guest's own desktop code")
+        .flag("--runs", "N", "measured observations (default 50; smoke 3)")
+        .flag(
+            "--warmup",
+            "N",
+            "observations before measuring (default 5; smoke 1)",
+        )
+        .check();
     let o = options()?;
     let load_before = loadavg();
     let fx = Fixture::start().await?;

@@ -75,6 +75,16 @@ async fn exec_true(w: &World, c: &str) -> Result<Duration> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "hardening: exec under a slowloris attack and more, against their anchors",
+    )
+    .flag("--runs", "N", "measured requests (default 100; smoke 5)")
+    .flag(
+        "--slow",
+        "N",
+        "slowloris connections (default 300; smoke 10)",
+    )
+    .check();
     let runs = arg("--runs", size(100, 5));
     let slow = arg("--slow", size(300, 10));
     let mut w = World::start().await?;

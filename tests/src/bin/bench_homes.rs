@@ -465,6 +465,25 @@ fn print_table(passes: &[Pass]) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("checkpoint and restore of a home of mixed file sizes, per store")
+        .operand("MIB", "the home's size in MiB (default 1024; smoke 16)")
+        .flag(
+            "--stores",
+            "LIST",
+            "stores, comma-separated: s3s-fs, garage, local (default: s3s-fs or garage, and local)",
+        )
+        .flag("--garage", "PATH", "a Garage binary, for the garage store")
+        .flag(
+            "--parts-in-flight",
+            "N",
+            "multipart parts in flight (the control plane's default)",
+        )
+        .flag(
+            "--part-mib",
+            "N",
+            "multipart part size in MiB (the control plane's default)",
+        )
+        .check();
     let opts = Options::parse()?;
     println!(
         "bench_homes: {} MiB home; parts in flight: {}; part size: {}",

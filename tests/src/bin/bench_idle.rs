@@ -53,6 +53,19 @@ impl Drop for Killer {
 }
 
 fn main() -> Result<()> {
+    tests::bench::Usage::new("the cost of the idle job's look inside a computer")
+        .flag("--runs", "N", "measured looks (default 300; smoke 20)")
+        .flag(
+            "--background",
+            "N",
+            "background processes (default 200; smoke 10)",
+        )
+        .flag(
+            "--files",
+            "N",
+            "files in the home (default 100000; smoke 1000)",
+        )
+        .check();
     let smoke = std::env::args().any(|a| a == "--smoke");
     let runs = arg("--runs", if smoke { 20 } else { 300 });
     let background = arg("--background", if smoke { 10 } else { 200 });

@@ -99,6 +99,20 @@ async fn runs(mode: &str, n: usize, delay: Duration) -> Result<Vec<Run>> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "Kubernetes computers: create to first exec against the fake API server",
+    )
+    .flag(
+        "--runs",
+        "N",
+        "computers created per mode (default 10; smoke 2)",
+    )
+    .flag(
+        "--delay-ms",
+        "N",
+        "simulated scheduling delay in ms (default 200)",
+    )
+    .check();
     let n = arg("--runs", size(10, 2));
     let delay = Duration::from_millis(arg("--delay-ms", 200) as u64);
     println!(

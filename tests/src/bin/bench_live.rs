@@ -659,6 +659,38 @@ async fn live_screens(
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the live screen and terminal, each against its anchor")
+        .flag(
+            "--latency-runs",
+            "N",
+            "measured input-to-pixel runs (default 30; smoke 3)",
+        )
+        .flag(
+            "--scroll-secs",
+            "N",
+            "seconds of scrolling (default 5; smoke 1)",
+        )
+        .flag(
+            "--still-secs",
+            "N",
+            "seconds of a still screen (default 5; smoke 1)",
+        )
+        .flag(
+            "--terminal-mib",
+            "N",
+            "MiB through the terminal (default 200; smoke 4)",
+        )
+        .flag(
+            "--echo-runs",
+            "N",
+            "keystrokes echoed (default 50; smoke 5)",
+        )
+        .flag(
+            "--terminal-only",
+            "0|1",
+            "only the terminal parts (default 0)",
+        )
+        .check();
     let a = args()?;
     // The bench reads the bot's display and Xvnc socket from this host, so its computer is
     // not jailed (a jail's /tmp is its own).

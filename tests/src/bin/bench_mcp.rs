@@ -167,6 +167,15 @@ fn report(what: &str, mcp: &[f64], http: &[f64]) {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "a tool call through MCP against the same operation through the HTTP API",
+    )
+    .flag(
+        "--runs",
+        "N",
+        "measured calls of each kind (default 200; smoke 10)",
+    )
+    .check();
     // `--smoke`: a few runs, for a quick check; an explicit `--runs` still wins.
     let smoke = std::env::args().any(|a| a == "--smoke");
     let runs = arg("--runs", if smoke { 10 } else { 200 });

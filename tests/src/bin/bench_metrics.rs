@@ -77,6 +77,14 @@ async fn workload(w: &World, c: &str) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the cost of /metrics against an anchor")
+        .flag(
+            "--computers",
+            "N",
+            "computers of the workload (default 100; smoke 3)",
+        )
+        .flag("--runs", "N", "measured scrapes (default 1000; smoke 20)")
+        .check();
     let smoke = flag("--smoke");
     let computers = arg("--computers", if smoke { 3 } else { 100 });
     let runs = arg("--runs", if smoke { 20 } else { 1000 });

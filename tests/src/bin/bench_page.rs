@@ -141,6 +141,21 @@ async fn start_xserver(runtime: &std::path::Path) -> Result<XServer> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the page browser on catalogs of 500 and 5,000 elements")
+        .flag("--runs", "N", "measured runs (default 50; smoke 3)")
+        .flag(
+            "--warmup",
+            "N",
+            "runs before measuring (default 5; smoke 1)",
+        )
+        .flag("--cold-runs", "N", "cold starts (default 10; smoke 1)")
+        .flag(
+            "--node-dir",
+            "PATH",
+            "the anchor's node packages (default tests/bench/page)",
+        )
+        .switch("--no-node", "without the Playwright anchor")
+        .check();
     let o = options()?;
     let load_before = load_average();
     let fixture = Fixture::start().await?;

@@ -79,6 +79,11 @@ async fn one(w: &World, body: serde_json::Value, screen: bool, expect_pool: bool
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "what a warm pool saves: create to first exec and screenshot, cold and pooled",
+    )
+    .flag("--rounds", "N", "rounds of each (default 7; smoke 1)")
+    .check();
     let smoke = smoke();
     let rounds = arg("--rounds", if smoke { 1 } else { 7 });
     let docker = !smoke && engine::require_engine().is_ok();

@@ -84,6 +84,19 @@ fn p50(v: &[f64]) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("what a preview URL costs, each part against its anchor")
+        .flag(
+            "--requests",
+            "N",
+            "measured requests (default 2000; smoke 30)",
+        )
+        .flag("--mib", "N", "MiB of the download (default 1024; smoke 16)")
+        .flag(
+            "--wakes",
+            "N",
+            "wakes of a suspended computer (default 5; smoke 1)",
+        )
+        .check();
     let requests = arg("--requests", if smoke() { 30 } else { 2000 });
     let mib = arg("--mib", if smoke() { 16 } else { 1024 });
     let wakes = arg("--wakes", if smoke() { 1 } else { 5 });

@@ -90,6 +90,10 @@ fn row(name: &str, v: &[f64], anchor: Option<(f64, f64, f64)>) -> (f64, f64, f64
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the logs --follow delay of a detached process")
+        .flag("--lines", "N", "lines printed (default 1000; smoke 20)")
+        .flag("--period-ms", "N", "ms between lines (default 10)")
+        .check();
     let lines = arg("--lines", if smoke() { 20 } else { 1000 });
     let period = arg("--period-ms", 10);
     let mut w = World::start().await?;

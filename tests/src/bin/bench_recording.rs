@@ -108,8 +108,16 @@ async fn phase(
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let secs = arg("secs", if smoke() { 6 } else { 60 }) as u64;
-    let rounds = arg("rounds", if smoke() { 1 } else { 2 });
+    tests::bench::Usage::new("what recording a screen costs, against the same session unrecorded")
+        .flag(
+            "--secs",
+            "N",
+            "seconds of each session (default 60; smoke 6)",
+        )
+        .flag("--rounds", "N", "rounds of each (default 2; smoke 1)")
+        .check();
+    let secs = arg("--secs", if smoke() { 6 } else { 60 }) as u64;
+    let rounds = arg("--rounds", if smoke() { 1 } else { 2 });
     let mut w = World::start().await?;
     let site = Fixture::start().await?;
     let c = w.create_computer("ws-bench-recording").await?;

@@ -684,6 +684,33 @@ fn logs(r: &Replicas, computers: &[String]) -> Result<PathBuf> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("control-plane replicas on PostgreSQL")
+        .flag("--runs", "N", "measured execs (default 300; smoke 20)")
+        .flag(
+            "--warmups",
+            "N",
+            "execs before measuring (default runs/10, at least 5)",
+        )
+        .flag(
+            "--file-mib",
+            "N",
+            "MiB of each file transfer (default 16; smoke 4)",
+        )
+        .flag("--file-runs", "N", "file transfers (default 5; smoke 1)")
+        .flag("--computers", "N", "computers (default 3; smoke 2)")
+        .flag("--bots", "N", "bots of the load test (default 6)")
+        .flag("--rate", "N", "execs per second per bot (default 5)")
+        .flag(
+            "--secs",
+            "N",
+            "seconds of the load test (default 60; smoke 5)",
+        )
+        .flag(
+            "--kill-at",
+            "N",
+            "second of the load test a replica is killed at (default 0: none)",
+        )
+        .check();
     let smoke = flag("--smoke");
     let pick = |name: &str, full: usize, tiny: usize| arg(name, if smoke { tiny } else { full });
     let runs = pick("--runs", 300, 20);

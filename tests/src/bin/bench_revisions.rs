@@ -118,19 +118,8 @@ async fn flow(w: &World, c: &str, what: &str) -> Result<(Duration, serde_json::V
 
 /// The bytes the latest revision wrote to the store.
 async fn stored(w: &World, c: &str) -> Result<u64> {
-    let v: serde_json::Value = w
-        .client
-        .json(
-            Method::GET,
-            &format!("/v1/computers/{c}/home/revisions"),
-            None,
-        )
-        .await?;
-    let last = v["revisions"]
-        .as_array()
-        .and_then(|r| r.last())
-        .context("no revision")?;
-    Ok(last["stored_bytes"].as_u64().unwrap_or(0))
+    let revs = w.revisions(c).await?;
+    Ok(revs.last().context("no revision")?.stored_bytes)
 }
 
 /// restic's repository and its growth.
@@ -200,6 +189,11 @@ struct Step {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new(
+        "incremental checkpoints after a small change, against the archive format and restic",
+    )
+    .operand("MIB", "the home's size in MiB (default 1024; smoke 16)")
+    .check();
     let mut total = size(1024usize, 16);
     for a in bench_args() {
         total = a.parse().context("size in MiB")?;

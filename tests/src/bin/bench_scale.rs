@@ -155,6 +155,33 @@ struct Sent {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("one control plane (or two replicas) with many connected guests")
+        .flag(
+            "--replicas",
+            "N",
+            "1 (SQLite) or 2 (PostgreSQL) replicas (default 1)",
+        )
+        .flag(
+            "--guests",
+            "N",
+            "guests started (default 1000; smoke 8, or 4 with 2 replicas)",
+        )
+        .flag(
+            "--rate",
+            "N",
+            "execs per second in the load phase (default 100; smoke 20)",
+        )
+        .flag(
+            "--load-secs",
+            "N",
+            "seconds of the load phase (default 30; smoke 2)",
+        )
+        .flag(
+            "--idle-secs",
+            "N",
+            "seconds of the idle phase (default 60; smoke 3)",
+        )
+        .check();
     let replicas = arg("--replicas", 1);
     ensure!(
         (1..=2).contains(&replicas),

@@ -78,6 +78,66 @@ fn plan() -> Result<Plan> {
 }
 
 fn main() -> Result<()> {
+    tests::bench::Usage::new("the soak: replicas, exec bots and desktops under kills, bounded")
+        .flag("--secs", "N", "seconds of the run (default 1800; smoke 40)")
+        .flag("--computers", "N", "computers (default 3; smoke 2)")
+        .flag(
+            "--desktops",
+            "N",
+            "desktops, at most 2 (default 1; smoke 0)",
+        )
+        .flag(
+            "--kill-every",
+            "N",
+            "seconds between replica kills (default 300; smoke 0: none)",
+        )
+        .flag(
+            "--kill-first-at",
+            "N",
+            "second of the first kill (default --kill-every, else 12)",
+        )
+        .flag(
+            "--kill-down",
+            "N",
+            "seconds a killed replica stays down (default 5; smoke 3)",
+        )
+        .flag(
+            "--pg-restart-at",
+            "N",
+            "second PostgreSQL restarts at (default 2/3 of --secs; smoke 24)",
+        )
+        .flag(
+            "--pg-down",
+            "N",
+            "seconds PostgreSQL stays down (default 10; smoke 4)",
+        )
+        .flag(
+            "--sample-every",
+            "N",
+            "seconds between memory samples (default 10; smoke 2)",
+        )
+        .flag(
+            "--pause-ms",
+            "N",
+            "ms between a bot's operations (default 1000; smoke 300)",
+        )
+        .flag(
+            "--grace",
+            "N",
+            "seconds an operation may fail around a kill (default 30; smoke 20)",
+        )
+        .flag(
+            "--read-back",
+            "N",
+            "files read back at the end (default 10; smoke 2)",
+        )
+        .flag(
+            "--warm-up",
+            "N",
+            "seconds before the memory baseline (default secs/10, at least 60)",
+        )
+        .flag("--svg", "PATH", "write the memory plot there")
+        .check();
     let plan = plan()?;
     let warm_up = arg("--warm-up", ((plan.secs / 10).max(60)) as usize) as f64;
     let warm_up = if tests::bench::smoke() {

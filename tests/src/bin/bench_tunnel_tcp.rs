@@ -471,6 +471,26 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the tunnel over TCP against QUIC on UDP and plain loopback TCP")
+        .flag(
+            "--rtt-runs",
+            "N",
+            "measured round trips (default 2000; smoke 50)",
+        )
+        .flag(
+            "--mib",
+            "N",
+            "MiB of the bulk transfer (default 256; smoke 8)",
+        )
+        .flag("--bulk-runs", "N", "bulk transfers (default 3; smoke 1)")
+        .flag("--exec-runs", "N", "measured execs (default 300; smoke 20)")
+        .flag(
+            "--file-mib",
+            "N",
+            "MiB of the file transfer (default 64; smoke 4)",
+        )
+        .switch("--transport-only", "the transport alone, no control plane")
+        .check();
     if tests::tcp_only_tunnel().is_some() {
         bail!("unset RAKAZO_TEST_TUNNEL: this bench compares both transports itself");
     }

@@ -137,21 +137,8 @@ async fn checkpoints(plan: &Plan, st: &Stage, tallies: &[Tally], report: &mut Re
     }
     let w = &st.r.worlds[0];
     for (computer, cps) in by_computer {
-        let listed: BTreeSet<u64> = match w
-            .client
-            .json(
-                Method::GET,
-                &format!("/v1/computers/{}/home/revisions", q(computer)),
-                None,
-            )
-            .await
-        {
-            Ok(v) => v["revisions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["revision"].as_u64())
-                .collect(),
+        let listed: BTreeSet<u64> = match w.revisions(computer).await {
+            Ok(v) => v.iter().map(|r| r.revision).collect(),
             Err(e) => {
                 report
                     .violations

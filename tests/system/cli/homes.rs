@@ -113,12 +113,16 @@ async fn cli_checkpoints_browses_restores_and_purges_a_home() -> Result<()> {
         "{done}"
     );
 
-    // The operator's commands: reconcile (nothing to do on the local store); purge refuses a
-    // live computer's home, then forgets a destroyed one's.
+    // The operator's commands: reconcile (no killed write's temporary files on this local
+    // store); purge refuses a live computer's home, then forgets a destroyed one's.
     let v = rakazo_json(&w, &["home", "reconcile"]).await?;
-    assert_eq!(v["store"], "local", "{v}");
+    assert_eq!(
+        (&v["store"], &v["temporaries_removed"]),
+        (&"local".into(), &0.into()),
+        "{v}"
+    );
     let out = text(&rakazo_ok(&w, &["home", "reconcile"]).await?);
-    assert_eq!(out, "the local store has nothing to reconcile\n");
+    assert_eq!(out, "removed 0 stale temporary files, left 0 recent ones\n");
     // The refusal names the computer holding the home.
     refused(
         &w,

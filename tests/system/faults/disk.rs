@@ -268,19 +268,8 @@ async fn a_full_home_store_fails_the_checkpoint_clearly_and_keeps_the_previous_r
         Some(1),
         "the previous revision stays"
     );
-    let revs = w
-        .client
-        .json(
-            Method::GET,
-            &format!("/v1/computers/{c}/home/revisions"),
-            None,
-        )
-        .await?;
-    assert_eq!(
-        revs["revisions"].as_array().map(Vec::len),
-        Some(1),
-        "{revs}"
-    );
+    let revs = w.revisions(&c).await?;
+    assert_eq!(revs.len(), 1, "{revs:?}");
     let parts = files_with(&store, ".tmp-")?;
     assert!(parts.is_empty(), "the failed checkpoint left {parts:?}");
     let left: Vec<String> = packs_of(&repo)?

@@ -36,20 +36,12 @@ async fn incremental_checkpoints_store_what_changed_and_restore_whole() -> Resul
     std::fs::write(home.join("big.bin"), &big)?;
     let second = w.home_ok(&c1, "checkpoint").await?;
     assert_eq!(second["revision"], 2, "{second}");
-    let revs: serde_json::Value = w
-        .client
-        .json(
-            Method::GET,
-            &format!("/v1/computers/{c1}/home/revisions"),
-            None,
-        )
-        .await?;
-    let list = revs["revisions"].as_array().context("revisions")?;
-    assert_eq!(list.len(), 2, "{revs}");
-    let stored = |i: usize| list[i]["stored_bytes"].as_u64().unwrap_or(0);
-    assert!(stored(0) > 6 << 20, "{revs}");
+    let revs = w.revisions(&c1).await?;
+    assert_eq!(revs.len(), 2, "{revs:?}");
+    let stored = |i: usize| revs[i].stored_bytes;
+    assert!(stored(0) > 6 << 20, "{revs:?}");
     // At most two chunks of 256 KiB, the trees on the way, and a pack index.
-    assert!(stored(1) < 600 << 10, "{revs}");
+    assert!(stored(1) < 600 << 10, "{revs:?}");
     // Only what changed crosses the tunnel: the guest sends files unchanged since the last
     // export as such, without their content.
     w.sh(&c1, "echo tiny > small.txt").await?;

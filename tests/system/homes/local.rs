@@ -170,3 +170,89 @@ async fn the_static_guest_exports_and_imports_a_home() -> Result<()> {
     assert_eq!(manifest(&w.home_of(&c2))?, expected_after_restore(&before));
     w.check_log()
 }
+
+/// A control plane killed mid-write leaves the store's temporary files (`.tmp-…`, which no
+/// listing shows): the reconciler removes those last written before the control plane started
+/// (at its start) or more than an hour ago (on request), and leaves a younger one, which may be
+/// a write in progress (docs/faults-storage.md, "A full disk").
+#[tokio::test(flavor = "multi_thread")]
+#[allow(clippy::disallowed_methods)] // reason: file times are set against the wall clock
+async fn the_reconciler_removes_stale_temporaries_of_a_killed_control_plane() -> Result<()> {
+    use std::time::SystemTime;
+    let mut w = World::start().await?;
+    let c = w.create_computer("ws-temps").await?;
+    std::fs::write(w.home_of(&c).join("notes.txt"), b"kept")?;
+    assert_eq!(w.home_ok(&c, "checkpoint").await?["revision"], 1);
+    let packs = w.data_dir.path().join("home-cas/team-ws-temps/packs");
+    let recording = w.data_dir.path().join("recordings").join(&c);
+    std::fs::create_dir_all(&recording)?;
+    let plant = |path: &std::path::Path, ago: Duration| -> Result<()> {
+        let f = std::fs::File::create(path)?;
+        f.set_modified(SystemTime::now() - ago)?;
+        Ok(())
+    };
+
+    // What a SIGKILL mid-write leaves: a pack's and a recording piece's temporaries, one
+    // written just before the kill, one long before.
+    w.kill_server();
+    let killed = [
+        packs.join(".tmp-00000000000000a1"),
+        recording.join(".tmp-00000000000000a2"),
+    ];
+    plant(&killed[0], Duration::ZERO)?;
+    plant(&killed[1], Duration::from_secs(3 * 3600))?;
+    w.spawn_server().await?;
+    wait_for(Duration::from_secs(30), "the start-up sweep", || {
+        killed.iter().all(|p| !p.exists()).then_some(())
+    })
+    .await?;
+    let log = w.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("home reconciler ran") && l.contains("temporaries_removed=2")),
+        "the start-up run counts what it removed:\n{log}"
+    );
+
+    // Written after this control plane started, recently: maybe a live write, left alone.
+    let young = packs.join(".tmp-00000000000000b1");
+    plant(&young, Duration::ZERO)?;
+    let reconcile = || w.client.json(Method::POST, "/v1/homes/reconcile", None);
+    let v = reconcile().await?;
+    assert_eq!(
+        (
+            &v["store"],
+            &v["temporaries_removed"],
+            &v["temporaries_young"]
+        ),
+        (&"local".into(), &0.into(), &1.into()),
+        "{v}"
+    );
+    assert!(young.exists(), "a young temporary file stays");
+    // Unwritten for more than an hour: stale, whoever wrote it.
+    plant(&young, Duration::from_secs(2 * 3600))?;
+    let v = reconcile().await?;
+    assert_eq!(
+        (
+            &v["temporaries_removed"],
+            &v["temporaries_young"],
+            &v["temporaries_failed"]
+        ),
+        (&1.into(), &0.into(), &0.into()),
+        "{v}"
+    );
+    assert!(!young.exists(), "a stale temporary file goes");
+
+    // The store's objects are untouched: revision 1 reads back.
+    let notes = w
+        .client
+        .send(
+            Method::GET,
+            &format!("/v1/computers/{c}/home/content?path=notes.txt"),
+            None,
+            None,
+            full_body(bytes::Bytes::new()),
+        )
+        .await?;
+    assert_eq!(&notes.into_body().collect().await?.to_bytes()[..], b"kept");
+    w.check_log()
+}

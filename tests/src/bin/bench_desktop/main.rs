@@ -364,6 +364,50 @@ async fn wait_loaded(fx: &Fixture, tag: &str) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the desktop benchmarks, each against its anchor")
+        .flag(
+            "--observe-runs",
+            "N",
+            "measured observations (default 100; smoke 4)",
+        )
+        .flag(
+            "--anchor-runs",
+            "N",
+            "anchor screenshots, at most --observe-runs (default 20; smoke 2)",
+        )
+        .flag(
+            "--click-runs",
+            "N",
+            "measured clicks (default 200; smoke 4)",
+        )
+        .flag(
+            "--xdotool-runs",
+            "N",
+            "anchor clicks, at most --click-runs (default 50; smoke 2)",
+        )
+        .flag("--start-runs", "N", "desktop starts (default 10; smoke 1)")
+        .flag(
+            "--api-runs",
+            "N",
+            "measured API calls (default 50; smoke 3)",
+        )
+        .flag(
+            "--batch-runs",
+            "N",
+            "measured batches (default 50; smoke 3)",
+        )
+        .flag(
+            "--settle-runs",
+            "N",
+            "settle measurements (default 100; smoke 3)",
+        )
+        .flag("--desktops", "N", "desktops at once (default 10; smoke 2)")
+        .flag(
+            "--bin-dir",
+            "PATH",
+            "where rakazo and rakazo-guest are (default: beside this binary)",
+        )
+        .check();
     let opts = Options::parse()?;
     println!("### Run of `bench_desktop`\n");
     println!(

@@ -190,6 +190,28 @@ fn nproc() -> usize {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    tests::bench::Usage::new("the foundation: exec round trip, QUIC and file transfers")
+        .flag("--exec-runs", "N", "measured execs (default 300; smoke 20)")
+        .flag(
+            "--warmups",
+            "N",
+            "execs before measuring (default 20; smoke 2)",
+        )
+        .flag("--mib", "N", "MiB of each transfer (default 256; smoke 8)")
+        .flag("--transfer-runs", "N", "transfers (default 3; smoke 1)")
+        .flag(
+            "--home-parent",
+            "PATH",
+            "where a home goes; repeatable (default: the temp dir, and /dev/shm on tmpfs)",
+        )
+        .flag(
+            "--bin-dir",
+            "PATH",
+            "where rakazo and rakazo-guest are (default: beside this binary)",
+        )
+        .switch("--quic-only", "only the QUIC part")
+        .switch("--exec-only", "only the exec part")
+        .check();
     let opts = Options::parse()?;
     println!("## Foundation (issue 2): run of `bench_foundation`\n");
     println!(
