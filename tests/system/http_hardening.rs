@@ -399,3 +399,29 @@ async fn tls_serves_the_cli_and_https_capability_urls_and_refuses_plain_http() -
     w.client.json(Method::GET, "/v1/computers", None).await?;
     w.check_log()
 }
+
+/// An error answered before the request's body was read leaves an HTTP/1 connection that
+/// cannot carry another request: the answer says `connection: close`, so a client that pools
+/// connections does not send its next request into one the server is closing (seen as
+/// "connection closed before message completed" after an upload into a full home).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_before_the_body_is_read_closes_the_connection_and_says_so() -> Result<()> {
+    let mut w = World::start().await?;
+    let addr = host_port(&w.http);
+    let head = format!(
+        "PUT /v1/computers/c-0000000000000000/files/content?path=a.bin HTTP/1.1\r\n\
+         Host: {addr}\r\nAuthorization: Bearer {}\r\nContent-Length: 65536\r\n\r\n",
+        w.api_token()
+    );
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&[7u8; 100]);
+    let (closed, got) = exchange(addr, bytes).await?;
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    ensure!(text.starts_with("http/1.1 404"), "{text}");
+    ensure!(
+        text.contains("\r\nconnection: close\r\n"),
+        "the answer does not say the connection closes: {text}"
+    );
+    ensure!(closed, "the server kept the connection open");
+    w.check_log()
+}

@@ -221,8 +221,14 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
         Err(e) if !e.public && (path == "/v1" || path.starts_with("/v1/")) => Some("other"),
         Err(_) => None,
     };
+    // An error may be answered before the request's body was read (an upload into a full
+    // disk): over HTTP/1 the connection then cannot carry another request, and hyper closes
+    // it after the answer. Say so in the answer, or a client that pools connections may send
+    // its next request into the closing one ("connection closed before message completed").
+    let unread_body =
+        req.version() <= hyper::Version::HTTP_11 && !hyper::body::Body::is_end_stream(req.body());
     let mut head = None;
-    let resp = match serve_route(&api, route, req).await {
+    let mut resp = match serve_route(&api, route, req).await {
         Ok(resp) => resp,
         Err(e) => {
             head = Some(crate::metrics::Outcome::of_status(
@@ -239,6 +245,12 @@ pub async fn handle(api: Arc<Api>, req: Request<Incoming>) -> Response<RespBody>
     } else {
         path.as_str()
     };
+    if unread_body && (resp.status().is_client_error() || resp.status().is_server_error()) {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     info!(%method, path = logged, status = resp.status().as_u16(), "http request");
     metrics::record(&api.core.metrics, op, started, head, resp)
 }
